@@ -1,0 +1,7 @@
+"""`python -m cosyedge ...` runs the command-line interface."""
+
+import sys
+
+from cosyedge.cli import main
+
+sys.exit(main())

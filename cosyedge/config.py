@@ -1,0 +1,167 @@
+"""Settings: one frozen dataclass, read from ``COSYEDGE_*`` environment variables and CLI flags.
+
+Precedence: defaults < environment < command-line flags. ``Settings.validate()`` runs at start and
+raises :class:`SettingsError` with a message that says which variable or flag to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "COSYEDGE_"
+DEFAULT_MODEL = "kokoro-int8"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message names the variable/flag and a valid example."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable about a cosyedge process."""
+
+    host: str = "127.0.0.1"
+    port: int = 7860
+    root: Path = field(default_factory=lambda: Path.cwd())
+    models_dir: Path | None = None
+    prompts_dir: Path | None = None
+    outputs_dir: Path | None = None
+    model: str = DEFAULT_MODEL
+    concurrency: int = 2
+    queue_size: int = 8
+    onnx_threads: int = 0  # 0 = number of CPU cores
+    log_level: str = "INFO"
+    idle_unload_minutes: float = 15.0
+    max_text_chars: int = 5000
+    max_upload_mb: float = 20.0
+    auth: str | None = None  # "user:password"
+    insecure_no_auth: bool = False
+    device: str = "edge"  # accepted for the seed's `--device edge`; only CPU exists
+    quantized: bool = True  # accepted for the seed's `--quantized`; models are int8 already
+
+    # Resolved directories (models/prompts/outputs default to folders under root).
+    @property
+    def models_path(self) -> Path:
+        return Path(self.models_dir) if self.models_dir else Path(self.root) / "models"
+
+    @property
+    def prompts_path(self) -> Path:
+        return Path(self.prompts_dir) if self.prompts_dir else Path(self.root) / "prompts"
+
+    @property
+    def outputs_path(self) -> Path:
+        return Path(self.outputs_dir) if self.outputs_dir else Path(self.root) / "outputs"
+
+    @property
+    def model_path(self) -> Path:
+        return self.models_path / self.model
+
+    @property
+    def threads(self) -> int:
+        """ONNX intra-op threads actually used."""
+        return self.onnx_threads or (os.cpu_count() or 1)
+
+    def validate(self) -> "Settings":
+        """Check every field; return self so callers can chain."""
+        def fail(name: str, why: str) -> None:
+            raise SettingsError(f"{name}: {why} (set {ENV_PREFIX}{name.upper()} or --{name.replace('_', '-')})")
+
+        if not 1 <= self.port <= 65535:
+            fail("port", f"{self.port} is not a TCP port (1-65535)")
+        if not 1 <= self.concurrency <= 8:
+            fail("concurrency", f"{self.concurrency} must be between 1 and 8")
+        if not 0 <= self.queue_size <= 1000:
+            fail("queue_size", f"{self.queue_size} must be between 0 and 1000")
+        if not 0 <= self.onnx_threads <= 64:
+            fail("onnx_threads", f"{self.onnx_threads} must be 0 (auto) or 1-64")
+        if self.log_level.upper() not in LOG_LEVELS:
+            fail("log_level", f"{self.log_level!r} must be one of {', '.join(LOG_LEVELS)}")
+        if self.idle_unload_minutes < 0:
+            fail("idle_unload_minutes", "must be >= 0 (0 = never unload)")
+        if not 1 <= self.max_text_chars <= 1_000_000:
+            fail("max_text_chars", f"{self.max_text_chars} must be between 1 and 1000000")
+        if not 0 < self.max_upload_mb <= 1024:
+            fail("max_upload_mb", f"{self.max_upload_mb} must be in (0, 1024]")
+        if self.auth is not None and (":" not in self.auth or self.auth.startswith(":")
+                                      or self.auth.endswith(":")):
+            fail("auth", "must look like user:password")
+        if self.device not in ("edge", "cpu"):
+            fail("device", f"{self.device!r}: only 'edge' (= cpu) is supported; there is no GPU path")
+        if not self.model or "/" in self.model or self.model.startswith("."):
+            fail("model", f"{self.model!r} must be a directory name under models/, e.g. kokoro-int8")
+        return self
+
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
+
+
+def _convert(name: str, raw: str) -> object:
+    """Turn an env-var string into the field's type, with an error naming the variable."""
+    kind = _FIELD_TYPES[name]
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "bool":
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if "Path" in kind:
+            return Path(raw)
+        return raw
+    except ValueError:
+        raise SettingsError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind}") from None
+
+
+def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Build Settings from ``COSYEDGE_*`` variables, then apply explicit overrides (non-None)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for name in _FIELD_TYPES:
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = _convert(name, raw)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings(**values).validate()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags shared by app.py and the CLI; every default is None (= env or default)."""
+    parser.add_argument("--host", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default 7860)")
+    parser.add_argument("--model", help="model id under models/ (default kokoro-int8)")
+    parser.add_argument("--models-dir", dest="models_dir", type=Path)
+    parser.add_argument("--prompts-dir", dest="prompts_dir", type=Path)
+    parser.add_argument("--outputs-dir", dest="outputs_dir", type=Path)
+    parser.add_argument("--concurrency", type=int, help="jobs synthesizing at once (default 2)")
+    parser.add_argument("--queue-size", dest="queue_size", type=int, help="waiting jobs (default 8)")
+    parser.add_argument("--onnx-threads", dest="onnx_threads", type=int, help="0 = all cores")
+    parser.add_argument("--log-level", dest="log_level")
+    parser.add_argument("--idle-unload-minutes", dest="idle_unload_minutes", type=float)
+    parser.add_argument("--device", help="accepted for compatibility: only 'edge' (CPU)")
+    parser.add_argument("--quantized", action="store_true", default=None,
+                        help="accepted for compatibility: models are int8 already")
+
+
+def from_args(args: argparse.Namespace | Sequence[str] | None = None,
+              environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from parsed (or raw) CLI arguments on top of the environment."""
+    if not isinstance(args, argparse.Namespace):
+        parser = argparse.ArgumentParser(add_help=False)
+        add_arguments(parser)
+        args, _ = parser.parse_known_args(args)
+    names = set(_FIELD_TYPES)
+    return from_env(environ, **{k: v for k, v in vars(args).items() if k in names})

@@ -1,0 +1,117 @@
+"""What every engine offers: the Engine protocol and the plain data it exchanges.
+
+An engine turns text (plus a voice) into float32 audio chunks. It knows nothing of queues, HTTP or
+files; the service owns those. Engines are built by a ``load(model_dir, settings)`` factory that does
+all file and session work, so tests can build one from fake sessions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, runtime_checkable
+
+import numpy as np
+
+#: Called after each sentence with (sentences done, sentences total).
+ProgressFn = Callable[[int, int], None]
+#: Returns True when the caller wants the job stopped; checked between sentences.
+CancelFn = Callable[[], bool]
+
+LANGUAGES = ("auto", "zh", "en", "ja")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can truly do; the UI and API report these, never more."""
+
+    native_clone: bool
+    native_instruct: bool
+    languages: tuple[str, ...]
+    sample_rate: int
+    speed_range: tuple[float, float] = (0.5, 2.0)
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    """Per-request options; ``None`` means "the engine's default"."""
+
+    speed: float = 1.0
+    language: str = "auto"
+    instruct: str | None = None
+    seed: int | None = None
+
+
+@dataclass
+class AudioChunk:
+    """One synthesized sentence: mono float32 samples in [-1, 1]."""
+
+    audio: np.ndarray
+    sample_rate: int
+    text: str
+    index: int
+    total: int
+
+
+@dataclass
+class VoicePrompt:
+    """An encoded voice, ready for an engine; serializable so it can be cached on disk.
+
+    ``arrays`` hold the numeric parts (embeddings, tokens, style vectors); ``meta`` holds JSON-able
+    facts (engine, model id, transcript, similarity scores, what was approximated).
+    """
+
+    engine: str
+    model_id: str
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    FORMAT_VERSION = 1
+
+    def to_bytes(self) -> bytes:
+        """Serialize as an ``.npz`` with a JSON header array (no pickle)."""
+        header = {"version": self.FORMAT_VERSION, "engine": self.engine, "model_id": self.model_id,
+                  "meta": self.meta}
+        buf = io.BytesIO()
+        np.savez(buf, __header__=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+                 **self.arrays)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "VoicePrompt":
+        """Inverse of :meth:`to_bytes`; raises ``ValueError`` on anything malformed or stale."""
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                header = json.loads(bytes(npz["__header__"]).decode())
+                arrays = {k: npz[k] for k in npz.files if k != "__header__"}
+        except Exception as exc:  # zip, json and key errors all mean "not a prompt file"
+            raise ValueError(f"not a voice prompt file: {exc}") from exc
+        if header.get("version") != cls.FORMAT_VERSION:
+            raise ValueError(f"voice prompt version {header.get('version')} is not {cls.FORMAT_VERSION}")
+        return cls(engine=header["engine"], model_id=header["model_id"], arrays=arrays,
+                   meta=header.get("meta", {}))
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The protocol the service programs against."""
+
+    name: str
+    model_id: str
+    capabilities: Capabilities
+
+    def presets(self) -> list[str]:
+        """Names of built-in voices, in display order."""
+
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
+        """Encode conditioned prompt audio into a reusable VoicePrompt."""
+
+    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+                   progress: ProgressFn | None = None,
+                   cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
+        """Yield one chunk per sentence; stop early (raise CancelledError) when ``cancelled()``."""
+
+    def close(self) -> None:
+        """Release sessions and memory."""
+

@@ -1,0 +1,1 @@
+"""Language-aware text handling: normalization, language tagging, sentence splitting."""
