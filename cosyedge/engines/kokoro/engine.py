@@ -19,7 +19,7 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
 from cosyedge.engines.kokoro import model_files, presets
-from cosyedge.errors import CancelledError, EngineError, ParameterError
+from cosyedge.errors import CancelledError, EngineError, ModelMissingError, ParameterError
 from cosyedge.manifest import read_manifest, verify_files
 
 logger = logging.getLogger(__name__)
@@ -43,15 +43,28 @@ class Frontend(Protocol):
     def token_ids(self, phonemes: str) -> list[int]: ...
 
 
-def make_session(onnx_path: Path, threads: int) -> Session:
-    """A CPU onnxruntime session tuned for a small box (see bench/kokoro_rtf.py for the trials)."""
+GRAPH_OPTIMIZATION = ("disable", "basic", "extended", "all")
+
+
+def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all") -> Session:
+    """A CPU onnxruntime session tuned for a small box (see bench/kokoro_rtf.py for the trials).
+
+    ``graph_optimization`` is onnxruntime's level by name; the manifest says which one a graph wants
+    (the setup-time optimized graph is loaded with "disable": it is already optimized offline).
+    """
     import onnxruntime as ort
 
+    levels = dict(zip(GRAPH_OPTIMIZATION, (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                                           ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                           ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                           ort.GraphOptimizationLevel.ORT_ENABLE_ALL)))
+    if graph_optimization not in levels:
+        raise EngineError(f"unknown graph optimization {graph_optimization!r}; use one of {GRAPH_OPTIMIZATION}")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.graph_optimization_level = levels[graph_optimization]
     return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -88,8 +101,13 @@ class KokoroEngine:
         vocab = json.loads((Path(model_dir) / model_files.VOCAB_NAME).read_text(encoding="utf-8"))["vocab"]
         with np.load(Path(model_dir) / model_files.VOICES_NAME) as npz:
             packs = {k: npz[k].astype(np.float32) for k in npz.files}
-        session = make_session(Path(model_dir) / model_files.ONNX_NAME, settings.threads)
-        logger.info("loaded Kokoro from %s with %d threads", model_dir, settings.threads)
+        graph = manifest.get("runtime_graph") or {"file": model_files.ONNX_NAME, "graph_optimization": "all"}
+        if graph.get("file") not in manifest["files"]:
+            raise ModelMissingError(f"model at {model_dir}: runtime graph {graph.get('file')!r} is not in "
+                                    f"the manifest; {model_files.FIX_HINT}")
+        session = make_session(Path(model_dir) / graph["file"], settings.threads,
+                               graph.get("graph_optimization", "all"))
+        logger.info("loaded Kokoro %s from %s with %d threads", graph["file"], model_dir, settings.threads)
         return cls(session=session, packs=packs, frontend=KokoroFrontend(vocab),
                    model_id=manifest.get("model_id", model_files.MODEL_ID))
 

