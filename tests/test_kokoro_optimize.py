@@ -1,0 +1,226 @@
+"""Graph surgery on the Kokoro int8 graph: tiny generated graphs in the shipped quantizer's pattern,
+and the real model's derived runtime graph against the shipped one."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cosyedge.engines.kokoro import model_files, optimize
+from cosyedge.engines.kokoro.engine import make_session
+from cosyedge.manifest import read_manifest, sha256_file, verify_files
+
+RNG = np.random.default_rng(7)
+OUT_SHAPE = ["n", "c", "t"]  # symbolic: outputs are compared to onnxruntime, not to declared shapes
+
+
+def _init(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def quantized_conv_model(channels: int, out_channels: int, taps: int, *, dilation: int = 1, stride: int = 1,
+                         pads: tuple[int, int] = (0, 0), bias: bool = True) -> onnx.ModelProto:
+    """x -> DynamicQuantizeLinear -> ConvInteger (uint8 weights, full range) [-> int32 bias Add via
+    Div/Floor/Cast/Reshape] -> Cast -> Mul(x_scale * w_scale): the shipped model's exact pattern."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], name="conv_quant",
+                              dilations=[dilation], strides=[stride], pads=list(pads), kernel_shape=[taps]),
+             helper.make_node("Mul", ["xs", "ws"], ["scale"])]
+    inits = [_init("w", RNG.integers(0, 256, (out_channels, channels, taps), dtype=np.uint8)),
+             _init("wz", np.uint8(RNG.integers(30, 100))), _init("ws", np.float32(0.004))]
+    if bias:
+        nodes += [helper.make_node("Div", ["b", "scale"], ["b_div"]),
+                  helper.make_node("Floor", ["b_div"], ["b_floor"]),
+                  helper.make_node("Cast", ["b_floor"], ["b_int"], to=TensorProto.INT32),
+                  helper.make_node("Reshape", ["b_int", "b_shape"], ["b_r"]),
+                  helper.make_node("Add", ["acc", "b_r"], ["acc_b"])]
+        inits += [_init("b", RNG.normal(0, 0.5, out_channels).astype(np.float32)),
+                  _init("b_shape", np.array([1, -1, 1], np.int64))]
+    nodes += [helper.make_node("Cast", ["acc_b" if bias else "acc"], ["acc_f"], to=TensorProto.FLOAT),
+              helper.make_node("Mul", ["acc_f", "scale"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, OUT_SHAPE)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def run(model: onnx.ModelProto, feeds: dict, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL) -> np.ndarray:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = level
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def rewritten(model: onnx.ModelProto, passes) -> tuple[onnx.ModelProto, dict]:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    counts = optimize.rewrite(copy, passes)
+    onnx.checker.check_model(copy)
+    return copy, counts
+
+
+CONV_SHAPES = [  # (C, M, k, dilation, stride, pads, bias): the kinds of convs the shipped model has
+    (16, 8, 3, 1, 1, (1, 1), True),
+    (8, 16, 1, 1, 1, (0, 0), False),
+    (12, 12, 11, 5, 1, (25, 25), True),
+    (6, 10, 12, 1, 6, (3, 3), True),
+    (8, 8, 3, 1, 2, (1, 1), False),
+    (4, 4, 5, 1, 1, (2, 2), True),
+]
+
+
+@pytest.mark.parametrize("channels,out_channels,taps,dilation,stride,pads,bias", CONV_SHAPES)
+def test_conv_as_matmul_reproduces_convinteger_exactly(channels, out_channels, taps, dilation, stride, pads, bias):
+    model = quantized_conv_model(channels, out_channels, taps, dilation=dilation, stride=stride, pads=pads,
+                                 bias=bias)
+    fast, counts = rewritten(model, ["conv_as_matmul"])
+    assert counts == {"conv_as_matmul": 1}
+    ops = [n.op_type for n in fast.graph.node]
+    assert "ConvInteger" not in ops and "MatMulInteger" in ops
+    for length in (97, 40):  # the graph is length-agnostic
+        x = RNG.uniform(-3, 2, (1, channels, length)).astype(np.float32)
+        expected, got = run(model, {"x": x}), run(fast, {"x": x})
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)  # same integers, same float tail: bit-identical
+
+
+def test_conv_to_float_matches_dequantized_math():
+    model = quantized_conv_model(16, 8, 3, pads=(1, 1))
+    fp32, counts = rewritten(model, ["conv"])
+    assert counts == {"conv": 1} and [n.op_type for n in fp32.graph.node] == ["Conv"]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w = (inits["w"].astype(np.float32) - np.float32(inits["wz"])) * inits["ws"]
+    x = RNG.uniform(-1, 1, (1, 16, 50)).astype(np.float32)
+    xp = np.pad(x[0], ((0, 0), (1, 1)))
+    reference = np.stack([np.einsum("mck,ck->m", w, xp[:, t:t + 3]) for t in range(50)], axis=1) + inits["b"][:, None]
+    np.testing.assert_allclose(run(fp32, {"x": x})[0], reference, rtol=1e-4, atol=1e-4)
+    # and the int8 original is within its activation-quantization error of it
+    quantized = run(model, {"x": x})[0]
+    assert np.linalg.norm(quantized - reference) / np.linalg.norm(reference) < 0.02
+
+
+def quantized_matmul_model(k: int, n: int) -> onnx.ModelProto:
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["a"], ["aq", "as", "az"]),
+             helper.make_node("MatMulInteger", ["aq", "b", "az", "bz"], ["acc"], name="mm_quant"),
+             helper.make_node("Cast", ["acc"], ["acc_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["as", "bs"], ["scale"]),
+             helper.make_node("Mul", ["acc_f", "scale"], ["y"])]
+    inits = [_init("b", RNG.integers(-127, 128, (k, n), dtype=np.int8)), _init("bz", np.zeros(n, np.int8)),
+             _init("bs", RNG.uniform(0.001, 0.01, n).astype(np.float32))]
+    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, None, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, OUT_SHAPE)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_matmul_to_float_matches_dequantized_math():
+    model = quantized_matmul_model(32, 24)
+    fp32, counts = rewritten(model, ["matmul"])
+    assert counts == {"matmul": 1} and [n.op_type for n in fp32.graph.node] == ["MatMul"]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    a = RNG.uniform(-1, 1, (1, 10, 32)).astype(np.float32)
+    reference = a @ (inits["b"].astype(np.float32) * inits["bs"])
+    np.testing.assert_allclose(run(fp32, {"a": a}), reference, rtol=1e-5, atol=1e-5)
+    assert np.linalg.norm(run(model, {"a": a}) - reference) / np.linalg.norm(reference) < 0.02
+
+
+def test_lstm_to_float_matches_dynamic_quantize_lstm():
+    hidden, features = 8, 6
+    w_q = RNG.integers(-127, 128, (2, features, 4 * hidden), dtype=np.int8)
+    r_q = RNG.integers(-127, 128, (2, hidden, 4 * hidden), dtype=np.int8)
+    node = helper.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"],
+                            ["y"], name="lstm_quant", domain="com.microsoft", direction="bidirectional",
+                            hidden_size=hidden)
+    inits = [_init("w", w_q), _init("r", r_q), _init("b", RNG.normal(0, 0.1, (2, 8 * hidden)).astype(np.float32)),
+             _init("ws", np.array([0.01, 0.02], np.float32)), _init("wz", np.zeros(2, np.int8)),
+             _init("rs", np.array([0.015, 0.01], np.float32)), _init("rz", np.zeros(2, np.int8))]
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1, features])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["s", "d", "b", "h"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    fp32, counts = rewritten(model, ["lstm"])
+    assert counts == {"lstm": 1} and [n.op_type for n in fp32.graph.node] == ["LSTM"]
+    x = RNG.uniform(-1, 1, (12, 1, features)).astype(np.float32)
+    quantized, floated = run(model, {"x": x}), run(fp32, {"x": x})
+    assert floated.shape == quantized.shape == (12, 2, 1, hidden)
+    # only the activation quantization differs: a wrong gate order or layout gives ~100 % error
+    assert np.linalg.norm(floated - quantized) / np.linalg.norm(quantized) < 0.03
+
+
+def test_prune_drops_dead_nodes_initializers_and_shapes():
+    model = quantized_conv_model(4, 4, 3, pads=(1, 1))
+    fast, _ = rewritten(model, ["conv_as_matmul"])
+    names = {t.name for t in fast.graph.initializer}
+    assert "w" not in names and "wz" not in names  # replaced by the int8 [k*C, M] weight
+    produced = {o for n in fast.graph.node for o in n.output}
+    used = {i for n in fast.graph.node for i in n.input if i} | {o.name for o in fast.graph.output}
+    assert produced <= used  # nothing computed for nobody
+    assert names <= used
+
+
+def test_rewrite_rejects_unknown_and_conflicting_passes():
+    model = quantized_conv_model(4, 4, 3)
+    with pytest.raises(ValueError, match="unknown passes"):
+        optimize.rewrite(model, ["nope"])
+    with pytest.raises(ValueError, match="pick one"):
+        optimize.rewrite(model, ["conv", "conv_as_matmul"])
+
+
+def test_derive_is_deterministic(tmp_path):
+    source = tmp_path / "q.onnx"
+    onnx.save(quantized_conv_model(8, 8, 7, dilation=3, pads=(9, 9)), source)
+    optimize.derive(source, tmp_path / "a.onnx")
+    optimize.derive(source, tmp_path / "b.onnx")
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+# --- the real model --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def assembled(tmp_path_factory):
+    return model_files.assemble(tmp_path_factory.mktemp("models"))
+
+
+@pytest.mark.slow
+def test_setup_derives_the_runtime_graph_with_its_hash(assembled):
+    manifest = read_manifest(assembled, "hint")
+    graph = manifest["runtime_graph"]
+    assert graph["file"] == model_files.RUNTIME_NAME and graph["derived_from"] == model_files.ONNX_NAME
+    assert graph["rewritten_nodes"] == {"conv_as_matmul": 87}
+    assert manifest["files"][model_files.ONNX_NAME]["sha256"] == model_files.ONNX_SHA256  # source kept
+    assert manifest["files"][model_files.RUNTIME_NAME]["sha256"] == sha256_file(assembled / model_files.RUNTIME_NAME)
+    verify_files(assembled, manifest, "hint")
+    ops = {n.op_type for n in onnx.load(str(assembled / model_files.RUNTIME_NAME), load_external_data=False).graph.node}
+    assert "ConvInteger" not in ops
+
+
+@pytest.mark.slow
+def test_runtime_graph_output_matches_shipped_exactly(assembled):
+    """Tolerance: none. On a fixed input unlike the setup check (different length, voice, speed)
+    the runtime graph as the engine loads it gives the same samples as the shipped graph as it was
+    loaded before (all onnxruntime optimizations on)."""
+    vocab = json.loads((assembled / model_files.VOCAB_NAME).read_text(encoding="utf-8"))["vocab"]
+    phonemes = "ʨi→ntʰjɛ→n tʰjɛ→nʨʰi↘ ꭧə→n xau↓, wo↓mən ʨʰy↘ kʊ→ŋɥɛ↗n sa↘npu↘ pa."  # zh, tones
+    ids = [vocab[c] for c in phonemes if c in vocab]
+    with np.load(assembled / model_files.VOICES_NAME) as packs:
+        style = packs["jm_kumo"][len(ids) - 1].reshape(1, 256).astype(np.float32)
+    feeds = {"tokens": np.array([[0, *ids, 0]], np.int64), "style": style, "speed": np.array([1.2], np.float32)}
+    graph = read_manifest(assembled, "hint")["runtime_graph"]
+    fast = make_session(assembled / graph["file"], 2, graph["graph_optimization"]).run(None, feeds)[0]
+    shipped = make_session(assembled / model_files.ONNX_NAME, 2, "all").run(None, feeds)[0]
+    assert fast.shape == shipped.shape and fast.size > 24_000  # > 1 s of audio
+    np.testing.assert_array_equal(fast, shipped)
+
+
+@pytest.mark.slow
+def test_setup_keeps_the_shipped_graph_when_the_check_fails(tmp_path, monkeypatch):
+    def mismatch(*args):
+        raise RuntimeError("differs on the check input")
+
+    monkeypatch.setattr(optimize, "check_same_output", mismatch)
+    target = model_files.assemble(tmp_path)
+    manifest = read_manifest(target, "hint")
+    assert manifest["runtime_graph"]["file"] == model_files.ONNX_NAME
+    assert model_files.RUNTIME_NAME not in manifest["files"]
+    assert not (target / model_files.RUNTIME_NAME).exists()
