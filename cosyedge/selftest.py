@@ -7,9 +7,7 @@ lists), writable data directories, and one short sentence synthesized by the con
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import logging
 import os
 import tempfile
@@ -25,12 +23,12 @@ logger = logging.getLogger(__name__)
 #: What the service needs at run time; a broken venv fails here, before a restart does.
 RUNTIME_MODULES = (
     "numpy", "onnxruntime", "soundfile", "psutil",
-    "cosyedge.config", "cosyedge.errors", "cosyedge.audio", "cosyedge.engines", "cosyedge.engines.base",
+    "cosyedge.config", "cosyedge.errors", "cosyedge.audio", "cosyedge.manifest", "cosyedge.engines",
+    "cosyedge.engines.base", "cosyedge.engines.kokoro.engine",
     "cosyedge.janitor", "cosyedge.thermal",
 )
 SENTENCES = {"en": "This is a short self test.", "zh": "这是一个简短的自检。",
              "ja": "これは短いセルフテストです。"}
-HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -57,63 +55,28 @@ def check_imports(modules: Iterable[str] = RUNTIME_MODULES) -> CheckResult:
     return CheckResult("imports", True, f"{len(modules)} modules import")
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(HASH_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _manifest_files(manifest: dict) -> list[tuple[str, dict]]:
-    """(name, {sha256, bytes}) pairs from ``files`` as a mapping or as a list of entries."""
-    files = manifest.get("files")
-    if isinstance(files, dict):
-        return [(str(name), spec if isinstance(spec, dict) else {}) for name, spec in files.items()]
-    if isinstance(files, list):
-        return [(str(e.get("path") or e.get("name")), e) for e in files if isinstance(e, dict)]
-    raise ValueError("manifest has no 'files' table")
-
-
 def check_manifest(model_dir: Path) -> CheckResult:
-    """Every file the manifest lists exists, stays inside the model dir, and has its size and sha256."""
+    """Every file the manifest lists exists with its size and sha256 (shared rules: cosyedge.manifest)."""
+    from cosyedge.errors import ModelMissingError
+    from cosyedge.manifest import read_manifest, verify_files
+
     name = f"model {model_dir.name}"
-    manifest_path = model_dir / "manifest.json"
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        entries = _manifest_files(manifest)
-    except FileNotFoundError:
-        return CheckResult(name, False, f"{manifest_path} is missing")
-    except (OSError, ValueError) as exc:
-        return CheckResult(name, False, f"{manifest_path} is unreadable: {exc}")
-    if not entries:
-        return CheckResult(name, False, f"{manifest_path} lists no files")
-    problems = []
-    total = 0
-    root = model_dir.resolve()
-    for rel, spec in entries:
-        path = (model_dir / rel).resolve()
-        if root not in path.parents:
-            problems.append(f"{rel}: outside the model directory")
-            continue
-        try:
-            size = path.stat().st_size
-            expected_size = spec.get("bytes")
-            if expected_size is not None and size != int(expected_size):
-                problems.append(f"{rel}: {size} bytes, expected {expected_size}")
-                continue
-            expected = spec.get("sha256")
-            if not expected:
-                problems.append(f"{rel}: no sha256 in the manifest")
-            elif sha256_file(path) != str(expected).lower():
-                problems.append(f"{rel}: sha256 mismatch (file corrupt or replaced)")
-            total += size
-        except OSError as exc:
-            problems.append(f"{rel}: {exc.strerror or exc}")
-    if problems:
-        return CheckResult(name, False, "; ".join(problems))
-    engine = manifest.get("engine", "?")
-    return CheckResult(name, True, f"{engine}, {len(entries)} files, {total / 1e6:.1f} MB, sha256 ok")
+        manifest = read_manifest(model_dir, "recreate the model directory")
+        if not manifest["files"]:
+            return CheckResult(name, False, f"{model_dir / 'manifest.json'} lists no files")
+        root = model_dir.resolve()
+        outside = [rel for rel in manifest["files"] if root not in (model_dir / rel).resolve().parents]
+        if outside:
+            return CheckResult(name, False, f"manifest names files outside {model_dir}: {outside}")
+        verify_files(model_dir, manifest, "recreate the model directory")
+    except ModelMissingError as exc:
+        return CheckResult(name, False, str(exc))
+    except (OSError, KeyError, TypeError) as exc:
+        return CheckResult(name, False, f"cannot verify {model_dir}: {exc}")
+    total = sum((model_dir / rel).stat().st_size for rel in manifest["files"])
+    return CheckResult(name, True, f"{manifest['engine']}, {len(manifest['files'])} files, "
+                                   f"{total / 1e6:.1f} MB, sha256 ok")
 
 
 def check_models(models_path: Path, active: str) -> list[CheckResult]:

@@ -294,3 +294,21 @@ def test_settings_reject_bad_janitor_values(field, value):
 
     with pytest.raises(SettingsError, match=field):
         Settings(**{field: value}).validate()
+
+
+def test_sweep_command_dry_run_then_real(tmp_path, capsys):
+    from cosyedge import cli
+
+    out = tmp_path / "outputs"
+    now = time.time()
+    for name, age in (("old.wav", 48 * HOUR), ("old.json", 48 * HOUR), ("new.wav", HOUR)):
+        (out / name).parent.mkdir(exist_ok=True)
+        (out / name).write_bytes(b"x")
+        os.utime(out / name, (now - age, now - age))
+    assert cli.main(["sweep", "--dry-run", "--outputs-dir", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "would remove 2 file(s)" in text and "old.wav" in text and "new.wav" not in text
+    assert left(out) == {"old.wav", "old.json", "new.wav"}
+    assert cli.main(["sweep", "--outputs-dir", str(out)]) == 0
+    assert "removed 2 file(s)" in capsys.readouterr().out
+    assert left(out) == {"new.wav"}
