@@ -14,7 +14,8 @@ An *output* is one job: all files in the top level of outputs/ that share the na
 dot (``<job>.wav`` with its ``<job>.json`` sidecar), so a sidecar is never orphaned. What it never
 removes: anything in use (a running job writes it or a client downloads it), anything younger than
 ``min_age_s``, files whose suffix is not an output suffix (``README.md``), subdirectories, symlink
-targets, and anything that resolves under a protected directory (prompts/, models/). A file that
+targets (a link is removed as a link, and a link into a protected directory not at all), and a
+whole outputs_dir that resolves under a protected directory (prompts/, models/). A file that
 cannot be read or removed is logged and skipped; the sweep goes on.
 """
 
@@ -85,7 +86,11 @@ def _is_under(path: Path, roots: Iterable[Path]) -> bool:
 
 def _scan(outputs_dir: Path, policy: JanitorPolicy,
           protected: tuple[Path, ...]) -> tuple[list[_Output], list[tuple[Path, float]]]:
-    """Group the top-level files of outputs/ by job; list temp files apart."""
+    """Group the top-level files of outputs/ by job; list temp files apart.
+
+    Paths come back under the resolved outputs_dir, so they compare directly with resolved in-use
+    paths; only symlinks are resolved one by one (a resolve costs a syscall per path component).
+    """
     outputs: dict[str, _Output] = {}
     temps: list[tuple[Path, float]] = []
     try:
@@ -96,16 +101,17 @@ def _scan(outputs_dir: Path, policy: JanitorPolicy,
         logger.warning("janitor: cannot list %s: %s", outputs_dir, exc)
         return [], []
     for entry in entries:
-        path = Path(entry.path)
+        path = outputs_dir / entry.name
         try:
             info = entry.stat(follow_symlinks=False)
         except OSError as exc:
             logger.warning("janitor: skipping %s: %s", path, exc)
             continue
-        if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        if stat.S_ISLNK(info.st_mode):
+            if _is_under(_resolved(path), protected):
+                continue  # a link into prompts/ or models/: leave it alone entirely
+        elif not stat.S_ISREG(info.st_mode):
             continue  # subdirectories and special files are not ours
-        if _is_under(_resolved(path.parent) / path.name, protected):
-            continue
         if entry.name.startswith(TMP_PREFIX):
             temps.append((path, info.st_mtime))
             continue
@@ -125,9 +131,9 @@ def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy
     ``now`` is a ``time.time()`` value, so tests set file ages with ``os.utime``. ``in_use`` holds
     paths that must survive whatever their age (jobs writing, clients downloading).
     """
-    outputs_dir = Path(outputs_dir)
+    outputs_dir = _resolved(Path(outputs_dir))
     protected = tuple(_resolved(Path(p)) for p in policy.protected)
-    if _is_under(_resolved(outputs_dir), protected):
+    if _is_under(outputs_dir, protected):
         logger.error("janitor: %s lies under a protected directory; not sweeping it", outputs_dir)
         return []
     busy = {_resolved(Path(p)) for p in in_use}
@@ -136,7 +142,7 @@ def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy
     def removable(out: _Output) -> bool:
         if now - out.mtime < policy.min_age_s:
             return False
-        return not any(_resolved(path) in busy for path, _ in out.files)
+        return not any(path in busy for path, _ in out.files)
 
     doomed: list[_Output] = []
     kept: list[_Output] = []
@@ -145,14 +151,11 @@ def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy
         (doomed if too_old and removable(out) else kept).append(out)
     total = sum(out.size for out in kept)
     count = len(kept)
-    for out in list(kept):  # oldest first
+    for out in kept:  # oldest first; stops removing once under both limits
         over_size = policy.max_total_bytes > 0 and total > policy.max_total_bytes
         over_count = policy.max_files > 0 and count > policy.max_files
-        if not (over_size or over_count):
-            break
-        if removable(out):
+        if (over_size or over_count) and removable(out):
             doomed.append(out)
-            kept.remove(out)
             total -= out.size
             count -= 1
     if policy.max_total_bytes > 0 and total > policy.max_total_bytes:
@@ -161,7 +164,7 @@ def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy
 
     targets = [path for out in doomed for path, _ in out.files]
     targets += [path for path, mtime in temps
-                if now - mtime > policy.tmp_grace_s and _resolved(path) not in busy]
+                if now - mtime > policy.tmp_grace_s and path not in busy]
     if dry_run:
         return targets
     removed: list[Path] = []
