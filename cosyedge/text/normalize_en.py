@@ -174,7 +174,7 @@ def normalize_en(text: str) -> str:
     text = re.sub(r"\b(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
     text = re.sub(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", _iso_date, text)
     text = re.sub(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b", _us_date, text)
-    text = re.sub(r"\b(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([ap]\.?m\.?)(?![A-Za-z]))?", _time, text,
+    text = re.sub(r"\b(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([ap]\.m\.|[ap]m)(?![A-Za-z]))?", _time, text,
                   flags=re.I)
     text = re.sub(rf"([$€£¥])\s?({NUMBER})(?:\s?(thousand|million|billion|trillion)\b)?", _money, text)
     text = re.sub(rf"({NUMBER})\s?%", lambda m: number(m.group(1)) + " percent", text)
