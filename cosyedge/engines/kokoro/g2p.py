@@ -18,6 +18,7 @@ and drops any symbol outside the vocabulary (debug log), so no text can produce 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -97,6 +98,7 @@ class ChineseG2P:
         return " ".join(out)
 
 
+@functools.lru_cache(maxsize=4096)  # ~1,300 syllables x 5 tones; pinyin_to_ipa is the slow part
 def _syllable_ipa(pinyin: str) -> str:
     from misaki.zh import ZHG2P
 
