@@ -164,3 +164,31 @@ def test_command_prints_one_line_per_check_and_exits_zero_only_if_all_pass(box, 
 
     assert cli.main(args[:1] + ["--no-synthesis"] + args[1:]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 5
+
+
+@pytest.mark.slow
+def test_selftest_command_on_the_real_embedded_model(tmp_path):
+    """The real thing, as the OTA update runs it: a fresh process, the assembled Kokoro model."""
+    import subprocess
+    import sys
+
+    from cosyedge.engines.kokoro import model_files
+
+    model_dir = model_files.assemble(tmp_path / "models")
+    cmd = [sys.executable, "-m", "cosyedge", "selftest", "--models-dir", str(tmp_path / "models"),
+           "--outputs-dir", str(tmp_path / "outputs"), "--prompts-dir", str(tmp_path / "prompts")]
+    root = Path(__file__).resolve().parents[1]
+    good = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+    lines = good.stdout.splitlines()
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert [line.split(":")[0] for line in lines[:5]] == [
+        "PASS  imports", "PASS  model kokoro-int8", "PASS  dir outputs", "PASS  dir prompts",
+        "PASS  synthesis"]
+    assert lines[-1] == "selftest: all passed"
+
+    vocab = model_dir / model_files.VOCAB_NAME
+    vocab.write_text(vocab.read_text().replace("1", "2", 1))  # same size, different bytes
+    bad = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1
+    assert any(line.startswith("FAIL  model kokoro-int8:") and "vocab.json" in line
+               for line in bad.stdout.splitlines())
