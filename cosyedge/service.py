@@ -22,7 +22,7 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -109,7 +109,9 @@ class ServiceStatus:
 
     def line(self) -> str:
         """One human line, English first (the UI labels carry the Chinese)."""
-        temp = f"{self.thermal.temp_c:.0f} °C" if self.thermal.temp_c is not None else "no sensor"
+        t = self.thermal
+        thermal = (f"temperature {t.temp_c:.0f} °C ({t.state}): {t.message}" if t.temp_c is not None
+                   else f"temperature: {t.message}")
         parts = [f"engine {self.engine} · model {self.model}: {self.model_state}",
                  f"jobs running {self.queue.running}/{self.queue.limit}, "
                  f"waiting {self.queue.waiting}/{self.queue.max_waiting}"]
@@ -117,7 +119,7 @@ class ServiceStatus:
             parts.append(f"your position: {self.position}")
         elif self.own_phase:
             parts.append(f"your job: {self.own_phase}")
-        parts.append(f"temperature {temp}, {self.thermal.state}: {self.thermal.message}")
+        parts.append(thermal)
         return " | ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:

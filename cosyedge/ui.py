@@ -6,8 +6,8 @@ from Gradio cancelling the event, or from the page being closed (``demo.unload``
 the session's jobs in the JobQueue, which stops synthesis between sentences.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
+# to inject gr.Request and gr.Progress, so they must be real objects, not strings.
 import asyncio
 import logging
 from pathlib import Path

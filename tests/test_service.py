@@ -181,7 +181,7 @@ def test_status_line_shows_queue_position_and_thermal(make_service, fake_factory
     status = service.status("ui:c")
     assert status.position == 1
     line = status.line()
-    assert "your position: 1" in line and "no sensor" in line and "waiting 1/8" in line
+    assert "your position: 1" in line and "temperature: no temperature sensor" in line and "waiting 1/8" in line
     for job in (first, second, third):
         assert job.wait(10)
     assert service.status().as_dict()["loaded"] is True
