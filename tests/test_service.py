@@ -177,6 +177,9 @@ def test_status_line_shows_queue_position_and_thermal(make_service, fake_factory
     service = make_service()
     first = service.submit(TTSRequest(text="One. Two."), owner="ui:a")
     second = service.submit(TTSRequest(text="One. Two."), owner="ui:b")
+    deadline = time.monotonic() + 5
+    while service.queue.stats().running < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     third = service.submit(TTSRequest(text="One."), owner="ui:c")
     status = service.status("ui:c")
     assert status.position == 1
