@@ -28,12 +28,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from cosyedge.audio import join_sentences, write_wav_atomic
+from cosyedge.audio import write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
                              PayloadTooLargeError, TextError)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
+from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
 
 logger = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class EngineHolder:
         self._cond = threading.Condition()
         self._engine: Engine | None = None
         self._loading = False
+        self._releasing = False  # between dropping the engine and the memory being returned
         self._users = 0
         self._last_used = clock()
         self.loads = 0
@@ -179,6 +181,8 @@ class EngineHolder:
         with self._cond:
             if self._engine is not None:
                 return "loaded"
+            if self._releasing:
+                return "releasing memory…"
             return "loading model…" if self._loading else "not loaded"
 
     @contextlib.contextmanager
@@ -186,7 +190,7 @@ class EngineHolder:
         """Yield the loaded engine for the duration of one job."""
         with self._cond:
             self._users += 1
-            while self._loading:
+            while self._loading or self._releasing:
                 self._cond.wait()
             must_load = self._engine is None
             if must_load:
@@ -242,13 +246,18 @@ class EngineHolder:
             if self._engine is None or self._users or self._loading:
                 return False
             engine, self._engine = self._engine, None
+            self._releasing = True
             self.unloads += 1
         try:
             engine.close()
         except Exception:
             logger.exception("engine close failed; dropping it anyway")
-        del engine
-        release_memory()
+        finally:
+            del engine
+            release_memory()
+            with self._cond:
+                self._releasing = False
+                self._cond.notify_all()
         logger.info("engine unloaded after %.0f s idle", self.idle_seconds)
         return True
 
@@ -414,23 +423,16 @@ class Service:
                 job.report(done, total)
                 job.set_phase(f"sentence {done}/{total}")
 
-            pieces: list[np.ndarray] = []
-            sample_rate = engine.capabilities.sample_rate
-            for chunk in engine.synthesize(request.text, voice, options, progress=progress,
-                                           cancelled=job.is_cancelled):
-                pieces.append(chunk.audio)
-                sample_rate = chunk.sample_rate
-                job.report(chunk.index + 1, chunk.total)
-                job.set_phase(f"sentence {chunk.index + 1}/{chunk.total}")
-                if job.is_cancelled():
-                    raise CancelledError(f"cancelled after sentence {chunk.index + 1} of {chunk.total}")
-            audio = join_sentences(pieces, sample_rate)
-            result = TTSResult(job_id=job.id, audio=audio, sample_rate=sample_rate,
+            out = synthesize(engine, request.text, voice, options, self.settings.max_text_chars,
+                             progress=progress, cancelled=job.is_cancelled)
+            if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
+                raise CancelledError("cancelled")
+            result = TTSResult(job_id=job.id, audio=out.audio, sample_rate=out.sample_rate,
                                engine=engine.name, model_id=engine.model_id, voice=voice_name,
                                voice_match=voice_match, instruct=instruct_report,
-                               sentences=len(pieces), seconds=time.monotonic() - started)
+                               sentences=len(out.sentences), seconds=time.monotonic() - started)
         if request.keep_file:
-            result.path = self._write_output(job.id, audio, sample_rate)
+            result.path = self._write_output(job.id, result.audio, result.sample_rate)
         return result
 
     def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:

@@ -52,7 +52,7 @@ def test_idle_unload_releases_and_next_job_reloads(make_service, web_settings, f
     engine_ref = weakref.ref(fake_factory.engine)
     assert service.holder.loaded
     deadline = time.monotonic() + 10
-    while service.holder.loaded and time.monotonic() < deadline:
+    while service.holder.state != "not loaded" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not service.holder.loaded, "engine was not unloaded after the idle timeout"
     assert fake_factory.engine.closed
