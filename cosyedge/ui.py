@@ -181,7 +181,8 @@ def build_ui(service: Service) -> "gr.Blocks":
             with gr.Tab("3s quick clone / 3秒极速复刻", id="clone"):
                 status_clone = gr.Markdown(elem_id="clone-status")
                 prompt = gr.Audio(sources=["upload", "microphone"], type="filepath",
-                                  label="Prompt audio, 3-10 s / 参考音频（3-10 秒）", elem_id="clone-prompt")
+                                  label="Prompt audio, 3-10 s / 参考音频（3-10 秒）", elem_id="clone-prompt",
+                                  buttons=["download"])
                 prompt_text = gr.Textbox(label="Prompt transcript (optional) / 参考音频文本（可选）",
                                          elem_id="clone-prompt-text")
                 text_clone = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="clone-text")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -128,3 +129,62 @@ def test_ui_works_behind_credentials(browser, make_service, live_server, web_set
         context.close()
     assert_all_local(requests, server.url)
     assert httpx.get(server.url).status_code == 401
+
+
+def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_server, tmp_path):
+    """The embedded Kokoro engine behind the page: a prompt upload is answered honestly."""
+    import numpy as np
+    import soundfile as sf
+
+    from cosyedge.service import Service
+
+    models = Path(__file__).resolve().parent.parent / "models"
+    if not (models / "kokoro-int8" / "manifest.json").is_file():
+        pytest.fail("models/kokoro-int8 is missing: run `python -m cosyedge setup-model`")
+    service = Service(dataclasses.replace(web_settings, models_dir=models))
+    service.start()
+    server = live_server(service, with_ui=True)
+    prompt = tmp_path / "prompt.wav"
+    t = np.arange(48000) / 16000
+    sf.write(prompt, 0.2 * np.sin(2 * np.pi * 180 * t), 16000)
+    context, page, requests = open_page(browser, server.url)
+    try:
+        page.get_by_role("tab", name=TABS["clone"]).click()
+        page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
+        page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
+        data, panel = generate(page, "clone", "[zh]今天天气真好[en]It's sunny today")
+        assert data[:4] == b"RIFF" and len(data) > 24000, "no real speech came back"
+        assert "cannot clone" in panel and "female_1" in panel and "kokoro" in panel
+        page.screenshot(path=str(ARTIFACTS / "clone-kokoro.png"), full_page=True)
+        data, panel = generate(page, "preset", "Hello from the classroom. 你好，同学们。")
+        assert data[:4] == b"RIFF"
+        page.screenshot(path=str(ARTIFACTS / "preset-kokoro.png"), full_page=True)
+    finally:
+        context.close()
+        service.close()
+    assert_all_local(requests, server.url)
+
+
+def test_cancel_button_stops_the_job_between_sentences(browser, make_service, live_server,
+                                                       fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.4
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        page.get_by_role("tab", name=TABS["preset"]).click()
+        page.locator("#preset-text textarea").fill(" ".join(f"Sentence {i}." for i in range(30)))
+        page.locator("#preset-generate").click()
+        deadline = time.monotonic() + 30
+        while not (fake_factory.engine and fake_factory.engine.sentences_done >= 2):
+            assert time.monotonic() < deadline, "generation never started"
+            page.wait_for_timeout(50)
+        page.locator("#preset-cancel").click()
+        deadline = time.monotonic() + 10
+        while service.queue.stats().running:
+            assert time.monotonic() < deadline, "job still running after cancel"
+            page.wait_for_timeout(50)
+        assert fake_factory.engine.sentences_done <= 5
+        assert service.queue.stats().waiting == 0
+    finally:
+        context.close()
