@@ -175,7 +175,8 @@ def build_ui(service: Service) -> "gr.Blocks":
         event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
         stop.click(cancel, inputs=None, outputs=None, cancels=[event], queue=False)
 
-    with gr.Blocks(title="cosyedge", analytics_enabled=False) as demo:
+    # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
+    with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
         gr.Markdown("## cosyedge — offline speech studio / 离线语音工作室")
         with gr.Tabs():
             with gr.Tab("3s quick clone / 3秒极速复刻", id="clone"):
