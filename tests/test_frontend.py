@@ -170,3 +170,20 @@ def test_two_threads_at_once(frontend):
 def test_100k_characters(frontend, unit):
     text = (unit * (100_000 // len(unit) + 1))[:100_000]
     check_model_ready(frontend, frontend.sentences(text))
+
+
+def test_random_text_never_crashes(frontend):
+    """Seeded junk from every character family: either model-ready sentences or a TextError."""
+    import random
+
+    rng = random.Random(7)
+    pools = ["你好世界一不二三点月日号第", "こんにちはカタカナー々", "abcXYZ'- ", "0123456789",
+             ".,!?;:…—~，。！？、；：（）「」《》“”\"'()[]", "$€£¥%&+@#°℃/*=<>^_|\\",
+             "\n\t\x00\u200b😀한Ωжé", "[zh][en][ja][mul][/mul][ko]"]
+    for _ in range(150):
+        text = "".join(rng.choice(rng.choice(pools)) for _ in range(rng.randint(0, 40)))
+        try:
+            out = frontend.sentences(text, rng.choice(["auto", "zh", "en", "ja"]))
+        except TextError:
+            continue
+        check_model_ready(frontend, out)
