@@ -25,7 +25,7 @@ from cosyedge.errors import ParameterError, TextError
 from cosyedge.text import cleanup, langid, split
 from cosyedge.text.normalize import normalize
 
-from .g2p import KokoroG2P
+from .g2p import KokoroG2P, jieba_cut
 
 logger = logging.getLogger(__name__)
 
@@ -194,9 +194,7 @@ class KokoroFrontend:
     @staticmethod
     def _tokenizer(language: str) -> Callable[[str], list[str]]:
         if language == "zh":
-            import jieba
-
-            return jieba.lcut
+            return jieba_cut
         if language == "ja":
             return split.script_words
         return split.whitespace_words
@@ -215,8 +213,10 @@ class KokoroFrontend:
 
     @staticmethod
     def _log_foreign_latin(runs: list[langid.Run]) -> None:
-        latin = " ".join(r.text for r in runs if r.language == "en")
-        if len(latin) >= 20 and len(latin) == sum(len(r.text) + 1 for r in runs) - 1:
+        if not runs or any(r.language != "en" for r in runs):
+            return
+        latin = " ".join(r.text for r in runs)
+        if len(latin) >= 20:
             detected = langid.detect_language(latin)
             if detected not in (None, "en"):
                 logger.info("text looks like %r; it is read with the English G2P (zh, en, ja only)", detected)

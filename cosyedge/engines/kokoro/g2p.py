@@ -73,15 +73,28 @@ class EnglishG2P:
         return espeak_to_kokoro(ipa, self.british)
 
 
+def jieba_cut(text: str) -> list[str]:
+    """jieba words of ``text`` (their concatenation is ``text``).
+
+    jieba installs its own stderr handler and logs its dictionary loading at DEBUG; its logger is set
+    to WARNING here so that this does not reach the application's output.
+    """
+    import jieba
+
+    if not getattr(jieba_cut, "_quiet", False):
+        jieba.setLogLevel(logging.WARNING)
+        jieba_cut._quiet = True  # type: ignore[attr-defined]
+    return jieba.lcut(text)
+
+
 class ChineseG2P:
     """Chinese clause -> Kokoro symbols (jieba words, pypinyin, sandhi, misaki IPA)."""
 
     def __call__(self, text: str) -> str:
-        import jieba
         from pypinyin import Style, lazy_pinyin
 
         words = []
-        for token in jieba.lcut(text):
+        for token in jieba_cut(text):
             if not _HAN.search(token):
                 continue  # spaces and leftovers: a word boundary, nothing to say
             syllables = lazy_pinyin(token, style=Style.TONE3, neutral_tone_with_five=True,
