@@ -187,3 +187,19 @@ def test_random_text_never_crashes(frontend):
         except TextError:
             continue
         check_model_ready(frontend, out)
+
+
+def test_missing_espeak_is_reported_not_swallowed(tmp_path, monkeypatch):
+    from cosyedge.errors import ModelMissingError
+    from cosyedge.text import espeak
+
+    script = tmp_path / "worker.py"
+    script.write_text('import json\nprint(json.dumps({"fatal": "no libespeak-ng"}), flush=True)\n')
+    monkeypatch.setattr(espeak, "WORKER", script)
+    f = KokoroFrontend()
+    try:
+        assert f.sentences("你好")[0].phonemes == "ni↗xau↓"      # no English: espeak not needed
+        with pytest.raises(ModelMissingError, match="espeakng-loader"):
+            f.sentences("hello")
+    finally:
+        f.close()

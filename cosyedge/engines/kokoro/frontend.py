@@ -178,6 +178,8 @@ class KokoroFrontend:
     def _bounded(self, text: str, language: str, limit: int,
                  tokenize: Callable[[str], list[str]]) -> list[_Part]:
         """G2P of ``text``; halve at a word boundary while the result is over ``limit``."""
+        if not text.strip():
+            return []
         phonemes = self.g2p.phonemize(text, language)
         if not phonemes:
             return []

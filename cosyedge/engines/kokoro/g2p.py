@@ -24,6 +24,7 @@ import re
 import threading
 from typing import Callable, Mapping
 
+from cosyedge.errors import CosyedgeError
 from cosyedge.text import zh_sandhi
 from cosyedge.text.espeak import EspeakClient
 
@@ -149,8 +150,18 @@ class KokoroG2P:
             "zh": ChineseG2P(), "en": EnglishG2P(self.espeak), "ja": JapaneseG2P()}
 
     def phonemize(self, text: str, language: str) -> str:
-        """Kokoro symbols for ``text`` in ``language`` ("zh", "en", "ja"); "" if nothing speakable."""
-        raw = self._g2p[language](text)
+        """Kokoro symbols for ``text`` in ``language`` ("zh", "en", "ja"); "" if nothing speakable.
+
+        A G2P library failing on odd text costs that text (logged with its traceback), never the
+        request; only a missing installation (:class:`CosyedgeError`, e.g. no espeak-ng) propagates.
+        """
+        try:
+            raw = self._g2p[language](text)
+        except CosyedgeError:
+            raise
+        except Exception:  # third-party G2P code on arbitrary user text: contain, log, drop
+            logger.warning("%s G2P failed on %r; the text is skipped", language, text[:60], exc_info=True)
+            return ""
         kept = [ch for ch in raw if ch in self.vocab]
         if len(kept) != len(raw):
             unknown = sorted({ch for ch in raw if ch not in self.vocab})
