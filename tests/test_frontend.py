@@ -203,3 +203,12 @@ def test_missing_espeak_is_reported_not_swallowed(tmp_path, monkeypatch):
             f.sentences("hello")
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("text, phonemes", [
+    ("2024年", "ɚ↘li↗ŋɚ↘ sɨ↘njɛ↗n"),                 # year read digit by digit
+    ("增长了3.5%", "ʦə→ŋꭧa↓ŋ lɤ pai↓fə→nꭧɨ→sa→ntjɛ↗n u↓"),   # 点五: dian3 wu3 -> dian2 wu3
+    ("我有2个苹果", "wo↗ jou↓ ɚ↘kɤ↘ pʰi↗ŋkwo↓"),
+])
+def test_chinese_numbers(frontend, text, phonemes):
+    assert frontend.sentences(text)[0].phonemes == phonemes

@@ -187,7 +187,8 @@ class KokoroFrontend:
             return [_Part(language, text, phonemes)]
         words = [w for w in tokenize(text) if w]
         if len(words) < 2:
-            logger.warning("a %d-character word gives %d phonemes; cut to %d", len(text), len(phonemes), limit)
+            logger.warning("a %d-character word gives %d phonemes; cut to %d",
+                           len(text), len(phonemes), limit)
             return [_Part(language, text, phonemes[:limit].rstrip())]
         half = len(words) // 2
         return (self._bounded("".join(words[:half]).strip(), language, limit, tokenize)
