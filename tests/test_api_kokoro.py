@@ -23,7 +23,6 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = ROOT / "models" / "kokoro-int8" / "manifest.json"
 IDLE_MINUTES = 0.1  # 6 s
 
 
@@ -48,14 +47,12 @@ def wait_health(url: str, predicate, timeout: float) -> dict:
 
 
 @pytest.fixture(scope="module")
-def app_server(tmp_path_factory):
-    if not MODEL.is_file():
-        pytest.fail("models/kokoro-int8 is missing: run `python -m cosyedge setup-model` "
-                    "(scripts/test.sh does)")
+def app_server(tmp_path_factory, kokoro_models_dir):
     port = free_port()
     outputs = tmp_path_factory.mktemp("outputs")
     env = {**os.environ, "COSYEDGE_IDLE_UNLOAD_MINUTES": str(IDLE_MINUTES),
-           "COSYEDGE_OUTPUTS_DIR": str(outputs), "COSYEDGE_LOG_LEVEL": "WARNING"}
+           "COSYEDGE_OUTPUTS_DIR": str(outputs), "COSYEDGE_LOG_LEVEL": "WARNING",
+           "COSYEDGE_MODELS_DIR": str(kokoro_models_dir)}
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -131,17 +131,15 @@ def test_ui_works_behind_credentials(browser, make_service, live_server, web_set
     assert httpx.get(server.url).status_code == 401
 
 
-def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_server, tmp_path):
+def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_server, tmp_path,
+                                                kokoro_models_dir):
     """The embedded Kokoro engine behind the page: a prompt upload is answered honestly."""
     import numpy as np
     import soundfile as sf
 
     from cosyedge.service import Service
 
-    models = Path(__file__).resolve().parent.parent / "models"
-    if not (models / "kokoro-int8" / "manifest.json").is_file():
-        pytest.fail("models/kokoro-int8 is missing: run `python -m cosyedge setup-model`")
-    service = Service(dataclasses.replace(web_settings, models_dir=models))
+    service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir))
     service.start()
     server = live_server(service, with_ui=True)
     prompt = tmp_path / "prompt.wav"
