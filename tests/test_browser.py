@@ -186,3 +186,23 @@ def test_cancel_button_stops_the_job_between_sentences(browser, make_service, li
         assert service.queue.stats().waiting == 0
     finally:
         context.close()
+
+
+def test_closing_the_page_cancels_its_job(browser, make_service, live_server, fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.4
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    page.get_by_role("tab", name=TABS["preset"]).click()
+    page.locator("#preset-text textarea").fill(" ".join(f"Sentence {i}." for i in range(40)))
+    page.locator("#preset-generate").click()
+    deadline = time.monotonic() + 30
+    while not (fake_factory.engine and fake_factory.engine.sentences_done >= 1):
+        assert time.monotonic() < deadline, "generation never started"
+        page.wait_for_timeout(50)
+    context.close()  # the teacher closes the tab
+    deadline = time.monotonic() + 30
+    while service.queue.stats().running:
+        assert time.monotonic() < deadline, "job still running 30 s after the page closed"
+        time.sleep(0.1)
+    assert fake_factory.engine.sentences_done < 40
