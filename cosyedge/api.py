@@ -75,6 +75,7 @@ class TTSResponse(BaseModel):
     model: str
     voice: str
     voice_match: str
+    similarity: float | None = Field(None, description="Speaker similarity to prompt_audio, if measured")
     instruct: dict[str, Any]
 
 
@@ -164,7 +165,8 @@ async def run_job(service: Service, request: Request, tts: TTSRequest,
 
 def _report_header(result: TTSResult) -> str:
     return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
-                       "instruct": result.instruct}, ensure_ascii=True)
+                       "similarity": result.similarity, "instruct": result.instruct},
+                      ensure_ascii=True)
 
 
 def build_router(service: Service) -> APIRouter:
@@ -187,7 +189,7 @@ def build_router(service: Service) -> APIRouter:
                            duration=round(result.duration, 4), sample_rate=result.sample_rate,
                            job_id=result.job_id, engine=result.engine, model=result.model_id,
                            voice=result.voice, voice_match=result.voice_match,
-                           instruct=result.instruct)
+                           similarity=result.similarity, instruct=result.instruct)
 
     @router.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}},
                                                 **errors}, response_class=Response, tags=["openai"])

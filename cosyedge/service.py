@@ -6,8 +6,9 @@
   and says in the :class:`TTSResult` exactly what the engine did (preset used instead of a clone,
   instruction not applied, ...).
 
-Voice prompts, the saved-voice library and instruction plans plug in at ``_resolve_voice`` and
-``_plan_instruct``; until those land the service answers what the engine truly can.
+Voice prompts, the saved-voice library and instruction plans plug in at ``_resolve_voice`` (returns a
+:class:`VoiceChoice`, with room for a similarity score) and ``_plan_instruct``; until those land the
+service answers what the engine truly can.
 """
 
 from __future__ import annotations
@@ -68,6 +69,16 @@ class TTSRequest:
     keep_file: bool = False  # write outputs/<job-id>.wav (the UI serves that file)
 
 
+@dataclass(frozen=True)
+class VoiceChoice:
+    """The voice handed to the engine and how it relates to what the client asked for."""
+
+    voice: str | VoicePrompt  # a preset name or an encoded prompt
+    name: str  # shown to the user: the preset, saved voice or "prompt audio"
+    match: str  # "preset", "native clone", "approximate: ...", "none: preset ... used; ..."
+    similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
+
+
 @dataclass
 class TTSResult:
     """The audio and a truthful account of how it was made."""
@@ -83,6 +94,7 @@ class TTSResult:
     sentences: int
     seconds: float  # wall time of the synthesis
     path: Path | None = None
+    similarity: float | None = None  # see VoiceChoice.similarity
 
     @property
     def duration(self) -> float:
@@ -91,7 +103,8 @@ class TTSResult:
     def report(self) -> dict[str, Any]:
         """The JSON-able account, shared by the UI panel and the REST body."""
         return {"job_id": self.job_id, "engine": self.engine, "model": self.model_id,
-                "voice": self.voice, "voice_match": self.voice_match, "instruct": self.instruct,
+                "voice": self.voice, "voice_match": self.voice_match,
+                "similarity": self.similarity, "instruct": self.instruct,
                 "sentences": self.sentences, "duration": round(self.duration, 3),
                 "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3)}
 
@@ -413,7 +426,7 @@ class Service:
         with self.holder.use(on_loading=lambda: job.set_phase("loading model…")) as engine:
             if job.is_cancelled():
                 raise CancelledError("cancelled before synthesis started")
-            voice, voice_name, voice_match = self._resolve_voice(engine, request)
+            choice = self._resolve_voice(engine, request)
             instruct_for_engine, instruct_report = self._plan_instruct(engine, request.instruct)
             options = SynthesisOptions(speed=float(request.speed), language=request.language,
                                        instruct=instruct_for_engine)
@@ -423,13 +436,14 @@ class Service:
                 job.report(done, total)
                 job.set_phase(f"sentence {done}/{total}")
 
-            out = synthesize(engine, request.text, voice, options, self.settings.max_text_chars,
+            out = synthesize(engine, request.text, choice.voice, options, self.settings.max_text_chars,
                              progress=progress, cancelled=job.is_cancelled)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
             result = TTSResult(job_id=job.id, audio=out.audio, sample_rate=out.sample_rate,
-                               engine=engine.name, model_id=engine.model_id, voice=voice_name,
-                               voice_match=voice_match, instruct=instruct_report,
+                               engine=engine.name, model_id=engine.model_id, voice=choice.name,
+                               voice_match=choice.match, similarity=choice.similarity,
+                               instruct=instruct_report,
                                sentences=len(out.sentences), seconds=time.monotonic() - started)
         if request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
@@ -447,17 +461,17 @@ class Service:
                 self._writing.discard(path)
         return path
 
-    def _resolve_voice(self, engine: Engine, request: TTSRequest) -> tuple[str | VoicePrompt, str, str]:
-        """(voice for the engine, its display name, what happened to the prompt audio)."""
+    def _resolve_voice(self, engine: Engine, request: TTSRequest) -> VoiceChoice:
+        """Pick the engine's voice for a request; the voice-prompt work replaces the prompt branch."""
         preset = self._check_preset(request.speaker or "", list(engine.presets()))
         if request.prompt_audio is None:
-            return preset, preset, "preset"
+            return VoiceChoice(preset, preset, "preset")
         if not engine.capabilities.native_clone:
-            return preset, preset, (f"none: preset {preset} used; the {engine.name} engine cannot "
-                                    "clone")
+            return VoiceChoice(preset, preset,
+                               f"none: preset {preset} used; the {engine.name} engine cannot clone")
         audio, sample_rate = decode_audio(request.prompt_audio)
         prompt = engine.encode_prompt(audio, sample_rate, request.prompt_text or None)
-        return prompt, "prompt audio", "native clone"
+        return VoiceChoice(prompt, "prompt audio", "native clone")
 
     @staticmethod
     def _plan_instruct(engine: Engine, instruct: str | None) -> tuple[str | None, dict[str, Any]]:

@@ -66,6 +66,8 @@ def describe(result: TTSResult) -> str:
     instruct = result.instruct
     lines = [f"**Engine / 引擎**: {result.engine} ({result.model_id})",
              f"**Voice / 音色**: {result.voice} — {result.voice_match}"]
+    if result.similarity is not None:
+        lines.append(f"**Similarity to the prompt / 与参考音频的相似度**: {result.similarity:.2f}")
     if instruct.get("applied") or instruct.get("not_supported"):
         applied = ", ".join(instruct.get("applied") or []) or "none / 无"
         missing = ", ".join(instruct.get("not_supported") or []) or "none / 无"
