@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from cosyedge.errors import BusyError, CancelledError, CosyedgeError, EngineError
+from cosyedge.errors import BusyError, CancelledError, CosyedgeError, EngineError, ParameterError
 from cosyedge.thermal import ThermalSnapshot
 
 logger = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class JobQueue:
                                 retry_after=self._retry_after_locked())
             job_id = job_id or uuid.uuid4().hex[:16]
             if job_id in self._jobs and not self._jobs[job_id].finished:
-                raise BusyError(f"job id {job_id!r} is already in use", retry_after=1)
+                raise ParameterError(f"job id {job_id!r} is already in use by a waiting or running job")
             job = Job(fn, job_id, owner)
             self._jobs[job_id] = job
             self._waiting.append(job)

@@ -192,3 +192,20 @@ def test_shutdown_cancels_waiting_jobs():
     assert running.wait(2) and running.state is JobState.CANCELLED
     with pytest.raises(BusyError):
         queue.submit(gate.work(2))
+
+
+def test_client_chosen_ids_must_be_unique_while_active():
+    from cosyedge.errors import ParameterError
+
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=2)
+    try:
+        job = queue.submit(gate.work(0), job_id="mine")
+        with pytest.raises(ParameterError, match="already in use"):
+            queue.submit(gate.work(1), job_id="mine")
+        gate.release.set()
+        assert job.wait(5)
+        again = queue.submit(gate.work(2), job_id="mine")  # free again once finished
+        assert again.wait(5) and queue.get("mine") is again
+    finally:
+        queue.shutdown()
