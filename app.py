@@ -65,7 +65,7 @@ def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
         demo.queue(**queue_settings(service))
         app = gr.mount_gradio_app(app, demo, path="/", theme=theme(), ssr_mode=False,
                                   footer_links=[], mcp_server=False, pwa=False,
-                                  max_file_size=f"{int(settings.max_upload_mb)}mb",
+                                  max_file_size=int(settings.max_upload_mb * 1024 * 1024),
                                   allowed_paths=[str(settings.outputs_path.resolve())],
                                   enable_monitoring=False)
     if settings.auth:
