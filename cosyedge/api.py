@@ -146,8 +146,8 @@ async def _client_gone(request: Request) -> None:
 async def run_job(service: Service, request: Request, tts: TTSRequest,
                   job_id: str | None = None) -> TTSResult:
     """Submit and await one job off the event loop; cancel it if the client goes away."""
-    job = await asyncio.to_thread(service.submit, tts, f"rest:{request.client.host if request.client else '?'}",
-                                  job_id)
+    owner = f"rest:{request.client.host if request.client else '?'}"
+    job = await asyncio.to_thread(service.submit, tts, owner, job_id)
     waiter = asyncio.ensure_future(job.wait_async())
     watcher = asyncio.ensure_future(_client_gone(request))
     try:

@@ -262,7 +262,8 @@ class JobQueue:
             worker.start()
 
     def _retry_after_locked(self) -> int:
-        typical = (sum(self._durations) / len(self._durations)) if self._durations else DEFAULT_JOB_SECONDS
+        durations = self._durations
+        typical = sum(durations) / len(durations) if durations else DEFAULT_JOB_SECONDS
         ahead = len(self._running) + len(self._waiting)
         return max(1, math.ceil(typical * ahead / self.concurrency))
 
