@@ -222,6 +222,14 @@ def build_ui(service: Service) -> "gr.Blocks":
 
         statuses = [status_clone, status_instruct, status_preset]
         demo.load(status, inputs=None, outputs=statuses, queue=False)
+
+        def voices() -> tuple[dict, dict, dict]:
+            """The engine's own presets once it has loaded (the seed's list before that)."""
+            names = service.presets()
+            update = gr.update(choices=names, value=names[0])
+            return update, update, update
+
+        demo.load(voices, inputs=None, outputs=[fallback, voice_i, voice_p], queue=False)
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
                                         show_progress="hidden")
 
