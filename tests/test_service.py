@@ -188,3 +188,20 @@ def test_status_line_shows_queue_position_and_thermal(make_service, fake_factory
     for job in (first, second, third):
         assert job.wait(10)
     assert service.status().as_dict()["loaded"] is True
+
+
+@pytest.mark.slow
+def test_real_engine_two_concurrent_jobs_match_one_at_a_time(web_settings, kokoro_models_dir):
+    """The queue runs 2 jobs on one shared engine: that must not mix their audio."""
+    service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir, onnx_threads=1))
+    try:
+        texts = ["Hello from the classroom. The weather is fine today.", "[zh]今天天气真好，我们去公园吧。"]
+        alone = [run(service, text=t).audio for t in texts]
+        jobs = [service.submit(TTSRequest(text=t)) for t in texts]
+        assert all(job.wait(300) for job in jobs)
+        for single, job in zip(alone, jobs):
+            together = job.outcome().audio
+            assert single.shape == together.shape
+            np.testing.assert_allclose(single, together, atol=1e-4)
+    finally:
+        service.close()
