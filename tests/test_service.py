@@ -24,9 +24,9 @@ def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
     return buf.getvalue()
 
 
-def run(service: Service, **fields):
+def run(service: Service, timeout: float = 10, **fields):
     job = service.submit(TTSRequest(**fields))
-    assert job.wait(10), "job did not finish"
+    assert job.wait(timeout), "job did not finish"
     return job.outcome()
 
 
@@ -196,7 +196,7 @@ def test_real_engine_two_concurrent_jobs_match_one_at_a_time(web_settings, kokor
     service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir, onnx_threads=1))
     try:
         texts = ["Hello from the classroom. The weather is fine today.", "[zh]今天天气真好，我们去公园吧。"]
-        alone = [run(service, text=t).audio for t in texts]
+        alone = [run(service, timeout=300, text=t).audio for t in texts]
         jobs = [service.submit(TTSRequest(text=t)) for t in texts]
         assert all(job.wait(300) for job in jobs)
         for single, job in zip(alone, jobs):
