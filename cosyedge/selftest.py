@@ -24,8 +24,10 @@ logger = logging.getLogger(__name__)
 RUNTIME_MODULES = (
     "numpy", "onnxruntime", "soundfile", "psutil",
     "cosyedge.config", "cosyedge.errors", "cosyedge.audio", "cosyedge.manifest", "cosyedge.engines",
-    "cosyedge.engines.base", "cosyedge.engines.kokoro.engine",
-    "cosyedge.janitor", "cosyedge.thermal",
+    "cosyedge.engines.base", "cosyedge.engines.kokoro.engine", "cosyedge.engines.kokoro.frontend",
+    "cosyedge.janitor", "cosyedge.thermal", "cosyedge.jobs", "cosyedge.service",
+    # the web app (gradio is the slow one: a few seconds on a small box)
+    "fastapi", "uvicorn", "gradio", "cosyedge.auth", "cosyedge.api", "cosyedge.ui",
 )
 SENTENCES = {"en": "This is a short self test.", "zh": "这是一个简短的自检。",
              "ja": "これは短いセルフテストです。"}
