@@ -145,6 +145,7 @@ def test_governor_throttles_the_live_app(make_service, live_server, fake_factory
         health = http.get("/health").json()
         assert health["queue"]["waiting"] == 1 and health["queue"]["running"] == 0
         assert health["thermal"]["message"] == "cooling down (84 °C)"
+        assert "84 °C (hot): cooling down (84 °C)" in service.status().line()  # the UI status line
         time.sleep(1.5)  # stays held while hot
         assert "r" not in result
         dial.temp = 60.0  # cooled: the held job runs
@@ -158,6 +159,7 @@ def test_no_sensor_is_said_in_health(make_service, live_server):
     health = httpx.get(f"{live_server(service).url}/health").json()
     assert health["thermal"]["state"] == "unknown" and health["thermal"]["temp_c"] is None
     assert "no temperature sensor" in health["thermal"]["message"]
+    assert "temperature: no temperature sensor; not throttling" in service.status().line()
 
 
 def test_app_starts_the_janitor_with_the_service_in_use_paths(make_service, web_settings):
