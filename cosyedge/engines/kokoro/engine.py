@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 MAX_PHONEMES = 510
 SILENCE_THRESHOLD = 0.003
 EDGE_PAD_S = 0.04
+WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
 
 
 class Session(Protocol):
@@ -41,6 +42,8 @@ class Frontend(Protocol):
     def sentences(self, text: str, language: str = "auto") -> list[Any]: ...
 
     def token_ids(self, phonemes: str) -> list[int]: ...
+
+    def close(self) -> None: ...
 
 
 GRAPH_OPTIMIZATION = ("disable", "basic", "extended", "all")
@@ -107,8 +110,11 @@ class KokoroEngine:
                                     f"the manifest; {model_files.FIX_HINT}")
         session = make_session(Path(model_dir) / graph["file"], settings.threads,
                                graph.get("graph_optimization", "all"))
+        frontend = KokoroFrontend(vocab)
+        # Load jieba's dictionary, OpenJTalk and the espeak-ng worker now (~2 s), not in the first job.
+        frontend.sentences(WARM_UP_TEXT)
         logger.info("loaded Kokoro %s from %s with %d threads", graph["file"], model_dir, settings.threads)
-        return cls(session=session, packs=packs, frontend=KokoroFrontend(vocab),
+        return cls(session=session, packs=packs, frontend=frontend,
                    model_id=manifest.get("model_id", model_files.MODEL_ID))
 
     def presets(self) -> list[str]:
@@ -162,4 +168,6 @@ class KokoroEngine:
         return voice_match.match_voice(self, audio, sample_rate, transcript)
 
     def close(self) -> None:
-        self.session = None  # type: ignore[assignment]  # the session frees its arena when dropped
+        """Stop the frontend's helper process and drop the session (it frees its arena)."""
+        self.frontend.close()
+        self.session = None  # type: ignore[assignment]
