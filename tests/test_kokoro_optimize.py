@@ -178,8 +178,9 @@ def test_derive_is_deterministic(tmp_path):
 # --- the real model --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def assembled(tmp_path_factory):
-    return model_files.assemble(tmp_path_factory.mktemp("models"))
+def assembled(kokoro_models_dir):
+    """The session's real model directory, brought up to date by the (idempotent) setup step."""
+    return model_files.assemble(kokoro_models_dir)
 
 
 @pytest.mark.slow
