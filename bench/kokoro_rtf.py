@@ -227,7 +227,6 @@ class Variant:
 VARIANTS = [
     Variant("shipped int8, ORT_ENABLE_ALL (before)", "shipped", "all", note="the engine's session before this work"),
     Variant("shipped int8, optimizations off", "shipped", "disable"),
-    Variant("shipped int8, 1 thread", "shipped", "all", threads=1),
     Variant("conv-as-matmul, optimizations off (product)", "conv_as_matmul", "disable"),
     Variant("conv-as-matmul, ORT_ENABLE_ALL", "conv_as_matmul", "all"),
     Variant("conv-as-matmul, 1 thread", "conv_as_matmul", "disable", threads=1),
@@ -236,16 +235,12 @@ VARIANTS = [
     Variant("conv-as-matmul, parallel executor, 2 inter-op", "conv_as_matmul", "disable", parallel=True),
     Variant("ConvInteger -> fp32 Conv", "fp32_conv", "all"),
     Variant("fully fp32 (Conv, MatMul, LSTM)", "fp32_all", "all"),
-    Variant("shipped, ORT-optimized file saved at setup", "ort_saved", "disable",
-            note="optimized_model_filepath at ENABLE_ALL, reloaded with optimizations off"),
 ]
 GRAPH_PASSES = {"conv_as_matmul": ("conv_as_matmul",), "fp32_conv": ("conv",), "fp32_all": ("conv", "matmul", "lstm")}
 
 
 def variant_graphs(model_dir: Path, cache: Path) -> dict[str, Path]:
-    """Shipped, derived and ORT-saved graph files (derived ones cached by the shipped file's size+mtime)."""
-    import onnxruntime as ort
-
+    """Shipped and derived graph files (derived ones cached by the shipped file's size and mtime)."""
     shipped = model_dir / model_files.ONNX_NAME
     cache.mkdir(parents=True, exist_ok=True)
     files = {"shipped": shipped}
@@ -255,14 +250,6 @@ def variant_graphs(model_dir: Path, cache: Path) -> dict[str, Path]:
         if not path.exists():
             optimize.derive(shipped, path, passes)
         files[key] = path
-    saved = cache / f"ort_saved-{stamp}.onnx"
-    if not saved.exists():
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.optimized_model_filepath = str(saved)
-        opts.log_severity_level = 3
-        ort.InferenceSession(str(shipped), opts, providers=["CPUExecutionProvider"])
-    files["ort_saved"] = saved
     return files
 
 
@@ -338,9 +325,14 @@ def variants_run(model_dir: Path, reps: int, cache: Path) -> dict:
                      "cpu_s": statistics.median(cpu[v.name]), "speedup": base / med,
                      "output": compare(reference, outputs[v.name]), "note": v.note})
     del sessions
+    print(variants_table({"phonemes": n_phonemes, "audio_s": audio_s, "reps": reps, "rows": rows}), flush=True)
     for row, v in zip(rows, VARIANTS):  # peak RSS: one fresh process per variant
-        row["peak_rss_mb"] = json.loads(_run_worker(["--worker", "rss", "--variant", v.name, "--graph",
-                                                     str(files[v.graph]), "--models-dir", str(model_dir)]))["peak_rss_mb"]
+        try:
+            row["peak_rss_mb"] = json.loads(_run_worker(["--worker", "rss", "--variant", v.name, "--graph",
+                                                         str(files[v.graph]), "--models-dir",
+                                                         str(model_dir.parent)]))["peak_rss_mb"]
+        except SystemExit as exc:  # keep the timings even if one memory probe fails
+            print(exc, file=sys.stderr)
     return {"phonemes": n_phonemes, "audio_s": audio_s, "reps": reps, "rows": rows}
 
 
@@ -414,7 +406,7 @@ def variants_table(res: dict) -> str:
              "| output vs shipped |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['name']} | {r['file_mb']:.0f} | {r['load_s']:.2f} | {r['median_s']:.2f} | {r['min_s']:.2f} "
-                     f"| {r['rtf']:.3f} | {r['cpu_s']:.2f} | {r['speedup']:.2f}x | {r['peak_rss_mb']:.0f} "
+                     f"| {r['rtf']:.3f} | {r['cpu_s']:.2f} | {r['speedup']:.2f}x | {r.get('peak_rss_mb', float('nan')):.0f} "
                      f"| {r['output']} |")
     return "\n".join(lines)
 
@@ -436,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", default=str(ROOT / "models"))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reps", type=int, default=2, help="repetitions per text (engine table)")
-    parser.add_argument("--variant-reps", type=int, default=3)
+    parser.add_argument("--variant-reps", type=int, default=3, help="interleaved repetitions per variant")
     parser.add_argument("--variants", action="store_true", help="only the variants table")
     parser.add_argument("--all", action="store_true", help="engine table and variants table")
     parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
