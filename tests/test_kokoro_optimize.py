@@ -225,3 +225,31 @@ def test_setup_keeps_the_shipped_graph_when_the_check_fails(tmp_path, monkeypatc
     assert manifest["runtime_graph"]["file"] == model_files.ONNX_NAME
     assert model_files.RUNTIME_NAME not in manifest["files"]
     assert not (target / model_files.RUNTIME_NAME).exists()
+
+
+@pytest.mark.slow
+def test_engine_loads_the_runtime_graph_named_in_the_manifest(assembled, monkeypatch):
+    from cosyedge.config import from_env
+    from cosyedge.engines.kokoro import engine as engine_module
+
+    opened = []
+    real = engine_module.make_session
+
+    def spy(path, threads, graph_optimization="all"):
+        opened.append((path.name, graph_optimization))
+        return real(path, threads, graph_optimization)
+
+    monkeypatch.setattr(engine_module, "make_session", spy)
+    engine_module.KokoroEngine.load(assembled, from_env({}, onnx_threads=1)).close()
+    assert opened == [(model_files.RUNTIME_NAME, "disable")]
+
+
+def test_runtime_graph_missing_from_manifest_names_the_fix(tmp_path):
+    from cosyedge.config import from_env
+    from cosyedge.engines.kokoro.engine import KokoroEngine
+    from cosyedge.errors import ModelMissingError
+
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"engine": "kokoro", "files": {}, "runtime_graph": {"file": "elsewhere.onnx"}}))
+    with pytest.raises(ModelMissingError, match="elsewhere.onnx.*setup-model"):
+        KokoroEngine.load(tmp_path, from_env({}, onnx_threads=1))

@@ -99,15 +99,15 @@ class KokoroEngine:
         manifest = read_manifest(model_dir, model_files.FIX_HINT)
         # Size check only: hashing 92 MB on every load costs ~0.3 s; `selftest` hashes fully.
         verify_files(model_dir, manifest, model_files.FIX_HINT, hashes=False)
+        graph = manifest.get("runtime_graph") or {"file": model_files.ONNX_NAME, "graph_optimization": "all"}
+        if graph.get("file") not in manifest["files"]:
+            raise ModelMissingError(f"model at {model_dir}: runtime graph {graph.get('file')!r} is not in "
+                                    f"the manifest; {model_files.FIX_HINT}")
         from cosyedge.engines.kokoro.frontend import KokoroFrontend
 
         vocab = json.loads((Path(model_dir) / model_files.VOCAB_NAME).read_text(encoding="utf-8"))["vocab"]
         with np.load(Path(model_dir) / model_files.VOICES_NAME) as npz:
             packs = {k: npz[k].astype(np.float32) for k in npz.files}
-        graph = manifest.get("runtime_graph") or {"file": model_files.ONNX_NAME, "graph_optimization": "all"}
-        if graph.get("file") not in manifest["files"]:
-            raise ModelMissingError(f"model at {model_dir}: runtime graph {graph.get('file')!r} is not in "
-                                    f"the manifest; {model_files.FIX_HINT}")
         session = make_session(Path(model_dir) / graph["file"], settings.threads,
                                graph.get("graph_optimization", "all"))
         frontend = KokoroFrontend(vocab)
