@@ -68,6 +68,9 @@ def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all")
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = levels[graph_optimization]
+    # Idle worker threads sleep instead of spinning: two jobs share two cores with the web server,
+    # and spinning burned ~1/3 more CPU for no faster result (docs/benchmarks.md, variants table).
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
