@@ -455,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python bench/kokoro_rtf.py " + " ".join(argv if argv is not None else sys.argv[1:])
     blocks = {}
+    started = dt.datetime.now(dt.timezone.utc)
     before = load_average()
     if not args.variants or args.all:
         results = [json.loads(_run_worker(["--worker", "engine", "--threads", str(t), "--reps", str(args.reps),
@@ -462,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         blocks["engine"] = engine_table(results)
     if args.variants or args.all:
         blocks["variants"] = variants_table(variants_run(model_dir, args.variant_reps, Path(args.cache)))
-    header = (f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}.  \n"
+    header = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
               f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {before}; after: {load_average()}.")
     for key, body in blocks.items():
         text = f"{header}\n\n{body}"
