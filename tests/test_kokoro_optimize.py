@@ -253,3 +253,21 @@ def test_runtime_graph_missing_from_manifest_names_the_fix(tmp_path):
         {"engine": "kokoro", "files": {}, "runtime_graph": {"file": "elsewhere.onnx"}}))
     with pytest.raises(ModelMissingError, match="elsewhere.onnx.*setup-model"):
         KokoroEngine.load(tmp_path, from_env({}, onnx_threads=1))
+
+
+def test_check_same_output_accepts_equal_and_rejects_different_graphs(tmp_path):
+    from tests import tiny_kokoro
+
+    voices = tmp_path / "voices.npz"
+    np.savez(voices, **{optimize.CHECK_VOICE: RNG.normal(0, 0.2, (510, 1, 256)).astype(np.float32)})
+    shipped = tiny_kokoro.build(tmp_path / "shipped.onnx")
+    same = tiny_kokoro.build(tmp_path / "same.onnx")
+    optimize.check_same_output(shipped, same, voices)  # no error
+
+    model = onnx.load(str(shipped))
+    for node in model.graph.node:  # the tiny model's output level: 0.1 + |mean(style)|
+        if node.op_type == "Constant" and node.output[0] == "base":
+            node.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(0.1001, np.float32), "base"))
+    onnx.save(model, tmp_path / "other.onnx")
+    with pytest.raises(RuntimeError, match="differs from shipped.onnx"):
+        optimize.check_same_output(shipped, tmp_path / "other.onnx", voices)
