@@ -62,7 +62,8 @@ def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all")
                                            ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                                            ort.GraphOptimizationLevel.ORT_ENABLE_ALL)))
     if graph_optimization not in levels:
-        raise EngineError(f"unknown graph optimization {graph_optimization!r}; use one of {GRAPH_OPTIMIZATION}")
+        raise EngineError(f"unknown graph optimization {graph_optimization!r}; "
+                          f"use one of {GRAPH_OPTIMIZATION}")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1

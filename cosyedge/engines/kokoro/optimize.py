@@ -64,7 +64,8 @@ class _Graph:
     def only_consumer(self, name: str, op_type: str) -> "onnx.NodeProto":
         users = self.consumers.get(name, [])
         if len(users) != 1 or users[0].op_type != op_type:
-            raise ValueError(f"{name!r} should feed exactly one {op_type}, feeds {[u.op_type for u in users]}")
+            raise ValueError(f"{name!r} should feed exactly one {op_type}, "
+                             f"feeds {[u.op_type for u in users]}")
         return users[0]
 
     @staticmethod
@@ -170,7 +171,8 @@ def _conv_as_matmul(g: _Graph) -> int:
         zp_name = g.add_init(prefix + "weight_zero_point",
                              np.array(int(w_zp.reshape(-1)[0]) - 128, dtype=np.int8))
 
-        new = [helper.make_node("Transpose", [x_q], [prefix + "x_tc"], name=prefix + "Transpose_in", perm=[0, 2, 1])]
+        new = [helper.make_node("Transpose", [x_q], [prefix + "x_tc"], name=prefix + "Transpose_in",
+                                perm=[0, 2, 1])]
         cur = prefix + "x_tc"
         if pad_lo or pad_hi:  # pad with the activation's zero point, i.e. with real zeros
             pads = g.add_init(prefix + "pads", np.array([0, pad_lo, 0, 0, pad_hi, 0], np.int64))
@@ -278,7 +280,8 @@ def _lstm_to_float(g: _Graph) -> int:
     for node in list(g.graph.node):
         if node.op_type != "DynamicQuantizeLSTM":
             continue
-        x, w_q, r_q, b, seq, h0, c0, p, w_s, w_zp, r_s, r_zp = list(node.input) + [""] * (12 - len(node.input))
+        padded = list(node.input) + [""] * (12 - len(node.input))
+        x, w_q, r_q, b, seq, h0, c0, p, w_s, w_zp, r_s, r_zp = padded
         mats = []
         for q_name, s_name, zp_name in ((w_q, w_s, w_zp), (r_q, r_s, r_zp)):
             q = g.array(q_name)  # [D, in, 4H]
@@ -380,6 +383,7 @@ def check_same_output(shipped: Path, derived: Path, voices: Path) -> None:
         session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         outputs.append(session.run(None, feeds)[0])
     if outputs[0].shape != outputs[1].shape or not np.array_equal(outputs[0], outputs[1]):
-        diff = float(np.max(np.abs(outputs[0] - outputs[1]))) if outputs[0].shape == outputs[1].shape else None
+        same_shape = outputs[0].shape == outputs[1].shape
+        diff = float(np.max(np.abs(outputs[0] - outputs[1]))) if same_shape else None
         raise RuntimeError(f"{Path(derived).name} differs from {Path(shipped).name} on the check input "
                            f"(shapes {outputs[0].shape} vs {outputs[1].shape}, max abs diff {diff})")
