@@ -400,7 +400,7 @@ def engine_table(results: list[dict]) -> str:
     lines.append(f"\nText frontend: {results[0]['frontend']}. Voice `{VOICE}`, speed 1.0. "
                  "RTF = wall time / audio seconds (lower is faster); first sentence = time from the call to "
                  "the first sentence's audio, engine loaded and G2P dictionaries warm. CPU s / audio s "
-                 "counts onnxruntime's spinning threads too.")
+                 "is the process's CPU time per audio second (a load-independent measure of the work).")
     return "\n".join(lines)
 
 
