@@ -4,7 +4,7 @@ Responsible for turning text ids (+ an optional prompt) into speech tokens, exac
 ``Qwen2LM.inference`` does: input layout ``[sos, text(prompt_text + text), task_id, prompt speech
 tokens]``, one forward per step with ordinary causal attention over the whole cache, minimum and
 maximum lengths of 2x and 20x the text tokens (prompt text excluded), end-of-speech stops, a fill
-token re-feeds the same input. Which token to take is delegated to a chooser (see ``sampling``).
+token (after the first step) re-feeds the same input. Which token to take is delegated to a chooser (see ``sampling``).
 """
 
 from __future__ import annotations
@@ -144,6 +144,12 @@ class SpeechLM:
             if on_step is not None:
                 on_step(logp)
             token = int(choose(logp, tokens, i < min_len))
+            if token > eos and i == 0:
+                # Upstream would re-feed the whole prompt into a cache that already holds it (and
+                # crash on the mask); choose again among speech tokens and end-of-speech instead.
+                masked = np.array(logp, copy=True)
+                masked[eos + 1:] = -np.inf
+                token = int(choose(masked, tokens, i < min_len))
             if token == eos:
                 break
             if token > eos:  # a fill token: upstream feeds the same input again and emits nothing
