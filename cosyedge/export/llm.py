@@ -355,3 +355,72 @@ def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, quantize: bool = 
     files["llm_config"] = out_dir / "llm_config.json"
     files["llm_config"].write_text(json.dumps(config, indent=2), encoding="utf-8")
     return files
+
+
+# ----------------------------------------------------------------------------------------------
+# Converter steps (``cosyedge.export.cosyvoice2.EXPORT_STEPS``)
+# ----------------------------------------------------------------------------------------------
+
+QWEN_DIR = "CosyVoice-BlankEN"
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json")
+FRONTEND_ONNX = ("campplus.onnx", "speech_tokenizer_v2.onnx")
+
+
+def export_llm_step(ctx) -> None:
+    """Converter step "llm": ``llm.pt`` + BlankEN config -> ``llm.onnx`` and the gathered tables."""
+    llm_pt = ctx.source_file("llm.pt")
+    qwen_config = ctx.source_file(f"{QWEN_DIR}/config.json")
+    quantize = ctx.quantize == "int8"
+    files = export_llm(llm_pt, qwen_config, ctx.out, quantize=quantize,
+                       text_embedding="int8" if quantize else "float32")
+    for key, path in files.items():
+        ctx.add_file(path.name, f"llm.{key}")
+    config = json.loads(files["llm_config"].read_text(encoding="utf-8"))
+    ctx.runtime["llm"] = {"config": files["llm_config"].name, "eos": config["eos"],
+                          "speech_vocab": config["speech_vocab"]}
+    ctx.quantization["llm"] = {"precision": config["quantization"],
+                               "text_embedding": config["text_embedding"]}
+
+
+def export_frontend_step(ctx) -> None:
+    """Converter step "frontend": copy the tokenizer files, campplus and the speech tokenizer; SFT speakers.
+
+    ``spk2info.pt`` (optional) becomes ``spk2info.npz``: one 192-d campplus embedding per preset name.
+    """
+    import shutil
+
+    qwen = ctx.src / QWEN_DIR
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (qwen / name).is_file():
+            dest = ctx.add_file(f"tokenizer/{name}", "frontend.tokenizer")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(qwen / name, dest)
+            copied.append(name)
+    if "tokenizer.json" not in copied and not {"vocab.json", "merges.txt"} <= set(copied):
+        ctx.source_file(f"{QWEN_DIR}/vocab.json")  # raises with the "point --src at ..." message
+        ctx.source_file(f"{QWEN_DIR}/merges.txt")
+    for name in FRONTEND_ONNX:
+        shutil.copyfile(ctx.source_file(name), ctx.add_file(name, "frontend." + name.split(".")[0]))
+    runtime = {"tokenizer": "tokenizer", "campplus": FRONTEND_ONNX[0], "speech_tokenizer": FRONTEND_ONNX[1]}
+    if (ctx.src / "spk2info.pt").is_file():
+        speakers = read_spk2info(ctx.src / "spk2info.pt")
+        np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
+        runtime["presets"] = "spk2info.npz"
+        logger.info("SFT presets: %s", ", ".join(speakers) or "none")
+    ctx.runtime["frontend"] = runtime
+
+
+def read_spk2info(path: Path) -> dict[str, np.ndarray]:
+    """``{speaker: embedding [192] float32}`` from upstream's ``spk2info.pt`` (name -> {'embedding': ...})."""
+    import torch
+
+    data = torch.load(str(path), map_location="cpu", weights_only=True)
+    speakers = {}
+    for name, info in (data or {}).items():
+        emb = info.get("embedding") if isinstance(info, dict) else None
+        if emb is None:
+            logger.warning("spk2info entry %r has no embedding; skipped", name)
+            continue
+        speakers[str(name)] = emb.detach().float().numpy().reshape(-1)
+    return speakers

@@ -1,0 +1,77 @@
+"""Test-only: a complete tiny CosyVoice2 checkpoint in the official layout, and its conversion.
+
+``write_tiny_checkpoint(dir)`` writes what a download of CosyVoice2-0.5B holds, shrunken and random:
+``cosyvoice2.yaml``, ``flow.pt``, ``hift.pt`` (part 1's reference builders), ``llm.pt`` +
+``CosyVoice-BlankEN/`` (tiny Qwen2 config + weights + a tiny Qwen2-layout tokenizer), stand-ins for
+``campplus.onnx`` and ``speech_tokenizer_v2.onnx`` with the official input/output signatures, and a
+``spk2info.pt`` with two SFT speakers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests.cosyvoice import _llm_reference, _reference
+from tests.cosyvoice._tiny_tokenizer import write_tiny_tokenizer
+
+PRESET_NAMES = ("中文女", "英文男")
+
+
+def _save(model, path: Path) -> None:
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+
+
+def campplus_standin(path: Path, seed: int = 0) -> None:
+    """``input [1, T, 80]`` -> ``output [1, 192]``: mean over time, then a random projection."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(seed).normal(size=(80, 192)).astype(np.float32)
+    nodes = [helper.make_node("ReduceMean", ["input"], ["m"], axes=[1], keepdims=0),
+             helper.make_node("MatMul", ["m", "w"], ["output"])]
+    graph = helper.make_graph(nodes, "campplus_standin",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, "T", 80])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 192])],
+                              initializer=[numpy_helper.from_array(w, "w")])
+    _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def speech_tokenizer_standin(path: Path, seed: int = 1) -> None:
+    """``feats [1, 128, T]`` + ``feats_length [1]`` -> ``indices [1, T/4]``: every 4th frame, argmax."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(seed).normal(size=(128, 6561)).astype(np.float32)
+    consts = [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in
+              (("starts", [0]), ("ends", [1 << 30]), ("axes", [2]), ("steps", [4]))]
+    nodes = [helper.make_node("Slice", ["feats", "starts", "ends", "axes", "steps"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "w"], ["logits"]),
+             helper.make_node("ArgMax", ["logits"], ["a"], axis=-1, keepdims=0),
+             helper.make_node("Cast", ["a"], ["indices"], to=TensorProto.INT32)]
+    graph = helper.make_graph(nodes, "speech_tokenizer_standin",
+                              [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
+                               helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
+                              [helper.make_tensor_value_info("indices", TensorProto.INT32, [1, "N"])],
+                              initializer=[numpy_helper.from_array(w, "w")] + consts)
+    _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def write_tiny_checkpoint(directory: Path, presets: bool = True) -> Path:
+    import torch
+
+    directory = Path(directory)
+    _reference.write_model_dir(directory, flow=_reference.build_flow("tiny"), hift=_reference.build_hift("tiny"))
+    qwen = directory / "CosyVoice-BlankEN"
+    llm = _llm_reference.build_llm(qwen, std=0.5)
+    (qwen / "model.safetensors").unlink(missing_ok=True)  # the real one only seeds from_pretrained
+    write_tiny_tokenizer(qwen)
+    _llm_reference.save_checkpoint(llm, directory)
+    campplus_standin(directory / "campplus.onnx")
+    speech_tokenizer_standin(directory / "speech_tokenizer_v2.onnx")
+    if presets:
+        gen = torch.Generator().manual_seed(3)
+        torch.save({name: {"embedding": torch.randn(1, 192, generator=gen)} for name in PRESET_NAMES},
+                   directory / "spk2info.pt")
+    return directory
