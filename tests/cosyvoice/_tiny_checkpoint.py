@@ -61,11 +61,13 @@ def speech_tokenizer_standin(path: Path, seed: int = 1) -> None:
     _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-def write_tiny_checkpoint(directory: Path, presets: bool = True) -> Path:
+def write_tiny_checkpoint(directory: Path, presets: bool = True) -> dict:
+    """Write the checkpoint; return ``{"dir": Path, "llm": ..., "flow": ..., "hift": ...}`` (upstream modules)."""
     import torch
 
     directory = Path(directory)
-    _reference.write_model_dir(directory, flow=_reference.build_flow("tiny"), hift=_reference.build_hift("tiny"))
+    flow, hift = _reference.build_flow("tiny"), _reference.build_hift("tiny")
+    _reference.write_model_dir(directory, flow=flow, hift=hift)
     qwen = directory / "CosyVoice-BlankEN"
     llm = _llm_reference.build_llm(qwen, std=0.5)
     with torch.no_grad():  # make end-of-speech likely once allowed, so runs stop near 2x the text tokens
@@ -79,4 +81,4 @@ def write_tiny_checkpoint(directory: Path, presets: bool = True) -> Path:
         gen = torch.Generator().manual_seed(3)
         torch.save({name: {"embedding": torch.randn(1, 192, generator=gen)} for name in PRESET_NAMES},
                    directory / "spk2info.pt")
-    return directory
+    return {"dir": directory, "llm": llm, "flow": flow, "hift": hift}

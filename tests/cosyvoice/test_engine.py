@@ -35,7 +35,7 @@ def models_dir(tmp_path_factory):
     from cosyedge.export.cosyvoice2 import convert
 
     root = tmp_path_factory.mktemp("cosy2")
-    src = write_tiny_checkpoint(root / "CosyVoice2-0.5B")
+    src = write_tiny_checkpoint(root / "CosyVoice2-0.5B")["dir"]
     convert(src, root / "models" / MODEL_ID, quantize="int8")
     return root / "models"
 
