@@ -337,3 +337,18 @@ feat_extractor: !name:matcha.utils.audio.mel_spectrogram
     fmax: 8000
     center: False
 """
+
+
+def matcha_mel_spectrogram():
+    """Upstream's prompt-mel function (``matcha.utils.audio.mel_spectrogram``, torch + librosa).
+
+    Loaded from its file because the shim replaces the ``matcha.utils`` package by a stub.
+    """
+    import importlib.util
+    import matcha
+    install_shim()
+    path = Path(matcha.__file__).parent / "utils" / "audio.py"
+    spec = importlib.util.spec_from_file_location("_reference_matcha_audio", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.mel_spectrogram
