@@ -82,3 +82,18 @@ def write_tiny_checkpoint(directory: Path, presets: bool = True) -> dict:
         torch.save({name: {"embedding": torch.randn(1, 192, generator=gen)} for name in PRESET_NAMES},
                    directory / "spk2info.pt")
     return {"dir": directory, "llm": llm, "flow": flow, "hift": hift}
+
+
+_CONVERTED: dict[str, Path] = {}
+
+
+def converted_models_dir(tmp_path_factory, model_id: str = "cosyvoice2-tiny") -> Path:
+    """``models/`` holding the tiny checkpoint converted with int8 as ``model_id``; built once per session."""
+    if model_id not in _CONVERTED:
+        from cosyedge.export.cosyvoice2 import convert
+
+        root = tmp_path_factory.mktemp("cosy2")
+        src = write_tiny_checkpoint(root / "CosyVoice2-0.5B")["dir"]
+        convert(src, root / "models" / model_id, quantize="int8")
+        _CONVERTED[model_id] = root / "models"
+    return _CONVERTED[model_id]

@@ -22,7 +22,7 @@ from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines import load_engine  # noqa: E402
 from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt  # noqa: E402
 from cosyedge.errors import AudioError, CancelledError, NotFoundError, ParameterError, TextError  # noqa: E402
-from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, write_tiny_checkpoint  # noqa: E402
+from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, converted_models_dir  # noqa: E402
 
 MODEL_ID = "cosyvoice2-tiny"
 LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the tiny tokenizer reads this sentence. "
@@ -32,12 +32,7 @@ LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the tiny tokeniz
 
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory):
-    from cosyedge.export.cosyvoice2 import convert
-
-    root = tmp_path_factory.mktemp("cosy2")
-    src = write_tiny_checkpoint(root / "CosyVoice2-0.5B")["dir"]
-    convert(src, root / "models" / MODEL_ID, quantize="int8")
-    return root / "models"
+    return converted_models_dir(tmp_path_factory, MODEL_ID)
 
 
 @pytest.fixture(scope="module")
