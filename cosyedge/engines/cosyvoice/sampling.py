@@ -45,7 +45,11 @@ class RasSampler:
         self.rng = np.random.default_rng(seed)
 
     def nucleus(self, probs: np.ndarray) -> int:
-        order = np.argsort(-probs, kind="stable")
+        # Only the top_k largest can be kept: partition, then order those stably (ties by index), as
+        # upstream's full stable sort would; a full sort of 6564 costs ~1 ms per step.
+        k = min(self.top_k, probs.size)
+        order = np.argpartition(-probs, k - 1)[:k]
+        order = order[np.lexsort((order, -probs[order]))]
         sorted_p = probs[order]
         # Token i is kept when the mass of tokens before it is < top_p (and i < top_k).
         before = np.concatenate(([0.0], np.cumsum(sorted_p)[:-1]))
