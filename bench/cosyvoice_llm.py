@@ -11,7 +11,7 @@ Stages (each its own process, so peak RSS is per stage; ``all`` runs them in ord
 * ``convert``: our converter, int8 (flow + HiFT + LLM), and the LLM alone in fp32.
 * ``llm``: one process holding upstream PyTorch, ORT fp32 and ORT int8. The same 107-position prompt
   (sos + 10 prompt-text + 20 text + task + 75 prompt speech, as upstream-cpu-baseline.md) and the same
-  250 forced tokens, rounds interleaved A/B/C so that machine load hits all three alike. Also the
+  forced tokens (250, or ``--steps``), rounds interleaved A/B/C so that machine load hits all three alike. Also the
   teacher-forced drift of int8 (and of the int8 text table) against upstream's log-probs.
 * ``e2e``: a process without torch: int8 LLM (prefill + 250 decode steps) + token2wav for 250 tokens
   (10 s of audio) with a 75-token / 150-frame prompt; RTF, peak RSS, model size on disk.
@@ -121,22 +121,28 @@ def stage_convert(work: Path) -> None:
 def _timed_generate(lm, data: dict, forced: list[int]) -> dict:
     """Prefill + len(forced) decode steps through SpeechLM.generate; returns timings."""
     it = iter(forced + [EOS])
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []
     t0 = time.perf_counter()
     lm.generate(data["text"], lambda *_: next(it), data["prompt_text"], data["prompt_speech"],
                 min_ratio=0, max_ratio=(len(forced) + 1.5) / len(data["text"]),
-                on_step=lambda _: stamps.append(time.perf_counter()))
-    prefill = stamps[0] - t0
-    decode = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
-    return {"prefill_s": prefill, "decode_ms": decode * 1000}
+                on_step=lambda _: stamps.append((time.perf_counter(), time.process_time())))
+    return _summary(t0, stamps)
+
+
+def _summary(t0: float, stamps: list[tuple[float, float]]) -> dict:
+    """Prefill wall time, decode wall ms/step and process CPU ms/step (all threads) from step stamps."""
+    n = len(stamps) - 1
+    return {"prefill_s": stamps[0][0] - t0, "decode_ms": (stamps[-1][0] - stamps[0][0]) / n * 1000,
+            "decode_cpu_ms": (stamps[-1][1] - stamps[0][1]) / n * 1000}
 
 
 def _timed_upstream(llm, data: dict, forced: list[int]) -> dict:
     import torch
 
     it = iter(forced + [EOS])
-    stamps: list[float] = []
-    hook = llm.llm_decoder.register_forward_hook(lambda *_: stamps.append(time.perf_counter()))
+    stamps: list[tuple[float, float]] = []
+    hook = llm.llm_decoder.register_forward_hook(
+        lambda *_: stamps.append((time.perf_counter(), time.process_time())))
     llm.sampling_ids = lambda *a, **k: torch.tensor([next(it)])
     i32 = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
     t0 = time.perf_counter()
@@ -150,10 +156,10 @@ def _timed_upstream(llm, data: dict, forced: list[int]) -> dict:
                            max_token_text_ratio=(len(forced) + 1.5) / N_TEXT, min_token_text_ratio=0))
     hook.remove()
     del llm.sampling_ids
-    return {"prefill_s": stamps[0] - t0, "decode_ms": (stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1000}
+    return _summary(t0, stamps)
 
 
-def stage_llm(work: Path, threads: int, rounds: int, size: str) -> None:
+def stage_llm(work: Path, threads: int, rounds: int, size: str, steps: int) -> None:
     import torch
 
     from cosyedge.engines.cosyvoice.llm import SpeechLM
@@ -168,7 +174,10 @@ def stage_llm(work: Path, threads: int, rounds: int, size: str) -> None:
     hook = llm.llm_decoder.register_forward_hook(lambda m, i, o: steps_up.append(o.log_softmax(-1)[0].numpy()))
     _timed_upstream(llm, data, data["forced"][:40])
     hook.remove()
-    for name, lm in ours.items():
+    fp32, int8 = ours["onnx_fp32"], ours["onnx_int8"]
+    table_only = SpeechLM(fp32.session, fp32.config, int8.text_table, int8.text_scale, fp32.speech_embedding,
+                          fp32.special_embedding)  # isolates the int8 text table's effect
+    for name, lm in {**ours, "onnx_fp32_int8_text_table": table_only}.items():
         it = iter(data["forced"][:40] + [EOS])
         got: list[np.ndarray] = []
         lm.generate(data["text"], lambda *_: next(it), data["prompt_text"], data["prompt_speech"], min_ratio=0,
@@ -180,10 +189,11 @@ def stage_llm(work: Path, threads: int, rounds: int, size: str) -> None:
               "argmax_agree": float(np.mean([int(np.argmax(a)) == int(np.argmax(b)) for a, b in zip(steps_up, got)])),
               "logp_spread": float(np.mean([a.max() - np.median(a) for a in steps_up]))})
     results: dict[str, list[dict]] = {"torch_upstream": [], "onnx_fp32": [], "onnx_int8": []}
+    forced = data["forced"][:steps]
     for r in range(rounds + 1):  # round 0 is warm-up
         for name in results:
-            t = _timed_upstream(llm, data, data["forced"]) if name == "torch_upstream" \
-                else _timed_generate(ours[name], data, data["forced"])
+            t = _timed_upstream(llm, data, forced) if name == "torch_upstream" \
+                else _timed_generate(ours[name], data, forced)
             if r:
                 results[name].append(t)
             emit({"stage": "llm", "round": r, "runtime": name, **{k: round(v, 4) for k, v in t.items()}})
@@ -191,8 +201,9 @@ def stage_llm(work: Path, threads: int, rounds: int, size: str) -> None:
     for name, runs in results.items():
         decode = float(np.median([x["decode_ms"] for x in runs]))
         summary[name] = {"prefill_s": round(float(np.median([x["prefill_s"] for x in runs])), 3),
-                         "decode_ms": round(decode, 1), "tokens_per_s": round(1000 / decode, 2)}
-    emit({"stage": "llm", "summary": summary, "threads": threads, "rounds": rounds,
+                         "decode_ms": round(decode, 1), "tokens_per_s": round(1000 / decode, 2),
+                         "decode_cpu_ms": round(float(np.median([x["decode_cpu_ms"] for x in runs])), 1)}
+    emit({"stage": "llm", "summary": summary, "threads": threads, "rounds": rounds, "decode_steps": steps,
           "peak_rss_mb": round(peak_rss_mb())})
 
 
@@ -226,18 +237,22 @@ def stage_e2e(work: Path, threads: int) -> None:
 
     runs = []
     for r in range(2):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         tokens = lm.generate(data["text"], choose, data["prompt_text"], data["prompt_speech"],
                              min_ratio=0, max_ratio=N_DECODE / N_TEXT)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
+        rss_llm = peak_rss_mb()
         mel = t2w.mel(tokens, data["prompt_speech"], prompt_mel, embedding)
         t2 = time.perf_counter()
         audio = t2w.vocoder(mel, rng=rng)
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
         seconds = audio.size / t2w.sample_rate
         runs.append({"round": r, "tokens": len(tokens), "audio_s": round(seconds, 2), "llm_s": round(t1 - t0, 2),
                      "flow_s": round(t2 - t1, 2), "hift_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
-                     "rtf": round((t3 - t0) / seconds, 3)})
+                     "rtf": round((t3 - t0) / seconds, 3), "llm_cpu_s": round(c1 - c0, 2),
+                     "peak_rss_after_llm_mb": round(rss_llm),
+                     "total_cpu_s": round(c3 - c0, 2)})
         emit({"stage": "e2e", **runs[-1]})
     emit({"stage": "e2e", "threads": threads, "load_s": round(t_load, 1), "rss_after_load_mb": round(rss_loaded),
           "peak_rss_mb": round(peak_rss_mb()), "best_rtf": min(x["rtf"] for x in runs),
@@ -252,12 +267,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
+    parser.add_argument("--steps", type=int, default=N_DECODE, help="decode steps timed in the llm stage")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "all":
         for stage in ("prepare", "convert", "llm", "e2e"):
             cmd = [sys.executable, __file__, stage, "--work", str(args.work), "--threads", str(args.threads),
-                   "--rounds", str(args.rounds), "--size", args.size]
+                   "--rounds", str(args.rounds), "--size", args.size, "--steps", str(args.steps)]
             if subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT))).returncode:
                 return 1
         return 0
@@ -266,7 +282,7 @@ def main() -> int:
     elif args.stage == "convert":
         stage_convert(args.work)
     elif args.stage == "llm":
-        stage_llm(args.work, args.threads, args.rounds, args.size)
+        stage_llm(args.work, args.threads, args.rounds, args.size, args.steps)
     else:
         stage_e2e(args.work, args.threads)
     return 0
