@@ -13,6 +13,7 @@ Stages (each its own process, so peak RSS is per stage; ``all`` runs them in ord
   (sos + 10 prompt-text + 20 text + task + 75 prompt speech, as upstream-cpu-baseline.md) and the same
   forced tokens (250, or ``--steps``), rounds interleaved A/B/C so that machine load hits all three alike. Also the
   teacher-forced drift of int8 (and of the int8 text table) against upstream's log-probs.
+* ``onnx``: ONNX fp32 vs int8 decode only (no torch), cheap to repeat on a quiet machine.
 * ``e2e``: a process without torch: int8 LLM (prefill + 250 decode steps) + token2wav for 250 tokens
   (10 s of audio) with a 75-token / 150-frame prompt; RTF, peak RSS, model size on disk.
 
@@ -207,6 +208,29 @@ def stage_llm(work: Path, threads: int, rounds: int, size: str, steps: int) -> N
           "peak_rss_mb": round(peak_rss_mb())})
 
 
+def stage_onnx(work: Path, threads: int, rounds: int, steps: int) -> None:
+    """ONNX fp32 vs int8 decode only (no torch in the process): quick to repeat when the machine is quiet."""
+    from cosyedge.engines.cosyvoice.llm import SpeechLM
+
+    ours = {"onnx_fp32": SpeechLM.load(work / "fp32", threads), "onnx_int8": SpeechLM.load(work / "int8", threads)}
+    data = inputs()
+    forced = data["forced"][:steps]
+    results: dict[str, list[dict]] = {name: [] for name in ours}
+    for r in range(rounds + 1):
+        for name, lm in ours.items():
+            t = _timed_generate(lm, data, forced)
+            if r:
+                results[name].append(t)
+            emit({"stage": "onnx", "round": r, "runtime": name, "threads": threads,
+                  **{k: round(v, 4) for k, v in t.items()}})
+    summary = {name: {"decode_ms": round(float(np.median([x["decode_ms"] for x in runs])), 1),
+                      "tokens_per_s": round(1000 / float(np.median([x["decode_ms"] for x in runs])), 2),
+                      "prefill_s": round(float(np.median([x["prefill_s"] for x in runs])), 3)}
+               for name, runs in results.items()}
+    emit({"stage": "onnx", "summary": summary, "threads": threads, "decode_steps": steps,
+          "load": os.getloadavg()[0]})
+
+
 def dir_mb(path: Path, prefix: str = "") -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name.startswith(prefix)) / 1e6
 
@@ -262,7 +286,7 @@ def stage_e2e(work: Path, threads: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("prepare", "convert", "llm", "e2e", "all"))
+    parser.add_argument("stage", choices=("prepare", "convert", "llm", "onnx", "e2e", "all"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
@@ -281,6 +305,8 @@ def main() -> int:
         stage_prepare(args.work, args.size)
     elif args.stage == "convert":
         stage_convert(args.work)
+    elif args.stage == "onnx":
+        stage_onnx(args.work, args.threads, args.rounds, args.steps)
     elif args.stage == "llm":
         stage_llm(args.work, args.threads, args.rounds, args.size, args.steps)
     else:

@@ -12,6 +12,8 @@ cross-lingual clone   text only (the prompt has no transcript)       prompt toke
 instruct2             instruction + ``<|endofprompt|>`` + text       prompt tokens, mel, embedding
 SFT preset            text only (+ instruction when given)           the preset's embedding only
 ====================  =============================================  ==================================
+
+``options.language`` is not needed: like upstream, the text's script picks the normalization.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ class CosyVoiceEngine:
         model = ModelDir.load(model_dir)
         threads = int(getattr(settings, "threads", 0) or 0)
         frontend = model.config("frontend")
-        lm = SpeechLM.load(model.path, threads=threads or 1)
+        # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
+        # so the LLM takes half the cores and leaves the rest to the other job the queue may run.
+        lm = SpeechLM.load(model.path, threads=max(1, (threads or 1) // 2))
         token2wav = Token2Wav.load(model, threads=threads)
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
         presets: dict[str, np.ndarray] = {}
