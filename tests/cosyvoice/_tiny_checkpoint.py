@@ -84,16 +84,22 @@ def write_tiny_checkpoint(directory: Path, presets: bool = True) -> dict:
     return {"dir": directory, "llm": llm, "flow": flow, "hift": hift}
 
 
-_CONVERTED: dict[str, Path] = {}
+_CACHE: dict[str, Path] = {}
+
+
+def tiny_source_dir(tmp_path_factory) -> Path:
+    """The tiny official-layout checkpoint (with presets); written once per test session."""
+    if "src" not in _CACHE:
+        _CACHE["src"] = write_tiny_checkpoint(tmp_path_factory.mktemp("cosy2src") / "CosyVoice2-0.5B")["dir"]
+    return _CACHE["src"]
 
 
 def converted_models_dir(tmp_path_factory, model_id: str = "cosyvoice2-tiny") -> Path:
     """``models/`` holding the tiny checkpoint converted with int8 as ``model_id``; built once per session."""
-    if model_id not in _CONVERTED:
+    if model_id not in _CACHE:
         from cosyedge.export.cosyvoice2 import convert
 
         root = tmp_path_factory.mktemp("cosy2")
-        src = write_tiny_checkpoint(root / "CosyVoice2-0.5B")["dir"]
-        convert(src, root / "models" / model_id, quantize="int8")
-        _CONVERTED[model_id] = root / "models"
-    return _CONVERTED[model_id]
+        convert(tiny_source_dir(tmp_path_factory), root / "models" / model_id, quantize="int8")
+        _CACHE[model_id] = root / "models"
+    return _CACHE[model_id]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="building the tiny checkpoint needs the reference: scripts/install_reference.sh")
+pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s)
 
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines import load_engine  # noqa: E402

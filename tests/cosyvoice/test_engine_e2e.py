@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="building the tiny checkpoint needs the reference: scripts/install_reference.sh")
+pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s)
 
 import soundfile as sf  # noqa: E402
 

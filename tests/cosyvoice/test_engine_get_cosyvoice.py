@@ -49,11 +49,12 @@ def test_incomplete_download_names_the_missing_files(script, tmp_path, capsys):
     assert "llm.pt" in err and "flow.pt" in err and "merges.txt" in err and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_fetched_checkpoint_is_converted(script, tmp_path, tmp_path_factory):
     pytest.importorskip("torch", reason="the converter needs the reference: scripts/install_reference.sh")
-    from tests.cosyvoice._tiny_checkpoint import write_tiny_checkpoint
+    from tests.cosyvoice._tiny_checkpoint import tiny_source_dir
 
-    source = write_tiny_checkpoint(tmp_path_factory.mktemp("hub"), presets=False)["dir"]
+    source = tiny_source_dir(tmp_path_factory)
     seen = []
 
     def fake_modelscope(repo, dest):
@@ -65,6 +66,6 @@ def test_fetched_checkpoint_is_converted(script, tmp_path, tmp_path_factory):
     assert seen == ["iic/CosyVoice2-0.5B"]
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["engine"] == "cosyvoice2" and "llm.onnx" in manifest["files"]
-    # A second run without --force refuses to overwrite; --skip-download converts the existing copy.
+    assert "spk2info.npz" in manifest["files"]
+    # --skip-download converts an existing copy; without --force a non-empty --out is refused.
     assert script.main(["--skip-download", "--dest", str(tmp_path / "dl"), "--out", str(out)]) == 2
-    assert script.main(["--skip-download", "--dest", str(tmp_path / "dl"), "--out", str(out), "--force"]) == 0

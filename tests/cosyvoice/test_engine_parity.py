@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the parity tests need the reference: scripts/install_reference.sh")
+pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s)
 
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines import load_engine  # noqa: E402

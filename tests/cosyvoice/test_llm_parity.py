@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="the parity tests need the reference: scripts/install_reference.sh .venv")
+pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s)
 
 from cosyedge.engines.cosyvoice.llm import SpeechLM  # noqa: E402
 from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
