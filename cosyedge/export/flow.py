@@ -12,9 +12,11 @@ Files written:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
-from typing import Any
+import warnings
+from typing import Any, Iterator
 
 from cosyedge.errors import InputError
 
@@ -26,6 +28,20 @@ ESTIMATOR_FILE = "flow_estimator.onnx"
 NOISE_FILE = "flow_noise.npy"
 NOISE_FRAMES = 15000
 OPSET = 17
+
+
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """Silence the exporter's known, harmless warnings (legacy exporter notice, tracer constants)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=UserWarning)
+        try:
+            from torch.jit import TracerWarning
+            warnings.simplefilter("ignore", category=TracerWarning)
+        except ImportError:  # pragma: no cover - older torch
+            pass
+        yield
 
 
 def flow_config(config: dict[str, Any]):
@@ -73,11 +89,8 @@ def load_flow(state: dict, cfg):
         front.load_state_dict(front_state, strict=True)
         estimator.load_state_dict(est_state, strict=True)
     except RuntimeError as exc:
-        raise InputError(f"flow.pt does not match {CONFIG_NAME_HINT}: {exc}") from exc
+        raise InputError(f"flow.pt does not match the sizes in cosyvoice2.yaml: {exc}") from exc
     return front, estimator
-
-
-CONFIG_NAME_HINT = "the sizes in cosyvoice2.yaml"
 
 
 def fixed_noise():
@@ -98,7 +111,7 @@ def export_flow(ctx) -> None:
     front, estimator = load_flow(state, cfg)
 
     encoder_path = ctx.add_file(ENCODER_FILE, "flow encoder front + speaker projection")
-    with torch.no_grad():
+    with torch.no_grad(), quiet_export():
         torch.onnx.export(
             front, (torch.zeros(1, 8, dtype=torch.int64), torch.randn(1, cfg.spk_embed_dim)), str(encoder_path),
             input_names=["tokens", "embedding"], output_names=["mu", "spks"],
@@ -116,7 +129,7 @@ def export_flow(ctx) -> None:
         example = (torch.randn(2, 80, t), torch.ones(2, 1, t), torch.randn(2, 80, t), torch.rand(2),
                    torch.randn(2, 80), torch.randn(2, 80, t))
         seq = {0: "batch", 2: "n_frames"}
-        with torch.no_grad():
+        with torch.no_grad(), quiet_export():
             torch.onnx.export(
                 estimator, example, str(estimator_path),
                 input_names=["x", "mask", "mu", "t", "spks", "cond"], output_names=["estimator_out"],

@@ -83,6 +83,7 @@ def export_hift(ctx) -> None:
     import numpy as np
     import torch
 
+    from cosyedge.export.flow import quiet_export
     from cosyedge.export.quantize import quantize_in_place
 
     cfg = hift_config(ctx.config)
@@ -92,13 +93,13 @@ def export_hift(ctx) -> None:
     t = 20
     mel = torch.randn(1, cfg.in_channels, t)
     f0_path = ctx.add_file(F0_FILE, "HiFT F0 predictor")
-    with torch.no_grad():
+    with torch.no_grad(), quiet_export():
         torch.onnx.export(f0_net, (mel,), str(f0_path), input_names=["mel"], output_names=["f0"],
                           dynamic_axes={"mel": {2: "n_frames"}, "f0": {1: "n_frames"}},
                           opset_version=OPSET, dynamo=False)
     n_stft = t * cfg.samples_per_frame // cfg.hop_len + 1
     decoder_path = ctx.add_file(DECODER_FILE, "HiFT decoder network")
-    with torch.no_grad():
+    with torch.no_grad(), quiet_export():
         torch.onnx.export(decoder, (mel, torch.randn(1, cfg.n_fft + 2, n_stft)), str(decoder_path),
                           input_names=["mel", "source_stft"], output_names=["real", "imag"],
                           dynamic_axes={"mel": {2: "n_frames"}, "source_stft": {2: "n_stft"},

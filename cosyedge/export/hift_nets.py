@@ -16,7 +16,7 @@ This module imports torch at the top: only ``cosyedge.export.hift`` imports it, 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,6 @@ class HiftConfig:
     lrelu_slope: float = 0.1
     audio_limit: float = 0.99
     cond_channels: int = 512
-    extra: dict = field(default_factory=dict)
 
     @property
     def samples_per_frame(self) -> int:

@@ -256,6 +256,10 @@ def test_bad_inputs_are_parameter_errors(runtimes, inputs):
     with pytest.raises(ParameterError):
         t2w(tokens, ptok, pmel, emb[:10])
     with pytest.raises(ParameterError):
+        t2w(tokens, ptok, pmel.T, emb)                          # [80, frames] instead of [frames, 80]
+    with pytest.raises(ParameterError):
+        t2w(tokens, ptok, pmel, emb, n_timesteps=0)
+    with pytest.raises(ParameterError):
         t2w(tokens, ptok, pmel, emb, speed=3.0)
     with pytest.raises(ParameterError):
         t2w(np.zeros(7600, dtype=np.int64), ptok, pmel, emb)   # past the 15000-frame noise

@@ -100,8 +100,12 @@ class FlowDecoder:
         p = self.params
         tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
         prompt_tokens = _tokens(prompt_tokens, "prompt_tokens", p.vocab_size, allow_empty=True)
-        prompt_mel = np.asarray(prompt_mel, dtype=np.float32).reshape(-1, p.mel_bins) \
-            if np.size(prompt_mel) else np.zeros((0, p.mel_bins), dtype=np.float32)
+        prompt_mel = np.asarray(prompt_mel if prompt_mel is not None else np.zeros((0, p.mel_bins)),
+                                dtype=np.float32)
+        if prompt_mel.size == 0:
+            prompt_mel = np.zeros((0, p.mel_bins), dtype=np.float32)
+        if prompt_mel.ndim != 2 or prompt_mel.shape[1] != p.mel_bins or not np.all(np.isfinite(prompt_mel)):
+            raise ParameterError(f"prompt_mel must be finite [frames, {p.mel_bins}], got shape {prompt_mel.shape}")
         embedding = np.asarray(embedding, dtype=np.float32).reshape(-1)
         if embedding.shape[0] != p.spk_embed_dim or not np.all(np.isfinite(embedding)):
             raise ParameterError(f"speaker_embedding must be {p.spk_embed_dim} finite numbers")

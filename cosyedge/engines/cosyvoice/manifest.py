@@ -100,5 +100,9 @@ def open_session(path: Path, threads: int = 0):
     opts.inter_op_num_threads = 1
     if threads:
         opts.intra_op_num_threads = threads
+    # Idle worker threads sleep instead of spinning: an edge box runs two jobs on two cores, and
+    # spinning threads then steal the core the other job needs (measured: int8 estimator 3.8 s vs 6.2 s
+    # per call on a loaded 2-core machine).
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
