@@ -121,7 +121,9 @@ class _Cue:
 
 
 def _en(*words: str) -> str:
-    return r"\b(?:" + "|".join(words) + r")\b"
+    # ASCII-letter boundaries, not \b: CJK characters count as word characters for \b, which would
+    # hide "calm" in "用calm的语气".
+    return r"(?<![a-z])(?:" + "|".join(words) + r")(?![a-z])"
 
 
 def _zh(*words: str) -> str:
@@ -207,7 +209,7 @@ _LEXICON: list[tuple[str, object, str]] = [
     ("language", "es", _en("spanish") + "|" + _zh("西班牙语")),
     ("language", "ru", _en("russian") + "|" + _zh("俄语")),
     # explicit numeric speed ("1.5x", "1.2倍速", "speed 0.8")
-    ("speed_value", None, r"(\d+(?:\.\d+)?)\s*(?:x|×|倍速)(?![a-z])|\bspeed\s*(?:of\s*)?(\d+(?:\.\d+)?)"),
+    ("speed_value", None, r"(\d+(?:\.\d+)?)\s*(?:x|×|倍速)(?![a-z])|(?<![a-z])speed\s*(?:of\s*)?(\d+(?:\.\d+)?)"),
 ]
 
 _DIALECTS_ZH = {
@@ -233,7 +235,7 @@ _UNSUPPORTED: list[tuple[str, str]] = [
     ("dialect: {dialect}", _zh(*sorted(_DIALECTS_ZH, key=len, reverse=True)) + "|"
      + _en(*_DIALECTS_EN)),
     ("dialect: {match}", r"[\u4e00-\u9fff]{1,4}(?:方言|口音)|方言|口音"),
-    ("accent: {match}", r"\b(?:an? )?(?:[a-z]+ ){0,2}accent\b|\bdialect\b"),
+    ("accent: {match}", r"(?<![a-z])(?:an? )?(?:[a-z]+ ){0,2}accent(?![a-z])|(?<![a-z])dialect(?![a-z])"),
     ("singing", _en("sing", "sings", "singing", "sung", "song", "rap", "rapping", "chant")
      + "|" + _zh("唱歌", "唱出来", "唱", "说唱", "哼唱", "歌唱")),
     ("style: {match}", _en("robot", "robotic", "like a robot", "peppa pig", "news anchor",
@@ -276,23 +278,23 @@ _VOICE_NAMES = {"male": "a male voice", "female": "a female voice", "child": "a 
 _LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "ko": "Korean", "fr": "French",
                    "de": "German", "es": "Spanish", "ru": "Russian"}
 
-_CLAUSE_BREAK = re.compile(r"[,.;:!?、，。；：！？\n]|\b(?:but|and|then|while|yet)\b"
+_CLAUSE_BREAK = re.compile(r"[,.;:!?、，。；：！？\n]|(?<![a-z])(?:but|and|then|while|yet)(?![a-z])"
                            r"|但是|但|然后|不过|而是|而且|并且|同时|和|又")
 _NEG_ZH = re.compile(r"(?:不要|不用|不必|不需要|不能|不想|别|勿|无需|不)[\u4e00-\u9fff]{0,3}$")
-_NEG_EN = re.compile(r"\b(?:not|don't|dont|do not|never|no|without|isn't|aren't|less|nor)\b"
+_NEG_EN = re.compile(r"(?<![a-z])(?:not|don't|dont|do not|never|no|without|isn't|aren't|less|nor)(?![a-z])"
                      r"(?:\s+[\w']+){0,3}\s*$")
 _INTENSITY_BEFORE = [
-    (EXTREME, re.compile(r"(?:\b(?:extremely|incredibly|super|insanely)\s+(?:more\s+)?"
+    (EXTREME, re.compile(r"(?:(?<![a-z])(?:extremely|incredibly|super|insanely)\s+(?:more\s+)?"
                          r"|(?:极其|极度|极|超级|超|无比)(?:地|的)?)$")),
-    (STRONG, re.compile(r"(?:\b(?:very|really|much|so|quite|way|too|even|particularly)\s+(?:more\s+)?"
+    (STRONG, re.compile(r"(?:(?<![a-z])(?:very|really|much|so|quite|way|too|even|particularly)\s+(?:more\s+)?"
                         r"|(?:非常|特别|十分|很|相当|格外|太|好|尤其|更加)(?:地|的)?)$")),
-    (SLIGHT, re.compile(r"(?:\b(?:a (?:little )?bit|a little|slightly|somewhat|a touch|a tad|"
+    (SLIGHT, re.compile(r"(?:(?<![a-z])(?:a (?:little )?bit|a little|slightly|somewhat|a touch|a tad|"
                         r"kind of|sort of|a bit more|a little more)\s+(?:more\s+)?"
                         r"|(?:稍微|稍稍|稍|略微|略|有点儿?|有些|一点点?|微微|一些|稍许)(?:地|的)?)$")),
 ]
 _INTENSITY_AFTER = [
-    (SLIGHT, re.compile(r"^(?:一点儿?|一些|点儿?|些|\s+(?:a (?:little )?bit|a little|slightly)\b)")),
-    (STRONG, re.compile(r"^(?:得多|很多|多了|得很|\s+(?:a lot|much more)\b)")),
+    (SLIGHT, re.compile(r"^(?:一点儿?|一些|点儿?|些|\s+(?:a (?:little )?bit|a little|slightly)(?![a-z]))")),
+    (STRONG, re.compile(r"^(?:得多|很多|多了|得很|\s+(?:a lot|much more)(?![a-z]))")),
     (EXTREME, re.compile(r"^(?:极了|至极)")),
 ]
 
