@@ -39,12 +39,12 @@ from typing import Sequence
 
 import numpy as np
 
-from cosyedge.engines.base import Capabilities, SynthesisOptions, VoicePrompt
+from cosyedge.engines.base import Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import ParameterError
 
 logger = logging.getLogger(__name__)
 
-MAX_INSTRUCTION_CHARS = 300
+MAX_INSTRUCTION_CHARS = 500  # the service's limit too
 
 #: Base effect of one plain cue (intensity 1.0).
 SPEED_SLOW = 0.8
@@ -673,6 +673,29 @@ def _explicit_slot(applied: list[str]) -> int:
 
 
 # --------------------------------------------------------------------------- applying
+
+
+def model_version_of(engine: Engine) -> str:
+    """The native instruct format an engine wants: its ``instruct_format`` attribute when it has one,
+    otherwise read from the model id ("cosyvoice3…"/"…-v3" -> v3, "…300m…"/"cosyvoice1" -> v1, else v2).
+    """
+    declared = getattr(engine, "instruct_format", None)
+    if declared in MODEL_VERSIONS:
+        return str(declared)
+    ident = f"{getattr(engine, 'name', '')} {getattr(engine, 'model_id', '')}".lower()
+    if re.search(r"cosyvoice-?1(?![0-9])|300m", ident):
+        return "cosyvoice1"
+    if re.search(r"cosyvoice-?3(?![0-9])|(?<![a-z0-9])v3(?![0-9])", ident):
+        return "cosyvoice3"
+    return "cosyvoice2"
+
+
+def plan_for_engine(instruction: str, engine: Engine) -> InstructPlan:
+    """:func:`plan` with the engine's capabilities, presets and native format filled in."""
+    caps = engine.capabilities
+    presets = () if caps.native_instruct else tuple(engine.presets())
+    return plan(instruction, caps, presets=presets, model_version=model_version_of(engine))
+
 
 
 @dataclass(frozen=True)

@@ -288,3 +288,69 @@ def test_postprocess_neutral_is_identity_and_gain_changes_level():
     louder = postprocess(audio, 24000, plan("loudly", EMBEDDED))
     assert np.sqrt(np.mean(louder ** 2)) > 1.8 * np.sqrt(np.mean(audio ** 2))
     assert np.max(np.abs(louder)) <= 0.97 + 1e-6
+
+
+# --- engine glue and the CLI
+
+
+class _FakeEngine:
+    def __init__(self, name: str, model_id: str, native: bool, instruct_format: str | None = None):
+        self.name, self.model_id = name, model_id
+        self.capabilities = dataclasses.replace(NATIVE if native else EMBEDDED)
+        if instruct_format:
+            self.instruct_format = instruct_format
+
+    def presets(self) -> list[str]:
+        return list(PRESETS)
+
+
+@pytest.mark.parametrize("name,model_id,declared,expected", [
+    ("cosyvoice2", "cosyvoice2-0.5b-int8", None, "cosyvoice2"),
+    ("cosyvoice2", "fun-cosyvoice3-0.5b-int8", None, "cosyvoice3"),
+    ("cosyvoice", "cosyvoice-300m-instruct", None, "cosyvoice1"),
+    ("cosyvoice2", "my-model", "cosyvoice3", "cosyvoice3"),
+])
+def test_model_version_of(name, model_id, declared, expected):
+    from cosyedge.instruct import model_version_of, plan_for_engine
+
+    engine = _FakeEngine(name, model_id, native=True, instruct_format=declared)
+    assert model_version_of(engine) == expected
+    p = plan_for_engine("大声一点", engine)
+    assert p.native_instruction.endswith("大声一点<|endofprompt|>")
+    assert p.native_instruction.startswith("You are a helpful assistant.") == (expected == "cosyvoice3")
+
+
+def test_plan_for_embedded_engine_uses_its_presets():
+    from cosyedge.instruct import plan_for_engine
+
+    p = plan_for_engine("a child's voice", _FakeEngine("kokoro", "kokoro-int8", native=False))
+    assert p.voice == "child" and not p.native
+
+
+def test_cli_speak_instruct_on_tiny_engine(tmp_path, monkeypatch, capsys):
+    """`speak --instruct` applies the plan, prints both lists and still writes audio."""
+    import soundfile as sf
+
+    from cosyedge import cli
+    from cosyedge.commands import speak
+    from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
+    from tests import tiny_kokoro
+    from tests.test_kokoro_engine import PACKS, SplitOnPeriodFrontend
+
+    rng = np.random.default_rng(0)
+    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
+    engine = KokoroEngine(session=make_session(tiny_kokoro.build(tmp_path / "tiny.onnx"), 1),
+                          packs=packs, frontend=SplitOnPeriodFrontend())
+    monkeypatch.setattr(speak, "load_engine", lambda settings: engine)
+    text = "Hello there. General Kenobi."
+    assert cli.main(["speak", text, "-o", str(tmp_path / "plain.wav")]) == 0
+    capsys.readouterr()
+    assert cli.main(["speak", text, "--instruct", "slowly, 用四川话说, louder",
+                     "-o", str(tmp_path / "instr.wav")]) == 0
+    out = capsys.readouterr().out
+    assert "applied: speed ×0.80 ('slowly')" in out
+    assert "not applied: dialect: Sichuanese (not supported by this engine)" in out
+    plain, _ = sf.read(tmp_path / "plain.wav")
+    instr, _ = sf.read(tmp_path / "instr.wav")
+    assert len(instr) > 1.15 * len(plain)
+    assert np.sqrt(np.mean(instr ** 2)) > 1.5 * np.sqrt(np.mean(plain ** 2))
