@@ -429,19 +429,40 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
     original = instruction.strip()
     if not original:
         return InstructPlan()
-    text = _normalize(original)
-    hits = _scan(text)
-    native = capabilities.native_instruct
-    applied: list[str] = []
-    not_supported: list[str] = []
-    conflicts: list[str] = []
+    hits = _scan(_normalize(original))
+    draft = _Draft(explicit=_explicit_controls(hits))
+    draft.add_voice(hits, presets)
+    draft.add_emotions(hits)
+    draft.add_language(hits, capabilities.languages)
+    draft.add_unsupported(hits)
+    speed, pitch, gain = draft.finish(capabilities.speed_range)
 
-    # 1. Scalar controls: the last cue per control wins.
+    if capabilities.native_instruct:
+        lines = [f"passed to the model as an instruction: “{original}”"]
+        lines += _explanation(hits, speed, pitch, gain, draft.voice_category,
+                              [name for name, _ in draft.emotions], draft.language)
+        result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
+                              emotions=tuple(name for name, _ in draft.emotions),
+                              applied=tuple(lines), native=True,
+                              native_instruction=format_native_instruction(original, model_version))
+    else:
+        if not hits:
+            draft.not_supported.append(f"'{original}': no instruction this engine understands; "
+                                       "nothing applied")
+        result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
+                              voice=draft.voice, emotions=tuple(name for name, _ in draft.emotions),
+                              language=draft.language if draft.language_ok else None,
+                              applied=tuple(draft.applied), not_supported=tuple(draft.not_supported))
+    logger.debug("instruct plan for %r: %s", original, result.to_dict())
+    return result
+
+
+def _explicit_controls(hits: list[_Hit]) -> dict[str, tuple[_Hit, list[str]]]:
+    """Speed/volume/pitch words: the last one per control wins; returns (winner, conflict notes)."""
     last: dict[str, _Hit] = {}
+    notes: dict[str, list[str]] = {}
     for hit in hits:
-        kind = hit.cue.kind
-        if kind == "speed_value":
-            kind = "speed"
+        kind = "speed" if hit.cue.kind == "speed_value" else hit.cue.kind
         if kind not in ("speed", "volume", "pitch"):
             continue
         prev = last.get(kind)
@@ -451,170 +472,166 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
                                                  phrase=f"{prev.phrase} … {hit.phrase}",
                                                  negated=False, intensity=NORMAL)
                 continue
-            conflicts.append(f"'{prev.phrase}' ignored: the later '{hit.phrase}' wins")
+            notes.setdefault(kind, []).append(f"'{prev.phrase}' ignored: the later '{hit.phrase}' wins")
         last[kind] = hit
+    return {kind: (hit, notes.get(kind, [])) for kind, hit in last.items()}
 
-    speed, pitch, gain = 1.0, 0.0, 0.0
-    if "speed" in last:
-        speed = _speed_of(last["speed"])
-    if "pitch" in last:
-        pitch = _direction(last["pitch"]) * PITCH_STEP_ST * last["pitch"].intensity
-    if "volume" in last:
-        gain = _direction(last["volume"]) * GAIN_STEP_DB * last["volume"].intensity
 
-    # 2. Voice: the last non-negated ask wins.
-    voice_hits = [h for h in hits if h.cue.kind == "voice"]
-    voice_cat: str | None = None
-    voice_hit: _Hit | None = None
-    for h in voice_hits:
-        if h.negated:
-            applied.append(f"voice: not {h.cue.value} ('{h.phrase}'), kept the selected voice")
-            continue
-        if voice_hit is not None and voice_hit.cue.value != h.cue.value:
-            conflicts.append(f"'{voice_hit.phrase}' ignored: the later '{h.phrase}' wins")
-        voice_cat, voice_hit = str(h.cue.value), h
+def _amount(kind: str, hit: _Hit) -> float:
+    """Speed factor, semitones or decibels asked by one explicit cue."""
+    if kind == "speed":
+        return _speed_of(hit)
+    step = PITCH_STEP_ST if kind == "pitch" else GAIN_STEP_DB
+    return _direction(hit) * step * hit.intensity
 
-    # 3. Emotions: kept in order; conflicting pairs -> the later one wins.
-    emotions: list[tuple[str, _Hit]] = []
-    for h in (h for h in hits if h.cue.kind == "emotion"):
-        name = str(h.cue.value)
-        if h.negated:
-            applied.append(f"emotion: not {name} ('{h.phrase}'), nothing applied for it")
-            continue
-        for other, oh in list(emotions):
-            if other == name or frozenset((other, name)) in _EMOTION_CONFLICTS:
-                emotions.remove((other, oh))
-                if other != name:
-                    conflicts.append(f"'{oh.phrase}' ignored: the later '{h.phrase}' wins")
-        emotions.append((name, h))
 
-    # 4. Language: the last one wins.
-    lang_hits = [h for h in hits if h.cue.kind == "language" and not h.negated]
-    language = str(lang_hits[-1].cue.value) if lang_hits else None
-    for a, b in zip(lang_hits, lang_hits[1:]):
-        if a.cue.value != b.cue.value:
-            conflicts.append(f"'{a.phrase}' ignored: the later '{b.phrase}' wins")
+_FORMAT = {"speed": _fmt_speed, "pitch": _fmt_st, "volume": _fmt_db}
 
-    # 5. Build lines and numbers, emotion parts only where no explicit word set that control.
+
+@dataclass
+class _Draft:
+    """The plan while it is being built: amounts so far and the lines for people, in order."""
+
+    explicit: dict[str, tuple[_Hit, list[str]]]
+    applied: list[str] = field(default_factory=list)
+    not_supported: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    extra_speed: float = 1.0  # from voice approximations and emotions
+    extra_pitch: float = 0.0
+    extra_gain: float = 0.0
     voice: str | None = None
-    if voice_cat is not None and voice_hit is not None:
-        preset = _choose_preset(voice_cat, presets)
-        if native:
-            pass  # the model reads the voice ask from the words; shown in the explanation only
-        elif preset is not None:
-            voice = preset
-            applied.append(f"voice: preset '{preset}' for {_VOICE_NAMES[voice_cat]} ('{voice_hit.phrase}')")
-        elif voice_cat in _VOICE_APPROX:
-            vs, vp = _VOICE_APPROX[voice_cat]
+    voice_category: str | None = None
+    emotions: list[tuple[str, _Hit]] = field(default_factory=list)
+    language: str | None = None
+    language_ok: bool = False
+
+    def __post_init__(self) -> None:
+        for kind in ("speed", "pitch", "volume"):
+            if kind in self.explicit:
+                hit, notes = self.explicit[kind]
+                self.applied.append(f"{_FORMAT[kind](_amount(kind, hit))} ('{hit.phrase}')")
+                self.conflicts.extend(notes)
+
+    def _free(self, kind: str) -> bool:
+        """True when no explicit word set this control (so an emotion or voice may)."""
+        return kind not in self.explicit
+
+    def _left_to(self, kind: str) -> str:
+        return f"{kind} left to '{self.explicit[kind][0].phrase}'"
+
+    def add_voice(self, hits: list[_Hit], presets: Sequence[str]) -> None:
+        """The last non-negated voice ask picks a preset of that kind, or is approximated/refused."""
+        ask: _Hit | None = None
+        for h in (h for h in hits if h.cue.kind == "voice"):
+            if h.negated:
+                self.applied.append(f"voice: not {h.cue.value} ('{h.phrase}'), kept the selected voice")
+                continue
+            if ask is not None and ask.cue.value != h.cue.value:
+                self.conflicts.append(f"'{ask.phrase}' ignored: the later '{h.phrase}' wins")
+            ask = h
+        if ask is None:
+            return
+        category = self.voice_category = str(ask.cue.value)
+        preset = _choose_preset(category, presets)
+        if preset is not None:
+            self.voice = preset
+            self.applied.append(f"voice: preset '{preset}' for {_VOICE_NAMES[category]} ('{ask.phrase}')")
+        elif category in _VOICE_APPROX:
+            speed, pitch = _VOICE_APPROX[category]
             parts = []
-            if "speed" not in last:
-                speed *= vs
-                parts.append(_fmt_speed(vs))
-            if "pitch" not in last:
-                pitch += vp
-                parts.append(_fmt_st(vp))
+            if self._free("speed"):
+                self.extra_speed *= speed
+                parts.append(_fmt_speed(speed))
+            if self._free("pitch"):
+                self.extra_pitch += pitch
+                parts.append(_fmt_st(pitch))
             if parts:
-                applied.append(f"voice: {_VOICE_NAMES[voice_cat]} approximated by {', '.join(parts)} "
-                               f"(no such preset)")
-            not_supported.append(f"voice: {_VOICE_NAMES[voice_cat]} timbre (not supported by this engine)")
+                self.applied.append(f"voice: {_VOICE_NAMES[category]} approximated by "
+                                    f"{', '.join(parts)} (no such preset)")
+            self.not_supported.append(f"voice: {_VOICE_NAMES[category]} timbre "
+                                      "(not supported by this engine)")
         else:
-            not_supported.append(f"voice: {_VOICE_NAMES[voice_cat]} (no such voice in this engine)")
+            self.not_supported.append(f"voice: {_VOICE_NAMES[category]} (no such voice in this engine)")
 
-    emotion_names: list[str] = []
-    for name, h in emotions:
-        emotion_names.append(name)
-        es, ep, eg = EMOTION_EFFECTS[name]
-        k = h.intensity
-        parts, left = [], []
-        if es != 1.0:
-            if "speed" in last:
-                left.append(f"speed left to '{last['speed'].phrase}'")
-            else:
-                f = es ** k
-                speed *= f
-                parts.append(_fmt_speed(f))
-        if ep:
-            if "pitch" in last:
-                left.append(f"pitch left to '{last['pitch'].phrase}'")
-            else:
-                pitch += ep * k
-                parts.append(_fmt_st(ep * k))
-        if eg:
-            if "volume" in last:
-                left.append(f"volume left to '{last['volume'].phrase}'")
-            else:
-                gain += eg * k
-                parts.append(_fmt_db(eg * k))
-        if not native:
-            how = ", ".join(parts) if parts else "nothing"
+    def add_emotions(self, hits: list[_Hit]) -> None:
+        """Each emotion adds its speed/pitch/gain, except on controls an explicit word has set."""
+        for h in (h for h in hits if h.cue.kind == "emotion"):
+            name = str(h.cue.value)
+            if h.negated:
+                self.applied.append(f"emotion: not {name} ('{h.phrase}'), nothing applied for it")
+                continue
+            for other, oh in list(self.emotions):
+                if other == name or frozenset((other, name)) in _EMOTION_CONFLICTS:
+                    self.emotions.remove((other, oh))
+                    if other != name:
+                        self.conflicts.append(f"'{oh.phrase}' ignored: the later '{h.phrase}' wins")
+            self.emotions.append((name, h))
+        for name, h in self.emotions:
+            speed, pitch, gain = EMOTION_EFFECTS[name]
+            parts, left = [], []
+            for kind, present in (("speed", speed != 1.0), ("pitch", pitch != 0.0), ("volume", gain != 0.0)):
+                if not present:
+                    continue
+                if not self._free(kind):
+                    left.append(self._left_to(kind))
+                elif kind == "speed":
+                    self.extra_speed *= speed ** h.intensity
+                    parts.append(_fmt_speed(speed ** h.intensity))
+                elif kind == "pitch":
+                    self.extra_pitch += pitch * h.intensity
+                    parts.append(_fmt_st(pitch * h.intensity))
+                else:
+                    self.extra_gain += gain * h.intensity
+                    parts.append(_fmt_db(gain * h.intensity))
             tail = f" ({'; '.join(left)})" if left else ""
-            applied.append(f"emotion '{name}' ('{h.phrase}') approximated by {how}{tail}")
-            gap = _EMOTION_GAPS.get(name)
-            if gap:
-                not_supported.append(f"{gap} (not supported by this engine)")
+            self.applied.append(f"emotion '{name}' ('{h.phrase}') approximated by "
+                                f"{', '.join(parts) or 'nothing'}{tail}")
+            if name in _EMOTION_GAPS:
+                self.not_supported.append(f"{_EMOTION_GAPS[name]} (not supported by this engine)")
 
-    for kind, fmt_word in (("speed", "speed"), ("pitch", "pitch"), ("volume", "volume")):
-        if kind in last and not native:
-            h = last[kind]
-            if kind == "speed":
-                line = _fmt_speed(_speed_of(h))
-            elif kind == "pitch":
-                line = _fmt_st(_direction(h) * PITCH_STEP_ST * h.intensity)
-            else:
-                line = _fmt_db(_direction(h) * GAIN_STEP_DB * h.intensity)
-            applied.insert(_explicit_slot(applied), f"{line} ('{h.phrase}')")
-
-    lo, hi = capabilities.speed_range
-    final_speed = round(_clamp(speed, lo, hi), 3)
-    final_pitch = round(_clamp(pitch, *PITCH_RANGE_ST), 2)
-    final_gain = round(_clamp(gain, *GAIN_RANGE_DB), 2)
-    if not native:
-        if final_speed != round(speed, 3):
-            applied.append(f"speed limited to ×{final_speed:.2f} (asked ×{speed:.2f}; range {lo}–{hi})")
-        if final_pitch != round(pitch, 2):
-            applied.append(f"pitch limited to {final_pitch:+.1f} st (asked {pitch:+.1f})")
-        if final_gain != round(gain, 2):
-            applied.append(f"volume limited to {final_gain:+.1f} dB (asked {gain:+.1f})")
-
-    if language is not None and not native:
-        if language in capabilities.languages:
-            applied.append(f"language: {_LANGUAGE_NAMES.get(language, language)} "
-                           f"(reading language; the text is not translated)")
+    def add_language(self, hits: list[_Hit], languages: Sequence[str]) -> None:
+        """The last language named wins; it only sets the reading language (no translation)."""
+        asks = [h for h in hits if h.cue.kind == "language" and not h.negated]
+        for a, b in zip(asks, asks[1:]):
+            if a.cue.value != b.cue.value:
+                self.conflicts.append(f"'{a.phrase}' ignored: the later '{b.phrase}' wins")
+        if not asks:
+            return
+        self.language = str(asks[-1].cue.value)
+        name = _LANGUAGE_NAMES.get(self.language, self.language)
+        self.language_ok = self.language in languages
+        if self.language_ok:
+            self.applied.append(f"language: {name} (reading language; the text is not translated)")
         else:
-            not_supported.append(f"language: {_LANGUAGE_NAMES.get(language, language)} "
-                                 f"(not supported by this engine)")
-            language = None
+            self.not_supported.append(f"language: {name} (not supported by this engine)")
 
-    for h in hits:
-        if h.cue.kind != "unsupported" or native:
-            continue
-        label = _unsupported_label(h)
-        if h.negated:
-            applied.append(f"{label}: negated ('{h.phrase}'), nothing to do")
-        else:
-            line = f"{label} (not supported by this engine)"
-            if line not in not_supported:
-                not_supported.append(line)
+    def add_unsupported(self, hits: list[_Hit]) -> None:
+        for h in (h for h in hits if h.cue.kind == "unsupported"):
+            label = _unsupported_label(h)
+            if h.negated:
+                self.applied.append(f"{label}: negated ('{h.phrase}'), nothing to do")
+            elif f"{label} (not supported by this engine)" not in self.not_supported:
+                self.not_supported.append(f"{label} (not supported by this engine)")
 
-    not_supported.extend(f"conflict: {c}" for c in conflicts)
-
-    native_instruction = None
-    if native:
-        native_instruction = format_native_instruction(original, model_version)
-        applied = [f"passed to the model as an instruction: “{original}”"] + _explanation(
-            hits, final_speed, final_pitch, final_gain, voice_cat, emotion_names, language)
-        not_supported = []
-        voice, language = None, None
-    elif not hits:
-        not_supported.append(f"'{original}': no instruction this engine understands; nothing applied")
-
-    result = InstructPlan(instruction=original, speed=final_speed, pitch_semitones=final_pitch,
-                          gain_db=final_gain, voice=voice, emotions=tuple(emotion_names),
-                          language=language, applied=tuple(applied),
-                          not_supported=tuple(not_supported), native=native,
-                          native_instruction=native_instruction)
-    logger.debug("instruct plan for %r: %s", original, result.to_dict())
-    return result
+    def finish(self, speed_range: tuple[float, float]) -> tuple[float, float, float]:
+        """Final (speed, pitch, gain) within limits; limits and conflicts are reported."""
+        speed = (_amount("speed", self.explicit["speed"][0]) if "speed" in self.explicit else 1.0)
+        speed *= self.extra_speed
+        pitch = (_amount("pitch", self.explicit["pitch"][0]) if "pitch" in self.explicit else 0.0)
+        pitch += self.extra_pitch
+        gain = (_amount("volume", self.explicit["volume"][0]) if "volume" in self.explicit else 0.0)
+        gain += self.extra_gain
+        lo, hi = speed_range
+        final = (round(_clamp(speed, lo, hi), 3), round(_clamp(pitch, *PITCH_RANGE_ST), 2),
+                 round(_clamp(gain, *GAIN_RANGE_DB), 2))
+        if final[0] != round(speed, 3):
+            self.applied.append(f"speed limited to ×{final[0]:.2f} (asked ×{speed:.2f}; range {lo}–{hi})")
+        if final[1] != round(pitch, 2):
+            self.applied.append(f"pitch limited to {final[1]:+.1f} st (asked {pitch:+.1f})")
+        if final[2] != round(gain, 2):
+            self.applied.append(f"volume limited to {final[2]:+.1f} dB (asked {gain:+.1f})")
+        self.not_supported.extend(f"conflict: {c}" for c in self.conflicts)
+        return final
 
 
 def _explanation(hits: list[_Hit], speed: float, pitch: float, gain: float, voice_cat: str | None,
@@ -667,11 +684,6 @@ def _speed_of(hit: _Hit) -> float:
     return round(base ** (hit.intensity * scale), 4)
 
 
-def _explicit_slot(applied: list[str]) -> int:
-    """Explicit controls go before voice/emotion lines, after nothing else: keeps a stable order."""
-    return sum(1 for line in applied if line.startswith(("speed ×", "pitch ", "volume ")))
-
-
 # --------------------------------------------------------------------------- applying
 
 
@@ -712,7 +724,8 @@ def apply_plan(plan_: InstructPlan, options: SynthesisOptions, voice: str | Voic
     """Fold a plan into ``options`` (SynthesisOptions) and ``voice`` for one request.
 
     Embedded engines: speed multiplies the user's speed (clamped to ``speed_range``, said so if it
-    is); a voice ask replaces the selected voice; language overrides "auto". Native engines get
+    is); a voice ask replaces the selected voice unless it already is of that kind; language overrides
+    the request's language. Native engines get
     ``options.instruct = plan.native_instruction`` and nothing else: the model reads speed, volume and
     emotion from the words itself, so changing them on top would apply them twice.
     """
@@ -729,11 +742,19 @@ def apply_plan(plan_: InstructPlan, options: SynthesisOptions, voice: str | Voic
     if plan_.language is not None:
         new_options = dataclasses.replace(new_options, language=plan_.language)
     new_voice = voice
-    if plan_.voice is not None and plan_.voice != voice:
-        new_voice = plan_.voice
-        was = voice if isinstance(voice, str) else "your cloned voice"
-        applied.append(f"voice '{plan_.voice}' used instead of '{was}' because the instruction asks for it")
-    return Application(new_options, new_voice, dataclasses.replace(plan_, applied=tuple(applied)))
+    if plan_.voice is not None:
+        if isinstance(voice, str) and voice.split("_")[0] == plan_.voice.split("_")[0]:
+            # "male_2" already is a male voice: keep the user's choice and say so
+            applied = [line.replace(f"preset '{plan_.voice}'", f"your preset '{voice}' kept,")
+                       for line in applied]
+        else:
+            new_voice = plan_.voice
+            was = voice if isinstance(voice, str) else "your cloned voice"
+            applied.append(f"voice '{plan_.voice}' used instead of '{was}' because the instruction "
+                           "asks for it")
+    final = dataclasses.replace(plan_, applied=tuple(applied),
+                                voice=new_voice if plan_.voice is not None else None)
+    return Application(new_options, new_voice, final)
 
 
 def postprocess(audio: np.ndarray, sample_rate: int, plan_: InstructPlan) -> np.ndarray:
