@@ -20,6 +20,11 @@ CEILING = 0.97
 FRAME_PERIOD_MS = 5.0
 #: Shifts smaller than this are inaudible; skip the resynthesis.
 MIN_SHIFT_ST = 0.05
+#: Longest piece pitch shifting works on (bounds WORLD's memory when a text has no pauses).
+MAX_PIECE_S = 12.0
+#: A pause: at least this long below this level (the joiner puts 0.18 s of zeros between sentences).
+PAUSE_MIN_S = 0.08
+PAUSE_LEVEL = 1e-4
 #: Look-ahead of the limiter: gain starts falling this long before a peak.
 LIMITER_LOOKAHEAD_S = 0.01
 
@@ -29,9 +34,50 @@ def _mono(audio: np.ndarray) -> np.ndarray:
 
 
 def pitch_shift(audio: np.ndarray, sample_rate: int, semitones: float) -> np.ndarray:
-    """Shift pitch by ``semitones`` keeping duration, formants and loudness (RMS) unchanged."""
+    """Shift pitch by ``semitones`` keeping duration, formants and loudness (RMS) unchanged.
+
+    The audio is cut at its pauses (sentence gaps) and each piece is shifted on its own, so pauses
+    stay silent and WORLD's per-frame spectra (about 8 MB per second of audio) never pile up over a
+    long text; a piece never exceeds ``MAX_PIECE_S``.
+    """
     x = _mono(audio)
     if abs(semitones) < MIN_SHIFT_ST or x.size < sample_rate // 20:
+        return x
+    out = np.zeros_like(x)
+    for start, end in pieces(x, sample_rate):
+        loud = np.flatnonzero(np.abs(x[start:end]) >= PAUSE_LEVEL)
+        if loud.size:  # shift the sound only; the pause around it stays as it was
+            a, b = start + int(loud[0]), start + int(loud[-1]) + 1
+            out[start:a], out[b:end] = x[start:a], x[b:end]
+            out[a:b] = _shift_piece(x[a:b], sample_rate, semitones)
+        else:
+            out[start:end] = x[start:end]
+    logger.debug("pitch shift %+.2f st on %d samples", semitones, x.size)
+    return limit(out, sample_rate)
+
+
+def pieces(x: np.ndarray, sample_rate: int, max_s: float = 0.0) -> list[tuple[int, int]]:
+    """[start, end) spans covering ``x``, cut in the middle of every pause; a pause-free stretch
+    longer than ``max_s`` (``MAX_PIECE_S`` by default) is cut where it must be."""
+    max_len = int((max_s or MAX_PIECE_S) * sample_rate)
+    quiet = np.concatenate(([False], np.abs(x) < PAUSE_LEVEL, [False])).astype(np.int8)
+    edges = np.flatnonzero(np.diff(quiet))  # alternating starts and ends of quiet runs
+    cuts = [int(a + b) // 2 for a, b in zip(edges[::2], edges[1::2])
+            if b - a >= PAUSE_MIN_S * sample_rate and 0 < a and b < x.size]
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for cut in cuts + [x.size]:
+        while cut - start > max_len:
+            spans.append((start, start + max_len))
+            start += max_len
+        if cut > start:
+            spans.append((start, cut))
+        start = cut
+    return spans
+
+
+def _shift_piece(x: np.ndarray, sample_rate: int, semitones: float) -> np.ndarray:
+    if x.size < sample_rate // 20:
         return x
     try:
         import pyworld
@@ -50,8 +96,7 @@ def pitch_shift(audio: np.ndarray, sample_rate: int, semitones: float) -> np.nda
     rms_in, rms_out = _rms(x), _rms(y)
     if rms_out > 1e-9:
         y *= rms_in / rms_out
-    logger.debug("pitch shift %+.2f st on %d samples", semitones, x.size)
-    return limit(y.astype(np.float32), sample_rate)
+    return y.astype(np.float32)
 
 
 def _rms(x: np.ndarray) -> float:

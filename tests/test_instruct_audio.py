@@ -60,6 +60,29 @@ def test_pitch_shift_zero_is_identity_and_tiny_input_is_safe():
     assert silent.shape == (SR,) and np.all(np.isfinite(silent))
 
 
+def test_pieces_cut_in_pauses_and_cover_everything():
+    tone = harmonic_tone(5.0)
+    gap = np.zeros(int(0.18 * SR), np.float32)
+    x = np.concatenate([tone, gap, tone, gap, tone, gap, harmonic_tone(20.0)])
+    spans = effects.pieces(x, SR, max_s=12.0)
+    assert spans[0][0] == 0 and spans[-1][1] == x.size
+    assert all(a == b for (_, a), (b, _) in zip(spans, spans[1:]))  # contiguous, no overlap
+    assert all(end - start <= 12 * SR for start, end in spans)
+    first_cuts = [end for _, end in spans[:3]]
+    assert all(np.all(x[c - 100:c + 100] == 0) for c in first_cuts)  # cut inside a pause
+    assert len(spans) == 5  # three 5 s sentences, then the pause-free 20 s cut into 12 + 8
+
+
+def test_long_audio_pitch_shift_in_pieces_keeps_f0_ratio():
+    tone = harmonic_tone(3.0)
+    gap = np.zeros(int(0.18 * SR), np.float32)
+    x = np.concatenate([tone, gap, tone, gap, tone])
+    y = effects.pitch_shift(x, SR, -2.0)
+    assert y.shape == x.shape
+    assert np.all(y[tone.size + 10: tone.size + gap.size - 10] == 0)  # pauses stay silent
+    assert median_f0(y) / median_f0(x) == pytest.approx(2 ** (-2 / 12), rel=0.03)
+
+
 @pytest.mark.parametrize("gain_db", [3.0, 6.0, 12.0, 24.0])
 def test_gain_is_louder_but_never_clips(gain_db):
     x = harmonic_tone() * 1.5  # peaks above 1 before any gain
