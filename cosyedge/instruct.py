@@ -750,8 +750,8 @@ def apply_plan(plan_: InstructPlan, options: SynthesisOptions, voice: str | Voic
         else:
             new_voice = plan_.voice
             was = voice if isinstance(voice, str) else "your cloned voice"
-            applied.append(f"voice '{plan_.voice}' used instead of '{was}' because the instruction "
-                           "asks for it")
+            applied = [f"{line}, instead of '{was}'" if line.startswith(f"voice: preset '{plan_.voice}'")
+                       else line for line in applied]
     final = dataclasses.replace(plan_, applied=tuple(applied),
                                 voice=new_voice if plan_.voice is not None else None)
     return Application(new_options, new_voice, final)
