@@ -96,10 +96,21 @@ class InstructPlan:
                 "voice": self.voice, "emotions": list(self.emotions), "language": self.language,
                 "native": self.native, "native_instruction": self.native_instruction}
 
+    @property
+    def message(self) -> str:
+        """One summary line for the UI panel."""
+        if self.native:
+            return "passed to the engine, which follows instructions natively"
+        if not self.instruction:
+            return "no instruction given"
+        if self.not_supported:
+            return "applied as explicit controls where this engine can; the rest is listed as not supported"
+        return "applied as explicit controls (this engine has no native instruct)"
+
     def to_dict(self) -> dict:
         """The shape returned by REST and shown in the UI panel."""
         return {"applied": list(self.applied), "not_supported": list(self.not_supported),
-                "controls": self.controls}
+                "controls": self.controls, "message": self.message}
 
     @property
     def is_neutral(self) -> bool:

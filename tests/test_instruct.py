@@ -210,7 +210,8 @@ def test_random_text_never_raises():
 
 def test_to_dict_shape():
     d = plan("slowly, 用四川话说", EMBEDDED).to_dict()
-    assert set(d) == {"applied", "not_supported", "controls"}
+    assert set(d) == {"applied", "not_supported", "controls", "message"}
+    assert "not supported" in d["message"]
     assert d["controls"]["speed"] == pytest.approx(0.8)
     assert {"speed", "pitch_semitones", "gain_db", "voice", "emotions", "language",
             "native_instruction"} <= set(d["controls"])
