@@ -220,7 +220,8 @@ _LEXICON: list[tuple[str, object, str]] = [
     ("language", "es", _en("spanish") + "|" + _zh("西班牙语")),
     ("language", "ru", _en("russian") + "|" + _zh("俄语")),
     # explicit numeric speed ("1.5x", "1.2倍速", "speed 0.8")
-    ("speed_value", None, r"(\d+(?:\.\d+)?)\s*(?:x|×|倍速)(?![a-z])|(?<![a-z])speed\s*(?:of\s*)?(\d+(?:\.\d+)?)"),
+    ("speed_value", None, r"(\d+(?:\.\d+)?)\s*(?:x|×|倍速)(?![a-z])"
+                          r"|(?<![a-z])speed\s*(?:of\s*)?(\d+(?:\.\d+)?)"),
 ]
 
 _DIALECTS_ZH = {
@@ -292,12 +293,14 @@ _LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "ko": "Ko
 _CLAUSE_BREAK = re.compile(r"[,.;:!?、，。；：！？\n]|(?<![a-z])(?:but|and|then|while|yet)(?![a-z])"
                            r"|但是|但|然后|不过|而是|而且|并且|同时|和|又")
 _NEG_ZH = re.compile(r"(?:不要|不用|不必|不需要|不能|不想|别|勿|无需|不)[\u4e00-\u9fff]{0,3}$")
-_NEG_EN = re.compile(r"(?<![a-z])(?:not|don't|dont|do not|never|no|without|isn't|aren't|less|nor)(?![a-z])"
+_NEG_EN = re.compile(r"(?<![a-z])(?:not|don't|dont|do not|never|no|without|isn't|aren't|less|neither"
+                     r"|nor)(?![a-z])"
                      r"(?:\s+[\w']+){0,3}\s*$")
 _INTENSITY_BEFORE = [
     (EXTREME, re.compile(r"(?:(?<![a-z])(?:extremely|incredibly|super|insanely)\s+(?:more\s+)?"
                          r"|(?:极其|极度|极|超级|超|无比)(?:地|的)?)$")),
-    (STRONG, re.compile(r"(?:(?<![a-z])(?:very|really|much|so|quite|way|too|even|particularly)\s+(?:more\s+)?"
+    (STRONG, re.compile(r"(?:(?<![a-z])(?:very|really|much|so|quite|way|too|even|particularly)"
+                        r"\s+(?:more\s+)?"
                         r"|(?:非常|特别|十分|很|相当|格外|太|好|尤其|更加)(?:地|的)?)$")),
     (SLIGHT, re.compile(r"(?:(?<![a-z])(?:a (?:little )?bit|a little|slightly|somewhat|a touch|a tad|"
                         r"kind of|sort of|a bit more|a little more)\s+(?:more\s+)?"
@@ -580,7 +583,8 @@ class _Draft:
         for name, h in self.emotions:
             speed, pitch, gain = EMOTION_EFFECTS[name]
             parts, left = [], []
-            for kind, present in (("speed", speed != 1.0), ("pitch", pitch != 0.0), ("volume", gain != 0.0)):
+            for kind, present in (("speed", speed != 1.0), ("pitch", pitch != 0.0),
+                                  ("volume", gain != 0.0)):
                 if not present:
                     continue
                 if not self._free(kind):

@@ -72,8 +72,10 @@ CASES: list[tuple[str, dict]] = [
     ("read it slowly and warmly", {"emotions": ("gentle",), "speed": SLOW, "gain": -2.0}),
     ("kind of slow", {"speed": SLOW ** 0.5}),
     ("an old man telling a story", {"speed": 0.9, "pitch": -1.0, "ns": ["elderly"]}),
-    ("neither happy nor sad, just not sad", {"emotions": ("happy",), "speed": 1.08, "pitch": 1.0,
-                                             "applied": ["not sad"]}),
+    ("neither too loud nor too soft", {}),
+    ("speak neither fast nor slow, with a deep voice", {"pitch": -3.0}),
+    ("just happy, not sad", {"emotions": ("happy",), "speed": 1.08, "pitch": 1.0,
+                             "applied": ["not sad"]}),
     # --- Chinese
     ("用四川话说", {"ns": ["dialect: Sichuanese (not supported by this engine)"]}),
     ("慢一点", {"speed": SLOW ** 0.5}),
