@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from cosyedge import effects, instruct, synthesis
-from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
 
 SR = 24000
@@ -116,14 +115,9 @@ TEXT_EN = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture(scope="module")
-def kokoro(tmp_path_factory):
-    from cosyedge.engines.kokoro import model_files
-    from cosyedge.engines.kokoro.engine import KokoroEngine
-
-    model_dir = model_files.assemble(tmp_path_factory.mktemp("models"))
-    engine = KokoroEngine.load(model_dir, Settings(onnx_threads=1))
-    yield engine
-    engine.close()
+def kokoro(kokoro_engine):
+    """The real embedded engine (session fixture in conftest: assembled from the PyPI packages)."""
+    return kokoro_engine
 
 
 _PLAIN: dict[tuple[int, str, str], np.ndarray] = {}
@@ -204,3 +198,38 @@ def test_voice_ask_switches_preset(kokoro):
     assert p.voice == "male_1"
     assert any("male_1" in line for line in p.applied)
     assert median_f0(male) < 0.7 * median_f0(base)
+
+
+@pytest.mark.slow
+def test_rest_tts_instruct_on_the_real_engine(web_settings, live_server, kokoro_models_dir):
+    """POST /tts with ``instruct``: the plan comes back in the JSON and the audio follows it."""
+    import base64
+    import dataclasses
+    import io
+
+    import httpx
+    import soundfile as sf
+
+    from cosyedge.service import Service
+
+    service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir))
+    service.start()
+    try:
+        server = live_server(service)
+
+        def tts(**fields) -> tuple[dict, np.ndarray]:
+            r = httpx.post(f"{server.url}/tts", json={"text": TEXT_ZH, **fields}, timeout=120)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            return body, sf.read(io.BytesIO(base64.b64decode(body["audio"])), dtype="float32")[0]
+
+        _, base = tts()
+        body, low = tts(instruct="in a low voice, 用四川话说")
+        report = body["instruct"]
+        assert report["applied"] == ["pitch −3.0 st ('low voice')"]
+        assert report["not_supported"] == ["dialect: Sichuanese (not supported by this engine)"]
+        assert report["controls"]["pitch_semitones"] == -3.0 and report["controls"]["native"] is False
+        assert len(low) == len(base)
+        assert median_f0(low) / median_f0(base) < 2 ** (-1.5 / 12)
+    finally:
+        service.close()
