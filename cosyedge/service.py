@@ -288,7 +288,7 @@ class Service:
             def engine_factory() -> Engine:
                 from cosyedge.engines import load_engine
 
-                return load_engine(settings)
+                return load_engine(self.engine_settings())
         self.holder = EngineHolder(engine_factory, settings.idle_unload_minutes * 60.0, clock)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self._in_use_lock = threading.Lock()
@@ -296,6 +296,17 @@ class Service:
         self._leases: dict[Path, float] = {}
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
+
+    def engine_settings(self) -> Settings:
+        """Settings for the next engine load: fewer ONNX threads while the thermal governor asks.
+
+        ONNX Runtime fixes a session's threads when it is created, so the thermal limit applies
+        from the next load on (after an idle unload), not to an engine already loaded.
+        """
+        threads = self.queue.thermal_snapshot().onnx_threads
+        if threads is None or threads >= self.settings.threads:
+            return self.settings
+        return dataclasses.replace(self.settings, onnx_threads=threads)
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
