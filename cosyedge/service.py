@@ -92,7 +92,7 @@ class TTSResult:
     model_id: str
     voice: str  # the preset or voice actually used
     voice_match: str  # "native clone", "none: preset ... used; ...", "preset"
-    instruct: dict[str, Any]  # {"applied": [...], "not_supported": [...], "message": ...}
+    instruct: dict[str, Any]  # {"applied", "not_supported", "controls", "message"} (cosyedge.instruct)
     sentences: int
     seconds: float  # wall time of the synthesis
     path: Path | None = None
