@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "cosyedge.commands.voices",
     "cosyedge.commands.setup_model",
     "cosyedge.commands.convert",
+    "cosyedge.commands.selftest",
+    "cosyedge.commands.sweep",
 )
 
 
