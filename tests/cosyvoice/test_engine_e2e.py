@@ -1,9 +1,10 @@
-"""The app's entry points on a converted tiny CosyVoice2 model: CLI ``speak --model`` and the shared
-synthesis path (clone and instruct requests), as far as main offers them today.
+"""The app's entry points on a converted tiny CosyVoice2 model: CLI ``speak --model``, the shared
+synthesis path and the REST server (clone and instruct requests).
 
 The model is the tiny official-layout checkpoint converted with int8 (random weights: the output is
-noise); the tests check plumbing, durations and errors. REST/UI requests with prompt audio and
-instructions are wired by the web app on top of the same Engine protocol (see the lead's e2e tests).
+noise); the tests check plumbing, durations and errors. The REST tests run the real server
+(``python app.py``) with ``COSYEDGE_MODEL`` naming the tiny model: a clone and an instruct request with
+prompt audio, a preset request, the voice listing and bad requests. The browser UI is not driven here.
 """
 
 from __future__ import annotations
@@ -71,3 +72,83 @@ def test_clone_and_instruct_through_the_shared_synthesis_path(models_dir, instru
         assert np.isfinite(result.audio).all()
     finally:
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def app_server(models_dir, tmp_path_factory):
+    """The real server (``python app.py``) with the tiny CosyVoice model selected by COSYEDGE_MODEL."""
+    import time
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(models_dir), "COSYEDGE_MODEL": MODEL_ID,
+           "COSYEDGE_OUTPUTS_DIR": str(tmp_path_factory.mktemp("outputs")),
+           "COSYEDGE_PROMPTS_DIR": str(tmp_path_factory.mktemp("prompts")), "COSYEDGE_LOG_LEVEL": "WARNING",
+           "COSYEDGE_ONNX_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wav_b64(seconds: float = 3.0, sr: int = 16000) -> str:
+    import base64
+    import io
+
+    t = np.arange(int(sr * seconds)) / sr
+    buf = io.BytesIO()
+    sf.write(buf, (0.3 * np.sin(2 * np.pi * 160 * t)).astype(np.float32), sr, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.mark.parametrize("instruct", [None, "Read this slowly and warmly."])
+def test_rest_clone_and_instruct(app_server, instruct):
+    import base64
+    import io
+
+    import httpx
+
+    body = {"text": "Hello world. The quick brown fox!", "prompt_audio": _wav_b64(),
+            "prompt_text": "Hello world, this is a tiny test."}
+    if instruct:
+        body["instruct"] = instruct
+    r = httpx.post(f"{app_server}/tts", json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    reply = r.json()
+    assert reply["engine"] == "cosyvoice2" and reply["model"] == MODEL_ID
+    audio, sr = sf.read(io.BytesIO(base64.b64decode(reply["audio"])))
+    assert sr == reply["sample_rate"] == 24000
+    assert len(audio) / sr == pytest.approx(reply["duration"], abs=1e-3) and reply["duration"] > 0.2
+
+
+def test_rest_preset_list_and_errors(app_server):
+    import httpx
+
+    r = httpx.post(f"{app_server}/tts", json={"text": "Hello world.", "speaker": PRESET_NAMES[0]}, timeout=600)
+    assert r.status_code == 200, r.text
+    assert r.json()["voice"] == PRESET_NAMES[0]
+    voices = httpx.get(f"{app_server}/voices", timeout=30).json()
+    assert voices["presets"] == sorted(PRESET_NAMES)
+    assert voices["native_clone"] is True and voices["native_instruct"] is True
+    r = httpx.post(f"{app_server}/tts", json={"text": "Hello.", "speaker": "nobody"}, timeout=300)
+    assert r.status_code in (400, 404) and "nobody" in r.text
+    r = httpx.post(f"{app_server}/tts", json={"text": "Hello.", "prompt_audio": "bm90IGF1ZGlv"}, timeout=300)
+    assert r.status_code == 400
