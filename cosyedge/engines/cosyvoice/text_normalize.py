@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import unicodedata
 from typing import Callable
 
@@ -129,6 +130,7 @@ class TextNormalizer:
     def __init__(self, tokenize: Callable[[str], list[int]], use_wetext: bool = True) -> None:
         self.tokenize = tokenize
         self._zh = self._en = None
+        self._lock = threading.Lock()  # wetext's FST normalizers are not documented as thread-safe
         if use_wetext:
             try:
                 from wetext import Normalizer
@@ -140,7 +142,8 @@ class TextNormalizer:
 
     def normalize_zh(self, text: str) -> str:
         if self._zh is not None:
-            text = self._zh.normalize(text)
+            with self._lock:
+                text = self._zh.normalize(text)
         text = replace_blank(text.replace("\n", ""))
         text = text.replace("²", "平方").replace("³", "立方").replace(".", "。").replace(" - ", "，")
         for ch in ("（", "）", "【", "】", "`"):
@@ -150,7 +153,8 @@ class TextNormalizer:
 
     def normalize_en(self, text: str) -> str:
         if self._en is not None:
-            text = self._en.normalize(text)
+            with self._lock:
+                text = self._en.normalize(text)
         return spell_out_numbers(text)
 
     def normalize(self, text: str) -> str:
