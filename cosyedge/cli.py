@@ -23,9 +23,9 @@ COMMAND_MODULES = (
     "cosyedge.commands.speak",
     "cosyedge.commands.voices",
     "cosyedge.commands.setup_model",
-    "cosyedge.commands.convert",
     "cosyedge.commands.selftest",
     "cosyedge.commands.sweep",
+    "cosyedge.commands.convert",
 )
 
 
