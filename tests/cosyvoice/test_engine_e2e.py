@@ -9,9 +9,16 @@ prompt audio, a preset request, the voice listing and bad requests. The browser 
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 import os
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +35,11 @@ from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, converted_models_dir  # noqa: E402
 
 MODEL_ID = "cosyvoice2-tiny"
+REPO = Path(__file__).resolve().parents[2]
+#: The CLI and the server run in the app's own environment (.venv: web stack, no torch) when it exists;
+#: these tests themselves run in .venv-ref, which has the PyTorch reference that builds the tiny model.
+APP_PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() \
+    else sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +48,8 @@ def models_dir(tmp_path_factory):
 
 
 def _speak(models_dir, *args):
-    env = dict(os.environ, PYTHONPATH=os.getcwd(), COSYEDGE_ONNX_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "cosyedge", "speak", "--models-dir", str(models_dir),
+    env = dict(os.environ, PYTHONPATH=str(REPO), COSYEDGE_ONNX_THREADS="1")
+    return subprocess.run([APP_PYTHON, "-m", "cosyedge", "speak", "--models-dir", str(models_dir),
                            "--model", MODEL_ID, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -74,29 +86,43 @@ def test_clone_and_instruct_through_the_shared_synthesis_path(models_dir, instru
         engine.close()
 
 
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 600) -> tuple[int, dict | str]:
+    """A tiny stdlib HTTP client (the reference venv has no httpx): (status, JSON or text)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, raw = err.code, err.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
 @pytest.fixture(scope="module")
 def app_server(models_dir, tmp_path_factory):
     """The real server (``python app.py``) with the tiny CosyVoice model selected by COSYEDGE_MODEL."""
-    import time
-
-    import httpx
-
     from tests.conftest import free_port
 
+    probe = subprocess.run([APP_PYTHON, "-c", "import gradio, fastapi, uvicorn"], capture_output=True)
+    if probe.returncode:
+        pytest.skip(f"{APP_PYTHON} has no web stack (run scripts/setup.sh --dev to create .venv)")
     port = free_port()
     env = {**os.environ, "COSYEDGE_MODELS_DIR": str(models_dir), "COSYEDGE_MODEL": MODEL_ID,
            "COSYEDGE_OUTPUTS_DIR": str(tmp_path_factory.mktemp("outputs")),
            "COSYEDGE_PROMPTS_DIR": str(tmp_path_factory.mktemp("prompts")), "COSYEDGE_LOG_LEVEL": "WARNING",
-           "COSYEDGE_ONNX_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], env=env)
+           "COSYEDGE_ONNX_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([APP_PYTHON, "app.py", "--port", str(port)], env=env, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
         while True:
             try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                if _http("GET", f"{url}/health", timeout=5)[0] == 200:
                     break
-            except httpx.TransportError:
+            except OSError:
                 pass
             assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
             time.sleep(0.3)
@@ -110,9 +136,6 @@ def app_server(models_dir, tmp_path_factory):
 
 
 def _wav_b64(seconds: float = 3.0, sr: int = 16000) -> str:
-    import base64
-    import io
-
     t = np.arange(int(sr * seconds)) / sr
     buf = io.BytesIO()
     sf.write(buf, (0.3 * np.sin(2 * np.pi * 160 * t)).astype(np.float32), sr, format="WAV")
@@ -121,18 +144,12 @@ def _wav_b64(seconds: float = 3.0, sr: int = 16000) -> str:
 
 @pytest.mark.parametrize("instruct", [None, "Read this slowly and warmly."])
 def test_rest_clone_and_instruct(app_server, instruct):
-    import base64
-    import io
-
-    import httpx
-
     body = {"text": "Hello world. The quick brown fox!", "prompt_audio": _wav_b64(),
             "prompt_text": "Hello world, this is a tiny test."}
     if instruct:
         body["instruct"] = instruct
-    r = httpx.post(f"{app_server}/tts", json=body, timeout=600)
-    assert r.status_code == 200, r.text
-    reply = r.json()
+    status, reply = _http("POST", f"{app_server}/tts", body)
+    assert status == 200, reply
     assert reply["engine"] == "cosyvoice2" and reply["model"] == MODEL_ID
     audio, sr = sf.read(io.BytesIO(base64.b64decode(reply["audio"])))
     assert sr == reply["sample_rate"] == 24000
@@ -140,15 +157,13 @@ def test_rest_clone_and_instruct(app_server, instruct):
 
 
 def test_rest_preset_list_and_errors(app_server):
-    import httpx
-
-    r = httpx.post(f"{app_server}/tts", json={"text": "Hello world.", "speaker": PRESET_NAMES[0]}, timeout=600)
-    assert r.status_code == 200, r.text
-    assert r.json()["voice"] == PRESET_NAMES[0]
-    voices = httpx.get(f"{app_server}/voices", timeout=30).json()
-    assert voices["presets"] == sorted(PRESET_NAMES)
+    status, reply = _http("POST", f"{app_server}/tts", {"text": "Hello world.", "speaker": PRESET_NAMES[0]})
+    assert status == 200, reply
+    assert reply["voice"] == PRESET_NAMES[0]
+    status, voices = _http("GET", f"{app_server}/voices")
+    assert status == 200 and voices["presets"] == sorted(PRESET_NAMES)
     assert voices["native_clone"] is True and voices["native_instruct"] is True
-    r = httpx.post(f"{app_server}/tts", json={"text": "Hello.", "speaker": "nobody"}, timeout=300)
-    assert r.status_code in (400, 404) and "nobody" in r.text
-    r = httpx.post(f"{app_server}/tts", json={"text": "Hello.", "prompt_audio": "bm90IGF1ZGlv"}, timeout=300)
-    assert r.status_code == 400
+    status, reply = _http("POST", f"{app_server}/tts", {"text": "Hello.", "speaker": "nobody"})
+    assert status in (400, 404) and "nobody" in str(reply)
+    status, _ = _http("POST", f"{app_server}/tts", {"text": "Hello.", "prompt_audio": "bm90IGF1ZGlv"})
+    assert status == 400
