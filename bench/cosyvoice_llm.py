@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CosyVoice2 LLM benchmark: full-size random weights, our ONNX fp32 / int8 against upstream PyTorch.
 
-    .venv/bin/python bench/cosyvoice_llm.py all --work /tmp/cv2bench [--threads 2] [--size full]
+    .venv-ref/bin/python bench/cosyvoice_llm.py all --work /tmp/cv2bench [--threads 2] [--size full]
 
 Stages (each its own process, so peak RSS is per stage; ``all`` runs them in order):
 
