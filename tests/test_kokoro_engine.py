@@ -1,0 +1,128 @@
+"""KokoroEngine plumbing on a tiny generated ONNX model with Kokoro's signature (no real weights)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt
+from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
+from cosyedge.engines.kokoro.presets import PRESETS
+from cosyedge.errors import CancelledError, EngineError, NotFoundError, ParameterError
+from tests import tiny_kokoro
+
+PACKS = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+
+
+@dataclass
+class Sentence:
+    text: str
+    phonemes: str
+    language: str = "en"
+
+
+class SplitOnPeriodFrontend:
+    """Each '.'-terminated piece is a sentence; each character is one token."""
+
+    def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
+        return [Sentence(p.strip(), p.strip()) for p in text.split(".") if p.strip()]
+
+    def token_ids(self, phonemes: str) -> list[int]:
+        return [1 + (ord(c) % 100) for c in phonemes]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> KokoroEngine:
+    path = tiny_kokoro.build(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
+    rng = np.random.default_rng(0)
+    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
+    return KokoroEngine(session=make_session(path, 1), packs=packs, frontend=SplitOnPeriodFrontend())
+
+
+def run(engine: KokoroEngine, text: str, voice="female_1", **opts):
+    return list(engine.synthesize(text, voice, SynthesisOptions(**opts)))
+
+
+def test_engine_satisfies_protocol(engine):
+    assert isinstance(engine, Engine)
+    assert engine.presets() == ["female_1", "female_2", "male_1", "male_2", "child"]
+    assert not engine.capabilities.native_clone and not engine.capabilities.native_instruct
+
+
+def test_one_chunk_per_sentence_with_progress(engine):
+    seen = []
+    chunks = list(engine.synthesize("Hello there. General Kenobi. Bye.", "female_1", SynthesisOptions(),
+                                    progress=lambda done, total: seen.append((done, total))))
+    assert [c.text for c in chunks] == ["Hello there", "General Kenobi", "Bye"]
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert all(c.audio.dtype == np.float32 and c.sample_rate == 24000 for c in chunks)
+    assert all(np.abs(c.audio).max() <= 1.0 for c in chunks)
+
+
+def test_duration_follows_tokens_and_speed(engine):
+    # The tiny model emits 600 samples per token (+2 pad tokens) divided by speed; trimming keeps it.
+    short = run(engine, "abcd")[0].audio
+    long = run(engine, "abcdefghijklmnop")[0].audio
+    fast = run(engine, "abcdefghijklmnop", speed=2.0)[0].audio
+    assert len(long) / len(short) == pytest.approx(18 / 6, rel=0.05)
+    assert len(long) / len(fast) == pytest.approx(2.0, rel=0.05)
+
+
+def test_style_row_depends_on_token_count_and_voice(engine):
+    a = run(engine, "abcd", voice="female_1")[0].audio
+    b = run(engine, "abcd", voice="male_1")[0].audio
+    again = run(engine, "abcd", voice="female_1")[0].audio
+    np.testing.assert_array_equal(a, again)  # deterministic
+    assert not np.allclose(a, b)
+
+
+def test_presets_are_valid_blends():
+    for name, weights in PRESETS.items():
+        assert set(weights) <= set(PACKS), name
+        assert sum(weights.values()) == pytest.approx(1.0)
+
+
+def test_unknown_voice_lists_valid_ones(engine):
+    with pytest.raises(NotFoundError) as err:
+        run(engine, "abc", voice="darth")
+    assert "female_1" in str(err.value) and "child" in str(err.value)
+
+
+@pytest.mark.parametrize("speed", [0.0, 0.49, 2.01, -1.0, float("nan")])
+def test_speed_out_of_range(engine, speed):
+    with pytest.raises(ParameterError, match="speed"):
+        run(engine, "abc", speed=speed)
+
+
+def test_cancel_between_sentences(engine):
+    calls = []
+
+    def cancelled() -> bool:
+        calls.append(1)
+        return len(calls) > 1
+
+    gen = engine.synthesize("One. Two. Three.", "female_1", SynthesisOptions(), cancelled=cancelled)
+    first = next(gen)
+    assert first.text == "One"
+    with pytest.raises(CancelledError):
+        next(gen)
+
+
+def test_too_many_phonemes_is_an_engine_error(engine):
+    with pytest.raises(EngineError, match="510"):
+        engine.infer(list(range(1, 600)), engine.packs["jf_alpha"], 1.0)
+
+
+def test_voice_prompt_for_another_engine_is_refused(engine):
+    prompt = VoicePrompt(engine="cosyvoice2", model_id="x", arrays={"embedding": np.zeros(192)})
+    with pytest.raises(ParameterError, match="encode the prompt again"):
+        run(engine, "abc", voice=prompt)
+
+
+def test_encoded_style_prompt_is_used(engine):
+    style = np.full((510, 1, 256), 0.5, dtype=np.float32)
+    prompt = VoicePrompt(engine="kokoro", model_id="kokoro-int8", arrays={"style": style})
+    loud = run(engine, "abcd", voice=prompt)[0].audio
+    assert np.abs(loud).max() == pytest.approx(0.6, abs=0.01)  # gain = 0.1 + |mean(style)|
