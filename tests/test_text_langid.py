@@ -1,0 +1,90 @@
+"""Language segmentation: seed tags, script rules, neutral characters, langdetect."""
+
+import pytest
+
+from cosyedge.text.langid import Run, char_class, detect_language, parse_tags, segment
+
+
+def langs(text, language="auto"):
+    return [(r.language, r.text.strip()) for r in segment(text, language)]
+
+
+def test_char_classes():
+    assert [char_class(c) for c in "中かカaé5,😀한"] == [
+        "han", "kana", "kana", "latin", "latin", "digit", "neutral", "other", "other"]
+
+
+def test_seed_tags_split_languages_and_start_blocks():
+    runs = segment("[zh]今天天气真好[en]It's sunny today")
+    assert runs == [Run("zh", "今天天气真好", False), Run("en", "It's sunny today", True)]
+
+
+def test_tags_are_case_insensitive():
+    assert langs("[ZH]你好[En]hello[jA]東京") == [("zh", "你好"), ("en", "hello"), ("ja", "東京")]
+
+
+def test_ja_tag_makes_kanji_only_text_japanese():
+    assert langs("東京大学") == [("zh", "東京大学")]
+    assert langs("[ja]東京大学") == [("ja", "東京大学")]
+
+
+def test_mul_tag_means_detect_and_closing_tag_returns_to_caller_language():
+    text = "[zh]你好，世界！[en]How are you?[ja]こんにちは[mul]混合模式启动[/mul]東京"
+    assert langs(text, "ja") == [("zh", "你好，世界！"), ("en", "How are you?"), ("ja", "こんにちは"),
+                                 ("zh", "混合模式启动"), ("ja", "東京")]
+
+
+def test_unsupported_tags_are_removed_not_read():
+    assert langs("[ko]hello [yue]你好") == [("en", "hello"), ("zh", "你好")]
+
+
+def test_unknown_bracket_text_is_left_alone():
+    assert langs("[note] hi") == [("en", "[note] hi")]
+
+
+def test_chinese_with_embedded_english_word():
+    assert langs("我喜欢Python编程") == [("zh", "我喜欢"), ("en", "Python"), ("zh", "编程")]
+
+
+def test_any_kana_makes_the_sentence_japanese():
+    assert langs("こんにちは世界") == [("ja", "こんにちは世界")]
+    # the rule is per sentence: a Chinese sentence next to a Japanese one stays Chinese
+    assert langs("你好。東京です。") == [("zh", "你好。"), ("ja", "東京です。")]
+
+
+def test_digits_glued_to_han_belong_to_han():
+    assert langs("Python 3.11版本") == [("en", "Python"), ("zh", "3.11版本")]
+    assert langs("I paid 5元 ok") == [("en", "I paid"), ("zh", "5元"), ("en", "ok")]
+
+
+def test_digits_otherwise_join_the_run_before():
+    assert langs("I have 3 apples, 你好") == [("en", "I have 3 apples,"), ("zh", "你好")]
+
+
+def test_units_after_numbers_stay_with_the_number():
+    assert langs("距离是100km。") == [("zh", "距离是100km。")]
+    assert langs("It is 100 km away") == [("en", "It is 100 km away")]
+
+
+def test_neutral_only_text_uses_tag_or_default():
+    assert langs("123") == [("zh", "123")]
+    assert langs("[en]123") == [("en", "123")]
+    assert [(r.language) for r in segment("123", default="en")] == ["en"]
+
+
+def test_emoji_and_unsupported_scripts_are_dropped():
+    assert langs("hello 😀 world") == [("en", "hello   world")]
+    assert segment("안녕하세요") == []
+
+
+def test_detect_language_is_deterministic_and_uses_scripts_first():
+    assert detect_language("こんにちは世界") == "ja"
+    assert detect_language("今天天气真好") == "zh"
+    assert detect_language("12345 !!") is None
+    french = "Bonjour tout le monde, comment allez-vous aujourd'hui ?"
+    assert [detect_language(french) for _ in range(5)] == ["fr"] * 5
+    assert detect_language("The weather is lovely today and we are going out") == "en"
+
+
+def test_parse_tags_yields_blocks_in_order():
+    assert list(parse_tags("a[en]b[/en]c", "zh")) == [("zh", "a"), ("en", "b"), ("zh", "c")]

@@ -1,0 +1,83 @@
+"""Normalization of numbers, dates, times, money, units and symbols in zh, en and ja."""
+
+import pytest
+
+from cosyedge.text.normalize import normalize
+from cosyedge.text.normalize_en import cardinal, ordinal, year
+
+
+@pytest.mark.parametrize("n, words", [
+    (0, "zero"), (13, "thirteen"), (40, "forty"), (99, "ninety-nine"), (100, "one hundred"),
+    (1234, "one thousand two hundred thirty-four"), (1_000_001, "one million one"),
+    (-7, "minus seven")])
+def test_english_cardinals(n, words):
+    assert cardinal(n) == words
+
+
+def test_english_ordinals_and_years():
+    assert [ordinal(n) for n in (1, 2, 3, 5, 12, 20, 21, 100)] == [
+        "first", "second", "third", "fifth", "twelfth", "twentieth", "twenty-first", "one hundredth"]
+    assert [year(y) for y in (1999, 2005, 2024, 1900, 1905)] == [
+        "nineteen ninety-nine", "two thousand five", "twenty twenty-four", "nineteen hundred",
+        "nineteen oh five"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("I paid $12.50 for 3 books.", "I paid twelve dollars and fifty cents for three books."),
+    ("It costs $1.5 million.", "It costs one point five million dollars."),
+    ("50% of 1,234 people", "fifty percent of one thousand two hundred thirty-four people"),
+    ("Meet at 9:05 pm or 10:00.", "Meet at nine oh five P M or ten o'clock."),
+    ("Born 2024-01-15, 1/2/1999.", "Born January fifteenth, twenty twenty-four, January second, nineteen ninety-nine."),
+    ("In 2024 we had 2024 apples.", "In twenty twenty-four we had two thousand twenty-four apples."),
+    ("Dr. Smith of the U.S.A. is here", "Doctor Smith of the U S A is here"),
+    ("It is 25°C and 1 km away.", "It is twenty-five degrees Celsius and one kilometer away."),
+    ("the 1st and 22nd", "the first and twenty-second"),
+    ("pages 10-20, -5 degrees", "pages ten to twenty, minus five degrees"),
+    ("version 3.11.2 of example.com", "version three point eleven point two of example dot com"),
+    ("A & B + C = D @ home #1", "A and B plus C equals D at home number one"),
+    ("agent 007", "agent zero zero seven"),
+    ("pi is 3.14", "pi is three point one four"),
+])
+def test_english(text, expected):
+    assert normalize(text, "en") == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2024年1月15日", "二零二四年一月十五日"),
+    ("今天是2024-01-15，10:30开会", "今天是二零二四年一月十五日，十点三十分开会"),
+    ("8:05出发", "八点零五分出发"),
+    ("增长了50%，约3.5%", "增长了百分之五十，约百分之三点五"),
+    ("温度是25°C，明天-3℃", "温度是二十五摄氏度，明天负三摄氏度"),
+    ("共有1,234,567人", "共有一百二十三万四千五百六十七人"),
+    ("电话13800138000", "电话幺三八零零幺三八零零零"),
+    ("价格¥12.5，或$5", "价格十二点五元，或五美元"),
+    ("距离100km，重1kg", "距离一百公里，重一千克"),
+    ("第1名，1/2", "第一名，二分之一"),
+    ("3-5天", "三到五天"),
+    ("A&B", "A和B"),
+    ("编号007", "编号零零七"),
+    ("3.11版本", "三点一一版本"),
+    ("100%", "百分之一百"),
+])
+def test_chinese(text, expected):
+    assert normalize(text, "zh") == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("10:30に会いましょう", "10時30分に会いましょう"),
+    ("2024-01-15です", "2024年1月15日です"),
+    ("$5です", "5ドルです"),
+    ("25°Cです", "25度です"),
+    ("1,000円", "1000円"),
+    ("3.14です", "3点一四です"),
+    ("100kmです", "100キロメートルです"),
+    ("-5度", "マイナス5度"),
+    ("A&B", "AアンドB"),
+])
+def test_japanese(text, expected):
+    assert normalize(text, "ja") == expected
+
+
+def test_unknown_language_is_a_programming_error():
+    with pytest.raises(ValueError):
+        normalize("x", "fr")
