@@ -434,7 +434,9 @@ def _parse_meta(blob: bytes) -> dict[str, Any]:
         raise InputError(f"the voice file's meta.json is not format {LIBRARY_FORMAT}")
     for key in ("name", "engine", "model_id"):
         value = meta.get(key)
-        if not isinstance(value, str) or (key != "name" and not re.fullmatch(r"[\w.:+-]{1,100}", value)):
+        # engine may be "" (saved without encoding); model_id names the model it was saved for
+        pattern = r"[\w.:+-]{0,100}" if key == "engine" else r"[\w.:+-]{1,100}"
+        if not isinstance(value, str) or (key != "name" and not re.fullmatch(pattern, value)):
             raise InputError(f"the voice file's meta.json has an invalid {key!r}")
     return meta
 

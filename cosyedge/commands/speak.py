@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("text", nargs="?", help="text to read (or use -f)")
     parser.add_argument("-f", "--file", help="read the text from a UTF-8 file, '-' for stdin")
     parser.add_argument("--voice", default="female_1", help="preset voice (see `voices`)")
+    parser.add_argument("--voice-id", dest="voice_id",
+                        help="saved voice (see `library list`); overrides --voice")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
     parser.add_argument("--lang", default="auto", choices=LANGUAGES, help="language of untagged text")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write")
@@ -45,7 +47,14 @@ def run(args: argparse.Namespace) -> int:
     text = read_text(args)
     synthesis.check_text(text, settings.max_text_chars)  # fail before loading the model
     engine = load_engine(settings)
-    result = synthesis.synthesize(engine, text, args.voice,
+    voice = args.voice
+    if args.voice_id:
+        from cosyedge.commands.voice_library import describe, saved_voice_prompt
+
+        voice = saved_voice_prompt(settings, engine, args.voice_id)
+        if describe(voice.meta):
+            print(describe(voice.meta))
+    result = synthesis.synthesize(engine, text, voice,
                                   SynthesisOptions(speed=args.speed, language=args.lang),
                                   max_chars=settings.max_text_chars)
     path = write_wav_atomic(args.output, result.audio, result.sample_rate)
