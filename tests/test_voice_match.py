@@ -15,8 +15,6 @@ from cosyedge.engines.kokoro import model_files, voice_match
 from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.speaker import shared_encoder, similarity
 
-pytestmark = pytest.mark.slow
-
 # "Once upon a time, a kind old woman lived in a village." / "Please read this book by tomorrow."
 TARGET_TEXT = "mɯkaɕimɯkaɕi, aɾɯ mɯɾa ɲi jasaɕii obaːsaɴ ɡa sɨnde i maɕita."
 HELD_OUT_TEXT = "この本を明日までに読んでください。"
@@ -41,6 +39,7 @@ def speak(engine: KokoroEngine, text: str, voice) -> np.ndarray:
     return np.concatenate([c.audio for c in engine.synthesize(text, voice, SynthesisOptions(language="ja"))])
 
 
+@pytest.mark.slow
 def test_match_raises_similarity_over_the_nearest_preset(engine):
     target = shifted_voice(engine, "jf_alpha", 0.85)
     budget = voice_match.MatchBudget(max_evals=10, deadline_s=1e9, seed=0)  # bounded by count: reproducible
@@ -58,6 +57,7 @@ def test_match_raises_similarity_over_the_nearest_preset(engine):
     assert matched > preset, (matched, preset, meta)
 
 
+@pytest.mark.slow
 def test_preset_voice_matches_itself_best(engine):
     """A prompt spoken by a bundled pack: the nearest preset is that pack and similarity is high."""
     target = shifted_voice(engine, "jm_kumo", 1.0)
@@ -67,6 +67,7 @@ def test_preset_voice_matches_itself_best(engine):
     assert result.meta["similarity_before"] > 0.8
 
 
+@pytest.mark.slow
 def test_similarity_is_a_cosine_that_separates_speakers(engine):
     a = speak(engine, HELD_OUT_TEXT, "female_1")
     b = speak(engine, "今日はいい天気ですね。", "female_1")
@@ -76,3 +77,43 @@ def test_similarity_is_a_cosine_that_separates_speakers(engine):
     assert same - different > 0.2
     enc = shared_encoder()
     assert abs(np.linalg.norm(enc.embed(a, 24000)) - 1.0) < 1e-4
+
+
+# ---- the search's parts, without the model ----------------------------------------------------------
+
+def test_project_keeps_weights_bounded_and_summing_to_one():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        w = voice_match.project(rng.normal(0, 3, 5))
+        assert abs(w.sum() - 1) < 1e-6
+        assert w.min() >= -voice_match.EXTRAPOLATE - 1e-9 and w.max() <= 1 + voice_match.EXTRAPOLATE + 1e-9
+    np.testing.assert_allclose(voice_match.project(np.array([0.2, 0.3, 0.5])), [0.2, 0.3, 0.5])
+
+
+def test_pitch_weights_bracket_the_target_in_log_f0():
+    f0 = np.array([277.0, 231.0, 224.0, 314.0, 92.0])
+    w = voice_match.pitch_weights(f0, 160.0)  # between jm_kumo (92) and jf_nezumi (224)
+    assert w is not None and abs(w.sum() - 1) < 1e-9
+    assert set(np.flatnonzero(w)) == {2, 4}
+    assert np.isclose(np.exp(w[2] * np.log(224.0) + w[4] * np.log(92.0)), 160.0)
+    low = voice_match.pitch_weights(f0, 60.0)  # below every pack: extrapolated, but bounded
+    assert low[4] <= 1 + voice_match.EXTRAPOLATE and low[4] > 1
+    assert voice_match.pitch_weights(f0, float("nan")) is None
+
+
+def test_blend_pack_mixes_the_two_halves_separately():
+    a, b = np.zeros((510, 1, 256), np.float32), np.ones((510, 1, 256), np.float32)
+    out = voice_match.blend_pack([a, b], np.array([1.0, 0.0]), np.array([0.25, 0.75]))
+    assert np.all(out[..., :128] == 0.0) and np.allclose(out[..., 128:], 0.75)
+
+
+def test_artefact_penalty_prefers_clean_speechlike_audio():
+    from tests.test_prompt_audio import speechlike
+
+    clean = speechlike(2.0)
+    noisy = clean + 0.05 * np.random.default_rng(0).standard_normal(clean.size).astype(np.float32)
+    clipped = np.clip(clean * 20, -1, 1)
+    p_clean = voice_match.artefact_penalty(clean, 24000, 2.0)
+    assert p_clean < voice_match.artefact_penalty(noisy, 24000, 2.0)
+    assert p_clean < voice_match.artefact_penalty(clipped, 24000, 2.0)
+    assert p_clean < voice_match.artefact_penalty(clean, 24000, 4.0)  # prosody drift

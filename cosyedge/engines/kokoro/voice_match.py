@@ -3,14 +3,18 @@
 What it does, honestly: it looks for the Kokoro style pack whose voice sounds most like the prompt to a
 speaker encoder (``cosyedge.speaker``), among blends of the five bundled packs. Kokoro's 256-d style
 vector has two halves: the first 128 values drive the decoder (timbre), the last 128 the prosody
-predictor (pitch contour, durations, energy). The search space is therefore two convex blend weight
-vectors over the packs, one per half, which lets it mix one pack's timbre with another's pitch, and a
-small extrapolation (weights down to ``-EXTRAPOLATE``) to move a little beyond the packs.
+predictor (pitch contour, durations, energy). The search space is therefore two blend weight vectors
+over the packs, one per half, which lets it mix one pack's timbre with another's pitch, with a small
+extrapolation (weights down to ``-EXTRAPOLATE``) to move a little beyond the packs. Pitch is adapted
+through the prosody half: the prompt's median F0 picks the two packs that bracket it and their blend
+(F0 moves almost linearly in log F0 along such a blend); no audio is pitch-shifted afterwards.
 
 Each candidate is scored by synthesizing one fixed probe sentence, embedding it, and taking the cosine
 similarity to the prompt's embedding minus a penalty for artefacts (clipping, a raised noise floor,
-a probe whose length drifts from the presets', a sign of broken prosody). The search is a seeded
-(1+1) evolution strategy in the blend weights, bounded by a number of evaluations and a deadline.
+a probe whose length drifts from the presets', a sign of broken prosody). The search tries a few
+structured candidates first (the least-squares blend of pack embeddings, the best pack, the best two,
+each with the pitch-matched prosody), then runs a seeded (1+1) evolution strategy on the weights,
+bounded by a number of probes and a deadline. Pack and preset probes are memoized on the engine.
 Every preset is a candidate, so the result is never scored below the nearest preset.
 
 The result is a VoicePrompt with ``arrays["style"]`` ([510, 1, 256]) and meta saying "approximate voice
@@ -115,14 +119,35 @@ class _Scorer:
         return self.encoder.embed(audio, self.rate)
 
 
-def _pack_probes(scorer: _Scorer, names: list[str]) -> dict[str, tuple[np.ndarray, float]]:
-    """Embedding and duration of the probe for each bundled pack, memoized on the engine object
+@dataclass(frozen=True)
+class PackProbe:
+    embedding: np.ndarray
+    seconds: float
+    f0: float  # median F0 of the probe, Hz (nan when unvoiced)
+
+
+def median_f0(audio: np.ndarray, sample_rate: int) -> float:
+    """Median F0 (Hz) over the loud frames, by YIN; nan when there is no voiced speech."""
+    import librosa
+
+    x = np.asarray(audio, dtype=np.float32).reshape(-1)
+    if x.size < 2048:
+        return float("nan")
+    f0 = librosa.yin(x, fmin=60, fmax=600, sr=sample_rate, frame_length=2048, hop_length=512)
+    rms = librosa.feature.rms(y=x, frame_length=2048, hop_length=512)[0][: f0.size]
+    voiced = f0[: rms.size][rms > 0.3 * rms.max()] if rms.size and rms.max() > 0 else f0[:0]
+    return float(np.median(voiced)) if voiced.size else float("nan")
+
+
+def _pack_probes(scorer: _Scorer, names: list[str]) -> dict[str, PackProbe]:
+    """Embedding, duration and F0 of the probe for each bundled pack, memoized on the engine object
     (they depend only on the model, and cost one synthesis each)."""
-    memo: dict[str, tuple[np.ndarray, float]] = scorer.engine.__dict__.setdefault(_MEMO_ATTR, {})
+    memo: dict[str, PackProbe] = scorer.engine.__dict__.setdefault(_MEMO_ATTR, {})
     for name in names:
         if name not in memo:
             audio = scorer.probe(scorer.engine.packs[name])
-            memo[name] = (scorer.embed(audio), audio.size / scorer.rate)
+            memo[name] = PackProbe(scorer.embed(audio), audio.size / scorer.rate,
+                                   median_f0(audio, scorer.rate))
     return memo
 
 
@@ -137,20 +162,66 @@ def _initial_weights(embeddings: np.ndarray, target: np.ndarray) -> np.ndarray:
     return weights / total if total > 0 else np.full(len(embeddings), 1.0 / len(embeddings))
 
 
-def _propose(best: Candidate, rng: np.random.Generator, step: float) -> Candidate:
-    """Perturb both weight vectors, keep each summing to 1 and no weight below -EXTRAPOLATE."""
-    def move(w: np.ndarray) -> np.ndarray:
-        w = np.maximum(w + rng.normal(0.0, step, w.size), -EXTRAPOLATE)
-        if w.sum() < 0.2:  # a degenerate draw: nudge toward the uniform blend instead
-            w = w + (0.2 - w.sum()) / w.size
-        return w / w.sum()
+def pitch_weights(pack_f0: np.ndarray, target_f0: float) -> np.ndarray | None:
+    """Prosody weights over two packs whose blend should speak at ``target_f0``.
 
-    timbre = move(best.timbre)
-    # Half the time move only one half, so timbre and pitch are also explored independently.
-    prosody = best.prosody.copy() if rng.random() < 0.25 else move(best.prosody)
-    if rng.random() < 0.25:
-        timbre = best.timbre.copy()
-    return Candidate(timbre=timbre, prosody=prosody)
+    F0 is set by the prosody half only and moves almost linearly in log F0 along a blend of two
+    packs (measured: jf_alpha 277 Hz -> jm_kumo 92 Hz gives 222/177/136 Hz at 25/50/75 %). The
+    two packs bracketing the target are interpolated; outside the packs' range the nearest two are
+    extrapolated by at most EXTRAPOLATE.
+    """
+    ok = np.flatnonzero(np.isfinite(pack_f0) & (pack_f0 > 0))
+    if not np.isfinite(target_f0) or target_f0 <= 0 or ok.size < 2:
+        return None
+    logs = np.log(pack_f0[ok])
+    order = ok[np.argsort(logs)]
+    logs = np.sort(logs)
+    t = np.log(target_f0)
+    i = int(np.clip(np.searchsorted(logs, t), 1, logs.size - 1))
+    lo, hi = order[i - 1], order[i]
+    frac = (t - logs[i - 1]) / max(logs[i] - logs[i - 1], 1e-6)
+    frac = float(np.clip(frac, -EXTRAPOLATE, 1.0 + EXTRAPOLATE))
+    w = np.zeros(pack_f0.size)
+    w[lo], w[hi] = 1.0 - frac, frac
+    return w
+
+
+def project(w: np.ndarray) -> np.ndarray:
+    """The nearest weights that sum to 1 with every weight in [-EXTRAPOLATE, 1 + EXTRAPOLATE]
+    (alternating clip and an even shift; converges in a few rounds), so a blend never leaves the
+    neighbourhood of the packs, where Kokoro's output stays clean."""
+    w = np.asarray(w, dtype=np.float64).copy()
+    for _ in range(50):
+        w = np.clip(w, -EXTRAPOLATE, 1.0 + EXTRAPOLATE)
+        gap = 1.0 - w.sum()
+        if abs(gap) < 1e-9:
+            break
+        free = (w > -EXTRAPOLATE) if gap < 0 else (w < 1.0 + EXTRAPOLATE)
+        w[free] += gap / max(int(free.sum()), 1)
+    return w
+
+
+def _propose(best: Candidate, rng: np.random.Generator, step: float) -> Candidate:
+    """Perturb the timbre weights (and, a third of the time, the prosody weights a little)."""
+    prosody = best.prosody.copy()
+    if rng.random() < 1 / 3:
+        prosody = project(prosody + rng.normal(0.0, step / 3, prosody.size))
+    return Candidate(timbre=project(best.timbre + rng.normal(0.0, step, best.timbre.size)), prosody=prosody)
+
+
+def _schedule(sims: np.ndarray, guess: np.ndarray, pitch: np.ndarray | None) -> list[Candidate]:
+    """Structured first candidates, most promising first: the NNLS guess and the best packs' timbre,
+    each with the pitch-matched prosody (or, without a usable F0, their own prosody)."""
+    order = np.argsort(-sims)
+    one_hot = np.eye(sims.size)
+    top, second = one_hot[order[0]], one_hot[order[1]]
+    pair = 0.5 * (top + second)
+    out = []
+    for timbre in (guess, top, pair):
+        out.append(Candidate(timbre=timbre.copy(), prosody=(pitch if pitch is not None else timbre).copy()))
+    if pitch is None:
+        out.append(Candidate(timbre=top.copy(), prosody=second.copy()))
+    return out
 
 
 def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
@@ -160,12 +231,14 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
     budget = budget or MatchBudget()
     encoder = encoder or shared_encoder()
     target = encoder.embed(audio, sample_rate)
+    target_f0 = median_f0(audio, sample_rate)
     scorer = _Scorer(engine, encoder, target)
     names = sorted(engine.packs)
     packs = [engine.packs[n] for n in names]
     probes = _pack_probes(scorer, names)
-    pack_emb = np.stack([probes[n][0] for n in names])
-    expected_s = float(np.median([probes[n][1] for n in names]))
+    pack_emb = np.stack([probes[n].embedding for n in names])
+    sims = pack_emb @ target
+    expected_s = float(np.median([probes[n].seconds for n in names]))
 
     def evaluate(cand: Candidate) -> Candidate:
         out = scorer.probe(blend_pack(packs, cand.timbre, cand.prosody))
@@ -173,31 +246,41 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         cand.penalty = artefact_penalty(out, scorer.rate, expected_s)
         return cand
 
-    # The presets, scored from the memo where they are single packs; blends are synthesized.
+    # The presets: single packs come from the memo; blended presets are probed once and memoized too.
     preset_scores: dict[str, Candidate] = {}
     for preset, weights in presets.PRESETS.items():
         w = np.array([weights.get(n, 0.0) for n in names], dtype=np.float64)
         w /= w.sum()
-        cand = Candidate(timbre=w, prosody=w.copy())
         if len(weights) == 1:
-            cand.similarity = cosine(target, probes[next(iter(weights))][0])
+            embedding = probes[next(iter(weights))].embedding
         else:
-            evaluate(cand)
-        preset_scores[preset] = cand
+            memo = engine.__dict__[_MEMO_ATTR]
+            if f"preset:{preset}" not in memo:
+                out = scorer.probe(blend_pack(packs, w, w))
+                memo[f"preset:{preset}"] = PackProbe(scorer.embed(out), out.size / scorer.rate,
+                                                     median_f0(out, scorer.rate))
+            embedding = memo[f"preset:{preset}"].embedding
+        preset_scores[preset] = Candidate(timbre=w, prosody=w.copy(), similarity=cosine(target, embedding))
     nearest = max(preset_scores, key=lambda p: preset_scores[p].similarity)
     best = max(preset_scores.values(), key=lambda c: c.score)
     search_started = time.monotonic()
 
-    guess = _initial_weights(pack_emb, target)
-    tried = [evaluate(Candidate(timbre=guess, prosody=guess.copy()))]
+    def within_budget(n: int) -> bool:
+        return n < budget.max_evals and time.monotonic() - search_started < budget.deadline_s
+
+    pitch = pitch_weights(np.array([probes[n].f0 for n in names]), target_f0)
+    tried: list[Candidate] = []
+    for cand in _schedule(sims, _initial_weights(pack_emb, target), pitch):
+        if not within_budget(len(tried)):
+            break
+        tried.append(evaluate(cand))
     rng = np.random.default_rng(budget.seed)
     step = budget.step
-    while (len(tried) < budget.max_evals
-           and time.monotonic() - search_started < budget.deadline_s):
+    while within_budget(len(tried)):
         parent = max([best, *tried], key=lambda c: c.score)
         cand = evaluate(_propose(parent, rng, step))
         tried.append(cand)
-        step = step * 1.2 if cand.score > parent.score else step * 0.85
+        step = min(0.6, step * 1.3) if cand.score > parent.score else max(0.05, step * 0.8)
     best = max([best, *tried], key=lambda c: c.score)
 
     before = preset_scores[nearest].similarity
@@ -209,6 +292,7 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         arrays={"style": blend_pack(packs, best.timbre, best.prosody)},
         meta={"method": METHOD, "similarity_before": round(before, 4),
               "similarity_after": round(best.similarity, 4), "nearest_preset": nearest,
+              "prompt_f0_hz": None if not np.isfinite(target_f0) else round(target_f0, 1),
               "timbre_weights": {n: round(float(w), 4) for n, w in zip(names, best.timbre)},
               "prosody_weights": {n: round(float(w), 4) for n, w in zip(names, best.prosody)},
               "artefact_penalty": round(best.penalty, 4), "probes": scorer.evals,
