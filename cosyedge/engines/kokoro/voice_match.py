@@ -80,18 +80,28 @@ def blend_pack(packs: list[np.ndarray], timbre: np.ndarray, prosody: np.ndarray)
     return out
 
 
-def artefact_penalty(audio: np.ndarray, sample_rate: int, expected_s: float | None) -> float:
-    """0 for a clean probe; grows with clipping, a noise floor closer than 45 dB to the speech and a
-    duration more than 25 % away from the presets' (a sign the prosody half broke)."""
+def level_gap_db(audio: np.ndarray, sample_rate: int) -> float:
+    """Distance in dB between loud speech (95th percentile of 20 ms frames) and the quiet frames
+    (10th percentile): small when a hiss or buzz fills the pauses."""
+    x = np.asarray(audio, dtype=np.float64).reshape(-1)
+    frame = int(0.02 * sample_rate)
+    n = x.size // frame
+    if n < 2:
+        return 0.0
+    db = 10 * np.log10(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
+    return float(np.percentile(db, 95) - np.percentile(db, 10))
+
+
+def artefact_penalty(audio: np.ndarray, sample_rate: int, expected_s: float | None,
+                     reference_gap_db: float = 45.0) -> float:
+    """0 for a probe as clean as the bundled packs'; grows with clipping, with a noise floor that
+    rises above theirs (``reference_gap_db``, their median level gap, less 3 dB of slack) and with a
+    duration more than 25 % away from theirs (a sign the prosody half broke)."""
     x = np.asarray(audio, dtype=np.float64).reshape(-1)
     if x.size < sample_rate // 4 or not np.isfinite(x).all():
         return 1.0
     penalty = 5.0 * float(np.mean(np.abs(x) >= 0.99))
-    frame = int(0.02 * sample_rate)
-    n = x.size // frame
-    db = 10 * np.log10(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
-    floor_gap = float(np.percentile(db, 95) - np.percentile(db, 10))
-    penalty += 0.005 * max(0.0, 45.0 - floor_gap)
+    penalty += 0.01 * max(0.0, reference_gap_db - 3.0 - level_gap_db(x, sample_rate))
     if expected_s:
         drift = abs(x.size / sample_rate - expected_s) / expected_s
         penalty += 0.5 * max(0.0, drift - 0.25)
@@ -124,6 +134,7 @@ class PackProbe:
     embedding: np.ndarray
     seconds: float
     f0: float  # median F0 of the probe, Hz (nan when unvoiced)
+    gap_db: float  # level_gap_db of the probe
 
 
 def median_f0(audio: np.ndarray, sample_rate: int) -> float:
@@ -147,7 +158,7 @@ def _pack_probes(scorer: _Scorer, names: list[str]) -> dict[str, PackProbe]:
         if name not in memo:
             audio = scorer.probe(scorer.engine.packs[name])
             memo[name] = PackProbe(scorer.embed(audio), audio.size / scorer.rate,
-                                   median_f0(audio, scorer.rate))
+                                   median_f0(audio, scorer.rate), level_gap_db(audio, scorer.rate))
     return memo
 
 
@@ -239,11 +250,14 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
     pack_emb = np.stack([probes[n].embedding for n in names])
     sims = pack_emb @ target
     expected_s = float(np.median([probes[n].seconds for n in names]))
+    reference_gap = float(np.median([probes[n].gap_db for n in names]))
 
     def evaluate(cand: Candidate) -> Candidate:
         out = scorer.probe(blend_pack(packs, cand.timbre, cand.prosody))
         cand.similarity = cosine(target, scorer.embed(out))
-        cand.penalty = artefact_penalty(out, scorer.rate, expected_s)
+        cand.penalty = artefact_penalty(out, scorer.rate, expected_s, reference_gap)
+        logger.debug("probe %d: similarity %.3f penalty %.3f timbre %s prosody %s", scorer.evals,
+                     cand.similarity, cand.penalty, np.round(cand.timbre, 2), np.round(cand.prosody, 2))
         return cand
 
     # The presets: single packs come from the memo; blended presets are probed once and memoized too.
@@ -258,7 +272,7 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
             if f"preset:{preset}" not in memo:
                 out = scorer.probe(blend_pack(packs, w, w))
                 memo[f"preset:{preset}"] = PackProbe(scorer.embed(out), out.size / scorer.rate,
-                                                     median_f0(out, scorer.rate))
+                                                     median_f0(out, scorer.rate), level_gap_db(out, scorer.rate))
             embedding = memo[f"preset:{preset}"].embedding
         preset_scores[preset] = Candidate(timbre=w, prosody=w.copy(), similarity=cosine(target, embedding))
     nearest = max(preset_scores, key=lambda p: preset_scores[p].similarity)
