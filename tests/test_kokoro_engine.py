@@ -32,6 +32,9 @@ class SplitOnPeriodFrontend:
     def token_ids(self, phonemes: str) -> list[int]:
         return [1 + (ord(c) % 100) for c in phonemes]
 
+    def close(self) -> None:
+        pass
+
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> KokoroEngine:

@@ -160,7 +160,7 @@ def _plain_number(match: re.Match) -> str:
     text = match.group(0)
     if re.fullmatch(r"\d{4}", text):
         value = int(text)
-        before = match.string[:match.start()]
+        before = match.string[max(0, match.start() - 12):match.start()]  # longest cue + space
         if 1100 <= value <= 1999 or (2000 <= value <= 2099 and _YEAR_CUE.search(before)):
             return year(value)
     return number(text)

