@@ -1,0 +1,121 @@
+"""Start cosyedge: one server on port 7860 with the Gradio page and the REST API.
+
+    python app.py                          # http://127.0.0.1:7860, this machine only
+    COSYEDGE_AUTH=user:pw python app.py --host 0.0.0.0   # on the LAN, with credentials
+
+Nothing heavy happens here: the engine loads on the first job and is released when idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from cosyedge.config import Settings, SettingsError, add_arguments, from_args
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from cosyedge.jobs import ThermalSource
+    from cosyedge.service import Service
+
+logger = logging.getLogger("cosyedge.app")
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and "localhost"."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse to serve the LAN without credentials unless the user explicitly opted out."""
+    if is_loopback(settings.host) or settings.auth:
+        return
+    if settings.insecure_no_auth:
+        logger.warning("serving %s WITHOUT credentials (--insecure-no-auth): anyone on the network "
+                       "can use this box", settings.host)
+        return
+    raise SettingsError(f"host {settings.host} exposes the app on the network: set "
+                        "COSYEDGE_AUTH=user:password, or pass --insecure-no-auth to serve without "
+                        "credentials")
+
+
+def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
+    """REST routes, then the Gradio page mounted at "/", wrapped in auth when configured."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from cosyedge.api import create_api
+
+    settings = service.settings
+    app = create_api(service)
+    if with_ui:
+        import gradio as gr
+
+        from cosyedge.ui import build_ui, queue_settings, theme
+
+        demo = build_ui(service)
+        demo.queue(**queue_settings(service))
+        app = gr.mount_gradio_app(app, demo, path="/", theme=theme(), ssr_mode=False,
+                                  footer_links=[], mcp_server=False, pwa=False,
+                                  max_file_size=int(settings.max_upload_mb * 1024 * 1024),
+                                  allowed_paths=[str(settings.outputs_path.resolve())],
+                                  enable_monitoring=False)
+    if settings.auth:
+        from cosyedge.auth import BasicAuthMiddleware
+
+        app.add_middleware(BasicAuthMiddleware, credentials=settings.auth)
+    return app
+
+
+def make_service(settings: Settings, thermal: "ThermalSource | None" = None) -> "Service":
+    """The service with the real engine loader (lazy) and its idle-unload thread started."""
+    from cosyedge.service import Service
+
+    service = Service(settings, thermal=thermal)
+    service.start()
+    return service
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python app.py", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.add_argument("--insecure-no-auth", dest="insecure_no_auth", action="store_true",
+                        default=None, help="serve a non-local --host without credentials (warns)")
+    parser.add_argument("--max-text-chars", dest="max_text_chars", type=int)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = from_args(args)
+        logging.basicConfig(level=settings.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        check_exposure(settings)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    service = make_service(settings)
+    app = build_app(service)
+    logger.info("cosyedge on http://%s:%d (model %s loads on the first job)", settings.host,
+                settings.port, settings.model)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port,
+                    log_level=settings.log_level.lower(), timeout_graceful_shutdown=5)
+    finally:
+        service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

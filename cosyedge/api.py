@@ -1,0 +1,304 @@
+"""REST routes over the one :class:`~cosyedge.service.Service`.
+
+* ``POST /tts``: the seed's route (``{"text","speaker","speed"}`` -> base64 WAV JSON), extended with
+  ``voice_id``, ``instruct``, ``prompt_audio`` (base64), ``prompt_text``, ``language`` and ``job_id``.
+* ``POST /v1/audio/speech``: OpenAI-compatible; returns audio bytes (wav, pcm, mp3, opus, flac).
+* ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
+
+Every error is ``{"error": {"type", "message"}}`` with its 4xx/5xx code (429 carries Retry-After).
+A request whose client disconnects while its job waits or runs cancels that job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import io
+import json
+import logging
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cosyedge import __version__
+from cosyedge.audio import to_pcm16, wav_bytes
+from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
+                             ParameterError, PayloadTooLargeError)
+from cosyedge.service import Service, TTSRequest, TTSResult
+
+logger = logging.getLogger(__name__)
+
+REST_PATHS = ("/tts", "/v1/")
+MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/L16", "mp3": "audio/mpeg", "opus": "audio/ogg",
+               "flac": "audio/flac"}
+#: Rates libopus accepts; other rates are resampled to 48 kHz for opus output.
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+
+
+class ErrorBody(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class TTSBody(BaseModel):
+    """``POST /tts`` body: the seed's three fields plus optional extensions."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str = Field(description="Text to read; may carry [zh]/[en]/[ja] tags")
+    speaker: str | None = Field(None, description="Preset voice, e.g. female_1 (default: first preset)")
+    speed: float = Field(1.0, description="0.5-2.0")
+    voice_id: str | None = Field(None, description="A saved voice")
+    instruct: str | None = Field(None, description="Natural-language instruction")
+    prompt_audio: str | None = Field(None, description="Base64 audio file (WAV/FLAC/OGG/MP3) to clone")
+    prompt_text: str | None = Field(None, description="Transcript of prompt_audio")
+    language: Literal["auto", "zh", "en", "ja"] = "auto"
+    job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
+
+
+class TTSResponse(BaseModel):
+    audio: str = Field(description="Base64 16-bit mono WAV")
+    duration: float
+    sample_rate: int
+    job_id: str
+    engine: str
+    model: str
+    voice: str
+    voice_match: str
+    similarity: float | None = Field(None, description="Speaker similarity to prompt_audio, if measured")
+    instruct: dict[str, Any]
+
+
+class SpeechBody(BaseModel):
+    """OpenAI ``audio.speech.create`` body; unknown extra fields are ignored as OpenAI's are."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(description="Any name; the loaded engine is reported in X-Cosyedge-Engine")
+    input: str
+    voice: str = Field(description="A preset name, e.g. female_1")
+    response_format: Literal["wav", "pcm", "mp3", "opus", "flac"] = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    stream_format: Literal["audio"] | None = None
+
+
+def error_response(status: int, kind: str, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status,
+                        headers=headers)
+
+
+def decode_base64_audio(data: str) -> bytes:
+    """Strict base64 (a ``data:...;base64,`` prefix is allowed)."""
+    if data.startswith("data:") and "," in data:
+        data = data.split(",", 1)[1]
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise AudioError("prompt_audio is not valid base64") from exc
+
+
+def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    """Encode mono float audio; pcm is raw 16-bit little-endian at ``sample_rate``."""
+    import soundfile as sf
+
+    if fmt == "wav":
+        return wav_bytes(audio, sample_rate)
+    if fmt == "pcm":
+        return to_pcm16(audio).astype("<i2").tobytes()
+    buf = io.BytesIO()
+    pcm = to_pcm16(audio)
+    if fmt == "mp3":
+        sf.write(buf, pcm, sample_rate, format="MP3", subtype="MPEG_LAYER_III")
+    elif fmt == "opus":
+        if sample_rate not in OPUS_RATES:
+            import soxr
+
+            audio = soxr.resample(audio.astype(np.float32), sample_rate, 48000)
+            sample_rate, pcm = 48000, to_pcm16(audio)
+        sf.write(buf, pcm, sample_rate, format="OGG", subtype="OPUS")
+    elif fmt == "flac":
+        sf.write(buf, pcm, sample_rate, format="FLAC", subtype="PCM_16")
+    else:
+        raise ParameterError(f"response_format {fmt!r} is not supported")
+    return buf.getvalue()
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has disconnected (the body has been read, so receive() waits for it)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_job(service: Service, request: Request, tts: TTSRequest,
+                  job_id: str | None = None) -> TTSResult:
+    """Submit and await one job off the event loop; cancel it if the client goes away."""
+    owner = f"rest:{request.client.host if request.client else '?'}"
+    job = await asyncio.to_thread(service.submit, tts, owner, job_id)
+    waiter = asyncio.ensure_future(job.wait_async())
+    watcher = asyncio.ensure_future(_client_gone(request))
+    try:
+        done, _ = await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:
+            logger.info("client disconnected; cancelling job %s", job.id)
+            raise CancelledError("the client disconnected")
+        return waiter.result()
+    finally:
+        watcher.cancel()
+        if not job.finished:
+            job.cancel()
+            waiter.cancel()
+
+
+def _report_header(result: TTSResult) -> str:
+    return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
+                       "similarity": result.similarity, "instruct": result.instruct},
+                      ensure_ascii=True)
+
+
+def build_router(service: Service) -> APIRouter:
+    """All REST routes, bound to one service (no globals)."""
+    router = APIRouter()
+    errors = {400: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
+              413: {"model": ErrorResponse}, 429: {"model": ErrorResponse},
+              503: {"model": ErrorResponse}}
+
+    @router.post("/tts", response_model=TTSResponse, responses=errors, tags=["tts"])
+    async def tts(body: TTSBody, request: Request) -> TTSResponse:
+        """Synthesize text; answers base64 WAV plus a report of what the engine did."""
+        prompt = decode_base64_audio(body.prompt_audio) if body.prompt_audio is not None else None
+        req = TTSRequest(text=body.text, speaker=body.speaker, voice_id=body.voice_id,
+                         prompt_audio=prompt, prompt_text=body.prompt_text, instruct=body.instruct,
+                         speed=body.speed, language=body.language)
+        result = await run_job(service, request, req, body.job_id)
+        wav = await asyncio.to_thread(wav_bytes, result.audio, result.sample_rate)
+        return TTSResponse(audio=base64.b64encode(wav).decode("ascii"),
+                           duration=round(result.duration, 4), sample_rate=result.sample_rate,
+                           job_id=result.job_id, engine=result.engine, model=result.model_id,
+                           voice=result.voice, voice_match=result.voice_match,
+                           similarity=result.similarity, instruct=result.instruct)
+
+    @router.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}},
+                                                **errors}, response_class=Response, tags=["openai"])
+    async def speech(body: SpeechBody, request: Request) -> Response:
+        """OpenAI-compatible speech; the audio bytes come back in the requested format."""
+        req = TTSRequest(text=body.input, speaker=body.voice, speed=body.speed,
+                         instruct=body.instructions)
+        result = await run_job(service, request, req)
+        data = await asyncio.to_thread(encode_audio, result.audio, result.sample_rate,
+                                       body.response_format)
+        media = MEDIA_TYPES[body.response_format]
+        if body.response_format == "pcm":
+            media = f"audio/L16; rate={result.sample_rate}; channels=1"
+        return Response(data, media_type=media,
+                        headers={"X-Cosyedge-Engine": f"{result.engine}/{result.model_id}",
+                                 "X-Cosyedge-Sample-Rate": str(result.sample_rate),
+                                 "X-Cosyedge-Report": _report_header(result)})
+
+    @router.get("/health", tags=["status"])
+    async def health() -> dict[str, Any]:
+        """Engine, loaded or not, queue and thermal state. Never loads the model."""
+        return {"status": "ok", "version": __version__, **service.status().as_dict()}
+
+    @router.get("/voices", tags=["status"])
+    async def voices() -> dict[str, Any]:
+        """Preset and saved voices."""
+        return service.voices()
+
+    @router.get("/jobs", tags=["jobs"])
+    async def jobs() -> dict[str, Any]:
+        """Running and waiting jobs."""
+        return {"jobs": [_job_info(service, job) for job in service.queue.active_jobs()]}
+
+    @router.get("/jobs/{job_id}", responses=errors, tags=["jobs"])
+    async def job_status(job_id: str) -> dict[str, Any]:
+        job = service.queue.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r}")
+        return _job_info(service, job)
+
+    @router.delete("/jobs/{job_id}", responses=errors, tags=["jobs"])
+    async def cancel_job(job_id: str) -> dict[str, Any]:
+        """Cancel a waiting job at once, or a running one between two sentences."""
+        job = service.queue.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r}")
+        return {"job_id": job_id, "cancelled": service.cancel(job_id), "state": job.state.value}
+
+    return router
+
+
+def _job_info(service: Service, job: Any) -> dict[str, Any]:
+    return {"job_id": job.id, "state": job.state.value, "phase": job.phase,
+            "position": service.queue.position(job),
+            "progress": {"done": job.done_steps, "total": job.total_steps}}
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map the exception tree, validation and routing errors to the one JSON error shape."""
+
+    @app.exception_handler(CosyedgeError)
+    async def on_cosyedge_error(_: Request, exc: CosyedgeError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, BusyError) else None
+        if exc.http_status >= 500:
+            logger.error("%s: %s", exc.kind, exc.message)
+        return error_response(exc.http_status, exc.kind, exc.message, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(400, "invalid_request", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, "http_error", str(exc.detail), exc.headers)
+
+
+class BodyLimitMiddleware:
+    """Refuse REST bodies larger than the upload limit (base64 inflated) before reading them."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(REST_PATHS):
+            length = dict(scope.get("headers", [])).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_bytes:
+                exc = PayloadTooLargeError(f"request body is {int(length) / 1e6:.1f} MB; the limit is "
+                                           f"{self.max_bytes / 1e6:.1f} MB")
+                await error_response(exc.http_status, exc.kind, exc.message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_api(service: Service) -> FastAPI:
+    """The FastAPI app with REST routes; app.py mounts the Gradio page on it."""
+    app = FastAPI(title="cosyedge", version=__version__,
+                  description="Offline text to speech: seed-compatible /tts and OpenAI-style speech.",
+                  docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
+    install_error_handlers(app)
+    app.include_router(build_router(service))
+    limit = int(service.settings.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
+    return app

@@ -1,0 +1,513 @@
+"""The facade that the UI and the REST API share: validate, queue, synthesize, report honestly.
+
+* :class:`EngineHolder` loads the engine on first use (nothing heavy at start), counts its users, and
+  releases it after ``idle_unload_minutes`` without use so the memory returns to the system.
+* :class:`Service` turns a :class:`TTSRequest` into a job on the one :class:`~cosyedge.jobs.JobQueue`
+  and says in the :class:`TTSResult` exactly what the engine did (preset used instead of a clone,
+  instruction not applied, ...).
+
+Voice prompts, the saved-voice library and instruction plans plug in at ``_resolve_voice`` (returns a
+:class:`VoiceChoice`, with room for a similarity score) and ``_plan_instruct``; until those land the
+service answers what the engine truly can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import io
+import json
+import logging
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from cosyedge.audio import write_wav_atomic
+from cosyedge.config import Settings
+from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
+from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
+                             PayloadTooLargeError, TextError)
+from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
+from cosyedge.synthesis import synthesize
+from cosyedge.thermal import ThermalSnapshot
+
+logger = logging.getLogger(__name__)
+
+#: Speed range accepted before the engine is loaded (every engine supports at least this).
+SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=(),
+                           sample_rate=0).speed_range
+#: The seed's preset names; shown before the engine has been loaded once.
+SEED_PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
+#: Client-chosen job ids (so a REST client can cancel its own pending request).
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: How long a UI client may still download a finished WAV before the janitor may remove it.
+DOWNLOAD_LEASE_S = 30 * 60
+NOT_APPLIED = "instruction not applied (not supported by this engine yet)"
+
+EngineFactory = Callable[[], Engine]
+
+
+@dataclass(frozen=True)
+class TTSRequest:
+    """One synthesis request, as the UI and every REST route express it."""
+
+    text: str
+    speaker: str | None = None  # a preset name; None = the engine's first preset
+    voice_id: str | None = None  # a saved voice (library lands with the voice-prompt issue)
+    prompt_audio: bytes | None = None  # raw bytes of an audio file (WAV, FLAC, OGG, MP3)
+    prompt_text: str | None = None  # transcript of the prompt audio
+    instruct: str | None = None
+    speed: float = 1.0
+    language: str = "auto"
+    keep_file: bool = False  # write outputs/<job-id>.wav (the UI serves that file)
+
+
+@dataclass(frozen=True)
+class VoiceChoice:
+    """The voice handed to the engine and how it relates to what the client asked for."""
+
+    voice: str | VoicePrompt  # a preset name or an encoded prompt
+    name: str  # shown to the user: the preset, saved voice or "prompt audio"
+    match: str  # "preset", "native clone", "approximate: ...", "none: preset ... used; ..."
+    similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
+
+
+@dataclass
+class TTSResult:
+    """The audio and a truthful account of how it was made."""
+
+    job_id: str
+    audio: np.ndarray
+    sample_rate: int
+    engine: str
+    model_id: str
+    voice: str  # the preset or voice actually used
+    voice_match: str  # "native clone", "none: preset ... used; ...", "preset"
+    instruct: dict[str, Any]  # {"applied": [...], "not_supported": [...], "message": ...}
+    sentences: int
+    seconds: float  # wall time of the synthesis
+    path: Path | None = None
+    similarity: float | None = None  # see VoiceChoice.similarity
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / float(self.sample_rate) if self.sample_rate else 0.0
+
+    def report(self) -> dict[str, Any]:
+        """The JSON-able account, shared by the UI panel and the REST body."""
+        return {"job_id": self.job_id, "engine": self.engine, "model": self.model_id,
+                "voice": self.voice, "voice_match": self.voice_match,
+                "similarity": self.similarity, "instruct": self.instruct,
+                "sentences": self.sentences, "duration": round(self.duration, 3),
+                "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """What the status line and /health show."""
+
+    engine: str
+    model: str
+    model_state: str  # "not loaded", "loading model…", "loaded", "missing: <why>"
+    queue: QueueStats
+    thermal: ThermalSnapshot
+    position: int | None = None  # the asking session's place in the waiting list
+    own_phase: str | None = None  # the asking session's job phase, e.g. "sentence 2/5"
+
+    def line(self) -> str:
+        """One human line, English first (the UI labels carry the Chinese)."""
+        t = self.thermal
+        thermal = (f"temperature {t.temp_c:.0f} °C ({t.state}): {t.message}" if t.temp_c is not None
+                   else f"temperature: {t.message}")
+        parts = [f"engine {self.engine} · model {self.model}: {self.model_state}",
+                 f"jobs running {self.queue.running}/{self.queue.limit}, "
+                 f"waiting {self.queue.waiting}/{self.queue.max_waiting}"]
+        if self.position is not None:
+            parts.append(f"your position: {self.position}")
+        elif self.own_phase:
+            parts.append(f"your job: {self.own_phase}")
+        parts.append(thermal)
+        return " | ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.thermal
+        return {"engine": self.engine, "model": self.model, "model_state": self.model_state,
+                "loaded": self.model_state == "loaded",
+                "queue": {"running": self.queue.running, "waiting": self.queue.waiting,
+                          "concurrency": self.queue.concurrency, "limit": self.queue.limit,
+                          "max_waiting": self.queue.max_waiting, "held": self.queue.held},
+                "thermal": {"state": t.state, "temp_c": t.temp_c, "message": t.message,
+                            "max_concurrency": t.max_concurrency, "hold_new": t.hold_new,
+                            "refuse_new": t.refuse_new}}
+
+
+def release_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc keeps them otherwise)."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # musl or no glibc: nothing to trim
+            logger.debug("malloc_trim unavailable")
+
+
+class EngineHolder:
+    """Owns the one engine instance: lazy load, user count, idle unload.
+
+    ``use()`` loads the engine if needed (one loader at a time; others wait), counts the caller as a
+    user and yields the engine. ``unload_if_idle()`` releases it only when nobody uses it and the
+    last use ended ``idle_seconds`` ago (0 = never unload).
+    """
+
+    def __init__(self, factory: EngineFactory, idle_seconds: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._factory = factory
+        self.idle_seconds = idle_seconds
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._engine: Engine | None = None
+        self._loading = False
+        self._releasing = False  # between dropping the engine and the memory being returned
+        self._users = 0
+        self._last_used = clock()
+        self.loads = 0
+        self.unloads = 0
+        # Facts remembered across unloads, so status and /voices need no reload.
+        self.name: str | None = None
+        self.model_id: str | None = None
+        self.presets: list[str] | None = None
+        self.capabilities: Capabilities | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def state(self) -> str:
+        with self._cond:
+            if self._engine is not None:
+                return "loaded"
+            if self._releasing:
+                return "releasing memory…"
+            return "loading model…" if self._loading else "not loaded"
+
+    @contextlib.contextmanager
+    def use(self, on_loading: Callable[[], None] | None = None) -> Iterator[Engine]:
+        """Yield the loaded engine for the duration of one job."""
+        with self._cond:
+            self._users += 1
+            while self._loading or self._releasing:
+                self._cond.wait()
+            must_load = self._engine is None
+            if must_load:
+                self._loading = True
+        try:
+            if must_load:
+                if on_loading is not None:
+                    on_loading()
+                self._load()
+            engine = self._engine
+            assert engine is not None  # internal invariant: set by _load or kept alive by _users
+            yield engine
+        finally:
+            with self._cond:
+                self._users -= 1
+                self._last_used = self._clock()
+                self._cond.notify_all()
+
+    def _load(self) -> None:
+        started = time.monotonic()
+        try:
+            engine = self._factory()
+        except BaseException:
+            with self._cond:
+                self._loading = False
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._engine = engine
+            self._loading = False
+            self.loads += 1
+            self.name = engine.name
+            self.model_id = engine.model_id
+            self.capabilities = engine.capabilities
+            self.presets = list(engine.presets())
+            self._cond.notify_all()
+        logger.info("engine %s (%s) loaded in %.1f s", engine.name, engine.model_id,
+                    time.monotonic() - started)
+
+    def unload_if_idle(self) -> bool:
+        """Release the engine when unused for ``idle_seconds``; True when it was released."""
+        if self.idle_seconds <= 0:
+            return False
+        with self._cond:
+            if (self._engine is None or self._users or self._loading
+                    or self._clock() - self._last_used < self.idle_seconds):
+                return False
+        return self.unload()
+
+    def unload(self) -> bool:
+        """Release the engine now unless a job uses it; True when it was released."""
+        with self._cond:
+            if self._engine is None or self._users or self._loading:
+                return False
+            engine, self._engine = self._engine, None
+            self._releasing = True
+            self.unloads += 1
+        try:
+            engine.close()
+        except Exception:
+            logger.exception("engine close failed; dropping it anyway")
+        finally:
+            del engine
+            release_memory()
+            with self._cond:
+                self._releasing = False
+                self._cond.notify_all()
+        logger.info("engine unloaded after %.0f s idle", self.idle_seconds)
+        return True
+
+
+class Service:
+    """What the UI and the REST API call. One instance per process, built by app.py."""
+
+    def __init__(self, settings: Settings, engine_factory: EngineFactory | None = None,
+                 thermal: ThermalSource | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        if engine_factory is None:
+            def engine_factory() -> Engine:
+                from cosyedge.engines import load_engine
+
+                return load_engine(settings)
+        self.holder = EngineHolder(engine_factory, settings.idle_unload_minutes * 60.0, clock)
+        self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
+        self._in_use_lock = threading.Lock()
+        self._writing: set[Path] = set()
+        self._leases: dict[Path, float] = {}
+        self._stop = threading.Event()
+        self._idle_thread: threading.Thread | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the idle-unload thread (cheap; the engine itself loads on the first job)."""
+        if self.holder.idle_seconds <= 0 or self._idle_thread is not None:
+            return
+        interval = min(30.0, max(0.05, self.holder.idle_seconds / 4))
+
+        def watch() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.holder.unload_if_idle()
+                except Exception:
+                    logger.exception("idle unload failed")
+
+        self._idle_thread = threading.Thread(target=watch, name="cosyedge-idle-unload", daemon=True)
+        self._idle_thread.start()
+
+    def close(self) -> None:
+        """Stop accepting work, cancel jobs, release the engine."""
+        self._stop.set()
+        self.queue.shutdown()
+        if self._idle_thread is not None:
+            self._idle_thread.join(2)
+        self.holder.unload()
+
+    # --- what is available ----------------------------------------------------------------
+    def presets(self) -> list[str]:
+        """Preset names: the engine's once it has been loaded, the seed's list before that."""
+        return list(self.holder.presets) if self.holder.presets is not None else list(SEED_PRESETS)
+
+    def voices(self) -> dict[str, Any]:
+        """Presets and saved voices (the library arrives with the voice-prompt issue)."""
+        caps = self.holder.capabilities
+        return {"presets": self.presets(), "saved": [],
+                "presets_source": "engine" if self.holder.presets is not None else "default list; "
+                "the engine has not been loaded yet",
+                "native_clone": None if caps is None else caps.native_clone,
+                "native_instruct": None if caps is None else caps.native_instruct}
+
+    def model_engine_name(self) -> str:
+        """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""
+        if self.holder.name:
+            return self.holder.name
+        try:
+            manifest = json.loads((self.settings.model_path / "manifest.json").read_text("utf-8"))
+            return str(manifest.get("engine", "unknown"))
+        except (OSError, ValueError):
+            return "unknown"
+
+    def status(self, owner: str | None = None) -> ServiceStatus:
+        state = self.holder.state
+        if state == "not loaded" and not (self.settings.model_path / "manifest.json").is_file():
+            state = "missing: run `python -m cosyedge setup-model`"
+        position = own_phase = None
+        if owner:
+            for job in self.queue.jobs_of(owner):
+                position = self.queue.position(job)
+                own_phase = job.phase
+                break
+        return ServiceStatus(engine=self.model_engine_name(),
+                             model=self.holder.model_id or self.settings.model,
+                             model_state=state, queue=self.queue.stats(),
+                             thermal=self.queue.thermal_snapshot(), position=position,
+                             own_phase=own_phase)
+
+    def in_use_paths(self) -> set[Path]:
+        """Files the janitor must not delete: WAVs being written and recent UI downloads."""
+        now = time.monotonic()
+        with self._in_use_lock:
+            for path in [p for p, until in self._leases.items() if until <= now]:
+                del self._leases[path]
+            return set(self._writing) | set(self._leases)
+
+    def lease(self, path: Path, seconds: float = DOWNLOAD_LEASE_S) -> None:
+        """Protect a finished file from the janitor for a while (a client is downloading it)."""
+        with self._in_use_lock:
+            self._leases[Path(path).resolve()] = time.monotonic() + seconds
+
+    # --- submitting -----------------------------------------------------------------------
+    def validate(self, request: TTSRequest) -> None:
+        """Check everything that can be checked without the engine; raise an InputError naming it."""
+        s = self.settings
+        if not isinstance(request.text, str) or not request.text.strip():
+            raise TextError("text is empty: type something to read")
+        if len(request.text) > s.max_text_chars:
+            raise TextError(f"text is {len(request.text)} characters; the limit is {s.max_text_chars}")
+        if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
+            raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}")
+        low, high = SPEED_RANGE
+        if not low <= float(request.speed) <= high:
+            raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})")
+        if request.language not in LANGUAGES:
+            raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}")
+        if request.speaker is not None and self.holder.presets is not None:
+            self._check_preset(request.speaker, self.holder.presets)
+        if request.voice_id is not None:
+            # The saved-voice library lands with the voice-prompt issue; until then none exist.
+            raise NotFoundError(f"unknown voice_id {request.voice_id!r}: no saved voices exist yet")
+        if request.prompt_audio is not None:
+            probe_audio(request.prompt_audio, s.max_upload_mb)
+        if request.instruct is not None and len(request.instruct) > 500:
+            raise TextError(f"instruction is {len(request.instruct)} characters; the limit is 500")
+
+    @staticmethod
+    def _check_preset(name: str, presets: list[str]) -> str:
+        if name in ("", "default"):
+            return presets[0]
+        if name not in presets:
+            raise NotFoundError(f"unknown voice {name!r}; choose one of {', '.join(presets)}")
+        return name
+
+    def submit(self, request: TTSRequest, owner: str | None = None,
+               job_id: str | None = None) -> Job:
+        """Validate, then queue; raises InputError/NotFoundError at once and BusyError when full."""
+        if job_id is not None and not JOB_ID_RE.match(job_id):
+            raise NameError_("job id must be 1-64 letters, digits, '-' or '_'")
+        self.validate(request)
+        return self.queue.submit(lambda job: self._run(job, request), owner=owner, job_id=job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        return self.queue.cancel(job_id)
+
+    def cancel_owner(self, owner: str) -> int:
+        return self.queue.cancel_owner(owner)
+
+    # --- the work itself (a worker thread) ------------------------------------------------
+    def _run(self, job: Job, request: TTSRequest) -> TTSResult:
+        started = time.monotonic()
+        with self.holder.use(on_loading=lambda: job.set_phase("loading model…")) as engine:
+            if job.is_cancelled():
+                raise CancelledError("cancelled before synthesis started")
+            choice = self._resolve_voice(engine, request)
+            instruct_for_engine, instruct_report = self._plan_instruct(engine, request.instruct)
+            options = SynthesisOptions(speed=float(request.speed), language=request.language,
+                                       instruct=instruct_for_engine)
+            job.set_phase("synthesizing")
+
+            def progress(done: int, total: int) -> None:
+                job.report(done, total)
+                job.set_phase(f"sentence {done}/{total}")
+
+            out = synthesize(engine, request.text, choice.voice, options, self.settings.max_text_chars,
+                             progress=progress, cancelled=job.is_cancelled)
+            if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
+                raise CancelledError("cancelled")
+            result = TTSResult(job_id=job.id, audio=out.audio, sample_rate=out.sample_rate,
+                               engine=engine.name, model_id=engine.model_id, voice=choice.name,
+                               voice_match=choice.match, similarity=choice.similarity,
+                               instruct=instruct_report,
+                               sentences=len(out.sentences), seconds=time.monotonic() - started)
+        if request.keep_file:
+            result.path = self._write_output(job.id, result.audio, result.sample_rate)
+        return result
+
+    def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:
+        path = (self.settings.outputs_path / f"{job_id}.wav").resolve()
+        with self._in_use_lock:
+            self._writing.add(path)
+        try:
+            write_wav_atomic(path, audio, sample_rate)
+            self.lease(path)
+        finally:
+            with self._in_use_lock:
+                self._writing.discard(path)
+        return path
+
+    def _resolve_voice(self, engine: Engine, request: TTSRequest) -> VoiceChoice:
+        """Pick the engine's voice for a request; the voice-prompt work replaces the prompt branch."""
+        preset = self._check_preset(request.speaker or "", list(engine.presets()))
+        if request.prompt_audio is None:
+            return VoiceChoice(preset, preset, "preset")
+        if not engine.capabilities.native_clone:
+            return VoiceChoice(preset, preset,
+                               f"none: preset {preset} used; the {engine.name} engine cannot clone")
+        audio, sample_rate = decode_audio(request.prompt_audio)
+        prompt = engine.encode_prompt(audio, sample_rate, request.prompt_text or None)
+        return VoiceChoice(prompt, "prompt audio", "native clone")
+
+    @staticmethod
+    def _plan_instruct(engine: Engine, instruct: str | None) -> tuple[str | None, dict[str, Any]]:
+        """(instruction passed to the engine, the applied / not-supported report)."""
+        if not instruct or not instruct.strip():
+            return None, {"applied": [], "not_supported": [], "message": "no instruction given"}
+        instruct = instruct.strip()
+        if engine.capabilities.native_instruct:
+            return instruct, {"applied": [instruct], "not_supported": [],
+                              "message": "passed to the engine, which follows instructions natively"}
+        return None, {"applied": [], "not_supported": [instruct], "message": NOT_APPLIED}
+
+
+def probe_audio(data: bytes, max_mb: float) -> float:
+    """Check that ``data`` is a readable, non-empty audio file; return its duration in seconds."""
+    import soundfile as sf
+
+    if len(data) > max_mb * 1024 * 1024:
+        raise PayloadTooLargeError(f"prompt audio is {len(data) / 1e6:.1f} MB; the limit is {max_mb} MB")
+    if not data:
+        raise AudioError("prompt audio is empty")
+    try:
+        info = sf.info(io.BytesIO(data))
+    except Exception as exc:  # soundfile raises several types for "not audio"
+        raise AudioError("prompt audio is not a readable audio file (use WAV, FLAC, OGG or MP3)") from exc
+    if info.frames <= 0 or info.samplerate <= 0:
+        raise AudioError("prompt audio holds no samples")
+    return info.frames / info.samplerate
+
+
+def decode_audio(data: bytes) -> tuple[np.ndarray, int]:
+    """Mono float32 samples and their rate (plain decode; conditioning lives in cosyedge.audio)."""
+    import soundfile as sf
+
+    try:
+        audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as exc:
+        raise AudioError("prompt audio is not a readable audio file (use WAV, FLAC, OGG or MP3)") from exc
+    return audio.mean(axis=1), int(rate)

@@ -1,0 +1,251 @@
+"""The Gradio page: three tabs over one :class:`~cosyedge.service.Service`. Handlers stay thin.
+
+Every generate handler submits a :class:`TTSRequest`, then waits for its job while reporting the
+queue position or per-sentence progress through ``gr.Progress``. Cancel comes from the cancel button,
+from Gradio cancelling the event, or from the page being closed (``demo.unload``); all three cancel
+the session's jobs in the JobQueue, which stops synthesis between sentences.
+"""
+
+# No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
+# to inject gr.Request and gr.Progress, so they must be real objects, not strings.
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from cosyedge.errors import BusyError, CancelledError, CosyedgeError
+from cosyedge.service import SPEED_RANGE, Service, TTSRequest, TTSResult
+
+if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
+    import gradio as gr
+
+logger = logging.getLogger(__name__)
+
+STATUS_REFRESH_S = 2.0
+INSTRUCT_EXAMPLES = [
+    "用开心的语气说",
+    "请用温柔、缓慢的语气朗读",
+    "用四川话说这句话",
+    "Read this slowly and warmly.",
+    "Speak cheerfully, like a children's storyteller.",
+    "Whisper, as if telling a secret.",
+]
+LANGUAGE_CHOICES = [("auto / 自动", "auto"), ("中文 zh", "zh"), ("English en", "en"), ("日本語 ja", "ja")]
+#: System fonts only: the page must not ask any font server for anything.
+SANS = ["system-ui", "-apple-system", "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "PingFang SC",
+        "Microsoft YaHei", "sans-serif"]
+MONO = ["ui-monospace", "DejaVu Sans Mono", "Consolas", "monospace"]
+
+
+def theme() -> "gr.themes.Base":
+    """The default look with system fonts (no Google or CDN requests)."""
+    import gradio as gr
+
+    return gr.themes.Default(font=SANS, font_mono=MONO)
+
+
+def _session(request: "gr.Request | None") -> str:
+    """The owner key of this browser session's jobs."""
+    return f"ui:{getattr(request, 'session_hash', None) or 'anonymous'}"
+
+
+def _ui_error(exc: CosyedgeError) -> "gr.Error":
+    """Map the project's errors to a Gradio error with a title naming the kind."""
+    import gradio as gr
+
+    title = "Busy / 繁忙" if isinstance(exc, BusyError) else "Cannot generate / 无法生成"
+    if isinstance(exc, BusyError):
+        message = f"{exc.message} (retry in about {exc.retry_after} s)"
+    else:
+        message = exc.message
+    return gr.Error(message, title=title)
+
+
+def describe(result: TTSResult) -> str:
+    """The "what the engine did" panel, as Markdown."""
+    instruct = result.instruct
+    lines = [f"**Engine / 引擎**: {result.engine} ({result.model_id})",
+             f"**Voice / 音色**: {result.voice} — {result.voice_match}"]
+    if result.similarity is not None:
+        lines.append(f"**Similarity to the prompt / 与参考音频的相似度**: {result.similarity:.2f}")
+    if instruct.get("applied") or instruct.get("not_supported"):
+        applied = ", ".join(instruct.get("applied") or []) or "none / 无"
+        missing = ", ".join(instruct.get("not_supported") or []) or "none / 无"
+        lines.append(f"**Instruction applied / 已执行指令**: {applied}")
+        lines.append(f"**Not supported / 不支持**: {missing} — {instruct.get('message', '')}")
+    lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
+                 f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
+    return "\n\n".join(f"- {line}" for line in lines)
+
+
+async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
+                      progress: Any) -> tuple[str | None, str]:
+    """Submit one request, report position/progress while it runs, return (wav path, panel)."""
+    import gradio as gr
+
+    owner = _session(request)
+    try:
+        job = await asyncio.to_thread(service.submit, tts, owner)
+    except CosyedgeError as exc:
+        raise _ui_error(exc) from exc
+    waiter = asyncio.ensure_future(job.wait_async())
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiter}, timeout=0.25)
+            if done:
+                break
+            position = service.queue.position(job)
+            if position is not None:
+                progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
+            elif job.total_steps:
+                progress((job.done_steps, job.total_steps),
+                         desc=f"{job.phase} / 第 {job.done_steps}/{job.total_steps} 句")
+            else:
+                progress(0.0, desc=job.phase)
+        result: TTSResult = waiter.result()
+    except CancelledError:
+        gr.Info("Cancelled / 已取消")
+        return None, "Cancelled / 已取消"
+    except CosyedgeError as exc:
+        raise _ui_error(exc) from exc
+    finally:
+        if not job.finished:  # the event was cancelled or the page went away
+            job.cancel()
+            waiter.cancel()
+    return (str(result.path) if result.path else None), describe(result)
+
+
+def _read_prompt(path: str | None) -> bytes | None:
+    """Bytes of the uploaded or recorded prompt file (Gradio stores it in its cache)."""
+    return Path(path).read_bytes() if path else None
+
+
+def build_ui(service: Service) -> "gr.Blocks":
+    """The Blocks for mounting with ``gr.mount_gradio_app`` (see app.py)."""
+    import gradio as gr
+
+    presets = service.presets()
+    low, high = SPEED_RANGE
+
+    def status(request: gr.Request) -> tuple[str, str, str]:
+        line = f"<small>{service.status(_session(request)).line()}</small>"
+        return line, line, line
+
+    async def clone(prompt: str | None, prompt_text: str, text: str, fallback: str, speed: float,
+                    language: str, request: gr.Request, progress: gr.Progress = gr.Progress()):
+        prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
+        tts = TTSRequest(text=text or "", speaker=fallback, prompt_audio=prompt_bytes,
+                         prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
+                         language=language, keep_file=True)
+        return await run_request(service, tts, request, progress)
+
+    async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
+                       request: gr.Request, progress: gr.Progress = gr.Progress()):
+        tts = TTSRequest(text=text or "", speaker=voice, instruct=(instruction or "").strip() or None,
+                         speed=float(speed), language=language, keep_file=True)
+        return await run_request(service, tts, request, progress)
+
+    async def preset(voice: str, text: str, speed: float, language: str, request: gr.Request,
+                     progress: gr.Progress = gr.Progress()):
+        tts = TTSRequest(text=text or "", speaker=voice, speed=float(speed), language=language,
+                         keep_file=True)
+        return await run_request(service, tts, request, progress)
+
+    def cancel(request: gr.Request) -> None:
+        count = service.cancel_owner(_session(request))
+        logger.info("UI session cancelled %d job(s)", count)
+
+    def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
+        with gr.Row():
+            speed = gr.Slider(low, high, value=1.0, step=0.05, label="Speed / 语速",
+                              elem_id=f"{prefix}-speed")
+            language = gr.Dropdown(LANGUAGE_CHOICES, value="auto", label="Language / 语言",
+                                   elem_id=f"{prefix}-language")
+        return speed, language
+
+    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown]:
+        with gr.Row():
+            go = gr.Button("Generate / 生成", variant="primary", elem_id=f"{prefix}-generate")
+            stop = gr.Button("Cancel / 取消", variant="stop", elem_id=f"{prefix}-cancel")
+        audio = gr.Audio(type="filepath", format="wav", label="Output / 输出 (WAV)",
+                         interactive=False, buttons=["download"], elem_id=f"{prefix}-output")
+        panel = gr.Markdown("", label="What the engine did / 引擎实际做了什么",
+                            elem_id=f"{prefix}-panel")
+        return go, stop, audio, panel
+
+    def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
+        event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
+        stop.click(cancel, inputs=None, outputs=None, cancels=[event], queue=False)
+
+    # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
+    with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
+        gr.Markdown("## cosyedge — offline speech studio / 离线语音工作室")
+        with gr.Tabs():
+            with gr.Tab("3s quick clone / 3秒极速复刻", id="clone"):
+                status_clone = gr.Markdown(elem_id="clone-status")
+                prompt = gr.Audio(sources=["upload", "microphone"], type="filepath",
+                                  label="Prompt audio, 3-10 s / 参考音频（3-10 秒）", elem_id="clone-prompt",
+                                  buttons=["download"])
+                prompt_text = gr.Textbox(label="Prompt transcript (optional) / 参考音频文本（可选）",
+                                         elem_id="clone-prompt-text")
+                text_clone = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="clone-text")
+                fallback = gr.Dropdown(presets, value=presets[0],
+                                       label="Preset used if this engine cannot clone / 无法复刻时使用的预置音色",
+                                       elem_id="clone-fallback")
+                speed_c, lang_c = common_inputs("clone")
+                go_c, stop_c, audio_c, panel_c = outputs("clone")
+                wire(go_c, stop_c, clone, [prompt, prompt_text, text_clone, fallback, speed_c, lang_c],
+                     [audio_c, panel_c])
+
+            with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
+                status_instruct = gr.Markdown(elem_id="instruct-status")
+                instruction = gr.Textbox(label="Instruction / 指令", elem_id="instruct-instruction")
+                gr.Examples([[e] for e in INSTRUCT_EXAMPLES], inputs=[instruction],
+                            label="Examples (click) / 示例（点击）")
+                voice_i = gr.Dropdown(presets, value=presets[0], label="Voice / 音色",
+                                      elem_id="instruct-voice")
+                text_instruct = gr.Textbox(label="Text to read / 合成文本", lines=4,
+                                           elem_id="instruct-text")
+                speed_i, lang_i = common_inputs("instruct")
+                go_i, stop_i, audio_i, panel_i = outputs("instruct")
+                wire(go_i, stop_i, instruct, [instruction, voice_i, text_instruct, speed_i, lang_i],
+                     [audio_i, panel_i])
+
+            with gr.Tab("preset voices / 预置音色", id="preset"):
+                status_preset = gr.Markdown(elem_id="preset-status")
+                voice_p = gr.Dropdown(presets, value=presets[0], label="Voice / 音色",
+                                      elem_id="preset-voice")
+                text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
+                speed_p, lang_p = common_inputs("preset")
+                go_p, stop_p, audio_p, panel_p = outputs("preset")
+                wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p], [audio_p, panel_p])
+
+        statuses = [status_clone, status_instruct, status_preset]
+        demo.load(status, inputs=None, outputs=statuses, queue=False)
+
+        def voices() -> tuple[dict, dict, dict]:
+            """The engine's own presets once it has loaded (the seed's list before that)."""
+            names = service.presets()
+            update = gr.update(choices=names, value=names[0])
+            return update, update, update
+
+        demo.load(voices, inputs=None, outputs=[fallback, voice_i, voice_p], queue=False)
+        gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
+                                        show_progress="hidden")
+
+        def page_closed(request: gr.Request) -> None:
+            service.cancel_owner(_session(request))
+
+        demo.unload(page_closed)
+    return demo
+
+
+def queue_settings(service: Service) -> dict[str, int]:
+    """Gradio queue settings that agree with the JobQueue.
+
+    Gradio may run as many synthesis handlers as the JobQueue can hold (running + waiting), so the
+    JobQueue alone decides who runs, who waits and who is told "busy"; Gradio never queues work of
+    its own behind the JobQueue's back.
+    """
+    capacity = service.settings.concurrency + service.settings.queue_size
+    return {"max_size": capacity, "default_concurrency_limit": capacity}

@@ -1,0 +1,150 @@
+"""REST API against a live uvicorn server on 127.0.0.1 (fake sine engine)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from cosyedge.service import NOT_APPLIED
+
+
+@pytest.fixture
+def server(make_service, live_server):
+    service = make_service()
+    srv = live_server(service)
+    srv.service = service
+    return srv
+
+
+def wav_b64(seconds: float = 1.0) -> str:
+    buf = io.BytesIO()
+    t = np.arange(int(seconds * 16000)) / 16000
+    sf.write(buf, 0.2 * np.sin(2 * np.pi * 220 * t), 16000, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_tts_returns_a_wav_whose_duration_matches(server):
+    r = httpx.post(f"{server.url}/tts", json={"text": "[en]Hello world. It's sunny today!",
+                                              "speaker": "female_1", "speed": 1.0}, timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    audio, rate = sf.read(io.BytesIO(base64.b64decode(body["audio"])))
+    assert rate == body["sample_rate"] == 24000
+    assert len(audio) / rate == pytest.approx(body["duration"], abs=1e-3)
+    assert body["duration"] > 0.3
+    assert body["voice"] == "female_1" and body["voice_match"] == "preset"
+
+
+def test_tts_extensions_are_reported_honestly(server):
+    r = httpx.post(f"{server.url}/tts", json={"text": "你好。", "speaker": "child", "speed": 1.2,
+                                              "language": "zh", "instruct": "用开心的语气说",
+                                              "prompt_audio": wav_b64(), "prompt_text": "hello"},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["voice_match"] == "none: preset child used; the fake engine cannot clone"
+    assert body["instruct"] == {"applied": [], "not_supported": ["用开心的语气说"],
+                                "message": NOT_APPLIED}
+
+
+def test_openai_client_speech(server, tmp_path):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    for fmt in ("wav", "mp3", "opus", "flac"):
+        response = client.audio.speech.create(model="tts-1", voice="male_1", input="Hello there.",
+                                              response_format=fmt)
+        path = tmp_path / f"out.{fmt}"
+        response.write_to_file(path)
+        audio, rate = sf.read(path)
+        assert len(audio) / rate > 0.2, fmt
+    pcm = client.audio.speech.create(model="tts-1", voice="male_1", input="Hello there.",
+                                     response_format="pcm", speed=2.0)
+    samples = np.frombuffer(pcm.content, dtype="<i2")
+    wav = client.audio.speech.create(model="tts-1", voice="male_1", input="Hello there.",
+                                     response_format="wav", speed=2.0)
+    audio, rate = sf.read(io.BytesIO(wav.content), dtype="int16")
+    assert np.array_equal(samples, audio)  # pcm is the same audio without the header
+    assert pcm.response.headers["x-cosyedge-sample-rate"] == "24000"
+
+
+def test_openai_client_errors_are_4xx(server):
+    import openai
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as info:
+        client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.")
+    assert "alloy" in str(info.value)
+    with pytest.raises(openai.BadRequestError):
+        client.audio.speech.create(model="tts-1", voice="male_1", input="Hello.", speed=4.0)
+
+
+def test_health_voices_and_openapi(server):
+    health = httpx.get(f"{server.url}/health").json()
+    assert health["status"] == "ok" and health["loaded"] is False
+    assert health["queue"]["concurrency"] == 2 and health["queue"]["max_waiting"] == 8
+    assert health["thermal"]["state"] == "unknown"
+    voices = httpx.get(f"{server.url}/voices").json()
+    assert voices["presets"] == ["female_1", "female_2", "male_1", "male_2", "child"]
+    httpx.post(f"{server.url}/tts", json={"text": "hi."}, timeout=30).raise_for_status()
+    assert httpx.get(f"{server.url}/health").json()["loaded"] is True
+    schema = httpx.get(f"{server.url}/openapi.json").json()
+    assert {"/tts", "/v1/audio/speech", "/health", "/voices", "/jobs/{job_id}"} <= set(schema["paths"])
+    assert httpx.get(f"{server.url}/docs").status_code == 404  # Swagger needs a CDN: off
+
+
+@pytest.mark.parametrize("payload, status, kind", [
+    ({}, 400, "invalid_request"),  # missing text
+    ({"text": ""}, 400, "invalid_text"),
+    ({"text": "x" * 5001}, 400, "invalid_text"),
+    ({"text": 123}, 400, "invalid_request"),  # wrong JSON type
+    ({"text": "hi", "speed": "fast"}, 400, "invalid_request"),
+    ({"text": ["a"], "speaker": 5}, 400, "invalid_request"),
+    ({"text": "hi", "prompt_audio": "not base64!!"}, 400, "invalid_audio"),
+    ({"text": "hi", "prompt_audio": base64.b64encode(b"%PDF-1.4 not audio").decode()}, 400,
+     "invalid_audio"),
+    ({"text": "hi", "speaker": "robot"}, 404, "not_found"),
+    ({"text": "hi", "voice_id": "nobody"}, 404, "not_found"),
+    ({"text": "hi", "speed": 9.0}, 400, "invalid_parameter"),
+    ({"text": "hi", "speed": 0.1}, 400, "invalid_parameter"),
+    ({"text": "hi", "language": "fr"}, 400, "invalid_request"),
+    ({"text": "hi", "colour": "blue"}, 400, "invalid_request"),
+])
+def test_bad_input_is_4xx_with_a_message(server, payload, status, kind):
+    r = httpx.post(f"{server.url}/tts", json=payload, timeout=30)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["type"] == kind and error["message"]
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"  # still alive
+
+
+def test_malformed_json_and_oversized_body(make_service, web_settings, live_server):
+    service = make_service(dataclasses.replace(web_settings, max_upload_mb=0.05))
+    server = live_server(service)
+    r = httpx.post(f"{server.url}/tts", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request"
+    r = httpx.post(f"{server.url}/tts", json={"text": "hi", "prompt_audio": wav_b64(5.0)})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
+    r = httpx.get(f"{server.url}/no/such/route")
+    assert r.status_code == 404 and "error" in r.json()
+
+
+def test_auth_applies_to_rest_when_set(make_service, web_settings, live_server):
+    service = make_service(dataclasses.replace(web_settings, auth="teacher:s3cret"))
+    server = live_server(service)
+    assert httpx.get(f"{server.url}/health").status_code == 401
+    assert httpx.get(f"{server.url}/health", auth=("teacher", "wrong")).status_code == 401
+    assert httpx.get(f"{server.url}/health", auth=("teacher", "s3cret")).status_code == 200
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="s3cret", max_retries=0)
+    audio = client.audio.speech.create(model="tts-1", voice="female_1", input="Hi.",
+                                       response_format="wav")
+    assert audio.content[:4] == b"RIFF"

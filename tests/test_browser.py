@@ -1,0 +1,208 @@
+"""Real-browser test: Debian chromium driven by playwright (no browser download), headless.
+
+Runs in CI (.ci/run installs chromium). If chromium is missing the test FAILS with a message;
+set COSYEDGE_SKIP_BROWSER=1 to skip it on a machine without a browser.
+Screenshots of each tab go to test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = os.environ.get("COSYEDGE_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "browser"
+TABS = {"clone": "3s quick clone / 3秒极速复刻", "instruct": "natural-language instruct / 自然语言控制",
+        "preset": "preset voices / 预置音色"}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if os.environ.get("COSYEDGE_SKIP_BROWSER") == "1":
+        pytest.skip("COSYEDGE_SKIP_BROWSER=1")
+    if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
+        pytest.fail(f"chromium not found at {CHROMIUM}: `apt-get install -y chromium` "
+                    "(or set COSYEDGE_SKIP_BROWSER=1 to skip the browser test)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield chrome
+        chrome.close()
+
+
+def open_page(browser, url: str, **context_args):
+    context = browser.new_context(**context_args)
+    page = context.new_page()
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("websocket", lambda ws: requests.append(ws.url))
+    page.goto(url, wait_until="load")
+    page.get_by_role("tab", name=TABS["clone"]).wait_for(timeout=30_000)
+    return context, page, requests
+
+
+def assert_all_local(requests: list[str], server_url: str) -> None:
+    assert requests, "no request recorded"
+    for url in requests:
+        parsed = urlparse(url)
+        if parsed.scheme in ("data", "blob"):
+            continue  # in-page data, not the network
+        assert parsed.hostname == "127.0.0.1", f"request outside 127.0.0.1: {url}"
+    assert any(url.startswith(server_url) for url in requests)
+
+
+def generate(page, tab: str, text: str) -> tuple[bytes, str]:
+    """Type, click generate, and return (bytes behind the audio element, the report panel)."""
+    page.get_by_role("tab", name=TABS[tab]).click()
+    page.locator(f"#{tab}-text textarea").fill(text)
+    page.locator(f"#{tab}-generate").click()
+    # The player (inside wavesurfer's shadow DOM, which locators pierce) gets a src once audio is in.
+    page.locator(f"#{tab}-output audio[src]").first.wait_for(state="attached", timeout=60_000)
+    href = page.locator(f"#{tab}-output a[download]").first.get_attribute("href", timeout=10_000)
+    assert href
+    # Fetch the WAV the download button offers, from inside the page (same origin, same credentials).
+    data = page.evaluate("""async (url) => {
+        const buf = new Uint8Array(await (await fetch(url)).arrayBuffer());
+        return Array.from(buf);
+    }""", href)
+    page.locator(f"#{tab}-panel").get_by_text("Engine / 引擎").first.wait_for(timeout=10_000)
+    return bytes(data), page.locator(f"#{tab}-panel").inner_text()
+
+
+def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.2
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    context, page, requests = open_page(browser, server.url)
+    try:
+        for tab, label in TABS.items():
+            page.get_by_role("tab", name=label).click()
+            page.locator(f"#{tab}-generate").wait_for(state="visible", timeout=20_000)
+            page.screenshot(path=str(ARTIFACTS / f"{tab}.png"), full_page=True)
+        assert "not loaded" in page.locator("#preset-status").inner_text() or \
+            "missing" in page.locator("#preset-status").inner_text()
+
+        data, panel = generate(page, "preset", "Hello from the browser. Second sentence.")
+        assert data[:4] == b"RIFF" and len(data) > 44 + 1000, "no WAV in the audio element"
+        assert "female_1" in panel and "2 sentence" in panel
+        page.screenshot(path=str(ARTIFACTS / "preset-result.png"), full_page=True)
+
+        page.get_by_role("tab", name=TABS["instruct"]).click()
+        from playwright.sync_api import expect
+
+        page.get_by_role("button", name="用开心的语气说").first.click()  # a clickable example
+        expect(page.locator("#instruct-instruction textarea")).to_have_value("用开心的语气说",
+                                                                             timeout=10_000)
+        data, panel = generate(page, "instruct", "今天天气真好。")
+        assert data[:4] == b"RIFF"
+        assert "not applied" in panel and "用开心的语气说" in panel
+        page.screenshot(path=str(ARTIFACTS / "instruct-result.png"), full_page=True)
+        assert fake_factory.loads == 1
+        page.wait_for_timeout(2500)  # let the status line refresh once
+        assert "loaded" in page.locator("#preset-status").inner_text()
+    finally:
+        context.close()
+    assert_all_local(requests, server.url)
+
+
+def test_ui_works_behind_credentials(browser, make_service, live_server, web_settings):
+    service = make_service(dataclasses.replace(web_settings, auth="teacher:s3cret"))
+    server = live_server(service, with_ui=True)
+    context, page, requests = open_page(browser, server.url,
+                                        http_credentials={"username": "teacher", "password": "s3cret"})
+    try:
+        data, _ = generate(page, "preset", "Behind a password.")
+        assert data[:4] == b"RIFF"
+    finally:
+        context.close()
+    assert_all_local(requests, server.url)
+    assert httpx.get(server.url).status_code == 401
+
+
+def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_server, tmp_path,
+                                                kokoro_models_dir):
+    """The embedded Kokoro engine behind the page: a prompt upload is answered honestly."""
+    import numpy as np
+    import soundfile as sf
+
+    from cosyedge.service import Service
+
+    service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir))
+    service.start()
+    server = live_server(service, with_ui=True)
+    prompt = tmp_path / "prompt.wav"
+    t = np.arange(48000) / 16000
+    sf.write(prompt, 0.2 * np.sin(2 * np.pi * 180 * t), 16000)
+    context, page, requests = open_page(browser, server.url)
+    try:
+        page.get_by_role("tab", name=TABS["clone"]).click()
+        page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
+        page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
+        data, panel = generate(page, "clone", "[zh]今天天气真好[en]It's sunny today")
+        assert data[:4] == b"RIFF" and len(data) > 24000, "no real speech came back"
+        assert "cannot clone" in panel and "female_1" in panel and "kokoro" in panel
+        page.screenshot(path=str(ARTIFACTS / "clone-kokoro.png"), full_page=True)
+        data, panel = generate(page, "preset", "Hello from the classroom. 你好，同学们。")
+        assert data[:4] == b"RIFF"
+        page.screenshot(path=str(ARTIFACTS / "preset-kokoro.png"), full_page=True)
+    finally:
+        context.close()
+        service.close()
+    assert_all_local(requests, server.url)
+
+
+def test_cancel_button_stops_the_job_between_sentences(browser, make_service, live_server,
+                                                       fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.4
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        page.get_by_role("tab", name=TABS["preset"]).click()
+        page.locator("#preset-text textarea").fill(" ".join(f"Sentence {i}." for i in range(30)))
+        page.locator("#preset-generate").click()
+        deadline = time.monotonic() + 30
+        while not (fake_factory.engine and fake_factory.engine.sentences_done >= 2):
+            assert time.monotonic() < deadline, "generation never started"
+            page.wait_for_timeout(50)
+        page.locator("#preset-cancel").click()
+        deadline = time.monotonic() + 10
+        while service.queue.stats().running:
+            assert time.monotonic() < deadline, "job still running after cancel"
+            page.wait_for_timeout(50)
+        assert fake_factory.engine.sentences_done <= 5
+        assert service.queue.stats().waiting == 0
+    finally:
+        context.close()
+
+
+def test_closing_the_page_cancels_its_job(browser, make_service, live_server, fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.4
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    page.get_by_role("tab", name=TABS["preset"]).click()
+    page.locator("#preset-text textarea").fill(" ".join(f"Sentence {i}." for i in range(40)))
+    page.locator("#preset-generate").click()
+    deadline = time.monotonic() + 30
+    while not (fake_factory.engine and fake_factory.engine.sentences_done >= 1):
+        assert time.monotonic() < deadline, "generation never started"
+        page.wait_for_timeout(50)
+    context.close()  # the teacher closes the tab
+    deadline = time.monotonic() + 30
+    while service.queue.stats().running:
+        assert time.monotonic() < deadline, "job still running 30 s after the page closed"
+        time.sleep(0.1)
+    assert fake_factory.engine.sentences_done < 40

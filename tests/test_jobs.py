@@ -1,0 +1,211 @@
+"""JobQueue: concurrency limit, bounded waiting list, FIFO, cancel, thermal limits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from cosyedge.errors import BusyError, CancelledError, EngineError, TextError
+from cosyedge.jobs import JobQueue, JobState
+from cosyedge.thermal import ThermalSnapshot
+
+
+class Gate:
+    """Work functions that block until released, recording how many run at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+        self.order: list[int] = []
+
+    def work(self, n: int):
+        def fn(job):
+            with self.lock:
+                self.active += 1
+                self.peak = max(self.peak, self.active)
+                self.order.append(n)
+            try:
+                while not self.release.wait(0.01):
+                    if job.is_cancelled():
+                        raise CancelledError("stopped")
+                return n
+            finally:
+                with self.lock:
+                    self.active -= 1
+        return fn
+
+
+def wait_for(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def test_runs_at_most_concurrency_and_refuses_beyond_waiting_list():
+    gate = Gate()
+    queue = JobQueue(concurrency=2, max_waiting=3)
+    try:
+        jobs = [queue.submit(gate.work(i)) for i in range(5)]
+        wait_for(lambda: queue.stats().running == 2)
+        with pytest.raises(BusyError) as info:
+            queue.submit(gate.work(99))
+        assert info.value.retry_after >= 1
+        stats = queue.stats()
+        assert (stats.running, stats.waiting) == (2, 3)
+        assert [queue.position(j) for j in jobs[2:]] == [1, 2, 3]
+        assert queue.position(jobs[0]) is None
+        gate.release.set()
+        assert all(j.wait(5) for j in jobs)
+        assert [j.outcome() for j in jobs] == [0, 1, 2, 3, 4]
+        assert gate.peak == 2
+        assert gate.order[:2] == [0, 1] or gate.order[:2] == [1, 0]
+        assert gate.order[2:] == [2, 3, 4]  # FIFO
+    finally:
+        queue.shutdown()
+
+
+def test_cancel_waiting_job_finishes_it_at_once_and_frees_its_place():
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=1)
+    try:
+        running = queue.submit(gate.work(0))
+        wait_for(lambda: running.state is JobState.RUNNING)
+        waiting = queue.submit(gate.work(1))
+        assert queue.cancel(waiting.id)
+        assert waiting.finished and waiting.state is JobState.CANCELLED
+        with pytest.raises(CancelledError):
+            waiting.outcome()
+        replacement = queue.submit(gate.work(2))  # the waiting list has room again
+        assert queue.cancel(running.id)
+        assert running.wait(5) and running.state is JobState.CANCELLED
+        gate.release.set()
+        assert replacement.wait(5) and replacement.outcome() == 2
+        assert 1 not in gate.order
+    finally:
+        queue.shutdown()
+
+
+def test_cancel_owner_and_unknown_ids():
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=4)
+    try:
+        a = queue.submit(gate.work(0), owner="ui:a")
+        b = queue.submit(gate.work(1), owner="ui:b")
+        c = queue.submit(gate.work(2), owner="ui:a")
+        assert queue.cancel_owner("ui:a") == 2
+        assert a.wait(5) and c.wait(5)
+        assert not queue.cancel("nope")
+        gate.release.set()
+        assert b.wait(5) and b.outcome() == 1
+        assert not queue.cancel(b.id)  # already finished
+    finally:
+        queue.shutdown()
+
+
+def test_errors_keep_their_type_and_bugs_become_engine_errors():
+    queue = JobQueue(concurrency=1, max_waiting=2)
+    try:
+        def bad_input(job):
+            raise TextError("nothing speakable")
+
+        def bug(job):
+            raise ZeroDivisionError("oops")
+
+        j1, j2 = queue.submit(bad_input), queue.submit(bug)
+        assert j1.wait(5) and j2.wait(5)
+        assert j1.state is JobState.FAILED and isinstance(j1.error, TextError)
+        assert isinstance(j2.error, EngineError) and "ZeroDivisionError" in j2.error.message
+    finally:
+        queue.shutdown()
+
+
+def test_wait_async_does_not_block_the_loop():
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=1)
+    try:
+        job = queue.submit(gate.work(7))
+
+        async def main():
+            ticks = 0
+            waiter = asyncio.ensure_future(job.wait_async())
+            while not waiter.done():
+                ticks += 1
+                if ticks == 5:
+                    gate.release.set()
+                await asyncio.sleep(0.01)
+            return ticks, waiter.result()
+
+        ticks, result = asyncio.run(main())
+        assert result == 7 and ticks >= 5
+    finally:
+        queue.shutdown()
+
+
+class FakeThermal:
+    def __init__(self) -> None:
+        self.snap = ThermalSnapshot()
+
+    def snapshot(self) -> ThermalSnapshot:
+        return self.snap
+
+
+def test_thermal_limits_concurrency_holds_and_refuses():
+    gate = Gate()
+    thermal = FakeThermal()
+    thermal.snap = ThermalSnapshot(state="warm", temp_c=75.0, max_concurrency=1)
+    queue = JobQueue(concurrency=2, max_waiting=4, thermal=thermal)
+    try:
+        jobs = [queue.submit(gate.work(i)) for i in range(3)]
+        wait_for(lambda: queue.stats().running == 1)
+        time.sleep(0.2)
+        assert queue.stats().running == 1 and queue.stats().limit == 1
+        thermal.snap = ThermalSnapshot(state="critical", temp_c=95.0, refuse_new=True,
+                                       message="95 °C")
+        with pytest.raises(BusyError, match="too hot"):
+            queue.submit(gate.work(9))
+        thermal.snap = ThermalSnapshot(state="hot", temp_c=85.0, hold_new=True)
+        gate.release.set()
+        assert jobs[0].wait(5)
+        time.sleep(1.5)  # held: nothing new starts while hot
+        assert not jobs[1].finished and queue.position(jobs[1]) == 1
+        thermal.snap = ThermalSnapshot(state="normal", temp_c=50.0)
+        assert all(j.wait(5) for j in jobs)
+    finally:
+        queue.shutdown()
+
+
+def test_shutdown_cancels_waiting_jobs():
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=2)
+    running = queue.submit(gate.work(0))
+    waiting = queue.submit(gate.work(1))
+    wait_for(lambda: running.state is JobState.RUNNING)
+    queue.shutdown(timeout=2)
+    assert waiting.state is JobState.CANCELLED
+    assert running.wait(2) and running.state is JobState.CANCELLED
+    with pytest.raises(BusyError):
+        queue.submit(gate.work(2))
+
+
+def test_client_chosen_ids_must_be_unique_while_active():
+    from cosyedge.errors import ParameterError
+
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=2)
+    try:
+        job = queue.submit(gate.work(0), job_id="mine")
+        with pytest.raises(ParameterError, match="already in use"):
+            queue.submit(gate.work(1), job_id="mine")
+        gate.release.set()
+        assert job.wait(5)
+        again = queue.submit(gate.work(2), job_id="mine")  # free again once finished
+        assert again.wait(5) and queue.get("mine") is again
+    finally:
+        queue.shutdown()

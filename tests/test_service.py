@@ -1,0 +1,207 @@
+"""Service: validation, honest reports, lazy load, idle unload, outputs and in-use paths."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import io
+import time
+import weakref
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
+                             ParameterError, PayloadTooLargeError, TextError)
+from cosyedge.service import NOT_APPLIED, SEED_PRESETS, Service, TTSRequest
+
+
+def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
+    buf = io.BytesIO()
+    t = np.arange(int(seconds * rate)) / rate
+    sf.write(buf, 0.2 * np.sin(2 * np.pi * 200 * t), rate, format="WAV")
+    return buf.getvalue()
+
+
+def run(service: Service, timeout: float = 10, **fields):
+    job = service.submit(TTSRequest(**fields))
+    assert job.wait(timeout), "job did not finish"
+    return job.outcome()
+
+
+def test_nothing_loads_until_the_first_job(make_service, fake_factory):
+    service = make_service()
+    assert fake_factory.loads == 0
+    assert service.status().model_state != "loaded"
+    assert service.presets() == list(SEED_PRESETS)
+    result = run(service, text="Hello there. Second sentence!")
+    assert fake_factory.loads == 1 and service.holder.loaded
+    assert result.sentences == 2 and result.sample_rate == 24000
+    assert result.duration == pytest.approx(len(result.audio) / 24000)
+    assert result.voice == "female_1" and result.voice_match == "preset"
+    run(service, text="Again.", speaker="male_2")
+    assert fake_factory.loads == 1  # reused, not reloaded
+
+
+def test_idle_unload_releases_and_next_job_reloads(make_service, web_settings, fake_factory):
+    fake_factory.engine_kwargs["ballast_mb"] = 8
+    settings = dataclasses.replace(web_settings, idle_unload_minutes=0.3 / 60)  # 0.3 s
+    service = make_service(settings)
+    run(service, text="Load me.")
+    engine_ref = weakref.ref(fake_factory.engine)
+    assert service.holder.loaded
+    deadline = time.monotonic() + 10
+    while service.holder.state != "not loaded" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not service.holder.loaded, "engine was not unloaded after the idle timeout"
+    assert fake_factory.engine.closed
+    fake_factory.engine = None
+    gc.collect()
+    assert engine_ref() is None, "something still holds the unloaded engine"
+    assert service.status().model_state == "not loaded" or "missing" in service.status().model_state
+    run(service, text="Reload me.")
+    assert fake_factory.loads == 2
+
+
+def test_no_unload_while_a_job_uses_the_engine(make_service, web_settings, fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.3
+    settings = dataclasses.replace(web_settings, idle_unload_minutes=0.05 / 60)
+    service = make_service(settings)
+    result = run(service, text="One. Two. Three. Four.")
+    assert result.sentences == 4 and fake_factory.loads == 1  # never unloaded mid-job
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"text": ""}, TextError),
+    ({"text": "   \n"}, TextError),
+    ({"text": "x" * 5001}, TextError),
+    ({"text": "hi", "speed": 0.2}, ParameterError),
+    ({"text": "hi", "speed": 3}, ParameterError),
+    ({"text": "hi", "speed": "fast"}, ParameterError),
+    ({"text": "hi", "language": "fr"}, ParameterError),
+    ({"text": "hi", "voice_id": "nobody"}, NotFoundError),
+    ({"text": "hi", "prompt_audio": b"this is not audio"}, AudioError),
+    ({"text": "hi", "prompt_audio": b""}, AudioError),
+])
+def test_bad_requests_are_refused_before_queueing(make_service, fake_factory, fields, error):
+    service = make_service()
+    with pytest.raises(error) as info:
+        service.submit(TTSRequest(**fields))
+    assert info.value.message
+    assert fake_factory.loads == 0 and service.queue.stats().waiting == 0
+
+
+def test_upload_over_limit_is_too_large(make_service, web_settings):
+    service = make_service(dataclasses.replace(web_settings, max_upload_mb=0.01))
+    with pytest.raises(PayloadTooLargeError):
+        service.submit(TTSRequest(text="hi", prompt_audio=wav_file(2.0)))
+
+
+def test_unknown_preset_fails_in_job_first_then_up_front(make_service):
+    service = make_service()
+    job = service.submit(TTSRequest(text="hi", speaker="robot"))
+    assert job.wait(10)
+    with pytest.raises(NotFoundError, match="robot"):
+        job.outcome()
+    with pytest.raises(NotFoundError, match="female_1"):  # presets now known: refused at once
+        service.submit(TTSRequest(text="hi", speaker="robot"))
+
+
+def test_prompt_audio_on_an_engine_without_cloning_says_so(make_service):
+    service = make_service()
+    result = run(service, text="Hello.", speaker="female_2", prompt_audio=wav_file())
+    assert result.voice == "female_2"
+    assert result.voice_match == "none: preset female_2 used; the fake engine cannot clone"
+
+
+def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):
+    fake_factory.engine_kwargs["native_clone"] = True
+    service = make_service()
+    result = run(service, text="Hello.", prompt_audio=wav_file(), prompt_text="hi")
+    assert result.voice_match == "native clone"
+    voice = fake_factory.engine.calls[-1][1]
+    assert voice.meta == {"transcript": "hi", "sample_rate": 16000}
+
+
+def test_instruction_is_reported_not_applied(make_service, fake_factory):
+    service = make_service()
+    result = run(service, text="Hello.", instruct="用开心的语气说")
+    assert result.instruct == {"applied": [], "not_supported": ["用开心的语气说"], "message": NOT_APPLIED}
+    assert fake_factory.engine.calls[-1][2].instruct is None  # not silently passed on
+    result = run(service, text="Hello.")
+    assert result.instruct["applied"] == [] and result.instruct["not_supported"] == []
+
+
+def test_cancel_stops_between_sentences(make_service, fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.2
+    service = make_service()
+    job = service.submit(TTSRequest(text=" ".join(f"Sentence {i}." for i in range(20))))
+    deadline = time.monotonic() + 10
+    while job.done_steps < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert service.cancel(job.id)
+    assert job.wait(5)
+    with pytest.raises(CancelledError):
+        job.outcome()
+    assert 2 <= fake_factory.engine.sentences_done <= 4
+
+
+def test_keep_file_writes_output_and_protects_it(make_service, web_settings):
+    service = make_service()
+    result = run(service, text="Keep this.", keep_file=True)
+    assert result.path is not None and result.path.parent == (web_settings.outputs_path).resolve()
+    assert result.path.name == f"{result.job_id}.wav"
+    data, rate = sf.read(result.path)
+    assert rate == 24000 and len(data) == len(result.audio)
+    assert result.path in service.in_use_paths()
+    service.lease(result.path, seconds=0)
+    assert result.path not in service.in_use_paths()
+
+
+def test_missing_model_is_a_clear_error_and_status_says_so(make_service, web_settings):
+    def factory():
+        raise ModelMissingError("model 'kokoro-int8' not found: run `python -m cosyedge setup-model`")
+
+    service = make_service(factory=factory)
+    assert "setup-model" in service.status().model_state
+    job = service.submit(TTSRequest(text="hi"))
+    assert job.wait(5)
+    with pytest.raises(ModelMissingError, match="setup-model"):
+        job.outcome()
+    assert service.status().model_state != "loaded"
+
+
+def test_status_line_shows_queue_position_and_thermal(make_service, fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.3
+    service = make_service()
+    first = service.submit(TTSRequest(text="One. Two."), owner="ui:a")
+    second = service.submit(TTSRequest(text="One. Two."), owner="ui:b")
+    deadline = time.monotonic() + 5
+    while service.queue.stats().running < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    third = service.submit(TTSRequest(text="One."), owner="ui:c")
+    status = service.status("ui:c")
+    assert status.position == 1
+    line = status.line()
+    assert "your position: 1" in line and "temperature: no temperature sensor" in line and "waiting 1/8" in line
+    for job in (first, second, third):
+        assert job.wait(10)
+    assert service.status().as_dict()["loaded"] is True
+
+
+@pytest.mark.slow
+def test_real_engine_two_concurrent_jobs_match_one_at_a_time(web_settings, kokoro_models_dir):
+    """The queue runs 2 jobs on one shared engine: that must not mix their audio."""
+    service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir, onnx_threads=1))
+    try:
+        texts = ["Hello from the classroom. The weather is fine today.", "[zh]今天天气真好，我们去公园吧。"]
+        alone = [run(service, timeout=300, text=t).audio for t in texts]
+        jobs = [service.submit(TTSRequest(text=t)) for t in texts]
+        assert all(job.wait(300) for job in jobs)
+        for single, job in zip(alone, jobs):
+            together = job.outcome().audio
+            assert single.shape == together.shape
+            np.testing.assert_allclose(single, together, atol=1e-4)
+    finally:
+        service.close()
