@@ -69,11 +69,9 @@ class SpeakerEncoder:
 
     def _features(self, audio16k: np.ndarray) -> np.ndarray:
         """[frames, 40] log10 mel power, the recipe the encoder was trained on."""
-        import librosa
-
         with self._lock:
             if self._mel_basis is None:
-                self._mel_basis = librosa.filters.mel(sr=RATE, n_fft=N_FFT, n_mels=N_MELS)
+                self._mel_basis = mel_filterbank(RATE, N_FFT, N_MELS)
         if audio16k.size < N_FFT:
             audio16k = np.pad(audio16k, (0, N_FFT - audio16k.size))
         # librosa's layout: frames of n_fft samples, the 400-sample window centred in them
@@ -103,6 +101,35 @@ class SpeakerEncoder:
 
     def similarity(self, audio_a: np.ndarray, sr_a: int, audio_b: np.ndarray, sr_b: int) -> float:
         return cosine(self.embed(audio_a, sr_a), self.embed(audio_b, sr_b))
+
+
+def _hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale (linear below 1 kHz, logarithmic above), librosa's default."""
+    hz = np.asarray(hz, dtype=np.float64)
+    linear = hz / (200.0 / 3)
+    log = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
+    return np.where(hz >= 1000.0, log, linear)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    mel = np.asarray(mel, dtype=np.float64)
+    linear = mel * (200.0 / 3)
+    log = 1000.0 * np.exp((np.log(6.4) / 27.0) * (mel - 15.0))
+    return np.where(mel >= 15.0, log, linear)
+
+
+def mel_filterbank(rate: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """[n_mels, n_fft/2+1] triangular filters, Slaney-normalized: the filterbank the encoder was
+    trained with (librosa.filters.mel defaults), built here so scoring does not import librosa."""
+    freqs = np.linspace(0.0, rate / 2, 1 + n_fft // 2)
+    edges = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(rate / 2), n_mels + 2))
+    widths = np.diff(edges)
+    ramps = edges[:, None] - freqs[None, :]
+    lower = -ramps[:-2] / widths[:-1, None]
+    upper = ramps[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]
+    return weights.astype(np.float32)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

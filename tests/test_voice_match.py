@@ -3,15 +3,12 @@ preset has (a pitch- and formant-shifted Kokoro voice made here), on the probe a
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import soxr
 
-from cosyedge import config
 from cosyedge.engines.base import SynthesisOptions
-from cosyedge.engines.kokoro import model_files, voice_match
+from cosyedge.engines.kokoro import voice_match
 from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.speaker import shared_encoder, similarity
 
@@ -21,11 +18,8 @@ HELD_OUT_TEXT = "この本を明日までに読んでください。"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory) -> KokoroEngine:
-    repo_model = Path("models") / model_files.MODEL_ID
-    model_dir = repo_model if (repo_model / "manifest.json").is_file() else \
-        model_files.assemble(tmp_path_factory.mktemp("models"))
-    return KokoroEngine.load(model_dir, config.from_env({}, onnx_threads=2))
+def engine(kokoro_engine) -> KokoroEngine:
+    return kokoro_engine  # conftest: the real model, loaded once per session
 
 
 def shifted_voice(engine: KokoroEngine, pack: str, factor: float) -> np.ndarray:
@@ -117,3 +111,13 @@ def test_artefact_penalty_prefers_clean_speechlike_audio():
     assert p_clean < voice_match.artefact_penalty(noisy, 24000, 2.0)
     assert p_clean < voice_match.artefact_penalty(clipped, 24000, 2.0)
     assert p_clean < voice_match.artefact_penalty(clean, 24000, 4.0)  # prosody drift
+
+
+def test_median_f0_of_harmonic_tones_and_noise():
+    rate = 24000
+    t = np.arange(2 * rate) / rate
+    for f0 in (85.0, 140.0, 230.0, 320.0):
+        tone = sum(np.sin(2 * np.pi * k * f0 * t) / k for k in range(1, 10)).astype(np.float32)
+        assert abs(voice_match.median_f0(0.2 * tone, rate) - f0) < 0.03 * f0
+    noise = np.random.default_rng(0).standard_normal(rate).astype(np.float32)
+    assert np.isnan(voice_match.median_f0(noise, rate))

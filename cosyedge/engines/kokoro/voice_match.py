@@ -140,16 +140,42 @@ class PackProbe:
 
 
 def median_f0(audio: np.ndarray, sample_rate: int) -> float:
-    """Median F0 (Hz) over the loud frames, by YIN; nan when there is no voiced speech."""
-    import librosa
+    """Median F0 (Hz, 60-600) over loud, clearly periodic frames; nan when there are none.
+
+    Normalized autocorrelation per 64 ms frame at 16 kHz; the shortest lag whose peak reaches 85 %
+    of the best one is taken, which avoids octave-down errors. Plain numpy: no librosa import.
+    """
+    import soxr
 
     x = np.asarray(audio, dtype=np.float32).reshape(-1)
-    if x.size < 2048:
+    rate = 16000
+    if sample_rate != rate:
+        x = soxr.resample(x, sample_rate, rate).astype(np.float32)
+    frame, hop = 1024, 256
+    if x.size < frame:
         return float("nan")
-    f0 = librosa.yin(x, fmin=60, fmax=600, sr=sample_rate, frame_length=2048, hop_length=512)
-    rms = librosa.feature.rms(y=x, frame_length=2048, hop_length=512)[0][: f0.size]
-    voiced = f0[: rms.size][rms > 0.3 * rms.max()] if rms.size and rms.max() > 0 else f0[:0]
-    return float(np.median(voiced)) if voiced.size else float("nan")
+    frames = np.lib.stride_tricks.sliding_window_view(x, frame)[::hop].astype(np.float64)
+    frames = frames - frames.mean(axis=1, keepdims=True)
+    energy = np.sum(frames ** 2, axis=1)
+    loud = energy > 0.1 * energy.max() if energy.max() > 0 else np.zeros(energy.size, bool)
+    frames = frames[loud] * np.hanning(frame)
+    if not frames.size:
+        return float("nan")
+    spec = np.fft.rfft(frames, n=2 * frame, axis=1)
+    acf = np.fft.irfft(np.abs(spec) ** 2, axis=1)[:, :frame]
+    acf /= acf[:, :1] + 1e-12
+    lo, hi = rate // 600, rate // 60
+    window = acf[:, lo:hi]
+    best = window.max(axis=1)
+    f0 = []
+    for row, peak in zip(window, best):
+        if peak < 0.5:
+            continue  # not periodic enough: unvoiced or noise
+        lag = int(np.flatnonzero(row >= 0.85 * peak)[0])
+        while lag + 1 < row.size and row[lag + 1] > row[lag]:  # climb to the local maximum
+            lag += 1
+        f0.append(rate / (lo + lag))
+    return float(np.median(f0)) if f0 else float("nan")
 
 
 def _pack_probes(scorer: _Scorer, names: list[str]) -> dict[str, PackProbe]:
