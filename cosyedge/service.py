@@ -37,7 +37,7 @@ from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundErr
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
-from cosyedge.voices import PromptCache, VoiceLibrary
+from cosyedge.voices import PromptCache, VoiceInfo, VoiceLibrary
 
 logger = logging.getLogger(__name__)
 
@@ -339,6 +339,15 @@ class Service:
                 "the engine has not been loaded yet",
                 "native_clone": None if caps is None else caps.native_clone,
                 "native_instruct": None if caps is None else caps.native_instruct}
+
+    def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
+                   overwrite: bool = False) -> VoiceInfo:
+        """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``)."""
+        if not prompt_audio:
+            raise AudioError("no prompt audio to save: record or upload 3-10 s first")
+        prompt = self._condition(prompt_audio)
+        return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
+                                 model_id=self.holder.model_id or self.settings.model, overwrite=overwrite)
 
     def model_engine_name(self) -> str:
         """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""

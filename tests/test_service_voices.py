@@ -51,3 +51,20 @@ def test_saved_voice_by_id(make_service, fake_factory):
         service.submit(TTSRequest(text="hi", voice_id="nobody"))
     with pytest.raises(NameError_):
         service.submit(TTSRequest(text="hi", voice_id="../outputs"))
+
+
+def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
+    from cosyedge.ui import SAVED_PREFIX, build_ui, voice_choices, voice_fields
+
+    service = make_service()
+    info = service.save_voice("王老师", encode(speechlike(4.0), 24000), "你好")
+    assert info.id == "wang-lao-shi"
+    choices = voice_choices(service)
+    assert choices[0] == ("female_1", "female_1")
+    assert ("王老师 (saved / 已保存)", SAVED_PREFIX + "wang-lao-shi") in choices
+    assert voice_choices(service, with_presets=False) == [("王老师 (saved / 已保存)", "saved:wang-lao-shi")]
+    assert voice_fields("saved:wang-lao-shi") == {"speaker": None, "voice_id": "wang-lao-shi"}
+    assert voice_fields("male_1") == {"speaker": "male_1", "voice_id": None}
+    with pytest.raises(AudioError):
+        service.save_voice("empty", None, "")
+    build_ui(service)  # the page builds with saved voices present
