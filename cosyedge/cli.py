@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "cosyedge.commands.voices",
     "cosyedge.commands.voice_library",
     "cosyedge.commands.setup_model",
+    "cosyedge.commands.selftest",
+    "cosyedge.commands.sweep",
 )
 
 
