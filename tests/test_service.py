@@ -25,9 +25,9 @@ def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
     return buf.getvalue()
 
 
-def run(service: Service, **fields):
+def run(service: Service, timeout: float = 10, **fields):
     job = service.submit(TTSRequest(**fields))
-    assert job.wait(10), "job did not finish"
+    assert job.wait(timeout), "job did not finish"
     return job.outcome()
 
 
