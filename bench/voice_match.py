@@ -185,7 +185,7 @@ def main() -> int:
         "in proportion).",
         "",
         "Reference voices are generated locally (festival, Piper joe-medium, espeak-ng; see the script). "
-        "Probe = the search's own probe sentence (before = nearest preset, after = match); held-out = "
+        "Probe = the search's own two probe sentences (before = nearest preset, after = match); held-out = "
         "mean over one Japanese and one English sentence the search never heard, nearest preset -> "
         "matched voice. Similarity is the cosine of d-vectors (`cosyedge.speaker`).",
         "",
