@@ -304,9 +304,13 @@ class VoiceLibrary:
         import soundfile as sf
 
         path = self._existing(voice_id)
-        audio, rate = sf.read(path / WAV_NAME, dtype="float32")
-        transcript = (path / TRANSCRIPT_NAME).read_text(encoding="utf-8")
-        info = self._read_meta(path)
+        try:
+            audio, rate = sf.read(path / WAV_NAME, dtype="float32")
+            transcript = (path / TRANSCRIPT_NAME).read_text(encoding="utf-8")
+            info = self._read_meta(path)
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # sf raises RuntimeError kinds
+            raise NotFoundError(f"saved voice {voice_id!r} is damaged ({exc}); delete it and save it "
+                                "again") from None
         prompt = ConditionedPrompt(pcm=np.asarray(audio, dtype=np.float32).reshape(-1), sample_rate=rate,
                                    source_rate=rate, notes=list(info.notes))
         return prompt, transcript, info

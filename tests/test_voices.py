@@ -245,3 +245,10 @@ def test_import_validates_everything_before_writing(lib, tmp_path):
 def test_name_to_id_examples():
     assert name_to_id("  My Voice 2 ") == ("My Voice 2", "my-voice-2")
     assert name_to_id("a" * 64)[1] == "a" * 64
+
+
+def test_damaged_saved_voice_is_a_clear_not_found(lib):
+    save(lib, "Broken")
+    (lib.directory / "broken" / "voice.wav").write_bytes(b"garbage")
+    with pytest.raises(NotFoundError, match="damaged"):
+        lib.load("broken")
