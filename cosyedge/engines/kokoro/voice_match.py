@@ -24,9 +24,11 @@ cache like any encoded prompt.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,6 +49,8 @@ TIMBRE_DIMS = slice(0, 128)
 PROSODY_DIMS = slice(128, 256)
 EXTRAPOLATE = 0.25
 _MEMO_ATTR = "_voice_match_pack_scores"
+#: Pack and preset probe results stored by scripts/make_probe_table.py (7 KB; used when it matches).
+PROBE_TABLE = Path(__file__).with_name("probe_table.npz")
 
 
 @dataclass(frozen=True)
@@ -178,16 +182,91 @@ def median_f0(audio: np.ndarray, sample_rate: int) -> float:
     return float(np.median(f0)) if f0 else float("nan")
 
 
-def _pack_probes(scorer: _Scorer, names: list[str]) -> dict[str, PackProbe]:
+def probes_fingerprint(engine: Any) -> str:
+    """What the pack/preset probe results depend on: the packs, the presets, the probe text and the
+    speaker encoder file. A stored table is used only when this matches."""
+    import hashlib
+
+    from cosyedge.speaker import encoder_path
+
+    h = hashlib.sha256(json.dumps({"version": 1, "probe": PROBE_PHONEMES, "presets": presets.PRESETS,
+                                   "model": engine.model_id, "encoder_bytes": encoder_path().stat().st_size},
+                                  sort_keys=True).encode())
+    for name in sorted(engine.packs):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(engine.packs[name], dtype="<f4").tobytes())
+    return h.hexdigest()
+
+
+def save_probe_table(engine: Any, path: Path = PROBE_TABLE) -> Path:
+    """Probe every pack and blended preset now and store the results (``scripts/make_probe_table.py``),
+    so a fresh process skips those probes (about 12 s on 2 cores) when the fingerprint matches."""
+    scorer = _Scorer(engine, shared_encoder(), np.zeros(256, np.float32))
+    engine.__dict__.pop(_MEMO_ATTR, None)
+    names = sorted(engine.packs)
+    memo = _pack_probes(scorer, names, use_table=False)
+    _preset_probes(scorer, names, [engine.packs[n] for n in names])
+    arrays = {f"{key}/{field}": np.asarray(getattr(probe, field), dtype=np.float32)
+              for key, probe in memo.items() for field in PackProbe.__dataclass_fields__}
+    arrays["fingerprint"] = np.frombuffer(probes_fingerprint(engine).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+    return path
+
+
+def _load_probe_table(engine: Any, path: Path = PROBE_TABLE) -> dict[str, PackProbe]:
+    """The stored probe table, or {} when absent, unreadable or made for other packs/encoder/probe."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if bytes(npz["fingerprint"]).decode() != probes_fingerprint(engine):
+                logger.info("probe table %s does not match this model; probing the packs", path.name)
+                return {}
+            keys = {k.rsplit("/", 1)[0] for k in npz.files if "/" in k}
+            return {key: PackProbe(*(npz[f"{key}/{f}"].item() if npz[f"{key}/{f}"].ndim == 0
+                                     else npz[f"{key}/{f}"] for f in PackProbe.__dataclass_fields__))
+                    for key in keys}
+    except (OSError, KeyError, ValueError) as exc:
+        logger.info("no usable probe table (%s); probing the packs", exc)
+        return {}
+
+
+def _pack_probes(scorer: _Scorer, names: list[str], use_table: bool = True) -> dict[str, PackProbe]:
     """Embedding, duration and F0 of the probe for each bundled pack, memoized on the engine object
-    (they depend only on the model, and cost one synthesis each)."""
+    (they depend only on the model, and cost one synthesis each); a matching stored table
+    (``PROBE_TABLE``) fills the memo without probing."""
     memo: dict[str, PackProbe] = scorer.engine.__dict__.setdefault(_MEMO_ATTR, {})
+    if use_table and not memo:
+        memo.update(_load_probe_table(scorer.engine))
     for name in names:
         if name not in memo:
             audio = scorer.probe(scorer.engine.packs[name])
             memo[name] = PackProbe(scorer.embed(audio), audio.size / scorer.rate,
                                    median_f0(audio, scorer.rate), level_gap_db(audio, scorer.rate))
     return memo
+
+
+def _preset_probes(scorer: _Scorer, names: list[str], packs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Probe embedding of each preset: single packs from the pack memo, blends probed once and
+    memoized as ``preset:<name>``."""
+    memo = scorer.engine.__dict__[_MEMO_ATTR]
+    out = {}
+    for preset, weights in presets.PRESETS.items():
+        if len(weights) == 1:
+            out[preset] = memo[next(iter(weights))].embedding
+            continue
+        key = f"preset:{preset}"
+        if key not in memo:
+            w = preset_weights(names, preset)
+            audio = scorer.probe(blend_pack(packs, w, w))
+            memo[key] = PackProbe(scorer.embed(audio), audio.size / scorer.rate,
+                                  median_f0(audio, scorer.rate), level_gap_db(audio, scorer.rate))
+        out[preset] = memo[key].embedding
+    return out
+
+
+def preset_weights(names: list[str], preset: str) -> np.ndarray:
+    weights = presets.PRESETS[preset]
+    w = np.array([weights.get(n, 0.0) for n in names], dtype=np.float64)
+    return w / w.sum()
 
 
 def _initial_weights(embeddings: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -289,20 +368,9 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         return cand
 
     # The presets: single packs come from the memo; blended presets are probed once and memoized too.
-    preset_scores: dict[str, Candidate] = {}
-    for preset, weights in presets.PRESETS.items():
-        w = np.array([weights.get(n, 0.0) for n in names], dtype=np.float64)
-        w /= w.sum()
-        if len(weights) == 1:
-            embedding = probes[next(iter(weights))].embedding
-        else:
-            memo = engine.__dict__[_MEMO_ATTR]
-            if f"preset:{preset}" not in memo:
-                out = scorer.probe(blend_pack(packs, w, w))
-                memo[f"preset:{preset}"] = PackProbe(scorer.embed(out), out.size / scorer.rate,
-                                                     median_f0(out, scorer.rate), level_gap_db(out, scorer.rate))
-            embedding = memo[f"preset:{preset}"].embedding
-        preset_scores[preset] = Candidate(timbre=w, prosody=w.copy(), similarity=cosine(target, embedding))
+    preset_scores = {preset: Candidate(timbre=preset_weights(names, preset), prosody=preset_weights(names, preset),
+                                       similarity=cosine(target, embedding))
+                     for preset, embedding in _preset_probes(scorer, names, packs).items()}
     nearest = max(preset_scores, key=lambda p: preset_scores[p].similarity)
     best = max(preset_scores.values(), key=lambda c: c.score)
 
