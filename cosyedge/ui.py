@@ -154,7 +154,8 @@ def build_ui(service: Service) -> "gr.Blocks":
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt_bytes is None and not saved:
             raise gr.Error("Record or upload 3-10 s of a voice, or choose a saved voice / "
-                           "请录制或上传 3-10 秒参考音频，或选择已保存的音色", title="Cannot generate / 无法生成")
+                           "请录制或上传 3-10 秒参考音频，或选择已保存的音色",
+                           title="Cannot generate / 无法生成")
         voice = voice_fields(saved) if prompt_bytes is None else {}
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
@@ -263,12 +264,13 @@ def build_ui(service: Service) -> "gr.Blocks":
             except CosyedgeError as exc:
                 raise _ui_error(exc) from exc
             gr.Info(f"Saved / 已保存: {info.name} (id {info.id})")
-            return (gr.update(choices=voice_choices(service, with_presets=False), value=SAVED_PREFIX + info.id),
+            return (gr.update(choices=voice_choices(service, with_presets=False),
+                              value=SAVED_PREFIX + info.id),
                     gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
 
         demo.load(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
-        save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name], outputs=[saved_c, voice_i, voice_p],
-                       queue=False)
+        save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name],
+                       outputs=[saved_c, voice_i, voice_p], queue=False)
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
                                         show_progress="hidden")
 

@@ -308,7 +308,7 @@ class VoiceLibrary:
             audio, rate = sf.read(path / WAV_NAME, dtype="float32")
             transcript = (path / TRANSCRIPT_NAME).read_text(encoding="utf-8")
             info = self._read_meta(path)
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # sf raises RuntimeError kinds
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # sf: RuntimeError
             raise NotFoundError(f"saved voice {voice_id!r} is damaged ({exc}); delete it and save it "
                                 "again") from None
         prompt = ConditionedPrompt(pcm=np.asarray(audio, dtype=np.float32).reshape(-1), sample_rate=rate,
@@ -386,7 +386,8 @@ class VoiceLibrary:
             if set(members) != expected:
                 raise InputError(f"not a voice file: it must hold exactly {', '.join(sorted(expected))}; "
                                  f"found {', '.join(sorted(members)) or 'nothing'}")
-            limits = {WAV_NAME: max_bytes, TRANSCRIPT_NAME: 4 * MAX_TRANSCRIPT_CHARS, META_NAME: _MAX_META_BYTES}
+            limits = {WAV_NAME: max_bytes, TRANSCRIPT_NAME: 4 * MAX_TRANSCRIPT_CHARS,
+                      META_NAME: _MAX_META_BYTES}
             for member, limit in limits.items():
                 if members[member].file_size > limit:
                     raise PayloadTooLargeError(f"{member} in the voice file is too large "

@@ -62,7 +62,8 @@ def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
     choices = voice_choices(service)
     assert choices[0] == ("female_1", "female_1")
     assert ("王老师 (saved / 已保存)", SAVED_PREFIX + "wang-lao-shi") in choices
-    assert voice_choices(service, with_presets=False) == [("王老师 (saved / 已保存)", "saved:wang-lao-shi")]
+    assert voice_choices(service, with_presets=False) == [("王老师 (saved / 已保存)",
+                                                           "saved:wang-lao-shi")]
     assert voice_fields("saved:wang-lao-shi") == {"speaker": None, "voice_id": "wang-lao-shi"}
     assert voice_fields("male_1") == {"speaker": "male_1", "voice_id": None}
     with pytest.raises(AudioError):

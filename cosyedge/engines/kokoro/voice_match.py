@@ -129,7 +129,8 @@ class _Scorer:
         from cosyedge.engines.kokoro.engine import trim_silence
 
         self.evals += 1
-        return np.concatenate([trim_silence(self.engine.infer(ids, pack, 1.0), self.rate) for ids in self.ids])
+        pieces = [trim_silence(self.engine.infer(ids, pack, 1.0), self.rate) for ids in self.ids]
+        return np.concatenate(pieces)
 
     def embed(self, audio: np.ndarray) -> np.ndarray:
         return self.encoder.embed(audio, self.rate)
@@ -368,9 +369,10 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         return cand
 
     # The presets: single packs come from the memo; blended presets are probed once and memoized too.
-    preset_scores = {preset: Candidate(timbre=preset_weights(names, preset), prosody=preset_weights(names, preset),
-                                       similarity=cosine(target, embedding))
-                     for preset, embedding in _preset_probes(scorer, names, packs).items()}
+    preset_scores = {}
+    for preset, embedding in _preset_probes(scorer, names, packs).items():
+        w = preset_weights(names, preset)
+        preset_scores[preset] = Candidate(timbre=w, prosody=w.copy(), similarity=cosine(target, embedding))
     nearest = max(preset_scores, key=lambda p: preset_scores[p].similarity)
     best = max(preset_scores.values(), key=lambda c: c.score)
 
