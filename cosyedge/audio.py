@@ -93,6 +93,10 @@ def write_wav_atomic(path: str | os.PathLike[str], audio: np.ndarray, sample_rat
 # dependency, and a prompt is one close-mic recording where only the leading/trailing silence must
 # go; pauses inside the speech are kept on purpose (they carry the speaker's rhythm).
 # Loudness normalization sets the RMS of the speech frames to PROMPT_TARGET_DBFS, then caps the peak.
+# Decoding is libsndfile alone (via soundfile): 1.1+ reads MP3 as well as WAV/FLAC/OGG, so no
+# librosa/audioread fallback (which would need ffmpeg) is used. A source longer than 120 s is refused
+# outright (a prompt is seconds long; decoding minutes of audio on the box is wasted work); 30-120 s
+# keeps the best 12 s.
 
 PROMPT_RATE = 24000
 MIN_SOURCE_RATE = 16000
