@@ -9,7 +9,8 @@ padding; windows of 80 frames every 40; per-window L2, mean, L2); the package's 
 
 Cosine similarity of two embeddings is the score. Checked before adopting it (20:06 UTC, the five
 Kokoro packs x three Japanese sentences): same voice, different sentences 0.88-0.93; different voices
-0.10-0.85 (the two closest packs, jf_gongitsune and jf_nezumi, 0.74-0.88); male vs female 0.10-0.48.
+0.10-0.92 (the two closest packs, jf_gongitsune and jf_nezumi, 0.74-0.92; other pairs <= 0.85); male vs
+female 0.10-0.48.
 """
 
 from __future__ import annotations
