@@ -167,3 +167,33 @@ def test_rest_preset_list_and_errors(app_server):
     assert status in (400, 404) and "nobody" in str(reply)
     status, _ = _http("POST", f"{app_server}/tts", {"text": "Hello.", "prompt_audio": "bm90IGF1ZGlv"})
     assert status == 400
+
+
+def _library(models_dir, prompts_dir, *args):
+    env = dict(os.environ, PYTHONPATH=str(REPO), COSYEDGE_ONNX_THREADS="1")
+    return subprocess.run([APP_PYTHON, "-m", "cosyedge", "library", *args, "--models-dir", str(models_dir),
+                           "--prompts-dir", str(prompts_dir), "--model", MODEL_ID],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_clone_from_a_saved_voice_with_an_instruction(models_dir, tmp_path):
+    """The CLI path of a clone + instruct request: `library save` a prompt, then `speak --voice-id
+    --instruct`; the engine gets the native instruction, the output is a WAV of plausible length."""
+    prompt = tmp_path / "me.wav"
+    t = np.arange(4 * 16000) / 16000
+    sf.write(prompt, (0.3 * np.sin(2 * np.pi * 160 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+                      ).astype(np.float32), 16000)
+    prompts_dir = tmp_path / "prompts"
+    saved = _library(models_dir, prompts_dir, "save", "Teacher", str(prompt),
+                     "--transcript", "Hello world, this is a tiny test.")
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    listed = _library(models_dir, prompts_dir, "list")
+    assert listed.returncode == 0 and "Teacher" in listed.stdout, listed.stdout + listed.stderr
+    voice_id = next(line.split()[0] for line in listed.stdout.splitlines() if "Teacher" in line)
+    out = tmp_path / "clone.wav"
+    run = _speak(models_dir, "Hello world. The quick brown fox!", "--voice-id", voice_id,
+                 "--prompts-dir", str(prompts_dir), "--instruct", "用开心的语气说", "-o", str(out))
+    assert run.returncode == 0, run.stderr[-2000:]
+    audio, sr = sf.read(out)
+    assert sr == 24000 and 0.2 < audio.size / sr < 30
+    assert "wrote" in run.stdout
