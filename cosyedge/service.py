@@ -297,7 +297,8 @@ class Service:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the idle-unload thread (cheap; the engine itself loads on the first job)."""
+        """Remove crash leftovers, start the idle-unload thread (the engine loads on the first job)."""
+        self.remove_partial_outputs()
         if self.holder.idle_seconds <= 0 or self._idle_thread is not None:
             return
         interval = min(30.0, max(0.05, self.holder.idle_seconds / 4))
@@ -311,6 +312,28 @@ class Service:
 
         self._idle_thread = threading.Thread(target=watch, name="cosyedge-idle-unload", daemon=True)
         self._idle_thread.start()
+
+    def remove_partial_outputs(self) -> int:
+        """Delete ``.tmp-*`` files in outputs/: half-written WAVs of a process that was killed.
+
+        Run at start, before any job of this process can be writing one; returns how many.
+        """
+        removed = 0
+        try:
+            leftovers = list(self.settings.outputs_path.glob(".tmp-*"))
+        except OSError:
+            return 0
+        for path in leftovers:
+            try:
+                if path.is_file() and not path.is_symlink():
+                    path.unlink()
+                    removed += 1
+            except OSError as exc:
+                logger.warning("could not remove leftover %s: %s", path, exc)
+        if removed:
+            logger.warning("removed %d half-written file(s) left in %s by an earlier crash", removed,
+                           self.settings.outputs_path)
+        return removed
 
     def close(self) -> None:
         """Stop accepting work, cancel jobs, release the engine."""
