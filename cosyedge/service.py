@@ -47,6 +47,9 @@ SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=
 SEED_PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
 #: Client-chosen job ids (so a REST client can cancel its own pending request).
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: SSML-style markup: engines would read the tags aloud ("less than speak greater than ...").
+SSML_TAG_RE = re.compile(r"</?\s*(speak|prosody|break|emphasis|say-as|voice|phoneme|sub|audio|mark|"
+                         r"lang|p|s|w|amazon:[\w-]+|mstts:[\w-]+)(\s[^<>]*)?/?>", re.IGNORECASE)
 #: How long a UI client may still download a finished WAV before the janitor may remove it.
 DOWNLOAD_LEASE_S = 30 * 60
 NOT_APPLIED = "instruction not applied (not supported by this engine yet)"
@@ -404,6 +407,10 @@ class Service:
             raise TextError("text is empty: type something to read")
         if len(request.text) > s.max_text_chars:
             raise TextError(f"text is {len(request.text)} characters; the limit is {s.max_text_chars}")
+        tag = SSML_TAG_RE.search(request.text)
+        if tag:
+            raise TextError(f"text contains markup ({tag.group(0)[:40]}): SSML tags are not supported; "
+                            "send plain text (use speed and instruct for delivery)")
         if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
             raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}")
         low, high = SPEED_RANGE
