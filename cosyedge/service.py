@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import io
 import json
 import logging
 import re
+import shutil
 import sys
 import threading
 import time
@@ -33,7 +35,7 @@ from cosyedge.audio import write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
-                             PayloadTooLargeError, TextError)
+                             PayloadTooLargeError, StorageFullError, TextError)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
@@ -486,6 +488,13 @@ class Service:
         try:
             write_wav_atomic(path, audio, sample_rate)
             self.lease(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            free = shutil.disk_usage(path.parent).free / 1e6
+            raise StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, "
+                                   f"this result needs {len(audio) * 2 / 1e6:.1f} MB): old outputs "
+                                   "can be deleted to make room") from exc
         finally:
             with self._in_use_lock:
                 self._writing.discard(path)
