@@ -20,6 +20,7 @@ from cosyedge.config import Settings, SettingsError, add_arguments, from_args
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from cosyedge.janitor import Janitor
     from cosyedge.jobs import ThermalSource
     from cosyedge.service import Service
 
@@ -84,6 +85,13 @@ def make_service(settings: Settings, thermal: "ThermalSource | None" = None) -> 
     return service
 
 
+def start_janitor(settings: Settings, service: "Service") -> "Janitor":
+    """The outputs/ janitor thread: sweeps at start and every few minutes, sparing files in use."""
+    from cosyedge.janitor import Janitor
+
+    return Janitor.from_settings(settings, in_use=service.in_use_paths).start()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python app.py", description=__doc__.splitlines()[0])
     add_arguments(parser)
@@ -105,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    service = make_service(settings)
+    from cosyedge.thermal import ThermalGovernor
+
+    service = make_service(settings, ThermalGovernor.from_settings(settings))
+    janitor = start_janitor(settings, service)
     app = build_app(service)
     logger.info("cosyedge on http://%s:%d (model %s loads on the first job)", settings.host,
                 settings.port, settings.model)
@@ -113,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         uvicorn.run(app, host=settings.host, port=settings.port,
                     log_level=settings.log_level.lower(), timeout_graceful_shutdown=5)
     finally:
+        janitor.stop()
         service.close()
     return 0
 

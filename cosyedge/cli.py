@@ -23,6 +23,8 @@ COMMAND_MODULES = (
     "cosyedge.commands.speak",
     "cosyedge.commands.voices",
     "cosyedge.commands.setup_model",
+    "cosyedge.commands.selftest",
+    "cosyedge.commands.sweep",
 )
 
 

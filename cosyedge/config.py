@@ -47,6 +47,16 @@ class Settings:
     insecure_no_auth: bool = False
     device: str = "edge"  # accepted for the seed's `--device edge`; only CPU exists
     quantized: bool = True  # accepted for the seed's `--quantized`; models are int8 already
+    # Janitor: what outputs/ may hold (0 = no limit for each) and how often it is swept.
+    janitor_max_age_hours: float = 24.0
+    janitor_max_total_mb: float = 1024.0
+    janitor_max_files: int = 500
+    janitor_interval_minutes: float = 10.0
+    # Thermal governor thresholds (°C) and how far below a threshold it must cool to step down.
+    thermal_warm_c: float = 70.0
+    thermal_hot_c: float = 80.0
+    thermal_critical_c: float = 90.0
+    thermal_hysteresis_c: float = 5.0
 
     # Resolved directories (models/prompts/outputs default to folders under root).
     @property
@@ -72,8 +82,9 @@ class Settings:
 
     def validate(self) -> "Settings":
         """Check every field; return self so callers can chain."""
-        def fail(name: str, why: str) -> None:
-            raise SettingsError(f"{name}: {why} (set {ENV_PREFIX}{name.upper()} or --{name.replace('_', '-')})")
+        def fail(name: str, why: str, flag: bool = True) -> None:
+            where = f"{ENV_PREFIX}{name.upper()}" + (f" or --{name.replace('_', '-')}" if flag else "")
+            raise SettingsError(f"{name}: {why} (set {where})")
 
         if not 1 <= self.port <= 65535:
             fail("port", f"{self.port} is not a TCP port (1-65535)")
@@ -96,6 +107,25 @@ class Settings:
             fail("auth", "must look like user:password")
         if self.device not in ("edge", "cpu"):
             fail("device", f"{self.device!r}: only 'edge' (= cpu) is supported; there is no GPU path")
+        if self.janitor_max_age_hours < 0:
+            fail("janitor_max_age_hours", f"{self.janitor_max_age_hours} must be >= 0 (0 = no age limit)",
+                 flag=False)
+        if self.janitor_max_total_mb < 0:
+            fail("janitor_max_total_mb", f"{self.janitor_max_total_mb} must be >= 0 (0 = no size limit)",
+                 flag=False)
+        if self.janitor_max_files < 0:
+            fail("janitor_max_files", f"{self.janitor_max_files} must be >= 0 (0 = no count limit)",
+                 flag=False)
+        if not 0.1 <= self.janitor_interval_minutes <= 1440:
+            fail("janitor_interval_minutes", f"{self.janitor_interval_minutes} must be between 0.1 and 1440",
+                 flag=False)
+        if not 0 < self.thermal_warm_c < self.thermal_hot_c < self.thermal_critical_c <= 150:
+            fail("thermal_warm_c", f"thresholds must rise: 0 < warm ({self.thermal_warm_c}) < hot "
+                 f"({self.thermal_hot_c}) < critical ({self.thermal_critical_c}) <= 150, e.g. 70/80/90",
+                 flag=False)
+        if not 0 <= self.thermal_hysteresis_c <= 20:
+            fail("thermal_hysteresis_c", f"{self.thermal_hysteresis_c} must be between 0 and 20",
+                 flag=False)
         if not self.model or "/" in self.model or self.model.startswith("."):
             fail("model", f"{self.model!r} must be a directory name under models/, e.g. kokoro-int8")
         return self

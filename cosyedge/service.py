@@ -4,17 +4,18 @@
   releases it after ``idle_unload_minutes`` without use so the memory returns to the system.
 * :class:`Service` turns a :class:`TTSRequest` into a job on the one :class:`~cosyedge.jobs.JobQueue`
   and says in the :class:`TTSResult` exactly what the engine did (preset used instead of a clone,
-  instruction not applied, ...).
+  which parts of an instruction were applied and which not, ...).
 
-Voice prompts, the saved-voice library and instruction plans plug in at ``_resolve_voice`` (returns a
-:class:`VoiceChoice`, with room for a similarity score) and ``_plan_instruct``; until those land the
-service answers what the engine truly can.
+Voice prompts and the saved-voice library plug in at ``_resolve_voice`` (returns a
+:class:`VoiceChoice`, with room for a similarity score); instructions go through
+:mod:`cosyedge.instruct` in ``_plan_instruct``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import gc
 import io
@@ -36,6 +37,8 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
                              PayloadTooLargeError, StorageFullError, TextError)
+from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
+                               postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
@@ -54,7 +57,6 @@ SSML_TAG_RE = re.compile(r"</?\s*(speak|prosody|break|emphasis|say-as|voice|phon
                          r"lang|p|s|w|amazon:[\w-]+|mstts:[\w-]+)(\s[^<>]*)?/?>", re.IGNORECASE)
 #: How long a UI client may still download a finished WAV before the janitor may remove it.
 DOWNLOAD_LEASE_S = 30 * 60
-NOT_APPLIED = "instruction not applied (not supported by this engine yet)"
 
 EngineFactory = Callable[[], Engine]
 
@@ -95,7 +97,7 @@ class TTSResult:
     model_id: str
     voice: str  # the preset or voice actually used
     voice_match: str  # "native clone", "none: preset ... used; ...", "preset"
-    instruct: dict[str, Any]  # {"applied": [...], "not_supported": [...], "message": ...}
+    instruct: dict[str, Any]  # {"applied", "not_supported", "controls", "message"} (cosyedge.instruct)
     sentences: int
     seconds: float  # wall time of the synthesis
     path: Path | None = None
@@ -291,7 +293,7 @@ class Service:
             def engine_factory() -> Engine:
                 from cosyedge.engines import load_engine
 
-                return load_engine(settings)
+                return load_engine(self.engine_settings())
         self.holder = EngineHolder(engine_factory, settings.idle_unload_minutes * 60.0, clock)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self._in_use_lock = threading.Lock()
@@ -299,6 +301,17 @@ class Service:
         self._leases: dict[Path, float] = {}
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
+
+    def engine_settings(self) -> Settings:
+        """Settings for the next engine load: fewer ONNX threads while the thermal governor asks.
+
+        ONNX Runtime fixes a session's threads when it is created, so the thermal limit applies
+        from the next load on (after an idle unload), not to an engine already loaded.
+        """
+        threads = self.queue.thermal_snapshot().onnx_threads
+        if threads is None or threads >= self.settings.threads:
+            return self.settings
+        return dataclasses.replace(self.settings, onnx_threads=threads)
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -427,8 +440,9 @@ class Service:
             raise NotFoundError(f"unknown voice_id {request.voice_id!r}: no saved voices exist yet")
         if request.prompt_audio is not None:
             probe_audio(request.prompt_audio, s.max_upload_mb)
-        if request.instruct is not None and len(request.instruct) > 500:
-            raise TextError(f"instruction is {len(request.instruct)} characters; the limit is 500")
+        if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
+            raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "
+                            f"{MAX_INSTRUCTION_CHARS}")
 
     @staticmethod
     def _check_preset(name: str, presets: list[str]) -> str:
@@ -459,9 +473,8 @@ class Service:
             if job.is_cancelled():
                 raise CancelledError("cancelled before synthesis started")
             choice = self._resolve_voice(engine, request)
-            instruct_for_engine, instruct_report = self._plan_instruct(engine, request.instruct)
-            options = SynthesisOptions(speed=float(request.speed), language=request.language,
-                                       instruct=instruct_for_engine)
+            options = SynthesisOptions(speed=float(request.speed), language=request.language)
+            plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
             job.set_phase("synthesizing")
 
             def progress(done: int, total: int) -> None:
@@ -472,10 +485,11 @@ class Service:
                              progress=progress, cancelled=job.is_cancelled)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
-            result = TTSResult(job_id=job.id, audio=out.audio, sample_rate=out.sample_rate,
+            audio = out.audio if plan is None else postprocess(out.audio, out.sample_rate, plan)
+            result = TTSResult(job_id=job.id, audio=audio, sample_rate=out.sample_rate,
                                engine=engine.name, model_id=engine.model_id, voice=choice.name,
                                voice_match=choice.match, similarity=choice.similarity,
-                               instruct=instruct_report,
+                               instruct=instruct_report(plan),
                                sentences=len(out.sentences), seconds=time.monotonic() - started)
         if request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
@@ -513,15 +527,30 @@ class Service:
         return VoiceChoice(prompt, "prompt audio", "native clone")
 
     @staticmethod
-    def _plan_instruct(engine: Engine, instruct: str | None) -> tuple[str | None, dict[str, Any]]:
-        """(instruction passed to the engine, the applied / not-supported report)."""
+    def _plan_instruct(engine: Engine, instruct: str | None, options: SynthesisOptions,
+                       choice: VoiceChoice) -> tuple[InstructPlan | None, SynthesisOptions, VoiceChoice]:
+        """Read the instruction into a plan (:mod:`cosyedge.instruct`) and fold it into the request.
+
+        Engines with native instruct get the formatted instruction in ``options.instruct`` and nothing
+        else; others get explicit controls: speed here, pitch and volume in ``postprocess`` after
+        synthesis, and a preset when the instruction asks for a kind of voice.
+        """
         if not instruct or not instruct.strip():
-            return None, {"applied": [], "not_supported": [], "message": "no instruction given"}
-        instruct = instruct.strip()
-        if engine.capabilities.native_instruct:
-            return instruct, {"applied": [instruct], "not_supported": [],
-                              "message": "passed to the engine, which follows instructions natively"}
-        return None, {"applied": [], "not_supported": [instruct], "message": NOT_APPLIED}
+            return None, options, choice
+        plan = plan_for_engine(instruct, engine)
+        applied = apply_plan(plan, options, choice.voice, speed_range=engine.capabilities.speed_range)
+        if applied.voice is not choice.voice:
+            choice = dataclasses.replace(choice, voice=applied.voice, name=str(applied.voice),
+                                         match=f"preset {applied.voice}, asked for by the instruction "
+                                               f"(instead of {choice.name})", similarity=None)
+        return applied.plan, applied.options, choice
+
+
+def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:
+    """The instruction part of a result: applied, not supported, controls and a summary line."""
+    if plan is None:
+        return {"applied": [], "not_supported": [], "controls": {}, "message": "no instruction given"}
+    return plan.to_dict()
 
 
 def probe_audio(data: bytes, max_mb: float) -> float:

@@ -69,8 +69,8 @@ def describe(result: TTSResult) -> str:
     if result.similarity is not None:
         lines.append(f"**Similarity to the prompt / 与参考音频的相似度**: {result.similarity:.2f}")
     if instruct.get("applied") or instruct.get("not_supported"):
-        applied = ", ".join(instruct.get("applied") or []) or "none / 无"
-        missing = ", ".join(instruct.get("not_supported") or []) or "none / 无"
+        applied = "; ".join(instruct.get("applied") or []) or "none / 无"
+        missing = "; ".join(instruct.get("not_supported") or []) or "none / 无"
         lines.append(f"**Instruction applied / 已执行指令**: {applied}")
         lines.append(f"**Not supported / 不支持**: {missing} — {instruct.get('message', '')}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "

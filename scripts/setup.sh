@@ -21,13 +21,18 @@ if [ "$dev" = 1 ]; then
     log "installing the PyTorch reference (test-only)"
     bash scripts/install_reference.sh .venv
   fi
-  if ! command -v chromium >/dev/null 2>&1; then
+  # Debian packages for the tests: chromium (browser test), a CJK font (readable screenshots),
+  # sox (sound checks). Installed only when missing.
+  missing=""
+  command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+  [ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing="$missing fonts-wqy-microhei"
+  if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then
-      log "installing Debian chromium for the browser test"
-      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-        || log "WARNING: could not install chromium; the browser test will fail"
+      log "installing Debian packages:$missing"
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null) \
+        || log "WARNING: could not install$missing; the browser test will fail"
     else
-      log "WARNING: chromium missing and not root; install it with: sudo apt-get install chromium"
+      log "WARNING: missing$missing and not root; install with: sudo apt-get install$missing"
     fi
   fi
 else

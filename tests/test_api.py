@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from cosyedge.service import NOT_APPLIED
 
 
 @pytest.fixture
@@ -49,8 +48,14 @@ def test_tts_extensions_are_reported_honestly(server):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["voice_match"] == "none: preset child used; the fake engine cannot clone"
-    assert body["instruct"] == {"applied": [], "not_supported": ["用开心的语气说"],
-                                "message": NOT_APPLIED}
+    assert body["instruct"]["applied"] == ["emotion 'happy' ('开心') approximated by speed ×1.08, "
+                                           "pitch +1.0 st"]
+    assert body["instruct"]["not_supported"] == []
+    assert body["instruct"]["controls"]["speed"] == 1.08
+    r = httpx.post(f"{server.url}/tts", json={"text": "你好。", "instruct": "用四川话说"}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["instruct"]["not_supported"] == ["dialect: Sichuanese (not supported by this engine)"]
+    assert r.json()["duration"] > 0.1  # still synthesized
 
 
 def test_openai_client_speech(server, tmp_path):

@@ -107,7 +107,7 @@ def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, f
                                                                              timeout=10_000)
         data, panel = generate(page, "instruct", "今天天气真好。")
         assert data[:4] == b"RIFF"
-        assert "not applied" in panel and "用开心的语气说" in panel
+        assert "emotion 'happy'" in panel and "approximated" in panel
         page.screenshot(path=str(ARTIFACTS / "instruct-result.png"), full_page=True)
         assert fake_factory.loads == 1
         page.wait_for_timeout(2500)  # let the status line refresh once

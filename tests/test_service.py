@@ -14,7 +14,7 @@ import soundfile as sf
 
 from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
                              ParameterError, PayloadTooLargeError, TextError)
-from cosyedge.service import NOT_APPLIED, SEED_PRESETS, Service, TTSRequest
+from cosyedge.service import SEED_PRESETS, Service, TTSRequest
 
 
 def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
@@ -24,9 +24,9 @@ def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
     return buf.getvalue()
 
 
-def run(service: Service, timeout: float = 10, **fields):
+def run(service: Service, **fields):
     job = service.submit(TTSRequest(**fields))
-    assert job.wait(timeout), "job did not finish"
+    assert job.wait(10), "job did not finish"
     return job.outcome()
 
 
@@ -124,13 +124,36 @@ def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory)
     assert voice.meta == {"transcript": "hi", "sample_rate": 16000}
 
 
-def test_instruction_is_reported_not_applied(make_service, fake_factory):
+def test_instruction_becomes_explicit_controls_on_an_engine_without_native_instruct(make_service,
+                                                                                    fake_factory):
     service = make_service()
-    result = run(service, text="Hello.", instruct="用开心的语气说")
-    assert result.instruct == {"applied": [], "not_supported": ["用开心的语气说"], "message": NOT_APPLIED}
-    assert fake_factory.engine.calls[-1][2].instruct is None  # not silently passed on
+    plain = run(service, text="Hello.", speed=1.2)
+    result = run(service, text="Hello.", speed=1.2, instruct="慢一点，大声，用男声，用四川话说")
+    options = fake_factory.engine.calls[-1][2]
+    assert options.instruct is None  # nothing passed to an engine that cannot read it
+    assert options.speed == pytest.approx(1.2 * 0.8 ** 0.5, abs=1e-3)  # user's speed × plan
+    assert fake_factory.engine.calls[-1][1] == "male_1" and result.voice == "male_1"
+    assert "instruction" in result.voice_match
+    report = result.instruct
+    assert report["not_supported"] == ["dialect: Sichuanese (not supported by this engine)"]
+    assert any(line.startswith("speed ×0.89") for line in report["applied"])
+    assert report["controls"]["gain_db"] == 6.0
+    assert np.sqrt(np.mean(result.audio ** 2)) > 1.5 * np.sqrt(np.mean(plain.audio ** 2))  # +6 dB
     result = run(service, text="Hello.")
     assert result.instruct["applied"] == [] and result.instruct["not_supported"] == []
+
+
+def test_instruction_passed_natively_when_the_engine_follows_instructions(make_service,
+                                                                         fake_factory):
+    fake_factory.engine_kwargs["native_instruct"] = True
+    service = make_service()
+    result = run(service, text="Hello.", speed=1.1, instruct="用开心的语气说")
+    options = fake_factory.engine.calls[-1][2]
+    assert options.instruct == "用开心的语气说<|endofprompt|>"
+    assert options.speed == 1.1  # the model reads the words; nothing applied twice
+    assert result.instruct["not_supported"] == []
+    assert result.instruct["controls"]["native"] is True
+    assert "natively" in result.instruct["message"]
 
 
 def test_cancel_stops_between_sentences(make_service, fake_factory):
@@ -188,20 +211,3 @@ def test_status_line_shows_queue_position_and_thermal(make_service, fake_factory
     for job in (first, second, third):
         assert job.wait(10)
     assert service.status().as_dict()["loaded"] is True
-
-
-@pytest.mark.slow
-def test_real_engine_two_concurrent_jobs_match_one_at_a_time(web_settings, kokoro_models_dir):
-    """The queue runs 2 jobs on one shared engine: that must not mix their audio."""
-    service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir, onnx_threads=1))
-    try:
-        texts = ["Hello from the classroom. The weather is fine today.", "[zh]今天天气真好，我们去公园吧。"]
-        alone = [run(service, timeout=300, text=t).audio for t in texts]
-        jobs = [service.submit(TTSRequest(text=t)) for t in texts]
-        assert all(job.wait(300) for job in jobs)
-        for single, job in zip(alone, jobs):
-            together = job.outcome().audio
-            assert single.shape == together.shape
-            np.testing.assert_allclose(single, together, atol=1e-4)
-    finally:
-        service.close()

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from cosyedge import config, synthesis
+from cosyedge import config, instruct, synthesis
 from cosyedge.audio import write_wav_atomic
 from cosyedge.engines import load_engine
-from cosyedge.engines.base import LANGUAGES, SynthesisOptions
+from cosyedge.engines.base import LANGUAGES, SynthesisOptions, VoicePrompt
 from cosyedge.errors import TextError
 
 
@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--voice", default="female_1", help="preset voice (see `voices`)")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
     parser.add_argument("--lang", default="auto", choices=LANGUAGES, help="language of untagged text")
+    parser.add_argument("--instruct", metavar="TEXT",
+                        help='how to read it, e.g. "slowly and warmly" or "用开心的语气说"; '
+                             "what was applied / not supported is printed")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write")
     config.add_arguments(parser)
     parser.set_defaults(func=run)
@@ -45,9 +48,21 @@ def run(args: argparse.Namespace) -> int:
     text = read_text(args)
     synthesis.check_text(text, settings.max_text_chars)  # fail before loading the model
     engine = load_engine(settings)
-    result = synthesis.synthesize(engine, text, args.voice,
-                                  SynthesisOptions(speed=args.speed, language=args.lang),
-                                  max_chars=settings.max_text_chars)
-    path = write_wav_atomic(args.output, result.audio, result.sample_rate)
-    print(f"wrote {path} ({result.duration:.2f} s, {len(result.sentences)} sentences)")
+    options = SynthesisOptions(speed=args.speed, language=args.lang)
+    voice: str | VoicePrompt = args.voice
+    the_plan = None
+    if args.instruct:
+        the_plan = instruct.plan_for_engine(args.instruct, engine)
+        app = instruct.apply_plan(the_plan, options, voice, speed_range=engine.capabilities.speed_range)
+        options, voice, the_plan = app.options, app.voice, app.plan
+    result = synthesis.synthesize(engine, text, voice, options, max_chars=settings.max_text_chars)
+    audio = result.audio
+    if the_plan is not None:
+        audio = instruct.postprocess(audio, result.sample_rate, the_plan)
+        for line in the_plan.applied:
+            print(f"applied: {line}")
+        for line in the_plan.not_supported:
+            print(f"not applied: {line}")
+    path = write_wav_atomic(args.output, audio, result.sample_rate)
+    print(f"wrote {path} ({len(audio) / result.sample_rate:.2f} s, {len(result.sentences)} sentences)")
     return 0

@@ -1,0 +1,365 @@
+"""cosyedge.instruct: instructions -> explicit plans, and applying a plan to a request.
+
+The table's expected numbers follow the rules in the module docstring: slow ×0.8, fast ×1.25,
+pitch ±3 st, volume ±6 dB; slight ×0.5, strong ×1.5, extreme ×2 (powers for speed, linear for st/dB);
+negation = slight move the other way; the last cue per control wins; explicit words override the
+matching part of an emotion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from cosyedge.engines.base import Capabilities, SynthesisOptions, VoicePrompt
+from cosyedge.errors import ParameterError
+from cosyedge.instruct import (
+    EMOTION_EFFECTS,
+    MAX_INSTRUCTION_CHARS,
+    InstructPlan,
+    apply_plan,
+    format_native_instruction,
+    plan,
+    postprocess,
+)
+
+EMBEDDED = Capabilities(native_clone=False, native_instruct=False, languages=("auto", "zh", "en", "ja"),
+                        sample_rate=24000)
+NATIVE = Capabilities(native_clone=True, native_instruct=True, languages=("auto", "zh", "en", "ja"),
+                      sample_rate=24000)
+PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
+
+SLOW, FAST = 0.8, 1.25
+
+# (instruction, expected controls; "ns" = substrings that must each appear in not_supported, and
+#  not_supported must be empty when "ns" is absent; "applied" = substrings that must appear in applied)
+CASES: list[tuple[str, dict]] = [
+    # --- English
+    ("read it slowly", {"speed": SLOW}),
+    ("Read it a bit faster", {"speed": FAST ** 0.5}),
+    ("very slowly", {"speed": SLOW ** 1.5}),
+    ("extremely fast", {"speed": FAST ** 2}),
+    ("speak loudly", {"gain": 6.0}),
+    ("a little quieter", {"gain": -3.0}),
+    ("in a low voice", {"pitch": -3.0}),
+    ("with a high-pitched voice", {"pitch": 3.0}),
+    ("don't read too fast", {"speed": SLOW ** 0.5}),
+    ("not too loud", {"gain": -3.0}),
+    ("use a male voice", {"voice": "male_1"}),
+    ("a child's voice", {"voice": "child"}),
+    ("in a woman's voice, calmly", {"voice": "female_1", "emotions": ("calm",), "speed": 0.92,
+                                    "gain": -1.0}),
+    ("happily", {"emotions": ("happy",), "speed": 1.08, "pitch": 1.0}),
+    ("sadly", {"emotions": ("sad",), "speed": 0.88, "pitch": -1.0, "gain": -3.0}),
+    ("angrily and loudly", {"emotions": ("angry",), "speed": 1.08, "gain": 6.0,
+                            "applied": ["volume left to 'loudly'"]}),
+    ("whisper it", {"emotions": ("whisper",), "gain": -8.0, "ns": ["whisper"]}),
+    ("in a British accent", {"ns": ["accent: british accent", "not supported by this engine"]}),
+    ("sing it", {"ns": ["singing"]}),
+    ("slow and fast", {"speed": FAST, "ns": ["conflict: 'slow' ignored"]}),
+    ("fast, no, slowly", {"speed": SLOW, "ns": ["conflict: 'fast' ignored"]}),
+    ("1.5x speed", {"speed": 1.5}),
+    ("talk like a robot", {"ns": ["style: like a robot"]}),
+    ("hello there", {"ns": ["nothing applied"]}),
+    ("read it in English", {"language": "en"}),
+    ("say it in Korean", {"ns": ["language: Korean"]}),
+    ("very happy", {"emotions": ("happy",), "speed": 1.08 ** 1.5, "pitch": 1.5}),
+    ("happy but slowly", {"emotions": ("happy",), "speed": SLOW, "pitch": 1.0,
+                          "applied": ["speed left to 'slowly'"]}),
+    ("read it slowly and warmly", {"emotions": ("gentle",), "speed": SLOW, "gain": -2.0}),
+    ("kind of slow", {"speed": SLOW ** 0.5}),
+    ("an old man telling a story", {"speed": 0.9, "pitch": -1.0, "ns": ["elderly"]}),
+    ("neither too loud nor too soft", {}),
+    ("speak neither fast nor slow, with a deep voice", {"pitch": -3.0}),
+    ("just happy, not sad", {"emotions": ("happy",), "speed": 1.08, "pitch": 1.0,
+                             "applied": ["not sad"]}),
+    # --- Chinese
+    ("用四川话说", {"ns": ["dialect: Sichuanese (not supported by this engine)"]}),
+    ("慢一点", {"speed": SLOW ** 0.5}),
+    ("不要太快", {"speed": SLOW ** 0.5}),
+    ("非常慢", {"speed": SLOW ** 1.5}),
+    ("大声一点", {"gain": 3.0}),
+    ("小声地说", {"gain": -6.0}),
+    ("低声说", {"gain": -6.0}),
+    ("用低沉的声音", {"pitch": -3.0}),
+    ("声音高一点", {"pitch": 1.5}),
+    ("用男声", {"voice": "male_1"}),
+    ("用女声读", {"voice": "female_1"}),
+    ("用孩子的声音", {"voice": "child"}),
+    ("用开心的语气说", {"emotions": ("happy",), "speed": 1.08, "pitch": 1.0}),
+    ("伤心地读", {"emotions": ("sad",), "speed": 0.88, "pitch": -1.0, "gain": -3.0}),
+    ("快乐地朗读", {"emotions": ("happy",), "speed": 1.08, "pitch": 1.0}),  # 快乐 is happy, not 快
+    ("语速不要太快也不要太慢", {"speed": 1.0}),
+    ("用粤语唱出来", {"ns": ["dialect: Cantonese", "singing"]}),
+    ("又快又慢", {"speed": SLOW, "ns": ["conflict"]}),
+    ("悄悄地说", {"emotions": ("whisper",), "gain": -8.0, "ns": ["whisper"]}),
+    ("用英语说", {"language": "en"}),
+    ("稍微快一点，大声", {"speed": FAST ** 0.5, "gain": 6.0}),
+    ("不要男声", {"applied": ["not male"]}),
+    ("温柔地读", {"emotions": ("gentle",), "speed": 0.95, "gain": -2.0}),
+    ("非常生气地说", {"emotions": ("angry",), "speed": 1.08 ** 1.5, "gain": 6.0}),
+    ("开心一点，但是不要太大声", {"emotions": ("happy",), "speed": 1.08 ** 0.5, "pitch": 0.5,
+                              "gain": -3.0}),
+    ("用东北话，慢慢地说", {"speed": SLOW, "ns": ["Northeastern"]}),
+    ("用韩语说", {"ns": ["language: Korean"]}),
+    # --- mixed Chinese/English
+    ("read it 慢一点 and happily", {"speed": SLOW ** 0.5, "emotions": ("happy",), "pitch": 1.0}),
+    ("用calm的语气", {"emotions": ("calm",), "speed": 0.92, "gain": -1.0}),
+    ("大声 but not too fast", {"gain": 6.0, "speed": SLOW ** 0.5}),
+    ("very happy 而且 用男声", {"voice": "male_1", "emotions": ("happy",), "speed": 1.08 ** 1.5,
+                             "pitch": 1.5}),
+    ("用 a child's voice 唱歌", {"voice": "child", "ns": ["singing"]}),
+]
+
+
+def test_table_has_at_least_forty_instructions():
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("instruction,expect", CASES, ids=[c[0] for c in CASES])
+def test_plan_table(instruction: str, expect: dict):
+    p = plan(instruction, EMBEDDED, presets=PRESETS)
+    assert p.native is False and p.native_instruction is None
+    assert p.speed == pytest.approx(expect.get("speed", 1.0), abs=0.006)
+    assert p.pitch_semitones == pytest.approx(expect.get("pitch", 0.0), abs=0.01)
+    assert p.gain_db == pytest.approx(expect.get("gain", 0.0), abs=0.01)
+    assert p.voice == expect.get("voice")
+    assert p.emotions == expect.get("emotions", ())
+    assert p.language == expect.get("language")
+    ns = expect.get("ns", [])
+    if not ns:
+        assert p.not_supported == (), p.not_supported
+    for fragment in ns:
+        assert any(fragment in line for line in p.not_supported), (fragment, p.not_supported)
+    for fragment in expect.get("applied", []):
+        assert any(fragment in line for line in p.applied), (fragment, p.applied)
+    # Everything the plan changes is reported in words.
+    if p.speed != 1.0:
+        assert any("speed" in line for line in p.applied)
+    if p.pitch_semitones:
+        assert any("pitch" in line for line in p.applied)
+    if p.gain_db:
+        assert any("volume" in line for line in p.applied)
+    if p.voice:
+        assert any(p.voice in line for line in p.applied)
+
+
+def test_applied_lines_are_readable():
+    p = plan("read it slowly", EMBEDDED)
+    assert p.applied == ("speed ×0.80 ('slowly')",)
+    p = plan("用四川话说", EMBEDDED)
+    assert p.not_supported == ("dialect: Sichuanese (not supported by this engine)",)
+    p = plan("用开心的语气说", EMBEDDED)
+    assert p.applied == ("emotion 'happy' ('开心') approximated by speed ×1.08, pitch +1.0 st",)
+
+
+def test_each_emotion_name_is_understood():
+    for name in EMOTION_EFFECTS:
+        assert plan(name, EMBEDDED).emotions == (name,)
+
+
+def test_voice_without_preset_is_not_supported():
+    p = plan("use a male voice", EMBEDDED, presets=())
+    assert p.voice is None
+    assert any("male voice" in line and "no such voice" in line for line in p.not_supported)
+
+
+def test_unsupported_language_for_engine():
+    caps = dataclasses.replace(EMBEDDED, languages=("auto", "zh"))
+    p = plan("read it in English", caps)
+    assert p.language is None
+    assert any("English" in line for line in p.not_supported)
+
+
+def test_speed_clamped_to_engine_range_and_said():
+    p = plan("extremely slowly, very very slowly 0.3x", EMBEDDED)
+    assert p.speed == 0.5
+    assert any("limited" in line for line in p.applied)
+
+
+def test_pitch_and_gain_limits():
+    p = plan("extremely loud, extremely happy, extremely excited", EMBEDDED)
+    assert -18.0 <= p.gain_db <= 9.0
+    assert -6.0 <= p.pitch_semitones <= 6.0
+
+
+def test_empty_instruction_is_neutral():
+    for text in ("", "   "):
+        p = plan(text, EMBEDDED)
+        assert p.is_neutral and p.applied == () and p.not_supported == ()
+
+
+def test_bad_instruction_types_and_lengths():
+    with pytest.raises(ParameterError):
+        plan(None, EMBEDDED)  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="limit"):
+        plan("慢" * (MAX_INSTRUCTION_CHARS + 1), EMBEDDED)
+
+
+def test_random_text_never_raises():
+    rng = random.Random(7)
+    alphabet = "慢快大小声男女孩不要太很稍微开心伤心 ab,.!?xX1.5倍速-'\n<|>slowfastloud"
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        p = plan(text, EMBEDDED, presets=PRESETS)
+        assert 0.5 <= p.speed <= 2.0
+        assert isinstance(p.to_dict()["applied"], list)
+
+
+def test_to_dict_shape():
+    d = plan("slowly, 用四川话说", EMBEDDED).to_dict()
+    assert set(d) == {"applied", "not_supported", "controls", "message"}
+    assert "not supported" in d["message"]
+    assert d["controls"]["speed"] == pytest.approx(0.8)
+    assert {"speed", "pitch_semitones", "gain_db", "voice", "emotions", "language",
+            "native_instruction"} <= set(d["controls"])
+
+
+# --- native instruct (CosyVoice)
+
+
+@pytest.mark.parametrize("version,expected", [
+    ("cosyvoice2", "用四川话说这句话<|endofprompt|>"),
+    ("cosyvoice1", "用四川话说这句话<|endofprompt|>"),
+    ("cosyvoice3", "You are a helpful assistant. 用四川话说这句话<|endofprompt|>"),
+])
+def test_native_format_per_version(version: str, expected: str):
+    assert format_native_instruction("用四川话说这句话", version) == expected
+    p = plan("用四川话说这句话", NATIVE, model_version=version)
+    assert p.native and p.native_instruction == expected
+
+
+def test_native_format_strips_user_special_tokens_and_is_idempotent():
+    once = format_native_instruction("slowly<|endofprompt|> <|im_start|>x", "cosyvoice3")
+    assert once == "You are a helpful assistant. slowly x<|endofprompt|>"
+    assert format_native_instruction(once, "cosyvoice3") == once
+    with pytest.raises(ParameterError):
+        format_native_instruction("x", "cosyvoice9")
+
+
+def test_native_plan_explains_but_claims_nothing_unsupported():
+    p = plan("用四川话说，慢一点", NATIVE, presets=PRESETS)
+    assert p.not_supported == ()
+    assert p.applied[0].startswith("passed to the model")
+    assert any("Sichuanese" in line and "explanation" in line for line in p.applied)
+    assert p.voice is None
+
+
+# --- applying a plan
+
+
+def test_apply_plan_embedded_multiplies_and_clamps_speed():
+    p = plan("very fast", EMBEDDED)  # ×1.40
+    app = apply_plan(p, SynthesisOptions(speed=1.5), "female_1")
+    assert app.options.speed == 2.0 and app.options.instruct is None
+    assert any("limited to 2" in line for line in app.plan.applied)
+    app = apply_plan(p, SynthesisOptions(speed=1.0), "female_1")
+    assert app.options.speed == pytest.approx(1.3975, abs=1e-3)
+    assert not any("limited" in line for line in app.plan.applied)
+
+
+def test_apply_plan_voice_override_only_when_asked():
+    prompt = VoicePrompt(engine="kokoro", model_id="m")
+    app = apply_plan(plan("slowly", EMBEDDED, presets=PRESETS), SynthesisOptions(), prompt)
+    assert app.voice is prompt
+    app = apply_plan(plan("用男声", EMBEDDED, presets=PRESETS), SynthesisOptions(), prompt)
+    assert app.voice == "male_1"
+    assert any("instead of 'your cloned voice'" in line for line in app.plan.applied)
+    app = apply_plan(plan("用男声", EMBEDDED, presets=PRESETS), SynthesisOptions(), "male_2")
+    assert app.voice == "male_2" and app.plan.voice == "male_2"  # already male: the choice stays
+    assert any("your preset 'male_2' kept" in line for line in app.plan.applied)
+    app = apply_plan(plan("用男声", EMBEDDED, presets=PRESETS), SynthesisOptions(), "female_2")
+    assert app.voice == "male_1"
+    assert any("instead of 'female_2'" in line for line in app.plan.applied)
+
+
+def test_apply_plan_language():
+    app = apply_plan(plan("用英语说", EMBEDDED), SynthesisOptions(language="auto"), "female_1")
+    assert app.options.language == "en"
+
+
+def test_apply_plan_native_passes_instruction_only():
+    p = plan("slowly and loudly", NATIVE, model_version="cosyvoice2")
+    app = apply_plan(p, SynthesisOptions(speed=1.2), "v")
+    assert app.options.instruct == "slowly and loudly<|endofprompt|>"
+    assert app.options.speed == 1.2
+    audio = np.full(2400, 0.1, dtype=np.float32)
+    assert postprocess(audio, 24000, p) is audio
+
+
+def test_postprocess_neutral_is_identity_and_gain_changes_level():
+    audio = (0.2 * np.sin(np.arange(24000) / 10)).astype(np.float32)
+    assert postprocess(audio, 24000, InstructPlan()) is audio
+    louder = postprocess(audio, 24000, plan("loudly", EMBEDDED))
+    assert np.sqrt(np.mean(louder ** 2)) > 1.8 * np.sqrt(np.mean(audio ** 2))
+    assert np.max(np.abs(louder)) <= 0.97 + 1e-6
+
+
+# --- engine glue and the CLI
+
+
+class _FakeEngine:
+    def __init__(self, name: str, model_id: str, native: bool, instruct_format: str | None = None):
+        self.name, self.model_id = name, model_id
+        self.capabilities = dataclasses.replace(NATIVE if native else EMBEDDED)
+        if instruct_format:
+            self.instruct_format = instruct_format
+
+    def presets(self) -> list[str]:
+        return list(PRESETS)
+
+
+@pytest.mark.parametrize("name,model_id,declared,expected", [
+    ("cosyvoice2", "cosyvoice2-0.5b-int8", None, "cosyvoice2"),
+    ("cosyvoice2", "fun-cosyvoice3-0.5b-int8", None, "cosyvoice3"),
+    ("cosyvoice", "cosyvoice-300m-instruct", None, "cosyvoice1"),
+    ("cosyvoice2", "my-model", "cosyvoice3", "cosyvoice3"),
+])
+def test_model_version_of(name, model_id, declared, expected):
+    from cosyedge.instruct import model_version_of, plan_for_engine
+
+    engine = _FakeEngine(name, model_id, native=True, instruct_format=declared)
+    assert model_version_of(engine) == expected
+    p = plan_for_engine("大声一点", engine)
+    assert p.native_instruction.endswith("大声一点<|endofprompt|>")
+    assert p.native_instruction.startswith("You are a helpful assistant.") == (expected == "cosyvoice3")
+
+
+def test_plan_for_embedded_engine_uses_its_presets():
+    from cosyedge.instruct import plan_for_engine
+
+    p = plan_for_engine("a child's voice", _FakeEngine("kokoro", "kokoro-int8", native=False))
+    assert p.voice == "child" and not p.native
+
+
+def test_cli_speak_instruct_on_tiny_engine(tmp_path, monkeypatch, capsys):
+    """`speak --instruct` applies the plan, prints both lists and still writes audio."""
+    import soundfile as sf
+
+    from cosyedge import cli
+    from cosyedge.commands import speak
+    from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
+    from tests import tiny_kokoro
+    from tests.test_kokoro_engine import PACKS, SplitOnPeriodFrontend
+
+    rng = np.random.default_rng(0)
+    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
+    engine = KokoroEngine(session=make_session(tiny_kokoro.build(tmp_path / "tiny.onnx"), 1),
+                          packs=packs, frontend=SplitOnPeriodFrontend())
+    monkeypatch.setattr(speak, "load_engine", lambda settings: engine)
+    text = "Hello there. General Kenobi."
+    assert cli.main(["speak", text, "-o", str(tmp_path / "plain.wav")]) == 0
+    capsys.readouterr()
+    assert cli.main(["speak", text, "--instruct", "slowly, 用四川话说, louder",
+                     "-o", str(tmp_path / "instr.wav")]) == 0
+    out = capsys.readouterr().out
+    assert "applied: speed ×0.80 ('slowly')" in out
+    assert "not applied: dialect: Sichuanese (not supported by this engine)" in out
+    plain, _ = sf.read(tmp_path / "plain.wav")
+    instr, _ = sf.read(tmp_path / "instr.wav")
+    assert len(instr) > 1.15 * len(plain)
+    assert np.sqrt(np.mean(instr ** 2)) > 1.5 * np.sqrt(np.mean(plain ** 2))
