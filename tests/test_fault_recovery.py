@@ -208,19 +208,26 @@ def tiny_outputs(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_disk_full_on_outputs_gives_a_clear_error(make_service, web_settings, tiny_outputs,
-                                                  monkeypatch):
-    settings = dataclasses.replace(web_settings, outputs_dir=web_settings.root / "outputs")
-    service = make_service(settings)
-    outputs = settings.outputs_path
-    long_text = " ".join(f"This is sentence number {i} of a long lesson." for i in range(40))
+def test_disk_full_on_outputs_gives_a_clear_error_and_the_janitor_frees_space(
+        make_service, web_settings, tiny_outputs, monkeypatch):
+    from cosyedge.janitor import Janitor
+
+    service = make_service()
+    outputs = web_settings.outputs_path
+    if tiny_outputs is not None:
+        assert os.statvfs(outputs).f_blocks * os.statvfs(outputs).f_frsize <= 1024 * 1024
+    # Yesterday's lessons fill the (tiny) disk: 4 x 200 KB on a 1 MiB tmpfs.
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for i in range(4):
+        old = outputs / f"old-lesson-{i}.wav"
+        old.write_bytes(b"RIFF" + b"\0" * (200 * 1024))
+        os.utime(old, (two_days_ago, two_days_ago))
+    long_text = " ".join(f"This is sentence number {i} of a long lesson." for i in range(15))
     if tiny_outputs is None:  # not root: make every fsync in the atomic write fail as a full disk
         def full(_fd: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr("cosyedge.audio.os.fsync", full)
-    else:
-        (outputs / "filler.bin").write_bytes(b"\0" * 700 * 1024)
     job = service.submit(TTSRequest(text=long_text, keep_file=True))
     assert job.wait(30)
     with pytest.raises(StorageFullError) as info:
@@ -228,13 +235,13 @@ def test_disk_full_on_outputs_gives_a_clear_error(make_service, web_settings, ti
     assert info.value.http_status == 507 and "full" in info.value.message
     assert str(outputs) in info.value.message
     assert not list(outputs.glob(".tmp-*")), "a temp file was left behind"
-    assert not list(outputs.glob("*.wav"))
-    # Make room (what the janitor does on a real box): the next job writes its file.
-    if tiny_outputs is None:
-        monkeypatch.undo()
-    else:
-        (outputs / "filler.bin").unlink()
-    job = service.submit(TTSRequest(text="Short one.", keep_file=True))
+    assert sorted(p.name for p in outputs.glob("*.wav")) == [f"old-lesson-{i}.wav" for i in range(4)]
+    # The janitor's sweep (what its thread does every few minutes) removes the old outputs...
+    removed = Janitor.from_settings(web_settings, in_use=service.in_use_paths).run_once()
+    assert len(removed) == 4 and not list(outputs.glob("old-lesson-*"))
+    monkeypatch.undo()
+    # ...and the same job now writes its file.
+    job = service.submit(TTSRequest(text=long_text, keep_file=True))
     assert job.wait(30)
     path = job.outcome().path
     assert path is not None and sf.read(path)[0].size > 0
