@@ -124,6 +124,7 @@ class LoadReport:
                 "status_counts": {str(k): v for k, v in sorted(self.by_status().items())},
                 "busy_429": len(busy),
                 "busy_with_retry_after": sum(1 for o in busy if o.retry_after),
+                "busy_gradio_queue_full": sum(1 for o in busy if "queue is full" in o.message.lower()),
                 "errors": [f"{o.route} {o.status}: {o.message[:160]}" for o in self.errors()][:20],
                 "max_running_engine": self.engine_peak,
                 "max_running_health": self.health_max_running,
@@ -166,6 +167,8 @@ def _gradio_call(client: Any, text: str) -> Outcome:
         if "busy" in message.lower():
             retry = "retry in" in message and message.split("retry in about")[-1].split()[0]
             return Outcome("gradio", 429, seconds, retry or None, message)
+        if "queue is full" in message.lower():  # Gradio's own queue (capacity 10) said busy first
+            return Outcome("gradio", 429, seconds, None, message)
         return Outcome("gradio", 0, seconds, message=f"{type(exc).__name__}: {message}")
     seconds = time.monotonic() - started
     if not path or not Path(path).is_file() or Path(path).stat().st_size <= 44:
