@@ -234,6 +234,7 @@ def test_disk_full_on_outputs_gives_a_clear_error_and_the_janitor_frees_space(
         job.outcome()
     assert info.value.http_status == 507 and "full" in info.value.message
     assert str(outputs) in info.value.message
+    print("disk full message:", info.value.message)
     assert not list(outputs.glob(".tmp-*")), "a temp file was left behind"
     assert sorted(p.name for p in outputs.glob("*.wav")) == [f"old-lesson-{i}.wav" for i in range(4)]
     # The janitor's sweep (what its thread does every few minutes) removes the old outputs...

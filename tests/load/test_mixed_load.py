@@ -26,8 +26,7 @@ def ui_server(make_service, live_server, fake_factory):
 
 
 def test_mixed_load_respects_the_limit_and_answers_busy_properly(ui_server, capsys):
-    report = run_load(ui_server.url, clients=16, requests=96, max_seconds=90,
-                      engine=None)
+    report = run_load(ui_server.url, clients=16, requests=96, max_seconds=90)
     summary = report.as_dict()
     with capsys.disabled():
         print("\nload figures:", json.dumps(summary, ensure_ascii=False))
