@@ -228,8 +228,8 @@ def run_load(url: str, clients: int, requests: int, max_seconds: float,
                     outcome = Outcome(route, 0, 0.0, message=f"{type(exc).__name__}: {exc}")
                 with lock:
                     report.outcomes.append(outcome)
-                if outcome.status == 429:
-                    time.sleep(0.2)  # a polite client backs off a little (less than Retry-After)
+                if outcome.status == 429:  # back off as told, at most 2 s (keeps the pressure on)
+                    time.sleep(min(2.0, float(outcome.retry_after or 1)))
 
     poller = threading.Thread(target=poll_health, name="load-health", daemon=True)
     poller.start()

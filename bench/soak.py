@@ -91,6 +91,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500, help="after warm-up; half sequential")
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--warmup-clients", type=int, default=1,
+                        help="2 = warm up with concurrent jobs (reaches ONNX Runtime's arena peak)")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--gradio-every", type=int, default=10, help="0 = REST only")
     parser.add_argument("--max-minutes", type=float, default=30)
@@ -140,7 +142,7 @@ def main() -> int:
                 with ThreadPoolExecutor(clients) as pool:
                     list(pool.map(worker, range(clients)))
 
-        run_phase("warmup", args.warmup, 1)
+        run_phase("warmup", args.warmup, args.warmup_clients)
         after_warmup = sampler.sample()[0]
         run_phase("sequential", args.jobs // 2, 1)
         after_sequential = sampler.sample()[0]
