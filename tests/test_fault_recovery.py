@@ -40,10 +40,11 @@ def digest(folder: Path) -> dict[str, str]:
 
 
 def start_fake_server(root: Path, port: int, delay: float) -> subprocess.Popen:
+    log = root.parent / "server.log"  # a file, not a pipe: a full pipe would stall the server
     proc = subprocess.Popen([sys.executable, "-m", "tests.fake_server", "--port", str(port),
                              "--root", str(root), "--delay", str(delay)], cwd=REPO,
                             env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log.open("ab"))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -52,7 +53,7 @@ def start_fake_server(root: Path, port: int, delay: float) -> subprocess.Popen:
         except httpx.TransportError:
             time.sleep(0.2)
         if proc.poll() is not None:
-            raise RuntimeError(proc.stderr.read().decode()[-2000:])
+            raise RuntimeError(log.read_text()[-2000:])
     proc.kill()
     raise RuntimeError("fake server did not start")
 
@@ -103,6 +104,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
     server = start_fake_server(root, port, delay=0.0)
     try:
         assert not list(outputs.glob(".tmp-*")), "the restart kept a half-written file"
+        assert "removed 1 half-written file" in (tmp_path / "server.log").read_text()
         r = httpx.get(f"{url}/gradio_api/file={outputs.resolve()}/.tmp-k1ll3d.wav")
         assert r.status_code == 404
         assert digest(prompts) == saved_before, "a saved voice changed"
