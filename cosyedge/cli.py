@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "cosyedge.commands.setup_model",
     "cosyedge.commands.selftest",
     "cosyedge.commands.sweep",
+    "cosyedge.commands.convert",
 )
 
 

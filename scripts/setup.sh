@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtual environment at .venv and install what is asked.
 #   scripts/setup.sh            runtime only (requirements.txt) + the embedded model
-#   scripts/setup.sh --dev      + test tools, the PyTorch reference for parity tests, chromium
+#   scripts/setup.sh --dev      + test tools and chromium in .venv, and .venv-ref: the PyTorch
+#                               reference for the CosyVoice parity tests (kept apart: see requirements-ref.txt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=0
@@ -17,10 +18,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$dev" = 1 ]; then
   log "installing requirements-dev.txt"
   .venv/bin/pip install -q -r requirements-dev.txt
-  if [ -x scripts/install_reference.sh ]; then
-    log "installing the PyTorch reference (test-only)"
-    bash scripts/install_reference.sh .venv
-  fi
+  log "installing the PyTorch reference into .venv-ref (test-only)"
+  [ -x .venv-ref/bin/python ] || python3 -m venv .venv-ref
+  .venv-ref/bin/pip install -q -r requirements-ref.txt
+  bash scripts/install_reference.sh .venv-ref
   # Debian packages for the tests: chromium (browser test), a CJK font (readable screenshots),
   # sox (sound checks). Installed only when missing.
   missing=""

@@ -5,7 +5,7 @@
 #
 # Steps: take the lock; record the running commit; refuse local changes, another branch, a
 # non-fast-forward, or an update that would change files under prompts/ outputs/ models/; fetch and
-# fast-forward; reinstall requirements only if requirements.txt changed; run the self-test; restart
+# fast-forward; reinstall requirements only if requirements(-core).txt changed; run the self-test; restart
 # the service; wait until it answers. If any step after the fast-forward fails, return to the recorded
 # commit, reinstall (if requirements had changed), restart, and exit non-zero. Every step is logged
 # with a UTC timestamp. Nothing here touches the content of prompts/, outputs/ or models/ (git never
@@ -88,7 +88,7 @@ step() {
 git_() { as_owner git "$@"; }
 
 requirements_changed() {  # between two commits
-    ! git_ diff --quiet "$1" "$2" -- requirements.txt
+    ! git_ diff --quiet "$1" "$2" -- requirements.txt requirements-core.txt
 }
 
 install_requirements() {

@@ -1,7 +1,6 @@
 """Clause and sentence splitting, and word-boundary cutting of long pieces."""
 
-from cosyedge.text.split import (script_words, sentences_of, split_clauses, split_words,
-                                 whitespace_words)
+from cosyedge.text.split import script_words, split_clauses, split_words, whitespace_words
 
 
 def summary(text):
@@ -45,10 +44,8 @@ def test_punctuation_only_gives_nothing():
     assert split_clauses("!!! 。。。 ，") == []
 
 
-def test_sentences_group_at_sentence_marks():
-    clauses = split_clauses("a, b. c! d")
-    assert [[c.text for c in g] for g in sentences_of(clauses)] == [["a", "b"], ["c"], ["d"]]
-    assert sentences_of([]) == []
+def test_sentence_marks_end_sentences():
+    assert [c.ends_sentence for c in split_clauses("a, b. c! d")] == [False, True, True, False]
 
 
 def test_split_words_respects_limit_and_boundaries():

@@ -66,20 +66,6 @@ def split_clauses(text: str) -> list[Clause]:
     return clauses
 
 
-def sentences_of(clauses: list[Clause]) -> list[list[Clause]]:
-    """Group clauses into sentences (a sentence ends after a clause with ``ends_sentence``)."""
-    groups: list[list[Clause]] = []
-    current: list[Clause] = []
-    for clause in clauses:
-        current.append(clause)
-        if clause.ends_sentence:
-            groups.append(current)
-            current = []
-    if current:
-        groups.append(current)
-    return groups
-
-
 def split_words(text: str, max_chars: int, tokenize: Callable[[str], list[str]]) -> list[str]:
     """Cut ``text`` into pieces of at most ``max_chars`` characters at word boundaries.
 

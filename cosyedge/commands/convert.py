@@ -1,0 +1,45 @@
+"""`python -m cosyedge convert cosyvoice2 --src DIR --out models/<id> [--quantize int8]`.
+
+Turns an official checkpoint directory into a cosyedge ONNX model directory. Needs torch at export
+time only (the command says how to install it when it is missing); the converted model runs without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+FAMILIES = ("cosyvoice2",)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert", help="convert an official CosyVoice checkpoint into an ONNX model directory",
+        description="Convert an official checkpoint (cosyvoice2.yaml, flow.pt, hift.pt, ...) into "
+                    "models/<id> with ONNX graphs and manifest.json. Needs torch (export time only).")
+    parser.add_argument("family", choices=FAMILIES, help="model family of the checkpoint")
+    parser.add_argument("--src", type=Path, required=True, help="official model directory")
+    parser.add_argument("--out", type=Path, required=True, help="output directory, e.g. models/cosyvoice2-int8")
+    parser.add_argument("--quantize", choices=("none", "int8"), default="none",
+                        help="weight int8 for the graphs where it helps (default: none, fp32)")
+    parser.add_argument("--steps", default=None,
+                        help="comma-separated subset of export steps (default: all)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cosyedge.export.cosyvoice2 import convert
+
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
+    manifest = convert(args.src, args.out, quantize=args.quantize, steps=steps, force=args.force)
+    total = sum(f["bytes"] for f in manifest["files"].values())
+    print(f"wrote {args.out} ({len(manifest['files'])} files, {total / 1e6:.1f} MB, "
+          f"{manifest['quantization']})")
+    for name, info in manifest["graphs"].items():
+        snr = info.get("snr_db_vs_fp32")
+        print(f"  {name}: {info['precision']}" + (f", SNR vs fp32 {snr} dB" if snr else ""))
+    return 0

@@ -1,0 +1,259 @@
+"""Convert an official CosyVoice2-0.5B checkpoint directory into a cosyedge ONNX model directory.
+
+Input (as downloaded): ``cosyvoice2.yaml``, ``flow.pt``, ``hift.pt`` (+ the LLM files, handled by the
+LLM step), optionally ``flow.decoder.estimator.fp32.onnx``. Output: ONNX graphs, small numpy side files
+and ``manifest.json`` listing every file with its sha256.
+
+The work is a list of export steps (:data:`EXPORT_STEPS`), each a function of one
+:class:`ExportContext`: it reads what it needs from the source directory and the parsed yaml, writes
+files through :meth:`ExportContext.add_file`, and puts the constants the runtime needs under its own key
+of :attr:`ExportContext.runtime`. Steps run in order into a temporary directory that replaces the
+output directory only when every step has succeeded.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import hashlib
+import json
+import logging
+import operator
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cosyedge.errors import InputError, ModelMissingError
+
+logger = logging.getLogger(__name__)
+
+ENGINE = "cosyvoice2"
+FORMAT_VERSION = 1
+CONFIG_NAME = "cosyvoice2.yaml"
+QUANTIZE_CHOICES = ("none", "int8")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the upstream yaml (hyperpyyaml dialect) without executing it
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Ref:
+    expr: str
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """Parse an upstream ``cosyvoice2.yaml`` into plain data, executing nothing.
+
+    ``!new:cls`` / ``!name:fn`` mappings become dicts with a ``"__class__"`` / ``"__name__"`` entry,
+    ``!apply:`` nodes become ``{"__apply__": fn}``, and ``!ref <key> ...`` is resolved against the
+    top-level keys (arithmetic such as ``<chunk_size> * <token_mel_ratio>`` is evaluated).
+    """
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_tagged(kind: str):
+        def construct(loader, suffix, node):  # noqa: ANN001 - PyYAML callback
+            if isinstance(node, yaml.MappingNode):
+                value = loader.construct_mapping(node, deep=True)
+            elif isinstance(node, yaml.SequenceNode):
+                value = {"args": loader.construct_sequence(node, deep=True)}
+            else:
+                scalar = loader.construct_scalar(node)
+                value = {"args": [scalar]} if scalar != "" else {}
+            return {kind: suffix, **value}
+        return construct
+
+    Loader.add_multi_constructor("!new:", construct_tagged("__class__"))
+    Loader.add_multi_constructor("!name:", construct_tagged("__name__"))
+    Loader.add_multi_constructor("!apply:", construct_tagged("__apply__"))
+    Loader.add_constructor("!ref", lambda loader, node: _Ref(loader.construct_scalar(node)))
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise InputError(f"{path} is not a CosyVoice config (top level is not a mapping)")
+    return _resolve(raw, raw)
+
+
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+          ast.FloorDiv: operator.floordiv}
+
+
+def _evaluate(expr: str) -> Any:
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+            return _ARITH[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(expr)
+    return ev(ast.parse(expr, mode="eval"))
+
+
+def _resolve(node: Any, root: dict[str, Any]) -> Any:
+    if isinstance(node, _Ref):
+        keys = re.findall(r"<([^<>]+)>", node.expr)
+        values = {k: _resolve(root[k], root) for k in keys if k in root}
+        if len(values) != len(keys):
+            raise InputError(f"config reference {node.expr!r} names an unknown key")
+        if node.expr.strip() == f"<{keys[0]}>" and len(keys) == 1:
+            return values[keys[0]]
+        text = re.sub(r"<([^<>]+)>", lambda m: repr(values[m.group(1)]), node.expr)
+        try:
+            return _evaluate(text)
+        except (ValueError, SyntaxError) as exc:
+            raise InputError(f"config reference {node.expr!r} is not plain arithmetic") from exc
+    if isinstance(node, dict):
+        return {k: _resolve(v, root) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve(v, root) for v in node]
+    return node
+
+
+def section(config: dict[str, Any], *path: str) -> dict[str, Any]:
+    """A nested mapping of the parsed config, or an :class:`InputError` naming what is missing."""
+    node: Any = config
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            raise InputError(f"{CONFIG_NAME} has no {'.'.join(path)} section")
+        node = node[key]
+    if not isinstance(node, dict):
+        raise InputError(f"{CONFIG_NAME}: {'.'.join(path)} is not a mapping")
+    return node
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps and context
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class ExportContext:
+    """What one conversion shares between its steps."""
+
+    src: Path
+    out: Path                      # the temporary directory the steps write into
+    config: dict[str, Any]
+    quantize: str = "none"
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+    quantization: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def source_file(self, name: str) -> Path:
+        path = self.src / name
+        if not path.is_file():
+            raise ModelMissingError(f"{path} is missing: point --src at the official CosyVoice2-0.5B directory")
+        return path
+
+    def add_file(self, name: str, role: str) -> Path:
+        """Register an output file (written by the caller at the returned path)."""
+        self.files[name] = {"role": role}
+        return self.out / name
+
+
+ExportStep = Callable[[ExportContext], None]
+
+
+def _flow_step(ctx: ExportContext) -> None:
+    from cosyedge.export.flow import export_flow
+    export_flow(ctx)
+
+
+def _hift_step(ctx: ExportContext) -> None:
+    from cosyedge.export.hift import export_hift
+    export_hift(ctx)
+
+
+#: Export steps in the order they run. The LLM step (part 2) goes here as ("llm", step).
+EXPORT_STEPS: list[tuple[str, ExportStep]] = [
+    ("flow", _flow_step),
+    ("hift", _hift_step),
+]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | None = None,
+            force: bool = False) -> dict[str, Any]:
+    """Run the export steps from ``src`` into ``out``; returns the manifest written there.
+
+    ``steps`` picks a subset by name (default: all). ``force`` replaces an existing ``out``.
+    """
+    from cosyedge import __version__
+    from cosyedge.export import require_torch
+
+    require_torch()
+    src, out = Path(src), Path(out)
+    if quantize not in QUANTIZE_CHOICES:
+        raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
+    if not src.is_dir():
+        raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise InputError(f"{out} exists and is not empty; pass --force to replace it")
+    known = [name for name, _ in EXPORT_STEPS]
+    chosen = steps or known
+    unknown = [s for s in chosen if s not in known]
+    if unknown:
+        raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(known)}")
+
+    config_path = src / CONFIG_NAME
+    if not config_path.is_file():
+        raise ModelMissingError(f"{config_path} is missing: point --src at the official CosyVoice2-0.5B directory")
+    config = read_config(config_path)
+    tmp = out.parent / f".{out.name}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize)
+    try:
+        for name, step in EXPORT_STEPS:
+            if name in chosen:
+                logger.info("export step %s", name)
+                step(ctx)
+        manifest = _manifest(ctx, __version__, chosen)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return manifest
+
+
+def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, Any]:
+    files = {}
+    for name, info in sorted(ctx.files.items()):
+        path = ctx.out / name
+        files[name] = {**info, "bytes": path.stat().st_size, "sha256": sha256_of(path)}
+    source_files = {}
+    for name in sorted(p.name for p in ctx.src.iterdir() if p.is_file()):
+        if name.endswith((".pt", ".yaml", ".onnx")):
+            source_files[name] = sha256_of(ctx.src / name)
+    return {
+        "engine": ENGINE,
+        "format_version": FORMAT_VERSION,
+        "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", 24000),
+        "quantization": "int8" if ctx.quantize == "int8" else "fp32",
+        "steps": steps,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "converter": f"cosyedge {version}",
+        "source": {"dir": str(ctx.src.resolve()), "files": source_files},
+        "config": ctx.runtime,
+        "graphs": ctx.quantization,
+        "files": files,
+    }

@@ -1,0 +1,174 @@
+"""Export step "flow": ``flow.pt`` -> encoder-front graph, CFM estimator graph and the fixed CFM noise.
+
+Files written:
+
+* ``flow_encoder.onnx`` - (tokens int64 [1, N], embedding [1, 192]) -> (mu [1, 80, 2N], spks [1, 80]).
+  Token embedding, UpsampleConformerEncoder, projection, and the L2-normalised speaker projection.
+* ``flow_estimator.onnx`` - (x, mask, mu, t, spks, cond) -> estimator_out, batch and T dynamic; the
+  signature of upstream's ``flow.decoder.estimator.fp32.onnx``, which is copied instead when the
+  source directory ships it.
+* ``flow_noise.npy`` - float32 [80, 15000]: upstream's ``rand_noise`` (``torch.randn`` after seeding 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import warnings
+from typing import Any, Iterator
+
+from cosyedge.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+SHIPPED_ESTIMATOR = "flow.decoder.estimator.fp32.onnx"
+ENCODER_FILE = "flow_encoder.onnx"
+ESTIMATOR_FILE = "flow_estimator.onnx"
+NOISE_FILE = "flow_noise.npy"
+NOISE_FRAMES = 15000
+OPSET = 17
+
+
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """Silence the exporter's known, harmless warnings (legacy exporter notice, tracer constants)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=UserWarning)
+        try:
+            from torch.jit import TracerWarning
+            warnings.simplefilter("ignore", category=TracerWarning)
+        except ImportError:  # pragma: no cover - older torch
+            pass
+        yield
+
+
+def flow_config(config: dict[str, Any]):
+    """FlowConfig from the parsed yaml's ``flow`` section (CausalMaskedDiffWithXvec only)."""
+    from cosyedge.export.cosyvoice2 import section
+    from cosyedge.export.flow_nets import FlowConfig
+
+    flow = section(config, "flow")
+    if not str(flow.get("__class__", "")).endswith("CausalMaskedDiffWithXvec"):
+        raise InputError(f"flow class {flow.get('__class__')!r} is not CosyVoice2's CausalMaskedDiffWithXvec")
+    enc = section(config, "flow", "encoder")
+    est = section(config, "flow", "decoder", "estimator")
+    channels = list(est.get("channels", [256]))
+    if len(channels) != 1:
+        raise InputError(f"estimator channels {channels}: only the one-level CosyVoice2 U-Net is supported")
+    if enc.get("use_cnn_module") or enc.get("macaron_style"):
+        raise InputError("flow encoder with conv module or macaron FFN is not CosyVoice2's; unsupported")
+    if enc.get("output_size", 512) != flow.get("input_size", 512):
+        raise InputError("flow encoder output_size must equal flow input_size")
+    return FlowConfig(
+        vocab_size=int(flow.get("vocab_size", 6561)), input_size=int(flow.get("input_size", 512)),
+        output_size=int(flow.get("output_size", 80)), spk_embed_dim=int(flow.get("spk_embed_dim", 192)),
+        pre_lookahead_len=int(flow.get("pre_lookahead_len", 3)),
+        token_mel_ratio=int(flow.get("token_mel_ratio", 2)),
+        attention_heads=int(enc.get("attention_heads", 8)), linear_units=int(enc.get("linear_units", 2048)),
+        num_blocks=int(enc.get("num_blocks", 6)),
+        est_in_channels=int(est.get("in_channels", 320)), est_out_channels=int(est.get("out_channels", 80)),
+        est_channels=int(channels[0]), est_attention_head_dim=int(est.get("attention_head_dim", 64)),
+        est_n_blocks=int(est.get("n_blocks", 4)), est_num_mid_blocks=int(est.get("num_mid_blocks", 12)),
+        est_num_heads=int(est.get("num_heads", 8)))
+
+
+def load_flow(state: dict, cfg):
+    """Our FlowFront and Estimator with the official ``flow.pt`` loaded strictly (every key, every shape)."""
+    from cosyedge.export.flow_nets import Estimator, FlowFront
+
+    prefix = "decoder.estimator."
+    front_state = {k: v for k, v in state.items() if not k.startswith("decoder.")}
+    est_state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    stray = [k for k in state if k.startswith("decoder.") and not k.startswith(prefix)]
+    if stray:
+        raise InputError(f"flow.pt has unexpected keys {stray[:5]}")
+    front, estimator = FlowFront(cfg).eval(), Estimator(cfg).eval()
+    try:
+        front.load_state_dict(front_state, strict=True)
+        estimator.load_state_dict(est_state, strict=True)
+    except RuntimeError as exc:
+        raise InputError(f"flow.pt does not match the sizes in cosyvoice2.yaml: {exc}") from exc
+    return front, estimator
+
+
+def fixed_noise():
+    """Upstream's CFM noise: ``torch.randn(1, 80, 15000)`` right after ``manual_seed(0)``."""
+    import torch
+    return torch.randn(1, 80, NOISE_FRAMES, generator=torch.Generator().manual_seed(0))[0]
+
+
+def export_flow(ctx) -> None:
+    """The "flow" export step (see module docstring)."""
+    import numpy as np
+    import torch
+
+    from cosyedge.export.quantize import quantize_in_place
+
+    cfg = flow_config(ctx.config)
+    state = torch.load(ctx.source_file("flow.pt"), map_location="cpu", weights_only=True)
+    front, estimator = load_flow(state, cfg)
+
+    encoder_path = ctx.add_file(ENCODER_FILE, "flow encoder front + speaker projection")
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(
+            front, (torch.zeros(1, 8, dtype=torch.int64), torch.randn(1, cfg.spk_embed_dim)), str(encoder_path),
+            input_names=["tokens", "embedding"], output_names=["mu", "spks"],
+            dynamic_axes={"tokens": {1: "n_tokens"}, "mu": {2: "n_frames"}},
+            opset_version=OPSET, dynamo=False)
+
+    estimator_path = ctx.add_file(ESTIMATOR_FILE, "flow CFM estimator")
+    shipped = ctx.src / SHIPPED_ESTIMATOR
+    if shipped.is_file():
+        logger.info("using the shipped %s", SHIPPED_ESTIMATOR)
+        shutil.copyfile(shipped, estimator_path)
+        ctx.files[ESTIMATOR_FILE]["origin"] = SHIPPED_ESTIMATOR
+    else:
+        t = 64
+        example = (torch.randn(2, 80, t), torch.ones(2, 1, t), torch.randn(2, 80, t), torch.rand(2),
+                   torch.randn(2, 80), torch.randn(2, 80, t))
+        seq = {0: "batch", 2: "n_frames"}
+        with torch.no_grad(), quiet_export():
+            torch.onnx.export(
+                estimator, example, str(estimator_path),
+                input_names=["x", "mask", "mu", "t", "spks", "cond"], output_names=["estimator_out"],
+                dynamic_axes={"x": seq, "mask": seq, "mu": seq, "cond": seq, "t": {0: "batch"},
+                              "spks": {0: "batch"}, "estimator_out": seq},
+                opset_version=OPSET, dynamo=False)
+        ctx.files[ESTIMATOR_FILE]["origin"] = "flow.pt"
+
+    noise_path = ctx.add_file(NOISE_FILE, "fixed CFM start noise [80, 15000]")
+    np.save(noise_path, fixed_noise().numpy().astype(np.float32))
+
+    if ctx.quantize == "int8":
+        quantize_in_place(ctx, ENCODER_FILE)
+        quantize_in_place(ctx, ESTIMATOR_FILE)
+
+    ctx.runtime["flow"] = {
+        "encoder": ENCODER_FILE, "estimator": ESTIMATOR_FILE, "noise": NOISE_FILE,
+        "token_mel_ratio": cfg.token_mel_ratio, "pre_lookahead_len": cfg.pre_lookahead_len,
+        "vocab_size": cfg.vocab_size, "spk_embed_dim": cfg.spk_embed_dim, "mel_bins": cfg.output_size,
+        "n_timesteps": 10, "t_scheduler": "cosine", "inference_cfg_rate": _cfg_rate(ctx.config),
+    }
+    ctx.runtime["features"] = _mel_features(ctx.config)
+
+
+def _cfg_rate(config: dict[str, Any]) -> float:
+    params = config.get("flow", {}).get("decoder", {}).get("cfm_params", {})
+    params = params.get("content", params) if isinstance(params, dict) else {}
+    if params.get("t_scheduler", "cosine") != "cosine" or params.get("solver", "euler") != "euler":
+        raise InputError("only the Euler solver with the cosine schedule is supported (CosyVoice2's)")
+    return float(params.get("inference_cfg_rate", 0.7))
+
+
+def _mel_features(config: dict[str, Any]) -> dict[str, Any]:
+    """The prompt-mel settings (``feat_extractor``), with CosyVoice2's values as defaults."""
+    feat = config.get("feat_extractor", {}) if isinstance(config.get("feat_extractor"), dict) else {}
+    return {
+        "sample_rate": int(feat.get("sampling_rate", config.get("sample_rate", 24000))),
+        "n_fft": int(feat.get("n_fft", 1920)), "hop_size": int(feat.get("hop_size", 480)),
+        "win_size": int(feat.get("win_size", 1920)), "num_mels": int(feat.get("num_mels", 80)),
+        "fmin": float(feat.get("fmin", 0)),
+        "fmax": None if feat.get("fmax", 8000) is None else float(feat.get("fmax", 8000)),
+    }

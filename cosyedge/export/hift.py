@@ -1,0 +1,121 @@
+"""Export step "hift": ``hift.pt`` -> F0 graph, decoder graph and the source-module weights.
+
+Files written:
+
+* ``hift_f0.onnx`` - mel [1, 80, T] -> f0 [1, T] (Hz). Always fp32: F0 errors turn into pitch errors.
+* ``hift_decoder.onnx`` - (mel [1, 80, T], source_stft [1, 18, 120T+1]) -> (real, imag) [1, 9, 120T+1].
+* ``hift_source.npz`` - ``weight`` [1, 9] and ``bias`` [1] of ``m_source.l_linear`` (used in numpy).
+
+``hift.pt`` may spell weight norm as ``parametrizations.weight.original0/1`` or as ``weight_g/weight_v``
+(with or without a ``generator.`` prefix); both load.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cosyedge.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+F0_FILE = "hift_f0.onnx"
+DECODER_FILE = "hift_decoder.onnx"
+SOURCE_FILE = "hift_source.npz"
+OPSET = 17
+
+
+def hift_config(config: dict[str, Any]):
+    """HiftConfig from the parsed yaml's ``hift`` section (24 kHz HiFTGenerator only)."""
+    from cosyedge.export.cosyvoice2 import section
+    from cosyedge.export.hift_nets import HiftConfig
+
+    h = section(config, "hift")
+    if not str(h.get("__class__", "")).endswith("HiFTGenerator"):
+        raise InputError(f"hift class {h.get('__class__')!r} is not HiFTGenerator")
+    if int(h.get("sampling_rate", 24000)) == 22050:
+        raise InputError("22.05 kHz HiFT (CosyVoice v1, SineGen) is not supported by this converter")
+    f0 = section(config, "hift", "f0_predictor")
+    istft_params = h.get("istft_params", {"n_fft": 16, "hop_len": 4})
+    cfg = HiftConfig(
+        in_channels=int(h.get("in_channels", 80)), base_channels=int(h.get("base_channels", 512)),
+        nb_harmonics=int(h.get("nb_harmonics", 8)), sampling_rate=int(h.get("sampling_rate", 24000)),
+        nsf_alpha=float(h.get("nsf_alpha", 0.1)), nsf_sigma=float(h.get("nsf_sigma", 0.003)),
+        nsf_voiced_threshold=float(h.get("nsf_voiced_threshold", 10)),
+        upsample_rates=tuple(h.get("upsample_rates", (8, 5, 3))),
+        upsample_kernel_sizes=tuple(h.get("upsample_kernel_sizes", (16, 11, 7))),
+        n_fft=int(istft_params["n_fft"]), hop_len=int(istft_params["hop_len"]),
+        resblock_kernel_sizes=tuple(h.get("resblock_kernel_sizes", (3, 7, 11))),
+        resblock_dilation_sizes=tuple(tuple(d) for d in h.get("resblock_dilation_sizes", [[1, 3, 5]] * 3)),
+        source_resblock_kernel_sizes=tuple(h.get("source_resblock_kernel_sizes", (7, 7, 11))),
+        source_resblock_dilation_sizes=tuple(
+            tuple(d) for d in h.get("source_resblock_dilation_sizes", [[1, 3, 5]] * 3)),
+        lrelu_slope=float(h.get("lrelu_slope", 0.1)), audio_limit=float(h.get("audio_limit", 0.99)),
+        cond_channels=int(f0.get("cond_channels", 512)))
+    if len(cfg.source_resblock_kernel_sizes) != len(cfg.upsample_rates):
+        raise InputError("hift: one source resblock per upsample stage is required")
+    return cfg
+
+
+def load_hift(state: dict, cfg):
+    """Our F0Net and DecoderNet with ``hift.pt`` loaded strictly, plus the source-module weights."""
+    from cosyedge.export.hift_nets import DecoderNet, F0Net, fold_weight_norm
+
+    folded = fold_weight_norm(state)
+    f0_state = {k[len("f0_predictor."):]: v for k, v in folded.items() if k.startswith("f0_predictor.")}
+    source = {k[len("m_source.l_linear."):]: v for k, v in folded.items() if k.startswith("m_source.")}
+    dec_state = {k: v for k, v in folded.items() if not k.startswith(("f0_predictor.", "m_source."))}
+    if set(source) != {"weight", "bias"}:
+        raise InputError(f"hift.pt: expected m_source.l_linear.weight/bias, found {sorted(source)}")
+    f0_net, decoder = F0Net(cfg).eval(), DecoderNet(cfg).eval()
+    try:
+        f0_net.load_state_dict(f0_state, strict=True)
+        decoder.load_state_dict(dec_state, strict=True)
+    except RuntimeError as exc:
+        raise InputError(f"hift.pt does not match the sizes in cosyvoice2.yaml: {exc}") from exc
+    if tuple(source["weight"].shape) != (1, cfg.nb_harmonics + 1):
+        raise InputError(f"hift.pt: m_source.l_linear.weight has shape {tuple(source['weight'].shape)}")
+    return f0_net, decoder, source
+
+
+def export_hift(ctx) -> None:
+    """The "hift" export step (see module docstring)."""
+    import numpy as np
+    import torch
+
+    from cosyedge.export.flow import quiet_export
+    from cosyedge.export.quantize import quantize_in_place
+
+    cfg = hift_config(ctx.config)
+    state = torch.load(ctx.source_file("hift.pt"), map_location="cpu", weights_only=True)
+    f0_net, decoder, source = load_hift(state, cfg)
+
+    t = 20
+    mel = torch.randn(1, cfg.in_channels, t)
+    f0_path = ctx.add_file(F0_FILE, "HiFT F0 predictor")
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(f0_net, (mel,), str(f0_path), input_names=["mel"], output_names=["f0"],
+                          dynamic_axes={"mel": {2: "n_frames"}, "f0": {1: "n_frames"}},
+                          opset_version=OPSET, dynamo=False)
+    n_stft = t * cfg.samples_per_frame // cfg.hop_len + 1
+    decoder_path = ctx.add_file(DECODER_FILE, "HiFT decoder network")
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(decoder, (mel, torch.randn(1, cfg.n_fft + 2, n_stft)), str(decoder_path),
+                          input_names=["mel", "source_stft"], output_names=["real", "imag"],
+                          dynamic_axes={"mel": {2: "n_frames"}, "source_stft": {2: "n_stft"},
+                                        "real": {2: "n_stft"}, "imag": {2: "n_stft"}},
+                          opset_version=OPSET, dynamo=False)
+    np.savez(ctx.add_file(SOURCE_FILE, "HiFT source-module linear layer"),
+             weight=source["weight"].numpy().astype(np.float32), bias=source["bias"].numpy().astype(np.float32))
+
+    if ctx.quantize == "int8":
+        quantize_in_place(ctx, F0_FILE)
+        quantize_in_place(ctx, DECODER_FILE)
+
+    ctx.runtime["hift"] = {
+        "f0": F0_FILE, "decoder": DECODER_FILE, "source": SOURCE_FILE,
+        "sampling_rate": cfg.sampling_rate, "samples_per_frame": cfg.samples_per_frame,
+        "nb_harmonics": cfg.nb_harmonics, "nsf_alpha": cfg.nsf_alpha, "nsf_sigma": cfg.nsf_sigma,
+        "nsf_voiced_threshold": cfg.nsf_voiced_threshold, "n_fft": cfg.n_fft, "hop_len": cfg.hop_len,
+        "audio_limit": cfg.audio_limit,
+    }

@@ -1,0 +1,99 @@
+"""Weight int8 quantization of exported graphs, decided per graph, with a deviation report.
+
+Plan (:data:`PLAN`), from measurements on random- and full-size graphs (docs/benchmarks.md):
+
+* flow encoder and CFM estimator: dynamic int8 (int8 weights, per-call uint8 activations) for MatMul
+  and Gemm - nearly all of their FLOPs and bytes.
+* HiFT F0 predictor: fp32. Its output is a pitch in Hz; small relative errors are audible as detuning
+  and the graph is tiny.
+* HiFT decoder: fp32. Conv-only (ORT's dynamic ConvInteger is slower than fp32 Conv on CPU), and its
+  output layer feeds ``exp`` (magnitude), which amplifies weight error.
+
+Each graph's entry in the manifest's ``graphs`` section says what was done and, for quantized graphs,
+the SNR of the int8 output against fp32 on a fixed random input.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+#: Graph file -> op types to quantize (empty: keep fp32, with the reason).
+PLAN: dict[str, dict[str, Any]] = {
+    "flow_encoder.onnx": {"ops": ["MatMul", "Gemm"]},
+    "flow_estimator.onnx": {"ops": ["MatMul", "Gemm"]},
+    "hift_f0.onnx": {"ops": [], "why": "pitch output; tiny graph"},
+    "hift_decoder.onnx": {"ops": [], "why": "conv-only; exp() magnitude output amplifies weight error"},
+}
+
+
+def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    """10 log10(signal power / error power); +inf when identical."""
+    reference = np.asarray(reference, dtype=np.float64)
+    err = float(np.sum((reference - np.asarray(test, dtype=np.float64)) ** 2))
+    sig = float(np.sum(reference ** 2))
+    if err == 0.0:
+        return math.inf
+    return 10.0 * math.log10(max(sig, 1e-30) / err)
+
+
+def _example_inputs(session, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs for any of our graphs, with consistent dynamic sizes (50 frames, 25 tokens)."""
+    sizes = {"n_tokens": 25, "n_frames": 50, "batch": 2, "n_stft": 50 * 120 + 1}
+    feeds = {}
+    for inp in session.get_inputs():
+        shape = [d if isinstance(d, int) else sizes.get(d, 1) for d in inp.shape]
+        if inp.type == "tensor(int64)":
+            feeds[inp.name] = rng.integers(0, 6561, size=shape, dtype=np.int64)
+        elif inp.name == "mask":
+            feeds[inp.name] = np.ones(shape, dtype=np.float32)
+        elif inp.name == "t":
+            feeds[inp.name] = rng.random(shape, dtype=np.float32)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape, dtype=np.float32)
+    return feeds
+
+
+def output_snr(fp32_path: Path, int8_path: Path, seed: int = 0) -> dict[str, float]:
+    """SNR (dB) of each output of the int8 graph against the fp32 graph on one random input."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    ref = ort.InferenceSession(str(fp32_path), opts, providers=["CPUExecutionProvider"])
+    test = ort.InferenceSession(str(int8_path), opts, providers=["CPUExecutionProvider"])
+    feeds = _example_inputs(ref, np.random.default_rng(seed))
+    names = [o.name for o in ref.get_outputs()]
+    return {name: round(snr_db(a, b), 2) for name, a, b in zip(names, ref.run(None, feeds),
+                                                                test.run(None, feeds))}
+
+
+def quantize_file(src: Path, dst: Path, ops: list[str]) -> None:
+    """Dynamic int8 quantization of ``ops`` (weights int8, symmetric) from ``src`` into ``dst``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), op_types_to_quantize=ops, weight_type=QuantType.QInt8,
+                     per_channel=False, extra_options={"MatMulConstBOnly": True})
+
+
+def quantize_in_place(ctx, name: str) -> None:
+    """Apply :data:`PLAN` to graph ``name`` in the export directory and record the outcome."""
+    plan = PLAN.get(name, {"ops": [], "why": "no plan for this graph"})
+    path = ctx.out / name
+    if not plan["ops"]:
+        ctx.quantization[name] = {"precision": "fp32", "why": plan.get("why", "")}
+        return
+    tmp = path.with_suffix(".int8.onnx")
+    quantize_file(path, tmp, plan["ops"])
+    snr = output_snr(path, tmp)
+    before, after = path.stat().st_size, tmp.stat().st_size
+    tmp.replace(path)
+    ctx.quantization[name] = {"precision": "int8", "ops": plan["ops"], "snr_db_vs_fp32": snr,
+                              "bytes_fp32": before, "bytes_int8": after}
+    logger.info("%s: int8 %s, %d -> %d bytes, SNR %s dB", name, plan["ops"], before, after, snr)
