@@ -9,11 +9,15 @@ from __future__ import annotations
 import io
 import logging
 import os
+import struct
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+
+from cosyedge.errors import AudioError, PayloadTooLargeError
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +83,239 @@ def write_wav_atomic(path: str | os.PathLike[str], audio: np.ndarray, sample_rat
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# Prompt conditioning: bytes from an upload or a microphone -> clean mono float32 at PROMPT_RATE.
+#
+# Silence trimming is energy-based (frame RMS against a threshold set from the recording's own peak
+# and noise floor), not a neural VAD: a packaged VAD (silero) would add a torch or extra model
+# dependency, and a prompt is one close-mic recording where only the leading/trailing silence must
+# go; pauses inside the speech are kept on purpose (they carry the speaker's rhythm).
+# Loudness normalization sets the RMS of the speech frames to PROMPT_TARGET_DBFS, then caps the peak.
+# Decoding is libsndfile alone (via soundfile): 1.1+ reads MP3 as well as WAV/FLAC/OGG, so no
+# librosa/audioread fallback (which would need ffmpeg) is used. A source longer than 120 s is refused
+# outright (a prompt is seconds long; decoding minutes of audio on the box is wasted work); 30-120 s
+# keeps the best 12 s.
+
+PROMPT_RATE = 24000
+MIN_SOURCE_RATE = 16000
+PROMPT_MIN_S = 3.0
+PROMPT_MAX_S = 30.0
+PROMPT_KEEP_S = 12.0
+#: Recordings longer than this are refused before any processing (a prompt is a few seconds).
+PROMPT_MAX_SOURCE_S = 120.0
+PROMPT_TARGET_DBFS = -20.0
+PROMPT_PEAK_DBFS = -1.0
+_FRAME_S = 0.02
+_HOP_S = 0.01
+_EDGE_PAD_S = 0.1
+_SILENT_DBFS = -60.0  # speech frames quieter than this do not count as speech at all
+_LOW_LEVEL_DBFS = -40.0  # speech RMS below this earns a "very low level" warning
+_CLIP_LEVEL = 0.999
+_CLIP_FRACTION = 0.001
+_FORMATS = "WAV, FLAC, OGG or MP3"
+
+
+@dataclass
+class ConditionedPrompt:
+    """A prompt ready for any engine: mono float32 in [-1, 1] at ``sample_rate``.
+
+    ``notes`` are the human-readable things done or noticed on the way ("trimmed to the best
+    12.0 s", "clipping detected", ...), shown to the user as warnings.
+    """
+
+    pcm: np.ndarray
+    sample_rate: int = PROMPT_RATE
+    source_rate: int = PROMPT_RATE
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.pcm.size / self.sample_rate
+
+    def pcm_bytes(self) -> bytes:
+        """The canonical bytes that identify this prompt (little-endian float32)."""
+        return np.ascontiguousarray(self.pcm, dtype="<f4").tobytes()
+
+    def wav_bytes(self) -> bytes:
+        return wav_bytes(self.pcm, self.sample_rate)
+
+
+def _check_wav_complete(data: bytes) -> None:
+    """Refuse a RIFF/WAVE file whose ``data`` chunk claims more bytes than the file holds.
+
+    libsndfile quietly reads what is there; a cut-off upload would then become a shorter prompt
+    without anyone noticing, so truncation is an error that names itself.
+    """
+    if len(data) < 12 or data[:4] not in (b"RIFF", b"RIFX") or data[8:12] != b"WAVE":
+        return
+    fmt = "<I" if data[:4] == b"RIFF" else ">I"
+    pos = 12
+    while pos + 8 <= len(data):
+        chunk_id = data[pos:pos + 4]
+        (size,) = struct.unpack(fmt, data[pos + 4:pos + 8])
+        body = pos + 8
+        if chunk_id == b"data":
+            if size in (0, 0xFFFFFFFF):  # streaming writers leave the size unknown
+                return
+            if body + size > len(data):
+                raise AudioError(f"The WAV file is truncated: its header promises {size} bytes of "
+                                 f"audio but only {len(data) - body} are present. Upload the whole file.")
+            return
+        pos = body + size + (size & 1)
+    raise AudioError("The WAV file is truncated or damaged: it has no audio data chunk.")
+
+
+def _decode(data: bytes, filename: str | None) -> tuple[np.ndarray, int]:
+    """Decode with libsndfile (WAV/FLAC/OGG/MP3 since 1.1); returns (frames x channels, rate)."""
+    import soundfile as sf
+
+    label = f"'{filename}'" if filename else "The upload"
+    _check_wav_complete(data)
+    try:
+        info = sf.info(io.BytesIO(data))
+    except Exception as exc:  # libsndfile raises its own error types for every unreadable input
+        raise AudioError(f"{label} is not a readable audio file ({_FORMATS} expected): "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if info.samplerate < MIN_SOURCE_RATE:
+        raise AudioError(f"{label} is sampled at {info.samplerate} Hz; prompts need at least "
+                         f"{MIN_SOURCE_RATE} Hz (telephone-quality audio is too narrow to clone from).")
+    if info.frames > 0 and info.frames / info.samplerate > PROMPT_MAX_SOURCE_S:
+        raise AudioError(f"{label} is {info.frames / info.samplerate:.0f} s long; prompts may be at most "
+                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean 5-15 s clip of one speaker.")
+    try:
+        audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as exc:
+        raise AudioError(f"{label} could not be decoded ({_FORMATS} expected): {exc}") from None
+    return audio, int(rate)
+
+
+def condition_prompt(data: bytes, *, max_bytes: int, filename: str | None = None) -> ConditionedPrompt:
+    """Validate and condition uploaded prompt audio.
+
+    Refuses (before decoding) anything over ``max_bytes`` with :class:`PayloadTooLargeError`; every
+    other problem (empty, unreadable, truncated, < 16 kHz, NaN/Inf, silent, too short, too long to
+    be a prompt) is an :class:`AudioError` whose message names it.
+    """
+    if len(data) > max_bytes:
+        raise PayloadTooLargeError(f"The prompt file is {len(data) / 1e6:.1f} MB; the limit is "
+                                   f"{max_bytes / 1e6:.1f} MB. Upload a 5-15 s clip instead.")
+    if not data:
+        raise AudioError("The prompt file is empty (0 bytes).")
+    audio, rate = _decode(data, filename)
+    return condition_prompt_array(audio, rate)
+
+
+def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPrompt:
+    """The conditioning pipeline on already-decoded samples (frames, or frames x channels).
+
+    Used for microphone input, which arrives as an array. Steps: finite check, mono, rate check,
+    clipping check, resample to :data:`PROMPT_RATE` (soxr), trim edge silence, keep the best
+    :data:`PROMPT_KEEP_S` of a long take, length check, loudness normalization.
+    """
+    import soxr
+
+    x = np.asarray(audio)
+    if np.issubdtype(x.dtype, np.integer):
+        x = x.astype(np.float32) / float(np.iinfo(x.dtype).max)
+    x = x.astype(np.float32, copy=False)
+    if x.size == 0:
+        raise AudioError("The prompt contains no audio samples.")
+    if not np.isfinite(x).all():
+        raise AudioError("The prompt contains invalid samples (NaN or infinity); re-export the "
+                         "recording as ordinary PCM audio.")
+    if x.ndim == 2:
+        # soundfile gives frames x channels; a (channels, frames) array has few rows and many columns
+        x = x.mean(axis=1) if x.shape[0] >= x.shape[1] else x.mean(axis=0)
+    x = x.reshape(-1)
+    if sample_rate < MIN_SOURCE_RATE:
+        raise AudioError(f"The prompt is sampled at {sample_rate} Hz; prompts need at least "
+                         f"{MIN_SOURCE_RATE} Hz.")
+    if x.size / sample_rate > PROMPT_MAX_SOURCE_S:
+        raise AudioError(f"The prompt is {x.size / sample_rate:.0f} s long; prompts may be at most "
+                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean 5-15 s clip of one speaker.")
+    notes: list[str] = []
+    if np.mean(np.abs(x) >= _CLIP_LEVEL) > _CLIP_FRACTION:
+        notes.append("clipping detected: the recording is distorted; record a little further from "
+                     "the microphone or lower the input gain")
+    if sample_rate != PROMPT_RATE:
+        x = soxr.resample(x, sample_rate, PROMPT_RATE, quality="HQ").astype(np.float32)
+    rate = PROMPT_RATE
+
+    db = _frame_db(x, rate)
+    active = _speech_frames(db)
+    if not active.any():
+        raise AudioError("No speech found: the prompt is silent (or almost silent).")
+    hop = int(_HOP_S * rate)
+    pad = int(_EDGE_PAD_S * rate)
+    idx = np.flatnonzero(active)
+    start = max(0, idx[0] * hop - pad)
+    end = min(x.size, (idx[-1] + 1) * hop + int(_FRAME_S * rate) + pad)
+    trimmed_s = (x.size - (end - start)) / rate
+    x = x[start:end]
+    active = active[idx[0]:idx[-1] + 1]
+    db = db[idx[0]:idx[-1] + 1]
+    if trimmed_s >= 0.5:
+        notes.append(f"trimmed {trimmed_s:.1f} s of silence from the ends")
+
+    duration = x.size / rate
+    if duration < PROMPT_MIN_S:
+        raise AudioError(f"The prompt has only {duration:.1f} s of speech after trimming silence; "
+                         f"at least {PROMPT_MIN_S:.0f} s are needed (5-15 s works best).")
+    if duration > PROMPT_MAX_S:
+        x, db, active = _best_window(x, db, active, rate, PROMPT_KEEP_S)
+        notes.append(f"trimmed to the best {PROMPT_KEEP_S:.1f} s of {duration:.1f} s "
+                     f"(prompts longer than {PROMPT_MAX_S:.0f} s are cut)")
+
+    speech_db = 10 * np.log10(np.mean(10 ** (db[active] / 10)) + 1e-20)
+    if speech_db < _LOW_LEVEL_DBFS:
+        notes.append(f"very low level ({speech_db:.0f} dBFS speech): the prompt was amplified, which "
+                     "also amplifies noise; record closer to the microphone")
+    x = _normalize(x, speech_db)
+    for note in notes:
+        logger.info("prompt: %s", note)
+    return ConditionedPrompt(pcm=x.astype(np.float32), sample_rate=rate, source_rate=sample_rate,
+                             notes=notes)
+
+
+def _frame_db(x: np.ndarray, rate: int) -> np.ndarray:
+    """RMS level of each 20 ms frame (10 ms hop) in dBFS."""
+    frame, hop = int(_FRAME_S * rate), int(_HOP_S * rate)
+    if x.size < frame:
+        x = np.pad(x, (0, frame - x.size))
+    n = 1 + (x.size - frame) // hop
+    windows = np.lib.stride_tricks.sliding_window_view(x, frame)[::hop][:n]
+    power = np.mean(windows.astype(np.float64) ** 2, axis=1)
+    return 10 * np.log10(power + 1e-12)
+
+
+def _speech_frames(db: np.ndarray) -> np.ndarray:
+    """Frames loud enough to be speech: above -60 dBFS and above a threshold between the noise
+    floor (10th percentile) and the peak; the threshold never sits more than 35 dB under the peak."""
+    peak = float(np.percentile(db, 99))
+    floor = float(np.percentile(db, 10))
+    threshold = max(_SILENT_DBFS, min(floor + 0.3 * (peak - floor), peak - 6.0), peak - 35.0)
+    return db > threshold
+
+
+def _best_window(x: np.ndarray, db: np.ndarray, active: np.ndarray, rate: int,
+                 keep_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``keep_s`` stretch with the most speech frames (ties: the earliest)."""
+    hop = int(_HOP_S * rate)
+    width = int(keep_s / _HOP_S)
+    counts = np.convolve(active.astype(np.int32), np.ones(width, dtype=np.int32), mode="valid")
+    best = int(np.argmax(counts))
+    start = best * hop
+    return x[start:start + int(keep_s * rate)], db[best:best + width], active[best:best + width]
+
+
+def _normalize(x: np.ndarray, speech_db: float) -> np.ndarray:
+    """Scale so speech RMS is PROMPT_TARGET_DBFS, then lower the gain if the peak would pass
+    PROMPT_PEAK_DBFS (no limiter: a prompt must not be distorted)."""
+    gain = 10 ** ((PROMPT_TARGET_DBFS - speech_db) / 20)
+    peak = float(np.max(np.abs(x))) * gain
+    ceiling = 10 ** (PROMPT_PEAK_DBFS / 20)
+    if peak > ceiling:
+        gain *= ceiling / peak
+    return np.clip(x * gain, -1.0, 1.0)

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 COMMAND_MODULES = (
     "cosyedge.commands.speak",
     "cosyedge.commands.voices",
+    "cosyedge.commands.voice_library",
     "cosyedge.commands.setup_model",
     "cosyedge.commands.selftest",
     "cosyedge.commands.sweep",

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from cosyedge.audio import write_wav_atomic
+from cosyedge.audio import ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
@@ -42,6 +42,7 @@ from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, 
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
+from cosyedge.voices import PromptCache, VoiceInfo, VoiceLibrary
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,9 @@ class VoiceChoice:
 
     voice: str | VoicePrompt  # a preset name or an encoded prompt
     name: str  # shown to the user: the preset, saved voice or "prompt audio"
-    match: str  # "preset", "native clone", "approximate: ...", "none: preset ... used; ..."
+    match: str  # "preset", "native clone", "approximate voice match: similarity ... -> ..."
     similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
+    prompt: ConditionedPrompt | None = None  # the conditioned prompt audio, when one was used
 
 
 @dataclass
@@ -295,6 +297,9 @@ class Service:
 
                 return load_engine(self.engine_settings())
         self.holder = EngineHolder(engine_factory, settings.idle_unload_minutes * 60.0, clock)
+        # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
+        self.prompt_cache = PromptCache(settings.prompts_path / "cache")
+        self.library = VoiceLibrary(settings.prompts_path / "library")
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self._in_use_lock = threading.Lock()
         self._writing: set[Path] = set()
@@ -367,13 +372,23 @@ class Service:
         return list(self.holder.presets) if self.holder.presets is not None else list(SEED_PRESETS)
 
     def voices(self) -> dict[str, Any]:
-        """Presets and saved voices (the library arrives with the voice-prompt issue)."""
+        """Presets and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
         caps = self.holder.capabilities
-        return {"presets": self.presets(), "saved": [],
+        saved = [{"id": v.id, "name": v.name, "duration": v.duration_s} for v in self.library.list()]
+        return {"presets": self.presets(), "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
                 "native_clone": None if caps is None else caps.native_clone,
                 "native_instruct": None if caps is None else caps.native_instruct}
+
+    def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
+                   overwrite: bool = False) -> VoiceInfo:
+        """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``)."""
+        if not prompt_audio:
+            raise AudioError("no prompt audio to save: record or upload 3-10 s first")
+        prompt = self._condition(prompt_audio)
+        return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
+                                 model_id=self.holder.model_id or self.settings.model, overwrite=overwrite)
 
     def model_engine_name(self) -> str:
         """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""
@@ -436,10 +451,9 @@ class Service:
         if request.speaker is not None and self.holder.presets is not None:
             self._check_preset(request.speaker, self.holder.presets)
         if request.voice_id is not None:
-            # The saved-voice library lands with the voice-prompt issue; until then none exist.
-            raise NotFoundError(f"unknown voice_id {request.voice_id!r}: no saved voices exist yet")
+            self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
         if request.prompt_audio is not None:
-            probe_audio(request.prompt_audio, s.max_upload_mb)
+            self._condition(request.prompt_audio)  # every prompt problem is refused before queueing
         if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
             raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "
                             f"{MAX_INSTRUCTION_CHARS}")
@@ -486,9 +500,16 @@ class Service:
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
             audio = out.audio if plan is None else postprocess(out.audio, out.sample_rate, plan)
+            similarity = choice.similarity
+            if choice.prompt is not None and audio.size:
+                from cosyedge.speaker import similarity as speaker_similarity
+
+                job.set_phase("scoring similarity")
+                similarity = round(speaker_similarity(audio, out.sample_rate, choice.prompt.pcm,
+                                                      choice.prompt.sample_rate), 4)
             result = TTSResult(job_id=job.id, audio=audio, sample_rate=out.sample_rate,
                                engine=engine.name, model_id=engine.model_id, voice=choice.name,
-                               voice_match=choice.match, similarity=choice.similarity,
+                               voice_match=choice.match, similarity=similarity,
                                instruct=instruct_report(plan),
                                sentences=len(out.sentences), seconds=time.monotonic() - started)
         if request.keep_file:
@@ -514,17 +535,26 @@ class Service:
                 self._writing.discard(path)
         return path
 
+    def _condition(self, data: bytes) -> ConditionedPrompt:
+        return condition_prompt(data, max_bytes=int(self.settings.max_upload_mb * 1024 * 1024))
+
     def _resolve_voice(self, engine: Engine, request: TTSRequest) -> VoiceChoice:
-        """Pick the engine's voice for a request; the voice-prompt work replaces the prompt branch."""
-        preset = self._check_preset(request.speaker or "", list(engine.presets()))
-        if request.prompt_audio is None:
+        """Pick the engine's voice: a preset, or a prompt (uploaded or saved) encoded through the cache.
+
+        A prompt is conditioned (cosyedge.audio), then encoded once per (audio, transcript, engine,
+        model) by the prompt cache: a native clone on CosyVoice, the approximate voice match on Kokoro.
+        """
+        if request.voice_id is None and request.prompt_audio is None:
+            preset = self._check_preset(request.speaker or "", list(engine.presets()))
             return VoiceChoice(preset, preset, "preset")
-        if not engine.capabilities.native_clone:
-            return VoiceChoice(preset, preset,
-                               f"none: preset {preset} used; the {engine.name} engine cannot clone")
-        audio, sample_rate = decode_audio(request.prompt_audio)
-        prompt = engine.encode_prompt(audio, sample_rate, request.prompt_text or None)
-        return VoiceChoice(prompt, "prompt audio", "native clone")
+        if request.voice_id is not None:
+            prompt, transcript, info = self.library.load(request.voice_id)
+            name = f"saved voice {info.name}"
+        else:
+            prompt, transcript = self._condition(request.prompt_audio), request.prompt_text or None
+            name = "prompt audio"
+        encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript)
+        return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt)
 
     @staticmethod
     def _plan_instruct(engine: Engine, instruct: str | None, options: SynthesisOptions,
@@ -553,29 +583,14 @@ def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:
     return plan.to_dict()
 
 
-def probe_audio(data: bytes, max_mb: float) -> float:
-    """Check that ``data`` is a readable, non-empty audio file; return its duration in seconds."""
-    import soundfile as sf
-
-    if len(data) > max_mb * 1024 * 1024:
-        raise PayloadTooLargeError(f"prompt audio is {len(data) / 1e6:.1f} MB; the limit is {max_mb} MB")
-    if not data:
-        raise AudioError("prompt audio is empty")
-    try:
-        info = sf.info(io.BytesIO(data))
-    except Exception as exc:  # soundfile raises several types for "not audio"
-        raise AudioError("prompt audio is not a readable audio file (use WAV, FLAC, OGG or MP3)") from exc
-    if info.frames <= 0 or info.samplerate <= 0:
-        raise AudioError("prompt audio holds no samples")
-    return info.frames / info.samplerate
-
-
-def decode_audio(data: bytes) -> tuple[np.ndarray, int]:
-    """Mono float32 samples and their rate (plain decode; conditioning lives in cosyedge.audio)."""
-    import soundfile as sf
-
-    try:
-        audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    except Exception as exc:
-        raise AudioError("prompt audio is not a readable audio file (use WAV, FLAC, OGG or MP3)") from exc
-    return audio.mean(axis=1), int(rate)
+def describe_match(engine: Engine, encoded: VoicePrompt) -> str:
+    """What the prompt became, in words for the UI panel and REST: "native clone" on an engine that
+    clones; on Kokoro "approximate voice match" with the probe similarity before and after."""
+    if engine.capabilities.native_clone:
+        return "native clone"
+    meta = encoded.meta
+    if "similarity_before" in meta and "similarity_after" in meta:
+        return (f"{meta.get('method', 'approximate voice match')}: similarity "
+                f"{meta['similarity_before']:.2f} (nearest preset {meta.get('nearest_preset', '?')}) -> "
+                f"{meta['similarity_after']:.2f}")
+    return str(meta.get("method", "approximate voice match"))

@@ -115,6 +115,24 @@ async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | 
     return (str(result.path) if result.path else None), describe(result)
 
 
+#: Dropdown values of saved voices carry this prefix; presets are plain names (never prefixed).
+SAVED_PREFIX = "saved:"
+
+
+def voice_choices(service: Service, with_presets: bool = True) -> list[tuple[str, str]]:
+    """(label, value) pairs: the presets, then the saved voices (value ``saved:<id>``)."""
+    presets = [(name, name) for name in service.presets()] if with_presets else []
+    saved = [(f"{v['name']} (saved / 已保存)", SAVED_PREFIX + v["id"]) for v in service.voices()["saved"]]
+    return presets + saved
+
+
+def voice_fields(value: str | None) -> dict[str, str | None]:
+    """A dropdown value as TTSRequest fields: ``speaker`` for a preset, ``voice_id`` for a saved voice."""
+    if value and value.startswith(SAVED_PREFIX):
+        return {"speaker": None, "voice_id": value[len(SAVED_PREFIX):]}
+    return {"speaker": value or None, "voice_id": None}
+
+
 def _read_prompt(path: str | None) -> bytes | None:
     """Bytes of the uploaded or recorded prompt file (Gradio stores it in its cache)."""
     return Path(path).read_bytes() if path else None
@@ -131,23 +149,28 @@ def build_ui(service: Service) -> "gr.Blocks":
         line = f"<small>{service.status(_session(request)).line()}</small>"
         return line, line, line
 
-    async def clone(prompt: str | None, prompt_text: str, text: str, fallback: str, speed: float,
+    async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
                     language: str, request: gr.Request, progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
-        tts = TTSRequest(text=text or "", speaker=fallback, prompt_audio=prompt_bytes,
+        if prompt_bytes is None and not saved:
+            raise gr.Error("Record or upload 3-10 s of a voice, or choose a saved voice / "
+                           "请录制或上传 3-10 秒参考音频，或选择已保存的音色",
+                           title="Cannot generate / 无法生成")
+        voice = voice_fields(saved) if prompt_bytes is None else {}
+        tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
                          language=language, keep_file=True)
         return await run_request(service, tts, request, progress)
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
                        request: gr.Request, progress: gr.Progress = gr.Progress()):
-        tts = TTSRequest(text=text or "", speaker=voice, instruct=(instruction or "").strip() or None,
+        tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
                          speed=float(speed), language=language, keep_file=True)
         return await run_request(service, tts, request, progress)
 
     async def preset(voice: str, text: str, speed: float, language: str, request: gr.Request,
                      progress: gr.Progress = gr.Progress()):
-        tts = TTSRequest(text=text or "", speaker=voice, speed=float(speed), language=language,
+        tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
                          keep_file=True)
         return await run_request(service, tts, request, progress)
 
@@ -189,12 +212,16 @@ def build_ui(service: Service) -> "gr.Blocks":
                 prompt_text = gr.Textbox(label="Prompt transcript (optional) / 参考音频文本（可选）",
                                          elem_id="clone-prompt-text")
                 text_clone = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="clone-text")
-                fallback = gr.Dropdown(presets, value=presets[0],
-                                       label="Preset used if this engine cannot clone / 无法复刻时使用的预置音色",
-                                       elem_id="clone-fallback")
+                saved_c = gr.Dropdown(voice_choices(service, with_presets=False), value=None,
+                                      label="Or a saved voice (when no prompt is given) / 或使用已保存的音色",
+                                      elem_id="clone-saved")
+                with gr.Row():
+                    save_name = gr.Textbox(label="Save the prompt as / 保存参考音频为", scale=3,
+                                           placeholder="e.g. Ms Lee / 王老师", elem_id="clone-save-name")
+                    save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
                 speed_c, lang_c = common_inputs("clone")
                 go_c, stop_c, audio_c, panel_c = outputs("clone")
-                wire(go_c, stop_c, clone, [prompt, prompt_text, text_clone, fallback, speed_c, lang_c],
+                wire(go_c, stop_c, clone, [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c],
                      [audio_c, panel_c])
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
@@ -224,12 +251,26 @@ def build_ui(service: Service) -> "gr.Blocks":
         demo.load(status, inputs=None, outputs=statuses, queue=False)
 
         def voices() -> tuple[dict, dict, dict]:
-            """The engine's own presets once it has loaded (the seed's list before that)."""
-            names = service.presets()
-            update = gr.update(choices=names, value=names[0])
-            return update, update, update
+            """The engine's own presets once it has loaded (the seed's list before that) and the
+            saved voices."""
+            choices = voice_choices(service)
+            return (gr.update(choices=voice_choices(service, with_presets=False)),
+                    gr.update(choices=choices, value=choices[0][1]),
+                    gr.update(choices=choices, value=choices[0][1]))
 
-        demo.load(voices, inputs=None, outputs=[fallback, voice_i, voice_p], queue=False)
+        def save_voice(prompt_path: str | None, prompt_text: str, name: str):
+            try:
+                info = service.save_voice(name, _read_prompt(prompt_path), (prompt_text or "").strip())
+            except CosyedgeError as exc:
+                raise _ui_error(exc) from exc
+            gr.Info(f"Saved / 已保存: {info.name} (id {info.id})")
+            return (gr.update(choices=voice_choices(service, with_presets=False),
+                              value=SAVED_PREFIX + info.id),
+                    gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
+
+        demo.load(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
+        save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name],
+                       outputs=[saved_c, voice_i, voice_p], queue=False)
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
                                         show_progress="hidden")
 

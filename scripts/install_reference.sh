@@ -26,4 +26,6 @@ fi
 # transformers is pinned: from 4.53 on the upstream LLM's cached decoding is silently wrong.
 "${PIP[@]}" "transformers==4.51.3" "diffusers==0.29.0" "conformer==0.3.2" einops omegaconf scipy onnx pyyaml
 "${PIP[@]}" --no-deps "cosyvoice-minicpmo==0.1.0"
+# Whisper log-mel reference (tests import only whisper/audio.py; its deps numba/tiktoken are not needed).
+"${PIP[@]}" --no-deps "openai-whisper==20250625"
 "$VENV/bin/python" -c 'import torch, onnx, cosyvoice, matcha; print("reference ok: torch", torch.__version__)'

@@ -43,11 +43,12 @@ def test_tts_returns_a_wav_whose_duration_matches(server):
 def test_tts_extensions_are_reported_honestly(server):
     r = httpx.post(f"{server.url}/tts", json={"text": "你好。", "speaker": "child", "speed": 1.2,
                                               "language": "zh", "instruct": "用开心的语气说",
-                                              "prompt_audio": wav_b64(), "prompt_text": "hello"},
+                                              "prompt_audio": wav_b64(4.0), "prompt_text": "hello"},
                    timeout=30)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["voice_match"] == "none: preset child used; the fake engine cannot clone"
+    assert body["voice"] == "prompt audio" and body["voice_match"] == "approximate voice match"
+    assert -1.0 <= body["similarity"] <= 1.0
     assert body["instruct"]["applied"] == ["emotion 'happy' ('开心') approximated by speed ×1.08, "
                                            "pitch +1.0 st"]
     assert body["instruct"]["not_supported"] == []

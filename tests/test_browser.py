@@ -62,13 +62,13 @@ def assert_all_local(requests: list[str], server_url: str) -> None:
     assert any(url.startswith(server_url) for url in requests)
 
 
-def generate(page, tab: str, text: str) -> tuple[bytes, str]:
+def generate(page, tab: str, text: str, timeout_ms: int = 60_000) -> tuple[bytes, str]:
     """Type, click generate, and return (bytes behind the audio element, the report panel)."""
     page.get_by_role("tab", name=TABS[tab]).click()
     page.locator(f"#{tab}-text textarea").fill(text)
     page.locator(f"#{tab}-generate").click()
     # The player (inside wavesurfer's shadow DOM, which locators pierce) gets a src once audio is in.
-    page.locator(f"#{tab}-output audio[src]").first.wait_for(state="attached", timeout=60_000)
+    page.locator(f"#{tab}-output audio[src]").first.wait_for(state="attached", timeout=timeout_ms)
     href = page.locator(f"#{tab}-output a[download]").first.get_attribute("href", timeout=10_000)
     assert href
     # Fetch the WAV the download button offers, from inside the page (same origin, same credentials).
@@ -150,9 +150,12 @@ def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_serv
         page.get_by_role("tab", name=TABS["clone"]).click()
         page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
         page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
-        data, panel = generate(page, "clone", "[zh]今天天气真好[en]It's sunny today")
+        # Kokoro cannot clone: the prompt gets the approximate voice match (≤ ~30 s on 2 idle cores,
+        # longer on a loaded box), and the panel says so with the similarity before/after.
+        data, panel = generate(page, "clone", "[zh]今天天气真好[en]It's sunny today", timeout_ms=300_000)
         assert data[:4] == b"RIFF" and len(data) > 24000, "no real speech came back"
-        assert "cannot clone" in panel and "female_1" in panel and "kokoro" in panel
+        assert "approximate voice match" in panel and "nearest preset" in panel and "kokoro" in panel
+        assert "Similarity to the prompt" in panel
         page.screenshot(path=str(ARTIFACTS / "clone-kokoro.png"), full_page=True)
         data, panel = generate(page, "preset", "Hello from the classroom. 你好，同学们。")
         assert data[:4] == b"RIFF"

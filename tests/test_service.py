@@ -14,6 +14,7 @@ import soundfile as sf
 
 from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
                              ParameterError, PayloadTooLargeError, TextError)
+from cosyedge.engines.base import VoicePrompt
 from cosyedge.service import SEED_PRESETS, Service, TTSRequest
 
 
@@ -24,9 +25,9 @@ def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
     return buf.getvalue()
 
 
-def run(service: Service, **fields):
+def run(service: Service, timeout: float = 10, **fields):
     job = service.submit(TTSRequest(**fields))
-    assert job.wait(10), "job did not finish"
+    assert job.wait(timeout), "job did not finish"
     return job.outcome()
 
 
@@ -108,20 +109,21 @@ def test_unknown_preset_fails_in_job_first_then_up_front(make_service):
         service.submit(TTSRequest(text="hi", speaker="robot"))
 
 
-def test_prompt_audio_on_an_engine_without_cloning_says_so(make_service):
+def test_prompt_audio_on_an_engine_without_cloning_is_an_approximate_match(make_service, fake_factory):
     service = make_service()
-    result = run(service, text="Hello.", speaker="female_2", prompt_audio=wav_file())
-    assert result.voice == "female_2"
-    assert result.voice_match == "none: preset female_2 used; the fake engine cannot clone"
+    result = run(service, timeout=120, text="Hello.", speaker="female_2", prompt_audio=wav_file(4.0))
+    assert result.voice == "prompt audio"
+    assert result.voice_match == "approximate voice match"  # never "clone" on an engine that cannot
+    assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
 
 
 def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):
     fake_factory.engine_kwargs["native_clone"] = True
     service = make_service()
-    result = run(service, text="Hello.", prompt_audio=wav_file(), prompt_text="hi")
+    result = run(service, timeout=120, text="Hello.", prompt_audio=wav_file(4.0), prompt_text="hi")
     assert result.voice_match == "native clone"
     voice = fake_factory.engine.calls[-1][1]
-    assert voice.meta == {"transcript": "hi", "sample_rate": 16000}
+    assert voice.meta == {"transcript": "hi", "sample_rate": 24000}  # conditioned to 24 kHz first
 
 
 def test_instruction_becomes_explicit_controls_on_an_engine_without_native_instruct(make_service,

@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("text", nargs="?", help="text to read (or use -f)")
     parser.add_argument("-f", "--file", help="read the text from a UTF-8 file, '-' for stdin")
     parser.add_argument("--voice", default="female_1", help="preset voice (see `voices`)")
+    parser.add_argument("--voice-id", dest="voice_id",
+                        help="saved voice (see `library list`); overrides --voice")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
     parser.add_argument("--lang", default="auto", choices=LANGUAGES, help="language of untagged text")
     parser.add_argument("--instruct", metavar="TEXT",
@@ -50,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine(settings)
     options = SynthesisOptions(speed=args.speed, language=args.lang)
     voice: str | VoicePrompt = args.voice
+    if args.voice_id:
+        from cosyedge.commands.voice_library import describe, saved_voice_prompt
+
+        voice = saved_voice_prompt(settings, engine, args.voice_id)
+        if describe(voice.meta):
+            print(describe(voice.meta))
     the_plan = None
     if args.instruct:
         the_plan = instruct.plan_for_engine(args.instruct, engine)

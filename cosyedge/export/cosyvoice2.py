@@ -172,10 +172,22 @@ def _hift_step(ctx: ExportContext) -> None:
     export_hift(ctx)
 
 
-#: Export steps in the order they run. The LLM step (part 2) goes here as ("llm", step).
+def _llm_step(ctx: ExportContext) -> None:
+    from cosyedge.export.llm import export_llm_step
+    export_llm_step(ctx)
+
+
+def _frontend_step(ctx: ExportContext) -> None:
+    from cosyedge.export.llm import export_frontend_step
+    export_frontend_step(ctx)
+
+
+#: Export steps in the order they run.
 EXPORT_STEPS: list[tuple[str, ExportStep]] = [
     ("flow", _flow_step),
     ("hift", _hift_step),
+    ("llm", _llm_step),
+    ("frontend", _frontend_step),
 ]
 
 

@@ -1,0 +1,163 @@
+"""`python -m cosyedge library save|list|rename|delete|export|import`: manage saved voices.
+
+Saved voices live in ``prompts/library/`` (see ``cosyedge.voices``); `speak --voice-id ID` reads one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cosyedge import config
+from cosyedge.audio import condition_prompt
+from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
+from cosyedge.voices import PromptCache, VoiceLibrary
+
+LIBRARY_DIR = "library"
+CACHE_DIR = "cache"
+
+
+def library_for(settings: config.Settings) -> VoiceLibrary:
+    return VoiceLibrary(settings.prompts_path / LIBRARY_DIR)
+
+
+def cache_for(settings: config.Settings) -> PromptCache:
+    return PromptCache(settings.prompts_path / CACHE_DIR)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("library", help="saved voices: save, list, rename, delete, export, import")
+    actions = parser.add_subparsers(dest="action", required=True)
+
+    save = actions.add_parser("save", help="condition a recording and save it as a named voice")
+    save.add_argument("name", help="voice name (letters, digits, space . _ -, or a Chinese name)")
+    save.add_argument("audio", type=Path, help="WAV, FLAC, OGG or MP3 recording, 3-30 s of one speaker")
+    save.add_argument("--transcript", default="", help="what is said in the recording (helps CosyVoice)")
+    save.add_argument("--encode", action="store_true",
+                      help="also encode it now for the configured model (approximate voice match on "
+                           "Kokoro, ~30 s), so its first use is instant")
+    save.add_argument("--overwrite", action="store_true", help="replace a saved voice of the same id")
+    save.set_defaults(func=run_save)
+
+    listing = actions.add_parser("list", help="list saved voices")
+    listing.set_defaults(func=run_list)
+
+    rename = actions.add_parser("rename", help="rename a saved voice")
+    rename.add_argument("voice_id")
+    rename.add_argument("new_name")
+    rename.set_defaults(func=run_rename)
+
+    delete = actions.add_parser("delete", help="delete a saved voice")
+    delete.add_argument("voice_id")
+    delete.set_defaults(func=run_delete)
+
+    export = actions.add_parser("export", help="export a saved voice as one .zip")
+    export.add_argument("voice_id")
+    export.add_argument("-o", "--output", type=Path, help="zip to write (default: <id>.voice.zip)")
+    export.set_defaults(func=run_export)
+
+    imp = actions.add_parser("import", help="import a voice .zip made by `library export`")
+    imp.add_argument("zip", type=Path)
+    imp.add_argument("--name", help="save under another name")
+    imp.add_argument("--overwrite", action="store_true")
+    imp.set_defaults(func=run_import)
+
+    for p in (save, listing, rename, delete, export, imp):
+        config.add_arguments(p)
+
+
+def _read(path: Path, limit: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > limit:  # refuse before reading it
+            raise PayloadTooLargeError(f"{path} is {size / 1e6:.1f} MB; the limit is {limit / 1e6:.1f} MB "
+                                       "(COSYEDGE_MAX_UPLOAD_MB)")
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _limit(settings: config.Settings) -> int:
+    return int(settings.max_upload_mb * 1024 * 1024)
+
+
+def describe(meta: dict) -> str | None:
+    """One line on how a prompt was encoded ("approximate voice match: similarity 0.45 -> 0.53")."""
+    if "similarity_after" in meta and "similarity_before" in meta:
+        return (f"{meta.get('method', 'encoded')}: similarity {meta['similarity_before']:.3f} "
+                f"(nearest preset {meta.get('nearest_preset', '?')}) -> {meta['similarity_after']:.3f}")
+    return str(meta["method"]) if meta.get("method") else None
+
+
+def saved_voice_prompt(settings: config.Settings, engine: object, voice_id: str):
+    """The encoded prompt of a saved voice for ``engine``, through the prompt cache."""
+    prompt, transcript, _ = library_for(settings).load(voice_id)
+    return cache_for(settings).get_or_encode(engine, prompt, transcript)
+
+
+def _engine_name(settings: config.Settings) -> str:
+    """The configured model's engine, from its manifest ("" when the model is not set up yet)."""
+    from cosyedge.manifest import read_manifest
+
+    try:
+        return str(read_manifest(settings.model_path, "")["engine"])
+    except ModelMissingError:  # a missing model must not stop saving a recording
+        return ""
+
+
+def run_save(args: argparse.Namespace) -> int:
+    settings = config.from_args(args)
+    prompt = condition_prompt(_read(args.audio, _limit(settings)), max_bytes=_limit(settings),
+                              filename=args.audio.name)
+    engine_name, model_id = _engine_name(settings), settings.model
+    if args.encode:
+        from cosyedge.engines import load_engine
+
+        engine = load_engine(settings)
+        encoded = cache_for(settings).get_or_encode(engine, prompt, args.transcript)
+        engine_name, model_id = engine.name, engine.model_id
+        if describe(encoded.meta):
+            print(describe(encoded.meta))
+    info = library_for(settings).save(args.name, prompt, args.transcript, engine=engine_name,
+                                      model_id=model_id, overwrite=args.overwrite)
+    for note in prompt.notes:
+        print(f"note: {note}")
+    print(f"saved voice {info.id!r} ({info.name}, {info.duration_s:.1f} s)")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    voices = library_for(config.from_args(args)).list()
+    if not voices:
+        print("no saved voices (save one with `python -m cosyedge library save NAME AUDIO`)")
+    for v in voices:
+        print(f"{v.id}\t{v.name}\t{v.duration_s:.1f} s")
+    return 0
+
+
+def run_rename(args: argparse.Namespace) -> int:
+    info = library_for(config.from_args(args)).rename(args.voice_id, args.new_name)
+    print(f"renamed to {info.id!r} ({info.name})")
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    library_for(config.from_args(args)).delete(args.voice_id)
+    print(f"deleted {args.voice_id!r}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    data = library_for(config.from_args(args)).export(args.voice_id)
+    output = args.output or Path(f"{args.voice_id}.voice.zip")
+    output.write_bytes(data)
+    print(f"wrote {output} ({len(data) / 1024:.0f} KiB)")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    settings = config.from_args(args)
+    info = library_for(settings).import_zip(_read(args.zip, _limit(settings)), max_bytes=_limit(settings),
+                                            name=args.name, overwrite=args.overwrite)
+    print(f"imported voice {info.id!r} ({info.name})")
+    return 0

@@ -1,0 +1,181 @@
+"""The CosyVoice2 engine: text + voice -> 24 kHz audio, one chunk per sentence (Engine protocol).
+
+Responsible for choosing the mode and wiring the parts; the parts do the work:
+``text_normalize`` + ``tokenizer`` (text ids), ``prompt_encoders`` (voice prompt), ``llm`` + ``sampling``
+(speech tokens), ``token2wav`` (flow + HiFT). Modes, as upstream CosyVoice2 defines them:
+
+====================  =============================================  ==================================
+mode                  LLM input                                      flow condition
+====================  =============================================  ==================================
+zero-shot clone       prompt transcript + text, prompt speech tokens prompt tokens, mel, embedding
+cross-lingual clone   text only (the prompt has no transcript)       prompt tokens, mel, embedding
+instruct2             instruction + ``<|endofprompt|>`` + text       prompt tokens, mel, embedding
+SFT preset            text only (+ instruction when given)           the preset's embedding only
+====================  =============================================  ==================================
+
+``options.language`` is not needed: like upstream, the text's script picks the normalization.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
+                                   VoicePrompt)
+from cosyedge.engines.cosyvoice.llm import SpeechLM
+from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
+from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
+from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
+from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
+
+logger = logging.getLogger(__name__)
+
+ENGINE_NAME = "cosyvoice2"
+SAMPLE_RATE = 24000
+MAX_INSTRUCT_CHARS = 500
+
+
+class CosyVoiceEngine:
+    """CosyVoice2-0.5B on onnxruntime: native 3 s cloning, cross-lingual cloning and instructions."""
+
+    name = ENGINE_NAME
+
+    def __init__(self, model_id: str, lm: SpeechLM, token2wav, tokenizer: TextTokenizer,
+                 normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
+                 sample_rate: int = SAMPLE_RATE) -> None:
+        self.model_id = model_id
+        self.lm = lm
+        self.token2wav = token2wav
+        self.tokenizer = tokenizer
+        self.normalizer = normalizer
+        self._presets = dict(presets or {})
+        self._prompt_encoder_factory = prompt_encoder_factory
+        self._prompt_encoder = None
+        self._lock = threading.Lock()
+        self.capabilities = Capabilities(native_clone=True, native_instruct=True,
+                                         languages=("auto", "zh", "en", "ja"), sample_rate=sample_rate)
+
+    @classmethod
+    def load(cls, model_dir: Path, settings) -> "CosyVoiceEngine":
+        """Open a converted model directory (verified through its manifest)."""
+        from cosyedge.engines.cosyvoice.manifest import ModelDir
+        from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+
+        model = ModelDir.load(model_dir)
+        threads = int(getattr(settings, "threads", 0) or 0)
+        frontend = model.config("frontend")
+        # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
+        # so the LLM takes half the cores and leaves the rest to the other job the queue may run.
+        lm = SpeechLM.load(model.path, threads=max(1, (threads or 1) // 2))
+        token2wav = Token2Wav.load(model, threads=threads)
+        tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
+        presets: dict[str, np.ndarray] = {}
+        if frontend.get("presets"):
+            with np.load(model.file(frontend["presets"]), allow_pickle=False) as npz:
+                presets = {name: np.asarray(npz[name], dtype=np.float32).reshape(-1) for name in npz.files}
+
+        def prompt_encoder():
+            from cosyedge.engines.cosyvoice.prompt_encoders import PromptEncoder
+
+            return PromptEncoder(model.session(frontend["campplus"], threads),
+                                 model.session(frontend["speech_tokenizer"], threads),
+                                 model.manifest.get("config", {}).get("features"))
+
+        logger.info("CosyVoice engine %s loaded (%d presets)", model.path.name, len(presets))
+        return cls(model.path.name, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
+                   prompt_encoder, presets, sample_rate=int(token2wav.sample_rate))
+
+    # -- voices ---------------------------------------------------------------------------------
+    def presets(self) -> list[str]:
+        return sorted(self._presets)
+
+    @property
+    def prompt_encoder(self):
+        """campplus + speech tokenizer, opened on first use (only cloning needs them)."""
+        with self._lock:
+            if self._prompt_encoder is None:
+                self._prompt_encoder = self._prompt_encoder_factory()
+            return self._prompt_encoder
+
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
+        """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
+        encoded = self.prompt_encoder.encode(audio, sample_rate)
+        text = (transcript or "").strip()
+        meta = {"transcript": self.normalizer.normalize(text) if text else None,
+                "duration_s": round(float(np.asarray(audio).size) / sample_rate, 3),
+                "tokens": int(encoded.tokens.size)}
+        return VoicePrompt(engine=self.name, model_id=self.model_id,
+                           arrays={"embedding": encoded.embedding, "tokens": encoded.tokens, "mel": encoded.mel},
+                           meta=meta)
+
+    # -- synthesis ------------------------------------------------------------------------------
+    def _conditioning(self, voice: str | VoicePrompt | None, instruct: str | None):
+        """(LLM prompt text ids, LLM prompt speech, flow tokens, flow mel, embedding, mode name)."""
+        instruct_ids: list[int] = []
+        if instruct:
+            if len(instruct) > MAX_INSTRUCT_CHARS:
+                raise ParameterError(f"instruction is {len(instruct)} characters; keep it under {MAX_INSTRUCT_CHARS}")
+            text = instruct if END_OF_PROMPT in instruct else instruct + END_OF_PROMPT
+            instruct_ids = self.tokenizer.encode(text)
+        empty_tokens = np.zeros(0, dtype=np.int64)
+        empty_mel = np.zeros((0, 80), dtype=np.float32)
+        if isinstance(voice, VoicePrompt):
+            if voice.engine != self.name:
+                raise ParameterError(f"this voice was encoded for the {voice.engine!r} engine; "
+                                     "encode the recording again for CosyVoice")
+            try:
+                embedding = np.asarray(voice.arrays["embedding"], dtype=np.float32).reshape(-1)
+                tokens = np.asarray(voice.arrays["tokens"], dtype=np.int64).reshape(-1)
+                mel = np.asarray(voice.arrays["mel"], dtype=np.float32)
+            except KeyError as exc:
+                raise ParameterError(f"voice prompt lacks {exc}; encode the recording again") from exc
+            if instruct_ids:
+                return instruct_ids, [], tokens, mel, embedding, "instruct2"
+            transcript = voice.meta.get("transcript")
+            if transcript:
+                return self.tokenizer.encode(transcript), tokens.tolist(), tokens, mel, embedding, "zero_shot"
+            return [], [], tokens, mel, embedding, "cross_lingual"
+        if isinstance(voice, str) and voice:
+            if voice not in self._presets:
+                known = ", ".join(self.presets()) or "none in this model"
+                raise NotFoundError(f"unknown CosyVoice preset {voice!r} (presets: {known})")
+            return instruct_ids, [], empty_tokens, empty_mel, self._presets[voice], "sft"
+        raise ParameterError("CosyVoice needs a voice: upload or record a prompt, or pick a preset")
+
+    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+                   progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
+        """Yield one :class:`AudioChunk` per sentence; raises :class:`CancelledError` when asked to stop."""
+        if not isinstance(text, str) or not text.strip():
+            raise TextError("text is empty")
+        prompt_text, prompt_speech, flow_tokens, flow_mel, embedding, mode = \
+            self._conditioning(voice, (options.instruct or "").strip() or None)
+        sentences = self.normalizer.split(text)
+        if not sentences:
+            raise TextError("the text has nothing to speak (only punctuation or markup)")
+        seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
+        rng = np.random.default_rng(seed)
+        chooser: Chooser = RasSampler(eos=self.lm.config.eos, seed=int(rng.integers(2 ** 31)))
+        logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
+        total = len(sentences)
+        for index, sentence in enumerate(sentences):
+            if cancelled is not None and cancelled():
+                raise CancelledError("synthesis cancelled")
+            text_ids = self.tokenizer.encode(sentence)
+            tokens = self.lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
+            if tokens:
+                audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)
+            else:
+                audio = np.zeros(0, dtype=np.float32)
+            if progress is not None:
+                progress(index + 1, total)
+            yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
+                             text=sentence, index=index, total=total)
+
+    def close(self) -> None:
+        self.lm.close()
+        self._prompt_encoder = None

@@ -1,0 +1,426 @@
+"""Export CosyVoice2's speech LLM (``llm.pt``, a Qwen2 backbone) to ONNX plus host-side tables.
+
+What is written (all under one output directory):
+
+* ``llm.onnx``: one step graph with an explicit KV cache, used for prefill (past length 0, many
+  positions) and for one-token decode (one position). Inputs ``inputs_embeds [1, L, H]`` and
+  ``past_key_i`` / ``past_value_i [1, kv_heads, P, head_dim]`` for every layer; outputs ``logp``
+  (log-softmax of ``llm_decoder`` at the last position, ``[1, speech_vocab]``) and ``present_key_i`` /
+  ``present_value_i [1, kv_heads, P + L, head_dim]``. Attention is ordinary causal attention over the
+  whole cache at positions ``P .. P+L-1``. Qwen's own 151936-way ``lm_head`` is not exported:
+  upstream computes it and throws it away.
+* ``llm_text_embedding.npy`` (int8, one row per text token) + ``llm_text_embedding_scale.npy``
+  (float32 per-row scale), ``llm_speech_embedding.npy`` and ``llm_special_embedding.npy`` (float32;
+  row 0 = sos, row 1 = task id): gathered on the host, memory-mapped.
+* ``llm_config.json``: dimensions, special ids and file names for the runtime.
+
+The graph is built directly with ``onnx.helper`` from the checkpoint arrays, so what runs is exactly
+what is written here (no tracer). ``quantize=True`` stores every backbone MatMul as a weight-only
+int8 ``MatMulNBits`` (block-wise symmetric scales, float activations); the ``llm_decoder`` head stays
+float32. Torch is needed only to read ``llm.pt``; nothing here runs at synthesis time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+OPSET = 17
+INT8_BLOCK = 32
+PREFIX = "llm.model.model."
+
+
+@dataclass(frozen=True)
+class QwenDims:
+    """The Qwen2 backbone's shape, from ``CosyVoice-BlankEN/config.json`` (checked against llm.pt)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    rope_theta: float
+    rms_eps: float
+    text_vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> "QwenDims":
+        try:
+            return cls(hidden=int(config["hidden_size"]), intermediate=int(config["intermediate_size"]),
+                       layers=int(config["num_hidden_layers"]), heads=int(config["num_attention_heads"]),
+                       kv_heads=int(config.get("num_key_value_heads", config["num_attention_heads"])),
+                       rope_theta=float(config.get("rope_theta", 10000.0)),
+                       rms_eps=float(config.get("rms_norm_eps", 1e-6)),
+                       text_vocab=int(config["vocab_size"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"Qwen2 config.json lacks or mangles {exc}") from exc
+
+
+def load_checkpoint(path: Path) -> dict[str, np.ndarray]:
+    """Read ``llm.pt`` (a plain state dict) into float32 numpy arrays."""
+    import torch
+
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    return {k: v.detach().float().numpy() for k, v in state.items() if hasattr(v, "detach")}
+
+
+def check_weights(weights: Mapping[str, np.ndarray], dims: QwenDims) -> int:
+    """Check that ``weights`` hold a Qwen2LM of ``dims``; return the speech vocabulary (6564 real)."""
+    need = ["llm_embedding.weight", "speech_embedding.weight", "llm_decoder.weight", "llm_decoder.bias",
+            PREFIX + "embed_tokens.weight", PREFIX + "norm.weight"]
+    for i in range(dims.layers):
+        p = f"{PREFIX}layers.{i}."
+        need += [p + n for n in ("self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+                                 "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                                 "mlp.down_proj.weight", "input_layernorm.weight",
+                                 "post_attention_layernorm.weight")]
+    missing = [k for k in need if k not in weights]
+    if missing:
+        raise ValueError(f"llm.pt is not a CosyVoice2 Qwen2LM: {len(missing)} keys missing, e.g. {missing[:3]}")
+    checks = {
+        PREFIX + "embed_tokens.weight": (dims.text_vocab, dims.hidden),
+        PREFIX + "layers.0.self_attn.k_proj.weight": (dims.kv_heads * dims.head_dim, dims.hidden),
+        PREFIX + "layers.0.mlp.gate_proj.weight": (dims.intermediate, dims.hidden),
+        "llm_embedding.weight": (2, dims.hidden),
+    }
+    for key, shape in checks.items():
+        if tuple(weights[key].shape) != shape:
+            raise ValueError(f"{key} has shape {tuple(weights[key].shape)}, config.json implies {shape}")
+    speech_vocab = int(weights["llm_decoder.weight"].shape[0])
+    if weights["speech_embedding.weight"].shape != (speech_vocab, dims.hidden):
+        raise ValueError("speech_embedding and llm_decoder disagree on the speech vocabulary")
+    return speech_vocab
+
+
+def quantize_int8_blocks(w_kn: np.ndarray, block: int = INT8_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric block-wise int8 of a ``[K, N]`` weight in MatMulNBits layout.
+
+    Returns ``(codes [N, K/block, block] uint8 with zero point 128, scales [N, K/block] float32)``;
+    the dequantized weight is ``(code - 128) * scale``.
+    """
+    k, n = w_kn.shape
+    if k % block:
+        raise ValueError(f"K={k} is not a multiple of the int8 block {block}")
+    blocks = np.ascontiguousarray(w_kn.T, dtype=np.float32).reshape(n, k // block, block)
+    scale = np.abs(blocks).max(axis=2) / 127.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+    codes = np.clip(np.rint(blocks / scale[:, :, None]), -127, 127).astype(np.int16) + 128
+    return codes.astype(np.uint8), scale
+
+
+def dequantize_int8_blocks(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`quantize_int8_blocks`, back to ``[K, N]`` float32 (for tests and checks)."""
+    n, nb, block = codes.shape
+    w = (codes.astype(np.float32) - 128.0) * scale[:, :, None]
+    return w.reshape(n, nb * block).T.copy()
+
+
+class _Graph:
+    """A tiny helper that names nodes and collects initializers for ``onnx.helper``."""
+
+    def __init__(self) -> None:
+        self.nodes: list = []
+        self.inits: list = []
+        self._n = 0
+
+    def name(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        array = np.asarray(array)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array) if array.ndim else array, name))
+        return name
+
+    def const_i64(self, values: list[int]) -> str:
+        return self.init(self.name("c"), np.asarray(values, dtype=np.int64))
+
+    def op(self, op_type: str, inputs: list[str], hint: str | None = None, n_out: int = 1,
+           domain: str = "", **attrs) -> str | list[str]:
+        from onnx import helper
+
+        outs = [self.name(hint or op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.name("n_" + op_type),
+                                           domain=domain or None, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+
+def _linear(g: _Graph, x: str, w_out_in: np.ndarray, name: str, quantize: bool,
+            bias: np.ndarray | None = None) -> str:
+    """``x @ W.T (+ b)`` for a torch-layout ``[out, in]`` weight; int8 MatMulNBits when ``quantize``."""
+    n, k = w_out_in.shape
+    if quantize and k % INT8_BLOCK == 0:
+        codes, scale = quantize_int8_blocks(w_out_in.T)
+        y = g.op("MatMulNBits", [x, g.init(name + ".q8", codes), g.init(name + ".scale", scale.reshape(-1))],
+                 hint=name, domain="com.microsoft", K=k, N=n, bits=8, block_size=INT8_BLOCK, accuracy_level=4)
+    else:
+        y = g.op("MatMul", [x, g.init(name + ".w", w_out_in.T.astype(np.float32))], hint=name)
+    if bias is not None:
+        y = g.op("Add", [y, g.init(name + ".b", bias.astype(np.float32))], hint=name + "_b")
+    return y
+
+
+def _rms_norm(g: _Graph, x: str, weight: np.ndarray, eps: float, name: str) -> str:
+    sq = g.op("Mul", [x, x])
+    mean = g.op("ReduceMean", [sq], axes=[-1], keepdims=1)
+    inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [mean, g.init(name + ".eps", np.float32(eps))])])])
+    return g.op("Mul", [g.op("Mul", [x, inv]), g.init(name + ".w", weight.astype(np.float32))], hint=name)
+
+
+def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, head_dim: int) -> str:
+    """Qwen2/Llama rotary embedding on ``x [1, heads, L, D]``: x·cos + rotate_half(x)·sin."""
+    x1, x2 = g.op("Split", [x, g.const_i64([half, head_dim - half])], n_out=2, axis=-1)
+    rotated = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
+    return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])])
+
+
+def build_llm_model(weights: Mapping[str, np.ndarray], dims: QwenDims, quantize: bool = False):
+    """The ONNX step graph (see module docstring) as an ``onnx.ModelProto``."""
+    from onnx import TensorProto, helper
+
+    g = _Graph()
+    d, hd, half = dims.hidden, dims.head_dim, dims.head_dim // 2
+    groups = dims.heads // dims.kv_heads
+    speech_vocab = int(weights["llm_decoder.weight"].shape[0])
+
+    inputs = [helper.make_tensor_value_info("inputs_embeds", TensorProto.FLOAT, [1, "L", d])]
+    outputs = [helper.make_tensor_value_info("logp", TensorProto.FLOAT, [1, speech_vocab])]
+    for i in range(dims.layers):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_{kind}_{i}", TensorProto.FLOAT,
+                                                        [1, dims.kv_heads, "P", hd]))
+            outputs.append(helper.make_tensor_value_info(f"present_{kind}_{i}", TensorProto.FLOAT,
+                                                         [1, dims.kv_heads, "T", hd]))
+
+    # Positions P .. P+L-1, rotary tables [1, 1, L, D] and the causal bias [L, P+L].
+    shape_x = g.op("Shape", ["inputs_embeds"])
+    seq = g.op("Gather", [shape_x, g.init("idx1", np.int64(1))], axis=0)
+    past = g.op("Gather", [g.op("Shape", ["past_key_0"]), g.init("idx2", np.int64(2))], axis=0)
+    total = g.op("Add", [past, seq])
+    one = g.init("one_i64", np.int64(1))
+    zero = g.init("zero_i64", np.int64(0))
+    qpos = g.op("Cast", [g.op("Range", [past, total, one])], to=TensorProto.FLOAT)
+    inv_freq = 1.0 / (dims.rope_theta ** (np.arange(0, hd, 2, dtype=np.int64).astype(np.float32) / hd))
+    freqs = g.op("Mul", [g.op("Unsqueeze", [qpos, g.const_i64([1])]),
+                         g.init("inv_freq", inv_freq.astype(np.float32)[None, :])])
+    emb = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=-1), g.const_i64([0, 1])])
+    cos, sin = g.op("Cos", [emb], hint="cos"), g.op("Sin", [emb], hint="sin")
+    kpos = g.op("Cast", [g.op("Range", [zero, total, one])], to=TensorProto.FLOAT)
+    future = g.op("Greater", [g.op("Unsqueeze", [kpos, g.const_i64([0])]),
+                              g.op("Unsqueeze", [qpos, g.const_i64([1])])])
+    bias = g.op("Where", [future, g.init("neg_big", np.float32(-1e9)), g.init("zero_f", np.float32(0.0))],
+                hint="causal_bias")
+
+    q_shape = g.const_i64([1, -1, dims.heads, hd])
+    kv_shape = g.const_i64([1, -1, dims.kv_heads, hd])
+    total_1d = g.op("Unsqueeze", [total, g.const_i64([0])])
+    scores5_shape = g.op("Concat", [g.const_i64([1, dims.kv_heads, groups, -1]), total_1d], axis=0)
+    scores4_shape = g.op("Concat", [g.const_i64([1, dims.kv_heads, -1]), total_1d], axis=0)
+    flat_groups = g.const_i64([1, dims.kv_heads, -1, hd])
+    heads_back = g.const_i64([1, dims.heads, -1, hd])
+    hidden_shape = g.const_i64([1, -1, d])
+    scale = g.init("attn_scale", np.float32(1.0 / np.sqrt(hd)))
+
+    x = "inputs_embeds"
+    for i in range(dims.layers):
+        p = f"{PREFIX}layers.{i}."
+        w = lambda n: weights[p + n]  # noqa: E731 - local shorthand
+        h = _rms_norm(g, x, w("input_layernorm.weight"), dims.rms_eps, f"l{i}.ln1")
+        qkv_w = np.concatenate([w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
+                                w("self_attn.v_proj.weight")], axis=0)
+        qkv_b = np.concatenate([w("self_attn.q_proj.bias"), w("self_attn.k_proj.bias"),
+                                w("self_attn.v_proj.bias")], axis=0)
+        qkv = _linear(g, h, qkv_w, f"l{i}.qkv", quantize, qkv_b)
+        kvd = dims.kv_heads * hd
+        q, k, v = g.op("Split", [qkv, g.const_i64([d, kvd, kvd])], n_out=3, axis=-1)
+        q = g.op("Transpose", [g.op("Reshape", [q, q_shape])], perm=[0, 2, 1, 3])
+        k = g.op("Transpose", [g.op("Reshape", [k, kv_shape])], perm=[0, 2, 1, 3])
+        v = g.op("Transpose", [g.op("Reshape", [v, kv_shape])], perm=[0, 2, 1, 3])
+        q = _rope(g, q, cos, sin, half, hd)
+        k = _rope(g, k, cos, sin, half, hd)
+        g.nodes.append(_concat_node(f"past_key_{i}", k, f"present_key_{i}"))
+        g.nodes.append(_concat_node(f"past_value_{i}", v, f"present_value_{i}"))
+        # Grouped-query attention without copying the cache: query heads h = kv*groups + j share kv.
+        qg = g.op("Reshape", [q, flat_groups])                                # [1, KV, G*L, D]
+        scores = g.op("MatMul", [qg, g.op("Transpose", [f"present_key_{i}"], perm=[0, 1, 3, 2])])
+        scores = g.op("Reshape", [g.op("Mul", [scores, scale]), scores5_shape])  # [1, KV, G, L, T]
+        probs = g.op("Softmax", [g.op("Add", [scores, bias])], axis=-1)
+        probs = g.op("Reshape", [probs, scores4_shape])                           # [1, KV, G*L, T]
+        ctx = g.op("MatMul", [probs, f"present_value_{i}"])                   # [1, KV, G*L, D]
+        ctx = g.op("Reshape", [ctx, heads_back])                              # [1, H, L, D]
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), hidden_shape])
+        x = g.op("Add", [x, _linear(g, ctx, w("self_attn.o_proj.weight"), f"l{i}.o", quantize)])
+        h = _rms_norm(g, x, w("post_attention_layernorm.weight"), dims.rms_eps, f"l{i}.ln2")
+        gate_up = _linear(g, h, np.concatenate([w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")], axis=0),
+                          f"l{i}.gate_up", quantize)
+        gate, up = g.op("Split", [gate_up, g.const_i64([dims.intermediate, dims.intermediate])],
+                        n_out=2, axis=-1)
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+        x = g.op("Add", [x, _linear(g, act, w("mlp.down_proj.weight"), f"l{i}.down", quantize)])
+
+    x = _rms_norm(g, x, weights[PREFIX + "norm.weight"], dims.rms_eps, "final_norm")
+    last = g.op("Gather", [x, g.op("Sub", [seq, one])], axis=1)             # [1, H]
+    logits = _linear(g, last, weights["llm_decoder.weight"], "llm_decoder", False, weights["llm_decoder.bias"])
+    g.nodes.append(helper.make_node("LogSoftmax", [logits], ["logp"], axis=-1, name="logp"))
+
+    graph = helper.make_graph(g.nodes, "cosyvoice2_llm_step", inputs, outputs, initializer=g.inits)
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="cosyedge")
+    model.ir_version = 8
+    return model
+
+
+def _concat_node(past: str, new: str, present: str):
+    from onnx import helper
+
+    return helper.make_node("Concat", [past, new], [present], axis=2, name="cat_" + present)
+
+
+def quantize_text_embedding(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row symmetric int8 of the text embedding: ``(codes int8 [V, H], scale float32 [V])``."""
+    scale = np.abs(table).max(axis=1) / 127.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+    codes = np.clip(np.rint(table / scale[:, None]), -127, 127).astype(np.int8)
+    return codes, scale
+
+
+EMBEDDING_DTYPES = ("int8", "float16", "float32")
+
+
+def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, quantize: bool = True,
+               text_embedding: str = "int8",
+               weights: Mapping[str, np.ndarray] | None = None) -> dict[str, Path]:
+    """Convert ``llm.pt`` + ``CosyVoice-BlankEN/config.json`` into ``out_dir``; return the files written.
+
+    ``quantize`` makes the backbone MatMuls int8; ``text_embedding`` picks how the 151936-row text
+    table is stored (int8 with per-row scales, float16 or float32). ``weights`` skips reading llm.pt.
+    """
+    import onnx
+
+    if text_embedding not in EMBEDDING_DTYPES:
+        raise ValueError(f"text_embedding must be one of {EMBEDDING_DTYPES}, not {text_embedding!r}")
+    dims = QwenDims.from_config(json.loads(Path(qwen_config).read_text(encoding="utf-8")))
+    weights = dict(weights) if weights is not None else load_checkpoint(Path(llm_pt))
+    speech_vocab = check_weights(weights, dims)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logger.info("exporting Qwen2 LLM: %s, speech vocab %d, %s, text embedding %s", dims, speech_vocab,
+                "int8" if quantize else "fp32", text_embedding)
+
+    model = build_llm_model(weights, dims, quantize=quantize)
+    files = {"llm": out_dir / "llm.onnx"}
+    data_name = "llm.onnx.data"
+    (out_dir / data_name).unlink(missing_ok=True)
+    if model.ByteSize() > 1_800_000_000:  # protobuf's 2 GB limit: fp32 full size goes to external data
+        onnx.save_model(model, str(files["llm"]), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data_name, size_threshold=1024)
+        files["llm_data"] = out_dir / data_name
+    else:
+        onnx.save_model(model, str(files["llm"]))
+    del model
+
+    table = weights[PREFIX + "embed_tokens.weight"]
+    tables: dict[str, np.ndarray] = {}
+    if text_embedding == "int8":
+        tables["text_embedding"], tables["text_embedding_scale"] = quantize_text_embedding(table)
+    else:
+        tables["text_embedding"] = table.astype(text_embedding)
+    tables["speech_embedding"] = weights["speech_embedding.weight"].astype(np.float32)
+    tables["special_embedding"] = weights["llm_embedding.weight"].astype(np.float32)
+    for name, array in tables.items():
+        files[name] = out_dir / f"llm_{name}.npy"
+        np.save(files[name], array)
+
+    config = {"format": 1, "dims": asdict(dims), "head_dim": dims.head_dim, "speech_vocab": speech_vocab,
+              "speech_token_size": speech_vocab - 3, "eos": speech_vocab - 3, "sos_row": 0, "task_row": 1,
+              "quantization": "int8-weight-only-block32" if quantize else "fp32",
+              "text_embedding": text_embedding,
+              "files": {k: v.name for k, v in files.items()}}
+    files["llm_config"] = out_dir / "llm_config.json"
+    files["llm_config"].write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return files
+
+
+# ----------------------------------------------------------------------------------------------
+# Converter steps (``cosyedge.export.cosyvoice2.EXPORT_STEPS``)
+# ----------------------------------------------------------------------------------------------
+
+QWEN_DIR = "CosyVoice-BlankEN"
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json")
+FRONTEND_ONNX = ("campplus.onnx", "speech_tokenizer_v2.onnx")
+
+
+def export_llm_step(ctx) -> None:
+    """Converter step "llm": ``llm.pt`` + BlankEN config -> ``llm.onnx`` and the gathered tables."""
+    llm_pt = ctx.source_file("llm.pt")
+    qwen_config = ctx.source_file(f"{QWEN_DIR}/config.json")
+    quantize = ctx.quantize == "int8"
+    files = export_llm(llm_pt, qwen_config, ctx.out, quantize=quantize,
+                       text_embedding="int8" if quantize else "float32")
+    for key, path in files.items():
+        ctx.add_file(path.name, f"llm.{key}")
+    config = json.loads(files["llm_config"].read_text(encoding="utf-8"))
+    ctx.runtime["llm"] = {"config": files["llm_config"].name, "eos": config["eos"],
+                          "speech_vocab": config["speech_vocab"]}
+    ctx.quantization["llm"] = {"precision": config["quantization"],
+                               "text_embedding": config["text_embedding"]}
+
+
+def export_frontend_step(ctx) -> None:
+    """Converter step "frontend": copy the tokenizer files, campplus and the speech tokenizer; SFT speakers.
+
+    ``spk2info.pt`` (optional) becomes ``spk2info.npz``: one 192-d campplus embedding per preset name.
+    """
+    import shutil
+
+    qwen = ctx.src / QWEN_DIR
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (qwen / name).is_file():
+            dest = ctx.add_file(f"tokenizer/{name}", "frontend.tokenizer")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(qwen / name, dest)
+            copied.append(name)
+    if "tokenizer.json" not in copied and not {"vocab.json", "merges.txt"} <= set(copied):
+        ctx.source_file(f"{QWEN_DIR}/vocab.json")  # raises with the "point --src at ..." message
+        ctx.source_file(f"{QWEN_DIR}/merges.txt")
+    for name in FRONTEND_ONNX:
+        shutil.copyfile(ctx.source_file(name), ctx.add_file(name, "frontend." + name.split(".")[0]))
+    runtime = {"tokenizer": "tokenizer", "campplus": FRONTEND_ONNX[0], "speech_tokenizer": FRONTEND_ONNX[1]}
+    if (ctx.src / "spk2info.pt").is_file():
+        speakers = read_spk2info(ctx.src / "spk2info.pt")
+        np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
+        runtime["presets"] = "spk2info.npz"
+        logger.info("SFT presets: %s", ", ".join(speakers) or "none")
+    ctx.runtime["frontend"] = runtime
+
+
+def read_spk2info(path: Path) -> dict[str, np.ndarray]:
+    """``{speaker: embedding [192] float32}`` from upstream's ``spk2info.pt`` (name -> {'embedding': ...})."""
+    import torch
+
+    data = torch.load(str(path), map_location="cpu", weights_only=True)
+    speakers = {}
+    for name, info in (data or {}).items():
+        emb = info.get("embedding") if isinstance(info, dict) else None
+        if emb is None:
+            logger.warning("spk2info entry %r has no embedding; skipped", name)
+            continue
+        speakers[str(name)] = emb.detach().float().numpy().reshape(-1)
+    return speakers

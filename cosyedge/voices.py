@@ -1,0 +1,455 @@
+"""Encoded-prompt cache and the saved voice library, both under the prompts directory.
+
+``PromptCache`` (``prompts/cache/``): conditioned prompt audio + transcript + engine + model id ->
+the engine's encoded :class:`VoicePrompt`, keyed by a sha256 of those four, stored as one versioned
+file per entry, bounded by count and bytes with least-recently-used eviction. A corrupt or stale
+entry is rebuilt (with a warning); a directory that cannot be written turns the cache into a memory
+cache (with a warning) instead of failing requests.
+
+``VoiceLibrary`` (``prompts/library/<id>/``): a saved voice is the conditioned prompt WAV, its
+transcript and ``meta.json``. The library stores audio, not encodings, so a saved voice works with
+every engine (each encodes it through the cache). Names are validated; ids are safe slugs; every
+path is checked to stay under the library root; writes are atomic (temp folder + rename); an import
+is validated completely before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import unicodedata
+import zipfile
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosyedge.audio import ConditionedPrompt, condition_prompt
+from cosyedge.engines.base import VoicePrompt
+from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
+
+logger = logging.getLogger(__name__)
+
+#: Bump when the key recipe or the entry layout changes; older entries are then swept as stale.
+CACHE_VERSION = 1
+_ENTRY_RE = re.compile(r"^([0-9a-f]{64})\.v(\d+)\.npz$")
+
+
+def prompt_key(pcm: bytes, transcript: str | None, engine: str, model_id: str) -> str:
+    """sha256 over length-prefixed fields, so no two different tuples can collide by concatenation."""
+    h = hashlib.sha256(f"cosyedge-prompt-v{CACHE_VERSION}".encode())
+    for part in (pcm, (transcript or "").strip().encode("utf-8"), engine.encode(), model_id.encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _touch(path: Path) -> None:
+    """mtime is the LRU clock; set it from time_ns() because file-system timestamps are coarse."""
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))
+
+
+class PromptCache:
+    """Content-hash cache of encoded prompts; ``hits``/``misses``/``rebuilds`` count what happened."""
+
+    def __init__(self, directory: Path, max_entries: int = 64, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.directory = Path(directory)
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+        self.rebuilds = 0
+        self._memory: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+        self.on_disk = self._prepare()
+
+    def _prepare(self) -> bool:
+        """Create the directory and prove it is writable; sweep entries of other versions."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _write_atomic(self.directory / ".write-test", b"ok")
+            (self.directory / ".write-test").unlink()
+        except OSError as exc:
+            logger.warning("prompt cache %s is not writable (%s); caching in memory only",
+                           self.directory, exc)
+            return False
+        for path in self.directory.iterdir():
+            match = _ENTRY_RE.match(path.name)
+            if path.name.startswith(".tmp-") or (match and int(match.group(2)) != CACHE_VERSION):
+                logger.warning("removing stale prompt cache file %s", path.name)
+                path.unlink(missing_ok=True)
+        return True
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.v{CACHE_VERSION}.npz"
+
+    def get_or_encode(self, engine: Any, prompt: ConditionedPrompt, transcript: str | None) -> VoicePrompt:
+        """The cached encoding of ``prompt`` for ``engine``, encoding (once) on a miss."""
+        key = prompt_key(prompt.pcm_bytes(), transcript, engine.name, engine.model_id)
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        try:
+            with key_lock:  # two requests for the same new prompt encode it once
+                cached = self._load(key, engine.name, engine.model_id)
+                if cached is not None:
+                    self.hits += 1
+                    return cached
+                self.misses += 1
+                encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript)
+                self._store(key, encoded.to_bytes())
+                return encoded
+        finally:
+            with self._lock:
+                self._key_locks.pop(key, None)
+
+    def _load(self, key: str, engine: str, model_id: str) -> VoicePrompt | None:
+        with self._lock:
+            data = self._memory.get(key)
+            if data is not None:
+                self._memory.move_to_end(key)
+        path = self._path(key)
+        if data is None and self.on_disk:
+            try:
+                data = path.read_bytes()
+                _touch(path)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                logger.warning("cannot read prompt cache entry %s (%s); encoding again", path.name, exc)
+                return None
+        if data is None:
+            return None
+        try:
+            prompt = VoicePrompt.from_bytes(data)
+            if prompt.engine != engine or prompt.model_id != model_id:
+                raise ValueError(f"entry is for {prompt.engine}/{prompt.model_id}")
+        except ValueError as exc:
+            logger.warning("prompt cache entry %s is corrupt or stale (%s); rebuilding it", key[:12], exc)
+            self.rebuilds += 1
+            with self._lock:
+                self._memory.pop(key, None)
+            if self.on_disk:
+                path.unlink(missing_ok=True)
+            return None
+        return prompt
+
+    def _store(self, key: str, data: bytes) -> None:
+        if self.on_disk:
+            try:
+                _write_atomic(self._path(key), data)
+                _touch(self._path(key))
+                self._evict_disk()
+                return
+            except OSError as exc:
+                logger.warning("prompt cache %s became unwritable (%s); caching in memory only",
+                               self.directory, exc)
+                self.on_disk = False
+        with self._lock:
+            self._memory[key] = data
+            self._memory.move_to_end(key)
+            while self._memory and (len(self._memory) > self.max_entries
+                                    or sum(map(len, self._memory.values())) > self.max_bytes):
+                self._memory.popitem(last=False)
+
+    def _evict_disk(self) -> None:
+        entries = []
+        for path in self.directory.iterdir():
+            if _ENTRY_RE.match(path.name):
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue
+                entries.append((st.st_mtime_ns, st.st_size, path))
+        entries.sort()
+        total = sum(size for _, size, _ in entries)
+        while entries and (len(entries) > self.max_entries or total > self.max_bytes):
+            _, size, path = entries.pop(0)
+            path.unlink(missing_ok=True)
+            total -= size
+            logger.debug("evicted prompt cache entry %s", path.name)
+
+    def __len__(self) -> int:
+        if self.on_disk:
+            return sum(1 for p in self.directory.iterdir() if _ENTRY_RE.match(p.name))
+        return len(self._memory)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Voice library
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_CJK_NAME_RE = re.compile(r"^[\u3400-\u4dbf\u4e00-\u9fffA-Za-z0-9 ._-]{1,32}$")
+LIBRARY_FORMAT = 1
+WAV_NAME, TRANSCRIPT_NAME, META_NAME = "voice.wav", "transcript.txt", "meta.json"
+MAX_TRANSCRIPT_CHARS = 2000
+_MAX_META_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    """What the library knows about a saved voice (``meta.json``)."""
+
+    id: str
+    name: str
+    engine: str
+    model_id: str
+    duration_s: float
+    created: float
+    notes: tuple[str, ...] = ()
+
+
+def name_to_id(name: Any) -> tuple[str, str]:
+    """Validate a voice name; return (display name, id). Raises NameError_ naming the problem.
+
+    Allowed: ``^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$`` (id: lower-case, spaces -> '-'), or a Chinese name
+    of at most 32 characters (id: its pinyin, e.g. 王老师 -> wang-lao-shi).
+    """
+    if not isinstance(name, str):
+        raise NameError_("the voice name must be text")
+    name = unicodedata.normalize("NFC", name).strip()
+    if not name:
+        raise NameError_("the voice name is empty")
+    if "\x00" in name or any(unicodedata.category(c) == "Cc" for c in name):
+        raise NameError_("the voice name contains control characters (such as NUL)")
+    if "/" in name or "\\" in name:
+        raise NameError_("the voice name may not contain '/' or '\\'")
+    if len(name) > 64:
+        raise NameError_(f"the voice name is {len(name)} characters long; at most 64 are allowed")
+    if NAME_RE.match(name):
+        voice_id = re.sub(r"-{2,}", "-", name.lower().replace(" ", "-"))
+    elif _CJK_NAME_RE.match(name) and re.search(r"[\u3400-\u9fff]", name):
+        from pypinyin import lazy_pinyin
+
+        syllables = [re.sub(r"[^a-z0-9]", "", s.lower()) for s in lazy_pinyin(name)]
+        voice_id = "-".join(s for s in syllables if s)[:64].strip("-._")
+    else:
+        raise NameError_(f"the voice name {name!r} is not allowed: use letters, digits, spaces, '.', '_' "
+                         "or '-', starting with a letter or digit (or a Chinese name of up to 32 characters)")
+    if not ID_RE.match(voice_id):
+        raise NameError_(f"the voice name {name!r} does not give a usable id")
+    return name, voice_id
+
+
+class VoiceLibrary:
+    """Saved voices under one root folder; see the module doc for the layout and the rules."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def _root(self) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return self.directory.resolve()
+
+    def _path(self, voice_id: str) -> Path:
+        """The folder of ``voice_id``, refused unless it is a valid id directly under the root."""
+        if not isinstance(voice_id, str) or not ID_RE.match(voice_id):
+            raise NameError_(f"{voice_id!r} is not a valid voice id")
+        root = self._root()
+        path = (root / voice_id).resolve()
+        if path.parent != root:
+            raise NameError_(f"{voice_id!r} is not a valid voice id")
+        return path
+
+    def _existing(self, voice_id: str) -> Path:
+        path = self._path(voice_id)
+        if not path.is_dir() or path.is_symlink() or not (path / META_NAME).is_file():
+            raise NotFoundError(f"no saved voice {voice_id!r}; saved voices: "
+                                f"{', '.join(v.id for v in self.list()) or 'none'}")
+        return path
+
+    def list(self) -> list[VoiceInfo]:
+        """All saved voices, sorted by name; unreadable folders are skipped with a warning."""
+        if not self.directory.is_dir():
+            return []
+        voices = []
+        for path in sorted(self.directory.iterdir()):
+            if path.is_dir() and not path.is_symlink() and ID_RE.match(path.name):
+                try:
+                    voices.append(self._read_meta(path))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    logger.warning("skipping unreadable saved voice %s: %s", path.name, exc)
+        return sorted(voices, key=lambda v: v.name.lower())
+
+    def get(self, voice_id: str) -> VoiceInfo:
+        return self._read_meta(self._existing(voice_id))
+
+    def load(self, voice_id: str) -> tuple[ConditionedPrompt, str, VoiceInfo]:
+        """The saved prompt audio, its transcript and its info."""
+        import soundfile as sf
+
+        path = self._existing(voice_id)
+        try:
+            audio, rate = sf.read(path / WAV_NAME, dtype="float32")
+            transcript = (path / TRANSCRIPT_NAME).read_text(encoding="utf-8")
+            info = self._read_meta(path)
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # sf: RuntimeError
+            raise NotFoundError(f"saved voice {voice_id!r} is damaged ({exc}); delete it and save it "
+                                "again") from None
+        prompt = ConditionedPrompt(pcm=np.asarray(audio, dtype=np.float32).reshape(-1), sample_rate=rate,
+                                   source_rate=rate, notes=list(info.notes))
+        return prompt, transcript, info
+
+    def save(self, name: str, prompt: ConditionedPrompt, transcript: str | None, *, engine: str,
+             model_id: str, overwrite: bool = False) -> VoiceInfo:
+        """Save a conditioned prompt as a named voice (atomically: all three files or nothing)."""
+        display, voice_id = name_to_id(name)
+        transcript = _check_transcript(transcript)
+        target = self._path(voice_id)
+        if target.exists() and not overwrite:
+            raise NameError_(f"a saved voice with id {voice_id!r} already exists; choose another name")
+        info = VoiceInfo(id=voice_id, name=display, engine=engine, model_id=model_id,
+                         duration_s=round(prompt.duration_s, 3), created=time.time(),
+                         notes=tuple(prompt.notes))
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root()))
+        try:
+            _write_atomic(tmp / WAV_NAME, _float_wav(prompt))
+            _write_atomic(tmp / TRANSCRIPT_NAME, transcript.encode("utf-8"))
+            _write_atomic(tmp / META_NAME, _meta_bytes(info))
+            if target.exists():
+                trash = target.with_name(f".trash-{voice_id}-{os.getpid()}")
+                os.rename(target, trash)
+                os.rename(tmp, target)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        logger.info("saved voice %s (%s)", voice_id, display)
+        return info
+
+    def rename(self, voice_id: str, new_name: str) -> VoiceInfo:
+        path = self._existing(voice_id)
+        display, new_id = name_to_id(new_name)
+        target = self._path(new_id)
+        if new_id != voice_id and target.exists():
+            raise NameError_(f"a saved voice with id {new_id!r} already exists; choose another name")
+        info = self._read_meta(path)
+        info = VoiceInfo(**{**asdict(info), "id": new_id, "name": display})
+        _write_atomic(path / META_NAME, _meta_bytes(info))
+        if new_id != voice_id:
+            os.rename(path, target)
+        return info
+
+    def delete(self, voice_id: str) -> None:
+        shutil.rmtree(self._existing(voice_id))
+        logger.info("deleted voice %s", voice_id)
+
+    def export(self, voice_id: str) -> bytes:
+        """One zip: voice.wav + transcript.txt + meta.json."""
+        path = self._existing(voice_id)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for member in (WAV_NAME, TRANSCRIPT_NAME, META_NAME):
+                zf.write(path / member, arcname=member)
+        return buf.getvalue()
+
+    def import_zip(self, data: bytes, *, max_bytes: int, name: str | None = None,
+                   overwrite: bool = False) -> VoiceInfo:
+        """Validate an exported voice completely (members, sizes, meta, name, transcript, audio),
+        then save it. Nothing is written unless everything is valid."""
+        if len(data) > max_bytes:
+            raise PayloadTooLargeError(f"the voice file is {len(data) / 1e6:.1f} MB; the limit is "
+                                       f"{max_bytes / 1e6:.1f} MB")
+        try:
+            zf = zipfile.ZipFile(io.BytesIO(data))
+        except zipfile.BadZipFile:
+            raise InputError("not a voice file: expected a .zip exported by cosyedge") from None
+        with zf:
+            members = {info.filename: info for info in zf.infolist()}
+            expected = {WAV_NAME, TRANSCRIPT_NAME, META_NAME}
+            if set(members) != expected:
+                raise InputError(f"not a voice file: it must hold exactly {', '.join(sorted(expected))}; "
+                                 f"found {', '.join(sorted(members)) or 'nothing'}")
+            limits = {WAV_NAME: max_bytes, TRANSCRIPT_NAME: 4 * MAX_TRANSCRIPT_CHARS,
+                      META_NAME: _MAX_META_BYTES}
+            for member, limit in limits.items():
+                if members[member].file_size > limit:
+                    raise PayloadTooLargeError(f"{member} in the voice file is too large "
+                                               f"({members[member].file_size} bytes; limit {limit})")
+            try:
+                blobs = {m: zf.read(m) for m in expected}
+            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                raise InputError(f"the voice file is damaged: {exc}") from None
+        meta = _parse_meta(blobs[META_NAME])
+        try:
+            transcript = blobs[TRANSCRIPT_NAME].decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError("the voice file's transcript is not UTF-8 text") from None
+        transcript = _check_transcript(transcript)
+        display, _ = name_to_id(name if name is not None else meta["name"])
+        prompt = condition_prompt(blobs[WAV_NAME], max_bytes=max_bytes, filename=WAV_NAME)
+        return self.save(display, prompt, transcript, engine=meta["engine"], model_id=meta["model_id"],
+                         overwrite=overwrite)
+
+    @staticmethod
+    def _read_meta(path: Path) -> VoiceInfo:
+        meta = json.loads((path / META_NAME).read_text(encoding="utf-8"))
+        return VoiceInfo(id=path.name, name=str(meta["name"]), engine=str(meta["engine"]),
+                         model_id=str(meta["model_id"]), duration_s=float(meta["duration_s"]),
+                         created=float(meta["created"]), notes=tuple(meta.get("notes", ())))
+
+
+def _float_wav(prompt: ConditionedPrompt) -> bytes:
+    """32-bit float WAV: the saved samples are bit-identical to the conditioned ones, so a voice saved
+    from an upload hits the prompt cache entry that upload already made."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, prompt.pcm, prompt.sample_rate, format="WAV", subtype="FLOAT")
+    return buf.getvalue()
+
+
+def _meta_bytes(info: VoiceInfo) -> bytes:
+    meta = {"format": LIBRARY_FORMAT, **asdict(info), "notes": list(info.notes)}
+    return json.dumps(meta, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def _parse_meta(blob: bytes) -> dict[str, Any]:
+    try:
+        meta = json.loads(blob.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"the voice file's meta.json is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != LIBRARY_FORMAT:
+        raise InputError(f"the voice file's meta.json is not format {LIBRARY_FORMAT}")
+    for key in ("name", "engine", "model_id"):
+        value = meta.get(key)
+        # engine may be "" (saved without encoding); model_id names the model it was saved for
+        pattern = r"[\w.:+-]{0,100}" if key == "engine" else r"[\w.:+-]{1,100}"
+        if not isinstance(value, str) or (key != "name" and not re.fullmatch(pattern, value)):
+            raise InputError(f"the voice file's meta.json has an invalid {key!r}")
+    return meta
+
+
+def _check_transcript(transcript: str | None) -> str:
+    transcript = (transcript or "").strip()
+    if len(transcript) > MAX_TRANSCRIPT_CHARS:
+        raise InputError(f"the transcript is {len(transcript)} characters; at most {MAX_TRANSCRIPT_CHARS}")
+    if "\x00" in transcript:
+        raise InputError("the transcript contains a NUL character")
+    return transcript

@@ -1,0 +1,23 @@
+"""Write cosyedge/engines/kokoro/probe_table.npz: the voice match's probe results for each bundled
+pack and blended preset (embedding, duration, F0, level gap), so a fresh process need not probe them.
+Re-run after changing the packs, the presets, the probe sentences or the speaker encoder; a stale
+table is ignored at run time (its fingerprint no longer matches), never used.
+
+    .venv/bin/python scripts/make_probe_table.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosyedge import config  # noqa: E402
+from cosyedge.engines import load_engine  # noqa: E402
+from cosyedge.engines.kokoro import voice_match  # noqa: E402
+
+if __name__ == "__main__":
+    engine = load_engine(config.from_env({}, onnx_threads=2))
+    path = voice_match.save_probe_table(engine)
+    print(f"wrote {path} ({path.stat().st_size} bytes)")

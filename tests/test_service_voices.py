@@ -1,0 +1,71 @@
+"""The service's voice-prompt path: conditioning up front, the prompt cache, saved voices, similarity."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosyedge.audio import condition_prompt
+from cosyedge.engines.base import VoicePrompt
+from cosyedge.errors import AudioError, NameError_, NotFoundError
+from cosyedge.service import TTSRequest
+from tests.test_prompt_audio import encode, speechlike
+
+LIMIT = 20 * 1024 * 1024
+
+
+def run(service, **fields):
+    job = service.submit(TTSRequest(**fields))
+    assert job.wait(120), "job did not finish"
+    return job.outcome()
+
+
+def test_bad_prompt_is_refused_before_queueing(make_service, fake_factory):
+    service = make_service()
+    with pytest.raises(AudioError, match=r"only 1\.\d s of speech"):
+        service.submit(TTSRequest(text="hi", prompt_audio=encode(speechlike(1.0), 24000)))
+    assert fake_factory.loads == 0 and service.queue.stats().waiting == 0
+
+
+def test_same_prompt_twice_encodes_once(make_service, fake_factory):
+    service = make_service()
+    prompt = encode(speechlike(4.0), 24000)
+    first = run(service, text="Hello.", prompt_audio=prompt, prompt_text="hi")
+    run(service, text="Again.", prompt_audio=prompt, prompt_text="hi")
+    assert (service.prompt_cache.misses, service.prompt_cache.hits) == (1, 1)
+    assert first.voice == "prompt audio" and first.voice_match == "approximate voice match"
+    assert isinstance(first.similarity, float) and -1.0 <= first.similarity <= 1.0
+    assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
+
+
+def test_saved_voice_by_id(make_service, fake_factory):
+    fake_factory.engine_kwargs["native_clone"] = True
+    service = make_service()
+    conditioned = condition_prompt(encode(speechlike(4.0), 24000), max_bytes=LIMIT)
+    service.library.save("Ms Lee", conditioned, "hello there", engine="fake", model_id="fake-sine")
+    (saved,) = service.voices()["saved"]
+    assert (saved["id"], saved["name"]) == ("ms-lee", "Ms Lee") and 3.5 < saved["duration"] < 4.5
+    result = run(service, text="Hello.", voice_id="ms-lee")
+    assert result.voice == "saved voice Ms Lee" and result.voice_match == "native clone"
+    assert fake_factory.engine.calls[-1][1].meta["transcript"] == "hello there"
+    with pytest.raises(NotFoundError, match="ms-lee"):
+        service.submit(TTSRequest(text="hi", voice_id="nobody"))
+    with pytest.raises(NameError_):
+        service.submit(TTSRequest(text="hi", voice_id="../outputs"))
+
+
+def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
+    from cosyedge.ui import SAVED_PREFIX, build_ui, voice_choices, voice_fields
+
+    service = make_service()
+    info = service.save_voice("王老师", encode(speechlike(4.0), 24000), "你好")
+    assert info.id == "wang-lao-shi"
+    choices = voice_choices(service)
+    assert choices[0] == ("female_1", "female_1")
+    assert ("王老师 (saved / 已保存)", SAVED_PREFIX + "wang-lao-shi") in choices
+    assert voice_choices(service, with_presets=False) == [("王老师 (saved / 已保存)",
+                                                           "saved:wang-lao-shi")]
+    assert voice_fields("saved:wang-lao-shi") == {"speaker": None, "voice_id": "wang-lao-shi"}
+    assert voice_fields("male_1") == {"speaker": "male_1", "voice_id": None}
+    with pytest.raises(AudioError):
+        service.save_voice("empty", None, "")
+    build_ui(service)  # the page builds with saved voices present

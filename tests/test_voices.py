@@ -1,0 +1,254 @@
+"""Prompt cache (hit/miss/corruption/bounds/unwritable) and the saved voice library."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import zipfile
+
+import numpy as np
+import pytest
+
+from cosyedge.audio import ConditionedPrompt
+from cosyedge.engines.base import VoicePrompt
+from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
+from cosyedge.voices import CACHE_VERSION, PromptCache, VoiceLibrary, name_to_id, prompt_key
+from tests.test_prompt_audio import speechlike
+
+LIMIT = 20 * 1024 * 1024
+
+
+class CountingEngine:
+    """Encodes a prompt into a small VoicePrompt and counts how often it was asked to."""
+
+    name = "fake"
+
+    def __init__(self, model_id: str = "fake-1") -> None:
+        self.model_id = model_id
+        self.encodes = 0
+
+    def encode_prompt(self, audio, sample_rate, transcript):
+        self.encodes += 1
+        return VoicePrompt(engine=self.name, model_id=self.model_id,
+                           arrays={"style": np.full((4, 256), float(audio.mean()), np.float32)},
+                           meta={"transcript": transcript, "n": self.encodes})
+
+
+def prompt(seed: int = 0, seconds: float = 4.0) -> ConditionedPrompt:
+    return ConditionedPrompt(pcm=speechlike(seconds, seed=seed))
+
+
+# ---- prompt cache ---------------------------------------------------------------------------------
+
+def test_miss_encodes_then_hit_skips_encoding(tmp_path):
+    cache, engine, p = PromptCache(tmp_path / "cache"), CountingEngine(), prompt()
+    first = cache.get_or_encode(engine, p, "hello")
+    assert (engine.encodes, cache.misses, cache.hits) == (1, 1, 0)
+    second = cache.get_or_encode(engine, prompt(), "hello")  # same audio, new object
+    assert (engine.encodes, cache.misses, cache.hits) == (1, 1, 1)
+    np.testing.assert_array_equal(first.arrays["style"], second.arrays["style"])
+    assert len(list((tmp_path / "cache").glob(f"*.v{CACHE_VERSION}.npz"))) == 1
+    # a fresh cache object on the same folder (a restart) still hits
+    again = PromptCache(tmp_path / "cache")
+    again.get_or_encode(engine, p, "hello")
+    assert (engine.encodes, again.hits) == (1, 1)
+
+
+def test_key_covers_audio_transcript_engine_and_model(tmp_path):
+    cache, engine = PromptCache(tmp_path), CountingEngine()
+    cache.get_or_encode(engine, prompt(0), "a")
+    cache.get_or_encode(engine, prompt(1), "a")
+    cache.get_or_encode(engine, prompt(0), "b")
+    cache.get_or_encode(CountingEngine("fake-2"), prompt(0), "a")
+    assert cache.misses == 4 and cache.hits == 0 and engine.encodes == 3
+    pcm = prompt().pcm_bytes()
+    assert prompt_key(pcm, "ab", "e", "m") != prompt_key(pcm, "a", "be", "m")
+
+
+def test_corrupt_entry_is_rebuilt_with_a_warning(tmp_path, caplog):
+    cache, engine, p = PromptCache(tmp_path), CountingEngine(), prompt()
+    cache.get_or_encode(engine, p, None)
+    (entry,) = tmp_path.glob("*.npz")
+    entry.write_bytes(entry.read_bytes()[:100])  # truncated
+    with caplog.at_level(logging.WARNING, logger="cosyedge.voices"):
+        rebuilt = cache.get_or_encode(engine, p, None)
+    assert engine.encodes == 2 and cache.rebuilds == 1
+    assert "corrupt or stale" in caplog.text
+    assert rebuilt.engine == "fake"
+    cache.get_or_encode(engine, p, None)
+    assert engine.encodes == 2 and cache.hits == 1  # the rebuilt entry is good again
+
+
+def test_entry_for_another_model_is_stale(tmp_path):
+    cache, p = PromptCache(tmp_path), prompt()
+    old = CountingEngine("fake-1")
+    key = prompt_key(p.pcm_bytes(), None, "fake", "fake-2")
+    (tmp_path / f"{key}.v{CACHE_VERSION}.npz").write_bytes(old.encode_prompt(p.pcm, 24000, None).to_bytes())
+    new = CountingEngine("fake-2")
+    assert cache.get_or_encode(new, p, None).model_id == "fake-2"
+    assert new.encodes == 1 and cache.rebuilds == 1
+
+
+def test_other_version_files_are_swept(tmp_path):
+    stale = tmp_path / ("0" * 64 + f".v{CACHE_VERSION + 1}.npz")
+    stale.write_bytes(b"old")
+    PromptCache(tmp_path)
+    assert not stale.exists()
+
+
+def test_lru_bound_by_count(tmp_path):
+    cache, engine = PromptCache(tmp_path, max_entries=2), CountingEngine()
+    a, b, c = prompt(0), prompt(1), prompt(2)
+    cache.get_or_encode(engine, a, None)
+    cache.get_or_encode(engine, b, None)
+    cache.get_or_encode(engine, a, None)  # a is now the most recent
+    cache.get_or_encode(engine, c, None)  # evicts b
+    assert len(cache) == 2
+    cache.get_or_encode(engine, a, None)
+    assert engine.encodes == 3
+    cache.get_or_encode(engine, b, None)
+    assert engine.encodes == 4
+
+
+def test_lru_bound_by_bytes(tmp_path):
+    engine = CountingEngine()
+    size = len(engine.encode_prompt(prompt().pcm, 24000, None).to_bytes())
+    cache = PromptCache(tmp_path, max_entries=100, max_bytes=int(size * 2.5))
+    for seed in range(5):
+        cache.get_or_encode(engine, prompt(seed), None)
+    assert len(cache) == 2
+    assert sum(f.stat().st_size for f in tmp_path.glob("*.npz")) <= size * 2.5
+
+
+def test_unwritable_directory_degrades_to_memory(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="cosyedge.voices"):
+        cache = PromptCache(blocker / "cache")
+    assert not cache.on_disk and "memory" in caplog.text
+    engine = CountingEngine()
+    cache.get_or_encode(engine, prompt(), "x")
+    cache.get_or_encode(engine, prompt(), "x")
+    assert engine.encodes == 1 and cache.hits == 1
+
+
+# ---- voice library --------------------------------------------------------------------------------
+
+@pytest.fixture()
+def lib(tmp_path) -> VoiceLibrary:
+    return VoiceLibrary(tmp_path / "library")
+
+
+def save(lib: VoiceLibrary, name: str, seed: int = 0, transcript: str = "hello there"):
+    return lib.save(name, prompt(seed), transcript, engine="kokoro", model_id="kokoro-int8")
+
+
+def test_save_list_load_rename_delete(lib):
+    info = save(lib, "Ms Smith")
+    assert info.id == "ms-smith" and info.name == "Ms Smith"
+    save(lib, "alice_2", seed=1)
+    assert [v.id for v in lib.list()] == ["alice_2", "ms-smith"]
+    audio, transcript, loaded = lib.load("ms-smith")
+    np.testing.assert_array_equal(audio.pcm, prompt(0).pcm)  # float WAV: bit-identical
+    assert transcript == "hello there" and loaded.engine == "kokoro"
+    with pytest.raises(NameError_, match="already exists"):
+        save(lib, "MS SMITH")
+    renamed = lib.rename("ms-smith", "Teacher Smith")
+    assert renamed.id == "teacher-smith" and lib.get("teacher-smith").name == "Teacher Smith"
+    with pytest.raises(NotFoundError):
+        lib.get("ms-smith")
+    with pytest.raises(NameError_, match="already exists"):
+        lib.rename("teacher-smith", "alice_2")
+    lib.delete("teacher-smith")
+    assert [v.id for v in lib.list()] == ["alice_2"]
+    with pytest.raises(NotFoundError):
+        lib.delete("teacher-smith")
+    assert not [p for p in lib.directory.iterdir() if p.name.startswith(".")]  # no temp leftovers
+
+
+def test_chinese_name_gets_a_pinyin_id(lib):
+    info = save(lib, "王老师")
+    assert info.id == "wang-lao-shi" and lib.get("wang-lao-shi").name == "王老师"
+
+
+@pytest.mark.parametrize("bad", ["../evil", "..", "a/b", "/etc/passwd", "a\\b", "a\x00b", "x" * 65,
+                                 "", "   ", "-dash", ".hidden", "tab\there", "名" * 33, None])
+def test_bad_names_are_refused(lib, bad):
+    with pytest.raises(NameError_):
+        save(lib, bad)
+    assert lib.list() == []
+    assert not list(lib.directory.glob("*")) if lib.directory.exists() else True
+
+
+@pytest.mark.parametrize("bad_id", ["../library", "..", "a/../../x", "UPPER", "a\x00", "x" * 70])
+def test_ids_from_outside_cannot_escape(lib, bad_id):
+    save(lib, "keep")
+    for call in (lib.get, lib.delete, lib.export, lambda i: lib.rename(i, "new")):
+        with pytest.raises(NameError_):
+            call(bad_id)
+    assert [v.id for v in lib.list()] == ["keep"]
+
+
+def test_export_import_round_trip(lib, tmp_path):
+    save(lib, "Round Trip", transcript="今日は良い天気です")
+    blob = lib.export("round-trip")
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        assert sorted(zf.namelist()) == ["meta.json", "transcript.txt", "voice.wav"]
+        assert json.loads(zf.read("meta.json"))["model_id"] == "kokoro-int8"
+    other = VoiceLibrary(tmp_path / "other")
+    info = other.import_zip(blob, max_bytes=LIMIT)
+    assert (info.id, info.name, info.engine) == ("round-trip", "Round Trip", "kokoro")
+    audio, transcript, _ = other.load("round-trip")
+    original, _, _ = lib.load("round-trip")
+    assert transcript == "今日は良い天気です"
+    assert abs(audio.duration_s - original.duration_s) < 0.05
+    assert np.corrcoef(audio.pcm[:original.pcm.size], original.pcm[:audio.pcm.size])[0, 1] > 0.99
+    with pytest.raises(NameError_, match="already exists"):
+        other.import_zip(blob, max_bytes=LIMIT)
+    assert other.import_zip(blob, max_bytes=LIMIT, name="Copy").id == "copy"
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_import_validates_everything_before_writing(lib, tmp_path):
+    save(lib, "Source")
+    with zipfile.ZipFile(io.BytesIO(lib.export("source"))) as zf:
+        good = {n: zf.read(n) for n in zf.namelist()}
+    target = VoiceLibrary(tmp_path / "target")
+    meta = json.loads(good["meta.json"])
+    cases = [
+        (b"not a zip", InputError),
+        (_zip({**good, "../evil.txt": b"x"}), InputError),
+        (_zip({k: v for k, v in good.items() if k != "transcript.txt"}), InputError),
+        (_zip({**good, "meta.json": b"{not json"}), InputError),
+        (_zip({**good, "meta.json": json.dumps({**meta, "name": "../x"}).encode()}), NameError_),
+        (_zip({**good, "meta.json": json.dumps({**meta, "model_id": "../../x"}).encode()}), InputError),
+        (_zip({**good, "voice.wav": b"RIFF junk"}), InputError),
+        (_zip({**good, "transcript.txt": b"\xff\xfe bad"}), InputError),
+    ]
+    for blob, error in cases:
+        with pytest.raises(error):
+            target.import_zip(blob, max_bytes=LIMIT)
+    with pytest.raises(PayloadTooLargeError):
+        target.import_zip(_zip(good), max_bytes=1000)
+    assert target.list() == []
+    assert not target.directory.exists() or not list(target.directory.iterdir())
+
+
+def test_name_to_id_examples():
+    assert name_to_id("  My Voice 2 ") == ("My Voice 2", "my-voice-2")
+    assert name_to_id("a" * 64)[1] == "a" * 64
+
+
+def test_damaged_saved_voice_is_a_clear_not_found(lib):
+    save(lib, "Broken")
+    (lib.directory / "broken" / "voice.wav").write_bytes(b"garbage")
+    with pytest.raises(NotFoundError, match="damaged"):
+        lib.load("broken")
