@@ -18,6 +18,7 @@ import io
 import json
 import logging
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
@@ -34,7 +35,8 @@ from cosyedge.service import Service, TTSRequest, TTSResult
 
 logger = logging.getLogger(__name__)
 
-REST_PATHS = ("/tts", "/v1/")
+#: Name prefix of files being written (cosyedge.audio.write_wav_atomic); never served.
+TEMP_PREFIX = ".tmp-"
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/L16", "mp3": "audio/mpeg", "opus": "audio/ogg",
                "flac": "audio/flac"}
 #: Rates libopus accepts; other rates are resampled to 48 kHz for opus output.
@@ -271,23 +273,63 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, "http_error", str(exc.detail), exc.headers)
+        kind = "payload_too_large" if exc.status_code == 413 else "http_error"
+        return error_response(exc.status_code, kind, str(exc.detail), exc.headers)
 
 
 class BodyLimitMiddleware:
-    """Refuse REST bodies larger than the upload limit (base64 inflated) before reading them."""
+    """Refuse request bodies larger than the upload limit (base64 inflated), on every route.
+
+    A declared Content-Length over the limit is answered 413 before any of the body is read; a
+    body without one (chunked) is counted as it arrives and stopped with 413 once over the limit.
+    Gradio's upload route is covered too (its own check only runs while it reads the body).
+    """
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
+    def _too_large(self, size: str | None = None) -> PayloadTooLargeError:
+        limit = f"{self.max_bytes / 1e6:.1f} MB"
+        if size is None:
+            return PayloadTooLargeError(f"request body is larger than the limit of {limit}")
+        return PayloadTooLargeError(f"request body is {size}; the limit is {limit}")
+
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(REST_PATHS):
-            length = dict(scope.get("headers", [])).get(b"content-length")
-            if length is not None and length.isdigit() and int(length) > self.max_bytes:
-                exc = PayloadTooLargeError(f"request body is {int(length) / 1e6:.1f} MB; the limit is "
-                                           f"{self.max_bytes / 1e6:.1f} MB")
-                await error_response(exc.http_status, exc.kind, exc.message)(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            exc = self._too_large(f"{int(length) / 1e6:.1f} MB")
+            await error_response(exc.http_status, exc.kind, exc.message)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # FastAPI turns other exceptions raised while reading a body into a 400.
+                    raise StarletteHTTPException(413, self._too_large().message)
+            return message
+
+        await self.app(scope, counted_receive, send)
+
+
+class PartialFileGuard:
+    """Never serve a file whose name marks it as being written (``.tmp-*``, see write_wav_atomic)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            name = unquote(scope.get("path", "")).rsplit("/", 1)[-1]
+            if name.startswith(TEMP_PREFIX):
+                await error_response(404, "not_found", "no such file")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -301,4 +343,5 @@ def create_api(service: Service) -> FastAPI:
     app.include_router(build_router(service))
     limit = int(service.settings.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
+    app.add_middleware(PartialFileGuard)
     return app

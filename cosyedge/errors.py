@@ -12,6 +12,7 @@
     ├── PayloadTooLargeError (413)
     ├── BusyError (429)           queue full or the box is too hot; carries retry_after
     ├── CancelledError (499)      the job was cancelled by its client
+    ├── StorageFullError (507)    no room left on the disk that holds outputs/ or prompts/
     ├── ModelMissingError (503)   model files absent or corrupt; message names the fixing command
     └── EngineError (500)         the engine failed on valid input (a bug or broken model)
 
@@ -76,6 +77,11 @@ class BusyError(CosyedgeError):
 class CancelledError(CosyedgeError):
     http_status = 499
     kind = "cancelled"
+
+
+class StorageFullError(CosyedgeError):
+    http_status = 507
+    kind = "storage_full"
 
 
 class ModelMissingError(CosyedgeError):

@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 THERMAL_POLL_S = 1.0
 #: Retry-After guess (seconds) before any job has finished.
 DEFAULT_JOB_SECONDS = 5.0
+#: Finished jobs stay findable (state, progress) for this many later finishes...
+KEEP_FINISHED = 200
+#: ...but only the newest few keep their result (the audio): their waiters have long collected it.
+KEEP_RESULTS = 8
 
 
 class ThermalSource(Protocol):
@@ -66,6 +70,7 @@ class Job:
         self.total_steps = 0
         self.result: Any = None
         self.error: BaseException | None = None
+        self._result_released = False
         self.submitted_at = time.monotonic()
         self.started_at: float | None = None
         self.finished_at: float | None = None
@@ -108,7 +113,15 @@ class Job:
             raise RuntimeError(f"job {self.id} has not finished")
         if self.error is not None:
             raise self.error
+        if self._result_released:
+            raise RuntimeError(f"job {self.id} finished long ago; its result has been released")
         return self.result
+
+    def release_result(self) -> None:
+        """Drop the (large) result of a finished job; its state stays queryable."""
+        if self.finished and self.error is None:
+            self._result_released = True
+            self.result = None
 
     def add_done_callback(self, callback: Callable[["Job"], None]) -> None:
         """Run ``callback(job)`` once it finishes (at once if it already has), in the finishing thread."""
@@ -121,14 +134,21 @@ class Job:
     async def wait_async(self) -> Any:
         """Await the outcome from a coroutine without blocking its event loop."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[tuple[Any, BaseException | None]] = loop.create_future()
 
-        def wake(_: Job) -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        def wake(job: Job) -> None:
+            # Taken in the finishing thread, before the queue may release the result.
+            try:
+                taken: tuple[Any, BaseException | None] = (job.outcome(), None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                taken = (None, exc)
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(taken))
 
         self.add_done_callback(wake)
-        await future
-        return self.outcome()
+        result, error = await future
+        if error is not None:
+            raise error
+        return result
 
     # --- called by the queue ---------------------------------------------------------------
     def _run(self) -> None:
@@ -297,9 +317,17 @@ class JobQueue:
                     self._idle_since = time.monotonic()
                 self._cond.notify_all()
 
-    def _remember_locked(self, job: Job, keep: int = 200) -> None:
-        """Keep finished jobs findable for a while (a client may ask after the fact)."""
+    def _remember_locked(self, job: Job, keep: int = KEEP_FINISHED) -> None:
+        """Keep finished jobs findable for a while (a client may ask after the fact).
+
+        Only the newest ``KEEP_RESULTS`` keep their audio; otherwise 200 long texts would hold
+        gigabytes of finished audio that no client will ever collect again.
+        """
         self._recent.append(job.id)
+        if len(self._recent) > KEEP_RESULTS:
+            older = self._jobs.get(self._recent[-KEEP_RESULTS - 1])
+            if older is not None:
+                older.release_result()
         while len(self._recent) > keep:
             old = self._recent.popleft()
             if old in self._jobs and self._jobs[old].finished:

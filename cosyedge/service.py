@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import gc
 import io
 import json
 import logging
 import re
+import shutil
 import sys
 import threading
 import time
@@ -34,7 +36,7 @@ from cosyedge.audio import ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
-                             PayloadTooLargeError, TextError)
+                             PayloadTooLargeError, StorageFullError, TextError)
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
@@ -51,6 +53,9 @@ SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=
 SEED_PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
 #: Client-chosen job ids (so a REST client can cancel its own pending request).
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: SSML-style markup: engines would read the tags aloud ("less than speak greater than ...").
+SSML_TAG_RE = re.compile(r"</?\s*(speak|prosody|break|emphasis|say-as|voice|phoneme|sub|audio|mark|"
+                         r"lang|p|s|w|amazon:[\w-]+|mstts:[\w-]+)(\s[^<>]*)?/?>", re.IGNORECASE)
 #: How long a UI client may still download a finished WAV before the janitor may remove it.
 DOWNLOAD_LEASE_S = 30 * 60
 
@@ -315,7 +320,8 @@ class Service:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the idle-unload thread (cheap; the engine itself loads on the first job)."""
+        """Remove crash leftovers, start the idle-unload thread (the engine loads on the first job)."""
+        self.remove_partial_outputs()
         if self.holder.idle_seconds <= 0 or self._idle_thread is not None:
             return
         interval = min(30.0, max(0.05, self.holder.idle_seconds / 4))
@@ -329,6 +335,28 @@ class Service:
 
         self._idle_thread = threading.Thread(target=watch, name="cosyedge-idle-unload", daemon=True)
         self._idle_thread.start()
+
+    def remove_partial_outputs(self) -> int:
+        """Delete ``.tmp-*`` files in outputs/: half-written WAVs of a process that was killed.
+
+        Run at start, before any job of this process can be writing one; returns how many.
+        """
+        removed = 0
+        try:
+            leftovers = list(self.settings.outputs_path.glob(".tmp-*"))
+        except OSError:
+            return 0
+        for path in leftovers:
+            try:
+                if path.is_file() and not path.is_symlink():
+                    path.unlink()
+                    removed += 1
+            except OSError as exc:
+                logger.warning("could not remove leftover %s: %s", path, exc)
+        if removed:
+            logger.warning("removed %d half-written file(s) left in %s by an earlier crash", removed,
+                           self.settings.outputs_path)
+        return removed
 
     def close(self) -> None:
         """Stop accepting work, cancel jobs, release the engine."""
@@ -409,6 +437,10 @@ class Service:
             raise TextError("text is empty: type something to read")
         if len(request.text) > s.max_text_chars:
             raise TextError(f"text is {len(request.text)} characters; the limit is {s.max_text_chars}")
+        tag = SSML_TAG_RE.search(request.text)
+        if tag:
+            raise TextError(f"text contains markup ({tag.group(0)[:40]}): SSML tags are not supported; "
+                            "send plain text (use speed and instruct for delivery)")
         if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
             raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}")
         low, high = SPEED_RANGE
@@ -491,6 +523,13 @@ class Service:
         try:
             write_wav_atomic(path, audio, sample_rate)
             self.lease(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            free = shutil.disk_usage(path.parent).free / 1e6
+            raise StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, "
+                                   f"this result needs {len(audio) * 2 / 1e6:.1f} MB): old outputs "
+                                   "can be deleted to make room") from exc
         finally:
             with self._in_use_lock:
                 self._writing.discard(path)

@@ -261,6 +261,30 @@ class VoiceLibrary:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+        self._restore_interrupted_overwrites()
+
+    def _restore_interrupted_overwrites(self) -> None:
+        """Put back a voice whose overwrite was killed between its two renames (see ``save``).
+
+        ``.trash-<id>-<pid>`` is the old folder moved aside; when ``<id>`` is missing the new one
+        never arrived, so the old one returns; otherwise the leftover is removed. Runs when the
+        library is opened (process start), before this process saves anything.
+        """
+        if not self.directory.is_dir():
+            return
+        for trash in self.directory.glob(".trash-*"):
+            voice_id = trash.name[len(".trash-"):].rsplit("-", 1)[0]
+            if not trash.is_dir() or trash.is_symlink() or not ID_RE.match(voice_id):
+                continue
+            target = self.directory / voice_id
+            try:
+                if target.exists():
+                    shutil.rmtree(trash)
+                else:
+                    os.rename(trash, target)
+                    logger.warning("restored saved voice %s after an interrupted overwrite", voice_id)
+            except OSError as exc:
+                logger.warning("could not clean up %s: %s", trash.name, exc)
 
     def _root(self) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
