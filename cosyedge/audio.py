@@ -10,7 +10,6 @@ import io
 import logging
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -18,6 +17,7 @@ from typing import Iterable
 import numpy as np
 
 from cosyedge.errors import AudioError, PayloadTooLargeError
+from cosyedge.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -71,18 +71,7 @@ def write_wav_atomic(path: str | os.PathLike[str], audio: np.ndarray, sample_rat
     """Write a WAV so that readers only ever see a complete file (temp file + fsync + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = wav_bytes(audio, sample_rate)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".wav", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, wav_bytes(audio, sample_rate), suffix=".wav")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,12 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from cosyedge.errors import ModelMissingError
+from cosyedge.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +39,8 @@ def write_manifest(model_dir: Path, engine: str, files: list[str], **facts: Any)
         "files": {name: {"sha256": sha256_file(model_dir / name),
                          "bytes": (model_dir / name).stat().st_size} for name in sorted(files)},
     }
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-manifest-", dir=model_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, model_dir / MANIFEST_NAME)
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    write_atomic(model_dir / MANIFEST_NAME, text.encode("utf-8"), mode=0o644)
     return manifest
 
 

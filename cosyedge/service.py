@@ -18,7 +18,6 @@ import ctypes
 import dataclasses
 import errno
 import gc
-import io
 import json
 import logging
 import re
@@ -36,7 +35,7 @@ from cosyedge.audio import ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
-                             PayloadTooLargeError, StorageFullError, TextError)
+                             StorageFullError, TextError)
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource

@@ -37,6 +37,7 @@ import numpy as np
 from cosyedge.audio import ConditionedPrompt, condition_prompt
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
+from cosyedge.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -52,19 +53,6 @@ def prompt_key(pcm: bytes, transcript: str | None, engine: str, model_id: str) -
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _touch(path: Path) -> None:
@@ -92,7 +80,7 @@ class PromptCache:
         """Create the directory and prove it is writable; sweep entries of other versions."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            _write_atomic(self.directory / ".write-test", b"ok")
+            write_atomic(self.directory / ".write-test", b"ok")
             (self.directory / ".write-test").unlink()
         except OSError as exc:
             logger.warning("prompt cache %s is not writable (%s); caching in memory only",
@@ -161,7 +149,7 @@ class PromptCache:
     def _store(self, key: str, data: bytes) -> None:
         if self.on_disk:
             try:
-                _write_atomic(self._path(key), data)
+                write_atomic(self._path(key), data)
                 _touch(self._path(key))
                 self._evict_disk()
                 return
@@ -352,9 +340,9 @@ class VoiceLibrary:
                          notes=tuple(prompt.notes))
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root()))
         try:
-            _write_atomic(tmp / WAV_NAME, _float_wav(prompt))
-            _write_atomic(tmp / TRANSCRIPT_NAME, transcript.encode("utf-8"))
-            _write_atomic(tmp / META_NAME, _meta_bytes(info))
+            write_atomic(tmp / WAV_NAME, _float_wav(prompt))
+            write_atomic(tmp / TRANSCRIPT_NAME, transcript.encode("utf-8"))
+            write_atomic(tmp / META_NAME, _meta_bytes(info))
             if target.exists():
                 trash = target.with_name(f".trash-{voice_id}-{os.getpid()}")
                 os.rename(target, trash)
@@ -375,7 +363,7 @@ class VoiceLibrary:
             raise NameError_(f"a saved voice with id {new_id!r} already exists; choose another name")
         info = self._read_meta(path)
         info = VoiceInfo(**{**asdict(info), "id": new_id, "name": display})
-        _write_atomic(path / META_NAME, _meta_bytes(info))
+        write_atomic(path / META_NAME, _meta_bytes(info))
         if new_id != voice_id:
             os.rename(path, target)
         return info
