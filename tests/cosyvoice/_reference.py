@@ -219,6 +219,31 @@ def reference_noise():
     return torch.randn(1, 80, 15000, generator=torch.Generator().manual_seed(0))
 
 
+def upstream_hift_capturing_noise(hift, mel):
+    """Run upstream HiFT on ``mel`` [80, T] and capture the SineGen2 noise it draws (its first
+    ``torch.randn_like``), so our numpy source can be fed the same noise.
+
+    Returns (waveform, harmonic source, noise) as numpy arrays.
+    """
+    import torch
+
+    captured = []
+    real = torch.randn_like
+
+    def recording(x, *args, **kwargs):
+        out = real(x, *args, **kwargs)
+        captured.append(out.clone())
+        return out
+
+    torch.randn_like = recording
+    try:
+        with torch.no_grad():
+            wav, source = hift.inference(speech_feat=torch.from_numpy(mel)[None])
+    finally:
+        torch.randn_like = real
+    return wav[0].numpy(), source[0, 0].numpy(), captured[0][0].numpy()
+
+
 _YAML_TEMPLATE = """\
 # CosyVoice2 test config in the upstream hyperpyyaml layout (sizes from a preset).
 __set_seed1: !apply:random.seed [1986]

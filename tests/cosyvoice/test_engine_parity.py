@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines import load_engine  # noqa: E402
 from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
-from tests.cosyvoice import _llm_reference  # noqa: E402
+from tests.cosyvoice import _llm_reference, _reference  # noqa: E402
 from tests.cosyvoice._tiny_checkpoint import write_tiny_checkpoint  # noqa: E402
 
 MEL_TOL = 2e-4
@@ -38,25 +38,6 @@ def setup(tmp_path_factory):
     prompt = engine.encode_prompt(audio, 24000, "Hello world, this is a tiny test.")
     yield ckpt, engine, prompt
     engine.close()
-
-
-def _upstream_hift(hift, mel: np.ndarray):
-    """Upstream HiFT on ``mel``, returning (wav, the SineGen2 noise it drew)."""
-    captured = []
-    real = torch.randn_like
-
-    def recording(x, *args, **kwargs):
-        out = real(x, *args, **kwargs)
-        captured.append(out.clone())
-        return out
-
-    torch.randn_like = recording
-    try:
-        with torch.no_grad():
-            wav, _ = hift.inference(speech_feat=torch.from_numpy(mel)[None])
-    finally:
-        torch.randn_like = real
-    return wav[0].numpy(), captured[0][0].numpy()
 
 
 @pytest.mark.parametrize("mode", ["zero_shot", "cross_lingual"])
@@ -88,7 +69,7 @@ def test_text_ids_to_audio_matches_upstream(setup, mode):
     assert got_mel.shape == want_mel.shape == (80, 2 * len(got_tokens))
     np.testing.assert_allclose(got_mel, want_mel, atol=MEL_TOL, rtol=0)
 
-    want_wav, noise = _upstream_hift(ckpt["hift"], want_mel)
+    want_wav, _, noise = _reference.upstream_hift_capturing_noise(ckpt["hift"], want_mel)
     got_wav = engine.token2wav.vocoder(got_mel, noise=noise)
     assert got_wav.shape == want_wav.shape == (480 * got_mel.shape[1],)
     np.testing.assert_allclose(got_wav, want_wav, atol=WAV_TOL, rtol=0)

@@ -168,29 +168,10 @@ def test_speed_resamples_mel_like_upstream(runtimes, inputs, upstream_mel, speed
     np.testing.assert_allclose(mel, ref_mel.numpy(), atol=1e-3, rtol=0)
 
 
-def _upstream_hift_with_noise(hift, mel: np.ndarray):
-    """Run upstream HiFT, capturing the SineGen2 noise draw (the first randn_like)."""
-    captured = []
-    real = torch.randn_like
-
-    def recording(x, *args, **kwargs):
-        out = real(x, *args, **kwargs)
-        captured.append(out.clone())
-        return out
-
-    torch.randn_like = recording
-    try:
-        with torch.no_grad():
-            wav, source = hift.inference(speech_feat=torch.from_numpy(mel)[None])
-    finally:
-        torch.randn_like = real
-    return wav[0].numpy(), source[0, 0].numpy(), captured[0][0].numpy()
-
-
 def test_hift_f0_source_and_waveform_match_upstream(upstream, runtimes, upstream_mel):
     _, hift = upstream
     vocoder = runtimes["fp32"].vocoder
-    wav_ref, source_ref, noise = _upstream_hift_with_noise(hift, upstream_mel)
+    wav_ref, source_ref, noise = ref.upstream_hift_capturing_noise(hift, upstream_mel)
     with torch.no_grad():
         f0_ref = hift.f0_predictor(torch.from_numpy(upstream_mel)[None])[0].numpy()
     assert f0_ref.min() > 10, "test needs voiced frames (the builder biases F0 to ~150 Hz)"
@@ -207,7 +188,7 @@ def test_unvoiced_hift_matches_upstream(runtimes, upstream_mel):
     """Random F0 weights without the bias give F0 < 10 Hz: the noise-only source branch."""
     hift = ref.build_hift("tiny", seed=0, f0_bias=0.0)
     vocoder = runtimes["fp32"].vocoder
-    _, source_ref, noise = _upstream_hift_with_noise(hift, upstream_mel)
+    _, source_ref, noise = ref.upstream_hift_capturing_noise(hift, upstream_mel)
     # The converted model has the biased F0 head, so check the source generator alone on this F0.
     from cosyedge.engines.cosyvoice.hift import excitation
     with torch.no_grad():
