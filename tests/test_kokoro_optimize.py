@@ -152,7 +152,7 @@ def test_prune_drops_dead_nodes_initializers_and_shapes():
     model = quantized_conv_model(4, 4, 3, pads=(1, 1))
     fast, _ = rewritten(model, ["conv_as_matmul"])
     names = {t.name for t in fast.graph.initializer}
-    assert "w" not in names and "wz" not in names  # replaced by the int8 [k*C, M] weight
+    assert "w" not in names and "conv/as_matmul/weight_m_kc" in names  # the [M, k*C] weight replaces it
     produced = {o for n in fast.graph.node for o in n.output}
     used = {i for n in fast.graph.node for i in n.input if i} | {o.name for o in fast.graph.output}
     assert produced <= used  # nothing computed for nobody

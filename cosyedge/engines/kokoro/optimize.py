@@ -33,7 +33,10 @@ if TYPE_CHECKING:  # onnx is needed only when a graph is derived (setup time)
 
 logger = logging.getLogger(__name__)
 
-PASSES = ("conv_as_matmul", "conv", "matmul", "lstm")
+PASSES = ("conv_as_matmul", "float_tail", "instance_norm", "square", "conv", "matmul", "lstm")
+# The approximate passes touch only the decoder (F0/energy -> audio), never the text encoder or the
+# prosody predictor, so the predicted durations stay exactly those of the shipped graph.
+DECODER_PREFIX = "/decoder/"
 
 
 class _Graph:
@@ -129,9 +132,11 @@ def _dequantize(q: np.ndarray, zero_point: np.ndarray, scale: np.ndarray) -> np.
 
 
 def _float_bias(g: _Graph, reshaped: str) -> str:
-    """Follow Reshape <- Cast <- Floor <- Div(bias, scale) back to the float bias initializer."""
+    """Follow [Reshape <-] Cast <- Floor <- Div(bias, scale) back to the float bias initializer."""
     node = g.producer.get(reshaped)
-    for op in ("Reshape", "Cast", "Floor", "Div"):
+    chain = ("Reshape", "Cast", "Floor", "Div") if node is not None and node.op_type == "Reshape" else (
+        "Cast", "Floor", "Div")
+    for op in chain:
         if node is None or node.op_type != op:
             raise ValueError(f"unexpected quantized-bias chain at {reshaped!r} (wanted {op})")
         if op == "Div":
@@ -143,10 +148,20 @@ def _float_bias(g: _Graph, reshaped: str) -> str:
 
 
 def _conv_as_matmul(g: _Graph) -> int:
-    """ConvInteger (u8 x u8)  ==>  Transpose/Pad/Slice/Concat im2col + MatMulInteger (u8 x s8)."""
-    from onnx import helper
+    """ConvInteger (u8 x u8)  ==>  im2col (Pad, one strided Slice per tap, Concat) + MatMulInteger
+    with the constant uint8 weight as the left operand and the activations as int8.
+
+    Layout stays channel-first: ``y[1, M, T'] = W[M, k*C] @ col[1, k*C, T']`` where ``col`` stacks
+    the k shifted copies of ``x[1, C, T]`` on the channel axis, so the im2col is k large contiguous
+    copies and there is no transpose before or after. onnxruntime's fast int8 GEMM (u8 x s8, VNNI
+    here) wants the right operand signed, so the activations are shifted to int8 (uint8 ``x - 128``
+    wraps, and read as int8 it is ``x - 128``; the zero point moves with them, so ``x - zp`` is
+    unchanged). The
+    model's own tail (int32 bias Add, Cast, scale Mul) keeps its input name, shape and values."""
+    from onnx import TensorProto, helper
 
     count = 0
+    as_int8: dict[str, tuple[str, str]] = {}  # uint8 activation -> (int8 activation, int8 zero point)
     for node in list(g.graph.node):
         if node.op_type != "ConvInteger":
             continue
@@ -161,26 +176,27 @@ def _conv_as_matmul(g: _Graph) -> int:
         stride = int(attrs.get("strides", [1])[0])
         pad_lo, pad_hi = (int(p) for p in attrs.get("pads", [0, 0]))
         x_q, x_zp = node.input[0], node.input[2]
-        w_zp = g.array(node.input[3]) if len(node.input) > 3 and node.input[3] else np.zeros((), np.uint8)
+        w_zp = node.input[3] if len(node.input) > 3 and node.input[3] else g.add_init(
+            node.name + "/as_matmul/weight_zero_point", np.zeros((), np.uint8))
         prefix = node.name.removesuffix("_quant") + "/as_matmul/"
+        new = []
 
-        # uint8 -> int8: subtract 128 from values and zero point, so (w - zp) is unchanged. Layout
-        # [M, C, k] -> [k, C, M] -> [k*C, M]: row j*C + c meets tap j of channel c in the im2col.
-        w_s8 = (w_u8.astype(np.int16) - 128).astype(np.int8).transpose(2, 1, 0).reshape(taps * in_ch, out_ch)
-        w_name = g.add_init(prefix + "weight_kc_m", w_s8)
-        zp_name = g.add_init(prefix + "weight_zero_point",
-                             np.array(int(w_zp.reshape(-1)[0]) - 128, dtype=np.int8))
-
-        new = [helper.make_node("Transpose", [x_q], [prefix + "x_tc"], name=prefix + "Transpose_in",
-                                perm=[0, 2, 1])]
-        cur = prefix + "x_tc"
+        if x_q not in as_int8:  # one conversion per activation, shared by the convs that read it
+            half = g.add_init(prefix + "half_range", np.array(128, np.uint8))
+            for name in (x_q, x_zp):  # uint8 x - 128 wraps (mod 256); read as int8 it is exactly x - 128
+                new += [helper.make_node("Sub", [name, half], [prefix + _base(name) + "_shifted"],
+                                         name=prefix + "Sub_" + _base(name)),
+                        helper.make_node("Cast", [prefix + _base(name) + "_shifted"], [prefix + _base(name) + "_s8"],
+                                         name=prefix + "Cast_" + _base(name), to=TensorProto.INT8)]
+            as_int8[x_q] = (prefix + _base(x_q) + "_s8", prefix + _base(x_zp) + "_s8")
+        cur, zp_s8 = as_int8[x_q]
         if pad_lo or pad_hi:  # pad with the activation's zero point, i.e. with real zeros
-            pads = g.add_init(prefix + "pads", np.array([0, pad_lo, 0, 0, pad_hi, 0], np.int64))
-            new.append(helper.make_node("Pad", [cur, pads, x_zp], [prefix + "x_pad"], name=prefix + "Pad"))
+            pads = g.add_init(prefix + "pads", np.array([0, 0, pad_lo, 0, 0, pad_hi], np.int64))
+            new.append(helper.make_node("Pad", [cur, pads, zp_s8], [prefix + "x_pad"], name=prefix + "Pad"))
             cur = prefix + "x_pad"
         col = cur
         if taps > 1 or stride > 1:
-            axis = g.add_init(prefix + "axis", np.array([1], np.int64))
+            axis = g.add_init(prefix + "axis", np.array([2], np.int64))
             steps = g.add_init(prefix + "steps", np.array([stride], np.int64))
             span = dilation * (taps - 1)
             pieces = []
@@ -195,27 +211,154 @@ def _conv_as_matmul(g: _Graph) -> int:
             col = pieces[0]
             if taps > 1:
                 col = prefix + "col"
-                new.append(helper.make_node("Concat", pieces, [col], name=prefix + "Concat", axis=2))
-        acc = prefix + "acc"
-        new.append(helper.make_node("MatMulInteger", [col, w_name, x_zp, zp_name], [acc],
+                new.append(helper.make_node("Concat", pieces, [col], name=prefix + "Concat", axis=1))
+        # Row m of the weight meets tap j of channel c at column j*C + c, as the Concat stacks them.
+        w_name = g.add_init(prefix + "weight_m_kc", w_u8.transpose(0, 2, 1).reshape(out_ch, taps * in_ch))
+        new.append(helper.make_node("MatMulInteger", [w_name, col, w_zp, zp_s8], [node.output[0]],
                                     name=prefix + "MatMulInteger"))
         g.replace[id(node)] = new
+        count += 1
+    return count
 
-        # Keep the model's own tail (int32 bias Add, Cast, scale Mul) on the [1, T', M] layout.
+
+def _base(name: str) -> str:
+    """The last path component of a tensor name (for readable derived names)."""
+    return name.rsplit("/", 1)[-1]
+
+
+def _float_tail(g: _Graph) -> int:
+    """conv_as_matmul's ``MatMulInteger [-> Add(int32 bias)] -> Cast -> Mul(x_scale * w_scale)``  ==>
+    com.microsoft ``MatMulIntegerToFloat`` (both scales applied in the GEMM's output stage)
+    [``-> Add(float bias [M, 1])``]: two full passes over each conv output fewer.
+
+    Not bit-identical: the shipped graph adds the bias as ``floor(b / scale)`` in int32 before
+    scaling, this adds ``b`` in float after it (they differ by less than one accumulator step,
+    ``x_scale * w_scale``, per sample). Decoder convs only (see DECODER_PREFIX)."""
+    from onnx import helper
+
+    count = 0
+    for node in list(g.graph.node):
+        if (node.op_type != "MatMulInteger" or not node.name.endswith("/as_matmul/MatMulInteger")
+                or not node.name.startswith(DECODER_PREFIX)):
+            continue
         add, cast, mul = g.quantized_tail(node)
+        product = g.other_input(mul, cast.output[0])
+        scale_node = g.producer.get(product)
+        if scale_node is None or scale_node.op_type != "Mul":
+            raise ValueError(f"{mul.name}: {product!r} is not a scale product")
+        x_scale = [name for name in scale_node.input if name not in g.inits]
+        if len(x_scale) != 1:
+            raise ValueError(f"{scale_node.name}: expected one run-time (activation) scale")
+        w_scale = g.weight_scale(product)
+        if w_scale.size != 1:
+            raise ValueError(f"{node.name}: a per-channel weight scale is not supported here")
+        prefix = node.name.removesuffix("MatMulInteger")
+        weight, col, w_zp, x_zp = node.input
+        inputs = [weight, col, g.add_init(prefix + "weight_scale", w_scale.reshape(())), x_scale[0], w_zp, x_zp]
+        out = mul.output[0] if add is None else prefix + "y_nobias"
+        new = [helper.make_node("MatMulIntegerToFloat", inputs, [out], domain="com.microsoft",
+                                name=prefix + "MatMulIntegerToFloat")]
         if add is not None:
-            reshaped = g.other_input(add, node.output[0])
-            reshape = g.producer.get(reshaped)
-            if reshape is None or reshape.op_type != "Reshape":
-                raise ValueError(f"{add.name}: expected the int32 bias to come through a Reshape")
-            _rewire(add, {node.output[0]: acc, reshaped: reshape.input[0]})  # [M] broadcasts on T'xM
-        else:
-            _rewire(cast, {node.output[0]: acc})
-        g.stale_shapes.update(n.output[0] for n in (add, cast) if n is not None)  # now [1, T', M]
-        result = mul.output[0]
-        mul.output[0] = prefix + "y_tc"
-        g.replace[id(mul)] = [mul, helper.make_node("Transpose", [prefix + "y_tc"], [result],
-                                                    name=prefix + "Transpose_out", perm=[0, 2, 1])]
+            bias = g.array(_float_bias(g, g.other_input(add, node.output[0]))).astype(np.float32)
+            new.append(helper.make_node("Add", [out, g.add_init(prefix + "bias_m1", bias.reshape(-1, 1))],
+                                        [mul.output[0]], name=prefix + "Add_bias"))
+        g.replace.update({id(node): new, id(cast): [], id(mul): []} | ({id(add): []} if add else {}))
+        count += 1
+    return count
+
+
+def _constant(g: _Graph, name: str) -> np.ndarray | None:
+    """The value of an initializer or Constant-node output, else None."""
+    if name in g.inits:
+        return g.array(name)
+    node = g.producer.get(name)
+    if node is not None and node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(node.attribute[0].t)
+    return None
+
+
+def _instance_norm(g: _Graph) -> int:
+    """AdaIN's decomposed instance norm in the decoder  ==>  one ``InstanceNormalization``::
+
+        m = ReduceMean(x, [2]); d = x - m; v = ReduceMean(d * d, [2]); n = d / Sqrt(v + eps)
+        y = gamma * n + beta          (gamma, beta: [1, C, 1], from the style vector)
+
+    becomes ``InstanceNormalization(x, gamma[C], beta[C], epsilon=eps)``: the same statistics and
+    formula in one kernel instead of seven full passes. Not bit-identical (summation order). The
+    per-channel scale/bias are flattened to [C], which holds for the engine's batch of one."""
+    from onnx import helper
+
+    def users(name: str) -> list:  # each consuming node once (Mul(d, d) is listed per input)
+        return list({id(n): n for n in g.consumers.get(name, [])}.values())
+
+    def axes_are_time(node) -> bool:
+        axes = _constant(g, node.input[1]) if len(node.input) > 1 else None
+        keep = {a.name: a.i for a in node.attribute}.get("keepdims", 1)
+        return axes is not None and axes.reshape(-1).tolist() in ([2], [-1]) and keep == 1
+
+    count = 0
+    for mean in list(g.graph.node):
+        if mean.op_type != "ReduceMean" or not mean.name.startswith(DECODER_PREFIX) or not axes_are_time(mean):
+            continue
+        x = mean.input[0]
+        sub = users(mean.output[0])
+        if len(sub) != 1 or sub[0].op_type != "Sub" or list(sub[0].input) != [x, mean.output[0]]:
+            continue
+        sub = sub[0]
+        d_users = users(sub.output[0])
+        square = [n for n in d_users if n.op_type == "Mul" and list(n.input) == [sub.output[0]] * 2]
+        div = [n for n in d_users if n.op_type == "Div" and n.input[0] == sub.output[0]]
+        if len(d_users) != 2 or len(square) != 1 or len(div) != 1:
+            continue
+        var = users(square[0].output[0])
+        if len(var) != 1 or var[0].op_type != "ReduceMean" or not axes_are_time(var[0]):
+            continue
+        add_eps = users(var[0].output[0])
+        if len(add_eps) != 1 or add_eps[0].op_type != "Add":
+            continue
+        eps = _constant(g, g.other_input(add_eps[0], var[0].output[0]))
+        sqrt = users(add_eps[0].output[0])
+        if eps is None or eps.size != 1 or len(sqrt) != 1 or sqrt[0].op_type != "Sqrt" \
+                or div[0].input[1] != sqrt[0].output[0]:
+            continue
+        scale = users(div[0].output[0])
+        if len(scale) != 1 or scale[0].op_type != "Mul":
+            continue
+        shift = users(scale[0].output[0])
+        if len(shift) != 1 or shift[0].op_type != "Add":
+            continue
+        gamma = g.other_input(scale[0], div[0].output[0])
+        beta = g.other_input(shift[0], scale[0].output[0])
+        prefix = mean.name.rsplit("/", 1)[0] + "/instance_norm/"
+        flat = g.add_init(prefix + "flat", np.array([-1], np.int64))
+        new = [helper.make_node("Reshape", [gamma, flat], [prefix + "gamma"], name=prefix + "Reshape_gamma"),
+               helper.make_node("Reshape", [beta, flat], [prefix + "beta"], name=prefix + "Reshape_beta"),
+               helper.make_node("InstanceNormalization", [x, prefix + "gamma", prefix + "beta"],
+                                [shift[0].output[0]], name=prefix + "InstanceNormalization",
+                                epsilon=float(eps.reshape(-1)[0]))]
+        g.replace[id(mean)] = new
+        for node in (sub, square[0], var[0], add_eps[0], sqrt[0], div[0], scale[0], shift[0]):
+            g.replace[id(node)] = []
+        count += 1
+    return count
+
+
+def _square(g: _Graph) -> int:
+    """``Pow(x, 2)``  ==>  ``Mul(x, x)`` (the Snake activations' sin^2): the same product, a cheaper
+    kernel than the general power."""
+    from onnx import helper
+
+    count = 0
+    for node in list(g.graph.node):
+        if node.op_type != "Pow":
+            continue
+        exponent = _constant(g, node.input[1])
+        if exponent is None or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2.0:
+            continue
+        g.replace[id(node)] = [helper.make_node("Mul", [node.input[0], node.input[0]], list(node.output),
+                                                name=node.name + "_as_mul")]
         count += 1
     return count
 
@@ -300,8 +443,8 @@ def _lstm_to_float(g: _Graph) -> int:
 
 
 _PASS_FUNCS: dict[str, Callable[[_Graph], int]] = {
-    "conv_as_matmul": _conv_as_matmul, "conv": _conv_to_float, "matmul": _matmul_to_float,
-    "lstm": _lstm_to_float,
+    "conv_as_matmul": _conv_as_matmul, "float_tail": _float_tail, "instance_norm": _instance_norm,
+    "square": _square, "conv": _conv_to_float, "matmul": _matmul_to_float, "lstm": _lstm_to_float,
 }
 
 
