@@ -508,9 +508,8 @@ CHECK_TOKENS = (53, 164, 57, 158, 16, 75, 43, 16, 51, 51, 16, 62, 47, 112, 53, 1
 CHECK_VOICE = "jf_alpha"
 
 
-def check_same_output(shipped: Path, derived: Path, voices: Path) -> None:
-    """Run both graphs on CHECK_TOKENS with graph optimizations off; raise RuntimeError unless the
-    audio is bit-identical. A CPU whose int8 kernels saturate (u8s8 without VNNI) fails here."""
+def _check_outputs(shipped: Path, derived: Path, voices: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Both graphs' audio for CHECK_TOKENS (1 thread, graph optimizations off, as the engine loads them)."""
     import onnxruntime as ort
 
     with np.load(voices) as packs:
@@ -524,9 +523,65 @@ def check_same_output(shipped: Path, derived: Path, voices: Path) -> None:
         opts.intra_op_num_threads = 1
         opts.log_severity_level = 3
         session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-        outputs.append(session.run(None, feeds)[0])
-    if outputs[0].shape != outputs[1].shape or not np.array_equal(outputs[0], outputs[1]):
-        same_shape = outputs[0].shape == outputs[1].shape
-        diff = float(np.max(np.abs(outputs[0] - outputs[1]))) if same_shape else None
+        outputs.append(session.run(None, feeds)[0].reshape(-1))
+    return outputs[0], outputs[1]
+
+
+def check_same_output(shipped: Path, derived: Path, voices: Path) -> None:
+    """Run both graphs on CHECK_TOKENS with graph optimizations off; raise RuntimeError unless the
+    audio is bit-identical. A CPU whose int8 kernels saturate (u8s8 without VNNI) fails here."""
+    reference, audio = _check_outputs(shipped, derived, voices)
+    if reference.shape != audio.shape or not np.array_equal(reference, audio):
+        same_shape = reference.shape == audio.shape
+        diff = float(np.max(np.abs(reference - audio))) if same_shape else None
         raise RuntimeError(f"{Path(derived).name} differs from {Path(shipped).name} on the check input "
-                           f"(shapes {outputs[0].shape} vs {outputs[1].shape}, max abs diff {diff})")
+                           f"(shapes {reference.shape} vs {audio.shape}, max abs diff {diff})")
+
+
+# The approximate passes move the audio as much as multiplying the decoder's half of the style vector
+# by 1 + 1e-6 does (0.8-1.0 dB; docs/benchmarks.md): the vocoder amplifies any rounding change to
+# that level and no further. A broken rewrite (a lost bias, a wrong norm) lands far above this bound.
+SPECTRAL_TOLERANCE_DB = 2.0
+_LOUD_RANGE_DB = 50.0
+
+
+def spectral_distance_db(reference: np.ndarray, audio: np.ndarray, sample_rate: int = 24_000,
+                         n_fft: int = 1024, hop: int = 256, bands: int = 80) -> float:
+    """Mean absolute difference in dB between two clips' log band energies (power summed over
+    ``bands`` mel-spaced bands per frame, the resolution of a mel spectrogram), over the
+    frame-bands within 50 dB of the reference's loudest one, so that near-silent bands (where any
+    change is large in dB and inaudible) do not dominate. Equal-length clips >= ``n_fft`` samples."""
+    if reference.shape != audio.shape or reference.size < n_fft:
+        raise ValueError(f"need two clips of the same length >= {n_fft}, got {reference.shape} and {audio.shape}")
+    window = np.hanning(n_fft)
+    starts = np.arange(0, reference.size - n_fft + 1, hop)
+    mel_edges = np.linspace(0.0, 2595 * np.log10(1 + sample_rate / 2 / 700), bands + 1)
+    edges = np.round(700 * (10 ** (mel_edges / 2595) - 1) * n_fft / sample_rate).astype(int)
+    edges = np.maximum.accumulate(np.maximum(edges, np.arange(bands + 1)))  # >= 1 bin per band
+
+    def log_bands(x: np.ndarray) -> np.ndarray:
+        frames = np.stack([x[s:s + n_fft] for s in starts]).astype(np.float64) * window
+        power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+        summed = np.add.reduceat(power, edges[:-1], axis=1)
+        return 10 * np.log10(summed + 1e-12)
+
+    ref_db, db = log_bands(reference), log_bands(audio)
+    loud = ref_db > ref_db.max() - _LOUD_RANGE_DB
+    return float(np.mean(np.abs(db - ref_db)[loud]))
+
+
+def check_close_output(shipped: Path, derived: Path, voices: Path,
+                       tolerance_db: float = SPECTRAL_TOLERANCE_DB) -> float:
+    """Run both graphs on CHECK_TOKENS; raise RuntimeError unless the audio has the same length
+    (same durations) and a spectral distance within ``tolerance_db``. Returns the distance."""
+    reference, audio = _check_outputs(shipped, derived, voices)
+    if reference.shape != audio.shape:
+        raise RuntimeError(f"{Path(derived).name} changes the audio length on the check input "
+                           f"({audio.size} vs {reference.size} samples): the durations moved")
+    if not np.all(np.isfinite(audio)):
+        raise RuntimeError(f"{Path(derived).name} gives non-finite samples on the check input")
+    distance = spectral_distance_db(reference, audio)
+    if not distance <= tolerance_db:
+        raise RuntimeError(f"{Path(derived).name} is {distance:.2f} dB from {Path(shipped).name} on the check "
+                           f"input (tolerance {tolerance_db} dB)")
+    return distance
