@@ -487,6 +487,11 @@ def rewrite(model: "onnx.ModelProto", passes: Iterable[str]) -> dict[str, int]:
             counts[name] = _PASS_FUNCS[name](g)
             g.apply()
     prune(model.graph)
+    domains = {o.domain for o in model.opset_import}
+    if any(n.domain == "com.microsoft" for n in model.graph.node) and "com.microsoft" not in domains:
+        from onnx import helper
+
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))  # MatMulIntegerToFloat
     return counts
 
 
