@@ -233,16 +233,18 @@ class Variant:
 VARIANTS = [
     Variant("shipped int8, ORT_ENABLE_ALL (before)", "shipped", "all", note="the engine's session before this work"),
     Variant("shipped int8, optimizations off", "shipped", "disable"),
-    Variant("conv-as-matmul, optimizations off, spinning on", "conv_as_matmul", "disable"),
-    Variant("conv-as-matmul, ORT_ENABLE_ALL", "conv_as_matmul", "all"),
-    Variant("conv-as-matmul, 1 thread", "conv_as_matmul", "disable", threads=1),
-    Variant("conv-as-matmul, spinning off (product)", "conv_as_matmul", "disable", spinning=False),
-    Variant("conv-as-matmul, no CPU memory arena", "conv_as_matmul", "disable", arena=False),
-    Variant("conv-as-matmul, parallel executor, 2 inter-op", "conv_as_matmul", "disable", parallel=True),
+    Variant("runtime graph, optimizations off, spinning on", "runtime", "disable"),
+    Variant("runtime graph, ORT_ENABLE_ALL", "runtime", "all"),
+    Variant("runtime graph, 1 thread", "runtime", "disable", threads=1),
+    Variant("runtime graph, spinning off (product)", "runtime", "disable", spinning=False),
+    Variant("runtime graph, no CPU memory arena", "runtime", "disable", arena=False),
+    Variant("runtime graph, parallel executor, 2 inter-op", "runtime", "disable", parallel=True),
     Variant("ConvInteger -> fp32 Conv", "fp32_conv", "all"),
     Variant("fully fp32 (Conv, MatMul, LSTM)", "fp32_all", "all"),
 ]
-GRAPH_PASSES = {"conv_as_matmul": ("conv_as_matmul",), "fp32_conv": ("conv",), "fp32_all": ("conv", "matmul", "lstm")}
+# "runtime": the passes setup-model applies (model_files.RUNTIME_PASSES); bench/kokoro_levers.py
+# measures each of them on its own.
+GRAPH_PASSES = {"runtime": model_files.RUNTIME_PASSES, "fp32_conv": ("conv",), "fp32_all": ("conv", "matmul", "lstm")}
 
 
 def variant_graphs(model_dir: Path, cache: Path) -> dict[str, Path]:
@@ -252,7 +254,7 @@ def variant_graphs(model_dir: Path, cache: Path) -> dict[str, Path]:
     files = {"shipped": shipped}
     stamp = f"{shipped.stat().st_size}-{int(shipped.stat().st_mtime)}"
     for key, passes in GRAPH_PASSES.items():
-        path = cache / f"{key}-{stamp}.onnx"
+        path = cache / f"{key}-{'+'.join(passes)}-{stamp}.onnx"
         if not path.exists():
             optimize.derive(shipped, path, passes)
         files[key] = path

@@ -42,3 +42,18 @@ def test_missing_model_names_the_command(tmp_path):
     (tmp_path / "bad" / "manifest.json").write_text(json.dumps({"engine": "kokoro"}))
     with pytest.raises(ModelMissingError, match="unreadable"):
         read_manifest(tmp_path / "bad", "hint")
+
+
+def test_an_outdated_runtime_graph_is_derived_again(assembled, tmp_path, monkeypatch):
+    copy = tmp_path / "kokoro-int8"
+    shutil.copytree(assembled, copy)
+    derived = []
+    monkeypatch.setattr(model_files, "_derive_runtime_graph", lambda staging: derived.append(staging) or None)
+    model_files.assemble(tmp_path)  # up to date: kept as is
+    assert derived == []
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["runtime_graph"]["version"] = model_files.RUNTIME_VERSION - 1  # made by an older cosyedge
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    model_files.assemble(tmp_path)
+    assert len(derived) == 1
+    assert read_manifest(copy, "hint")["runtime_graph"]["version"] == model_files.RUNTIME_VERSION

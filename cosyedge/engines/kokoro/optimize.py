@@ -513,33 +513,38 @@ CHECK_TOKENS = (53, 164, 57, 158, 16, 75, 43, 16, 51, 51, 16, 62, 47, 112, 53, 1
 CHECK_VOICE = "jf_alpha"
 
 
-def _check_outputs(shipped: Path, derived: Path, voices: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Both graphs' audio for CHECK_TOKENS (1 thread, graph optimizations off, as the engine loads them)."""
+def check_audio(graph: Path, voices: Path) -> np.ndarray:
+    """A graph's audio for CHECK_TOKENS (1 thread, graph optimizations off, as the engine loads it)."""
     import onnxruntime as ort
 
     with np.load(voices) as packs:
         style = packs[CHECK_VOICE][len(CHECK_TOKENS) - 1].reshape(1, 256).astype(np.float32)
     feeds = {"tokens": np.array([[0, *CHECK_TOKENS, 0]], dtype=np.int64), "style": style,
              "speed": np.array([1.0], dtype=np.float32)}
-    outputs = []
-    for path in (shipped, derived):
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.intra_op_num_threads = 1
-        opts.log_severity_level = 3
-        session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-        outputs.append(session.run(None, feeds)[0].reshape(-1))
-    return outputs[0], outputs[1]
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0].reshape(-1)
 
 
-def check_same_output(shipped: Path, derived: Path, voices: Path) -> None:
-    """Run both graphs on CHECK_TOKENS with graph optimizations off; raise RuntimeError unless the
-    audio is bit-identical. A CPU whose int8 kernels saturate (u8s8 without VNNI) fails here."""
-    reference, audio = _check_outputs(shipped, derived, voices)
+def _reference(shipped: Path | np.ndarray, voices: Path) -> tuple[np.ndarray, str]:
+    if isinstance(shipped, np.ndarray):  # the shipped graph's check audio, computed once by the caller
+        return shipped, "the shipped graph"
+    return check_audio(shipped, voices), Path(shipped).name
+
+
+def check_same_output(shipped: Path | np.ndarray, derived: Path, voices: Path) -> None:
+    """Run ``derived`` on CHECK_TOKENS (and ``shipped``, unless its check audio is passed) with graph
+    optimizations off; raise RuntimeError unless the audio is bit-identical. A CPU whose int8
+    kernels saturate (u8s8 without VNNI) fails here."""
+    reference, name = _reference(shipped, voices)
+    audio = check_audio(derived, voices)
     if reference.shape != audio.shape or not np.array_equal(reference, audio):
         same_shape = reference.shape == audio.shape
         diff = float(np.max(np.abs(reference - audio))) if same_shape else None
-        raise RuntimeError(f"{Path(derived).name} differs from {Path(shipped).name} on the check input "
+        raise RuntimeError(f"{Path(derived).name} differs from {name} on the check input "
                            f"(shapes {reference.shape} vs {audio.shape}, max abs diff {diff})")
 
 
@@ -575,11 +580,12 @@ def spectral_distance_db(reference: np.ndarray, audio: np.ndarray, sample_rate: 
     return float(np.mean(np.abs(db - ref_db)[loud]))
 
 
-def check_close_output(shipped: Path, derived: Path, voices: Path,
+def check_close_output(shipped: Path | np.ndarray, derived: Path, voices: Path,
                        tolerance_db: float = SPECTRAL_TOLERANCE_DB) -> float:
-    """Run both graphs on CHECK_TOKENS; raise RuntimeError unless the audio has the same length
-    (same durations) and a spectral distance within ``tolerance_db``. Returns the distance."""
-    reference, audio = _check_outputs(shipped, derived, voices)
+    """Like check_same_output, but raise RuntimeError unless the audio has the same length (same
+    durations) and a spectral distance within ``tolerance_db``. Returns the distance."""
+    reference, name = _reference(shipped, voices)
+    audio = check_audio(derived, voices)
     if reference.shape != audio.shape:
         raise RuntimeError(f"{Path(derived).name} changes the audio length on the check input "
                            f"({audio.size} vs {reference.size} samples): the durations moved")
@@ -587,6 +593,6 @@ def check_close_output(shipped: Path, derived: Path, voices: Path,
         raise RuntimeError(f"{Path(derived).name} gives non-finite samples on the check input")
     distance = spectral_distance_db(reference, audio)
     if not distance <= tolerance_db:
-        raise RuntimeError(f"{Path(derived).name} is {distance:.2f} dB from {Path(shipped).name} on the check "
+        raise RuntimeError(f"{Path(derived).name} is {distance:.2f} dB from {name} on the check "
                            f"input (tolerance {tolerance_db} dB)")
     return distance
