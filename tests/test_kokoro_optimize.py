@@ -54,6 +54,12 @@ def run(model: onnx.ModelProto, feeds: dict, level=ort.GraphOptimizationLevel.OR
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
+def run_all(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 def rewritten(model: onnx.ModelProto, passes) -> tuple[onnx.ModelProto, dict]:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -167,6 +173,25 @@ def test_square_replaces_pow_two_exactly():
     assert counts == {"square": 1} and [n.op_type for n in fast.graph.node] == ["Mul", "Pow"]
     x = RNG.normal(0, 3, 1000).astype(np.float32)
     np.testing.assert_array_equal(run(fast, {"x": x}), run(model, {"x": x}))
+
+
+def test_stft_as_conv_matches_the_stft_kernel():
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(20) / 20)).astype(np.float32)
+    nodes = [helper.make_node("STFT", ["s", "hop", "win", "n"], ["X"], name="/decoder/STFT", onesided=1),
+             helper.make_node("Transpose", ["X"], ["Xt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Gather", ["Xt", "i0"], ["re"], axis=3),
+             helper.make_node("Gather", ["Xt", "i1"], ["im"], axis=3)]
+    graph = helper.make_graph(nodes, "stft", [helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, None])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", "b", "f"]) for n in ("re", "im")],
+                              [_init("hop", np.int64(5)), _init("win", window), _init("n", np.int64(20)),
+                               _init("i0", np.int64(0)), _init("i1", np.int64(1))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    conv, counts = rewritten(model, ["stft_as_conv"])
+    assert counts == {"stft_as_conv": 1} and "STFT" not in {n.op_type for n in conv.graph.node}
+    x = RNG.normal(0, 1, (1, 203)).astype(np.float32)
+    for expected, got in zip(run_all(model, {"s": x}), run_all(conv, {"s": x})):
+        assert got.shape == expected.shape == (1, 11, 37)
+        np.testing.assert_allclose(got, expected, atol=1e-4)  # the imaginary part's sign included
 
 
 def test_spectral_distance_measures_level_changes_and_ignores_silence():

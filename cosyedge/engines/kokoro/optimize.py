@@ -4,16 +4,34 @@ The shipped model was dynamically quantized: weights int8/uint8, activations qua
 by ``DynamicQuantizeLinear``. The vocoder's 87 ``ConvInteger`` nodes take about 60 % of the time,
 and onnxruntime runs them as a u8u8 GEMM over weights it never prepacks. Passes here:
 
-``conv_as_matmul`` (the one the product uses; see docs/benchmarks.md)
-    each 1-D ``ConvInteger`` becomes im2col (Transpose, Pad, one strided Slice per tap, Concat) plus
-    ``MatMulInteger`` with the weight as a constant int8 matrix, which onnxruntime prepacks and runs
-    on its u8s8 (VNNI) kernels. Same integers, same activation quantization, same bias rounding:
-    with onnxruntime's graph optimizations off the output is bit-identical to the shipped graph's
-    (``check_same_output`` verifies that on the installing machine).
+Used by the product (``model_files.EXACT_PASSES`` / ``APPROX_PASSES``; see docs/benchmarks.md):
+
+``conv_as_matmul`` (exact)
+    each 1-D ``ConvInteger`` becomes a channel-first im2col (Pad, one strided Slice per tap, Concat
+    on the channel axis) plus ``MatMulInteger`` with the constant uint8 weight on the left and the
+    activations shifted to int8 on the right: onnxruntime's u8s8 (VNNI) GEMM, no transposes. Same
+    integers, same bias rounding: bit-identical with graph optimizations off.
+``square`` (exact)
+    ``Pow(x, 2)`` -> ``Mul(x, x)``.
+``float_tail`` (approximate, decoder only)
+    the conv's int32 bias Add, Cast and scale Mul fold into ``com.microsoft.MatMulIntegerToFloat``
+    plus a float bias Add.
+``instance_norm`` (approximate, decoder only)
+    AdaIN's seven-op instance norm -> one ``InstanceNormalization``.
+
+Measured only, not used:
+
+``stft_as_conv``
+    the vocoder source's STFT as one strided Conv with a DFT basis: correct to float rounding, but
+    the phase that follows (atan of im/re) amplifies that rounding to a 2.5-3.3 dB change.
 ``conv`` / ``matmul`` / ``lstm``
     fold the int8 weights back into float32 ``Conv`` / ``MatMul`` / ``LSTM`` (weight =
-    ``(q - zero_point) * scale``, float bias) and drop the activation quantization. Measured in
-    bench/kokoro_rtf.py: slower on the VNNI machine we tried, 2.8-3.5x larger, not used.
+    ``(q - zero_point) * scale``, float bias) and drop the activation quantization: slower on the
+    VNNI machine we tried, 2.8-3.5x larger.
+
+The approximate passes leave the text encoder and prosody predictor alone (``DECODER_PREFIX``), so
+the durations stay the shipped ones; ``check_same_output`` / ``check_close_output`` verify a
+derived graph on the installing machine.
 
 Every pass works on an in-memory ``onnx.ModelProto`` and is deterministic, so the derived file's
 sha256 is stable for a given source file and onnx version and can sit in the model manifest.
@@ -33,7 +51,7 @@ if TYPE_CHECKING:  # onnx is needed only when a graph is derived (setup time)
 
 logger = logging.getLogger(__name__)
 
-PASSES = ("conv_as_matmul", "float_tail", "instance_norm", "square", "conv", "matmul", "lstm")
+PASSES = ("conv_as_matmul", "float_tail", "instance_norm", "square", "stft_as_conv", "conv", "matmul", "lstm")
 # The approximate passes touch only the decoder (F0/energy -> audio), never the text encoder or the
 # prosody predictor, so the predicted durations stay exactly those of the shipped graph.
 DECODER_PREFIX = "/decoder/"
@@ -363,6 +381,64 @@ def _square(g: _Graph) -> int:
     return count
 
 
+def _stft_as_conv(g: _Graph) -> int:
+    """``STFT(signal, hop, window, n) -> Transpose(0, 2, 1, 3) -> Gather(axis 3, 0 | 1)`` (real and
+    imaginary parts, ``[N, bins, frames]``)  ==>  one strided ``Conv`` with the windowed DFT basis as
+    its ``[2 * bins, 1, n]`` weight, ``Split`` into the two parts.
+
+    The iSTFTNet source's STFT (n = 20, hop 5) is a tiny DFT per frame that onnxruntime's STFT kernel
+    runs frame by frame; as a Conv it is one small GEMM. The same sums in another order: not
+    bit-identical. Only a constant window/hop/length, onesided output and this exact consumer
+    pattern are rewritten."""
+    from onnx import helper
+
+    count = 0
+    for node in list(g.graph.node):
+        if node.op_type != "STFT" or len(node.input) < 3:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        hop = _constant(g, node.input[1])
+        window = _constant(g, node.input[2])
+        length = _constant(g, node.input[3]) if len(node.input) > 3 and node.input[3] else None
+        if attrs.get("onesided", 1) != 1 or hop is None or window is None or window.ndim != 1:
+            continue
+        n_fft = window.size
+        if length is not None and int(length) != n_fft:
+            continue
+        users = list({id(n): n for n in g.consumers.get(node.output[0], [])}.values())
+        if len(users) != 1 or users[0].op_type != "Transpose" or \
+                list(helper.get_attribute_value(users[0].attribute[0])) != [0, 2, 1, 3]:
+            continue
+        transpose = users[0]
+        parts: dict[int, "onnx.NodeProto"] = {}
+        for gather in {id(n): n for n in g.consumers.get(transpose.output[0], [])}.values():
+            index = _constant(g, gather.input[1]) if gather.op_type == "Gather" else None
+            axis = {a.name: a.i for a in gather.attribute}.get("axis", 0) if gather.op_type == "Gather" else None
+            if index is None or index.ndim != 0 or axis not in (3, -1) or int(index) in parts:
+                parts = {}
+                break
+            parts[int(index)] = gather
+        if sorted(parts) != [0, 1]:
+            continue
+        bins = n_fft // 2 + 1
+        k = np.arange(bins)[:, None]
+        t = np.arange(n_fft)[None, :]
+        angle = 2 * np.pi * k * t / n_fft
+        basis = np.concatenate([window * np.cos(angle), -window * np.sin(angle)]).astype(np.float32)
+        prefix = node.name + "/as_conv/"
+        shape = g.add_init(prefix + "signal_shape", np.array([0, 1, -1], np.int64))
+        split = g.add_init(prefix + "split", np.array([bins, bins], np.int64))
+        new = [helper.make_node("Reshape", [node.input[0], shape], [prefix + "signal"], name=prefix + "Reshape"),
+               helper.make_node("Conv", [prefix + "signal", g.add_init(prefix + "dft_basis", basis[:, None, :])],
+                                [prefix + "spectrum"], name=prefix + "Conv", kernel_shape=[n_fft],
+                                strides=[int(hop)]),
+               helper.make_node("Split", [prefix + "spectrum", split], [parts[0].output[0], parts[1].output[0]],
+                                name=prefix + "Split", axis=1)]
+        g.replace.update({id(node): new, id(transpose): [], id(parts[0]): [], id(parts[1]): []})
+        count += 1
+    return count
+
+
 def _rewire(node: "onnx.NodeProto", mapping: dict[str, str]) -> None:
     for i, name in enumerate(node.input):
         node.input[i] = mapping.get(name, name)
@@ -444,7 +520,8 @@ def _lstm_to_float(g: _Graph) -> int:
 
 _PASS_FUNCS: dict[str, Callable[[_Graph], int]] = {
     "conv_as_matmul": _conv_as_matmul, "float_tail": _float_tail, "instance_norm": _instance_norm,
-    "square": _square, "conv": _conv_to_float, "matmul": _matmul_to_float, "lstm": _lstm_to_float,
+    "square": _square, "stft_as_conv": _stft_as_conv, "conv": _conv_to_float, "matmul": _matmul_to_float,
+    "lstm": _lstm_to_float,
 }
 
 
