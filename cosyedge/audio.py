@@ -86,6 +86,22 @@ def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     return buf.getvalue()
 
 
+#: RIFF and data sizes written in a streamed WAV header, whose length is not known up front.
+WAV_UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def wav_stream_header(sample_rate: int) -> bytes:
+    """A 44-byte 16-bit mono PCM WAV header for a stream of unknown length.
+
+    Both size fields are 0xFFFFFFFF, the usual "until the end of the stream" value: ffmpeg,
+    browsers, libsndfile (``soundfile``) and Python's ``wave`` read such a stream to its end
+    (a reader that trusts the size sees ~2^31 frames announced and reads what arrives).
+    """
+    return (b"RIFF" + struct.pack("<I", WAV_UNKNOWN_SIZE) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", WAV_UNKNOWN_SIZE))
+
+
 def write_wav_atomic(path: str | os.PathLike[str], audio: np.ndarray, sample_rate: int) -> Path:
     """Write a WAV so that readers only ever see a complete file (temp file + fsync + rename)."""
     path = Path(path)
