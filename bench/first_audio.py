@@ -135,7 +135,10 @@ def http_rows(threads: int, reps: int) -> list[dict]:
                         r.raise_for_status()
                         next(r.iter_raw())
                         first = time.perf_counter() - t0
-                    time.sleep(0.5)  # let the cancelled job finish its current chunk
+                        job_id = r.headers["x-cosyedge-job-id"]
+                    # closing cancelled the job; let it finish its current chunk before timing more
+                    while httpx.get(f"{url}/jobs/{job_id}", timeout=30).json()["state"] in ("waiting", "running"):
+                        time.sleep(0.05)
                     t0 = time.perf_counter()
                     httpx.post(speech, json={**body, "response_format": "wav"}, timeout=600).raise_for_status()
                     whole = time.perf_counter() - t0
