@@ -7,6 +7,8 @@
   soon as the first chunk is made. Errors before that are the usual JSON; after it the stream just
   ends early and the failure is logged (see docs/web.md).
 * ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
+* ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
+  page's live player; the token is the stream's own, never listed).
 
 Every error is ``{"error": {"type", "message"}}`` with its 4xx/5xx code (429 carries Retry-After).
 A request whose client disconnects while its job waits or runs cancels that job.
@@ -20,6 +22,7 @@ import binascii
 import io
 import json
 import logging
+import secrets
 from typing import Any, AsyncIterator, Literal
 from urllib.parse import unquote
 
@@ -246,6 +249,24 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     return StreamingResponse(body(), media_type=media, headers=headers)
 
 
+async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
+    """WAV header (once the rate is known, with the first piece) then each piece as 16-bit PCM;
+    a job that fails or is cancelled just ends the stream (the page shows the error itself)."""
+    started = False
+    try:
+        async for piece in stream.pieces_async():
+            if not started:
+                info = stream.info
+                assert info is not None  # the worker starts the stream before its first piece
+                yield wav_stream_header(info.sample_rate)
+                started = True
+            yield _pcm_bytes(piece)
+    except CosyedgeError as exc:
+        logger.info("audio stream of job %s ended early: %s: %s", job_id, exc.kind, exc.message)
+    except RuntimeError as exc:  # released: the job finished long ago
+        logger.info("audio stream of job %s: %s", job_id, exc)
+
+
 def _report_header(result: TTSResult) -> str:
     return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
                        "similarity": result.similarity, "instruct": result.instruct},
@@ -315,6 +336,18 @@ def build_router(service: Service) -> APIRouter:
         if job is None:
             raise NotFoundError(f"no job {job_id!r}")
         return _job_info(service, job)
+
+    @router.get("/jobs/{job_id}/audio", responses={200: {"content": {"audio/wav": {}}}, **errors},
+                response_class=StreamingResponse, tags=["jobs"])
+    async def job_audio(job_id: str, token: str = "") -> StreamingResponse:
+        """A streaming job's audio from its start, as a WAV stream of unknown length (the page's
+        live player). Reading it does not cancel the job; the job's owner does that."""
+        job = service.queue.get(job_id)
+        stream = job.stream if job is not None else None
+        if stream is None or not secrets.compare_digest(stream.token.encode(), token.encode()):
+            raise NotFoundError(f"no audio stream for job {job_id!r}")
+        return StreamingResponse(_wav_stream(job_id, stream), media_type="audio/wav",
+                                 headers={"Cache-Control": "no-store", "X-Cosyedge-Job-Id": job_id})
 
     @router.delete("/jobs/{job_id}", responses=errors, tags=["jobs"])
     async def cancel_job(job_id: str) -> dict[str, Any]:

@@ -6,12 +6,16 @@ engine will do, then :meth:`~AudioStream.put` for each joined piece (pause + chu
 job's error if it failed or was cancelled, so a reader never waits forever. Readers (the REST
 stream in an event loop, the UI) iterate from the first piece at their own pace; any number may
 read, each with its own position. Pieces are kept until the job's result is released.
+
+Each stream has a random ``token``: the page's live player reads a UI job's stream over HTTP with it
+(``GET /jobs/{id}/audio?token=...``); job ids are listed by ``GET /jobs``, tokens nowhere.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterator
@@ -35,6 +39,7 @@ class AudioStream:
     """Thread-safe, append-only list of float32 pieces plus an end (clean or with an error)."""
 
     def __init__(self) -> None:
+        self.token = secrets.token_urlsafe(16)
         self._cond = threading.Condition()
         self._pieces: list[np.ndarray] = []
         self._info: StreamInfo | None = None

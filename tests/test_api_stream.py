@@ -191,3 +191,23 @@ def test_cancel_before_the_first_chunk_is_a_json_499(slow_server):
     assert slow_server.service.cancel(job.id)
     thread.join(10)
     assert result["r"].status_code == 499 and result["r"].json()["error"]["type"] == "cancelled"
+
+
+def test_a_ui_jobs_audio_is_readable_with_its_token_only(server):
+    from cosyedge.service import TTSRequest
+
+    job = server.service.submit(TTSRequest(text=TEXT), owner="ui:x", stream=True)
+    assert job.wait(10)
+    url = f"{server.url}/jobs/{job.id}/audio"
+    for token in ("", "wrong", job.stream.token[:-1]):
+        r = httpx.get(url, params={"token": token}, timeout=10)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    r = httpx.get(url, params={"token": job.stream.token}, timeout=10)
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"
+    audio, rate = sf.read(io.BytesIO(r.content), dtype="float32")
+    expected = np.round(np.clip(job.outcome().audio, -1, 1) * 32767) / 32768
+    np.testing.assert_allclose(audio, expected, atol=1e-6)
+    assert httpx.get(f"{server.url}/jobs/nope/audio", params={"token": "x"}).status_code == 404
+    plain = server.service.submit(TTSRequest(text=TEXT))   # not streamed: no audio stream to read
+    assert plain.wait(10)
+    assert httpx.get(f"{server.url}/jobs/{plain.id}/audio", params={"token": ""}).status_code == 404
