@@ -82,11 +82,12 @@ def engine_rows(threads: int, limits: list[int], reps: int) -> list[dict]:
 
 
 def engine_table(rows: list[dict], threads: int, reps: int) -> str:
-    lines = [f"{threads} intra-op threads, voice `{VOICE}`, median of {reps}; first chunk = the call to the "
+    intro = (f"{threads} intra-op threads, voice `{VOICE}`, median of {reps}; first chunk = the call to the "
              "first chunk's audio (frontend for the whole text included); frontend = `frontend.sentences` "
-             "alone; stall = wait for the second chunk of a player that starts with the first.", "",
+             "alone; stall = wait for the second chunk of a player that starts with the first.")
+    lines = [intro, "",
              "| lang | text | first-chunk limit | first chunk phonemes | first chunk audio s | first chunk ms "
-             "| first chunk CPU ms | of which frontend ms | stall before chunk 2 ms | first chunk text |",
+             "| first chunk CPU ms | frontend ms | stall before chunk 2 ms | first chunk text |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         limit = "off (whole sentence)" if r["limit"] == 0 else str(r["limit"])
@@ -151,9 +152,10 @@ def http_rows(threads: int, reps: int) -> list[dict]:
 
 
 def http_table(rows: list[dict], threads: int, reps: int) -> str:
-    lines = [f"`app.py` with {threads} ONNX threads, one client at a time, median of {reps}; streamed = "
+    intro = (f"`app.py` with {threads} ONNX threads, one client at a time, median of {reps}; streamed = "
              "`/v1/audio/speech` pcm with `stream_format: \"audio\"`, time to the first body byte; whole "
-             "= the same request as wav without streaming, time to the complete answer.", "",
+             "= the same request as wav without streaming, time to the complete answer.")
+    lines = [intro, "",
              "| lang | text | streamed: first byte ms | not streamed: whole answer ms |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['lang']} | {r['size']} | {r['first'] * 1000:.0f} | {r['whole'] * 1000:.0f} |")

@@ -100,18 +100,20 @@ class AudioStream:
         ``timeout`` bounds each wait (TimeoutError), for callers that must not hang."""
         index = 0
         while True:
-            with self._cond:
-                if not self._closed and len(self._pieces) <= index:
-                    if not self._cond.wait_for(lambda: self._closed or len(self._pieces) > index, timeout):
-                        raise TimeoutError("no audio arrived in time")
+            self._wait_beyond(index, timeout)
             new, closed, error = self._snapshot(index)
-            for piece in new:
-                yield piece
+            yield from new
             index += len(new)
             if closed and not new:
                 if error is not None:
                     raise error
                 return
+
+    def _wait_beyond(self, index: int, timeout: float | None) -> None:
+        """Block until the stream holds more than ``index`` pieces or is closed."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._closed or len(self._pieces) > index, timeout):
+                raise TimeoutError("no audio arrived in time")
 
     async def pieces_async(self) -> AsyncIterator[np.ndarray]:
         """Like :meth:`pieces`, awaited from an event loop without blocking it."""

@@ -15,8 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from cosyedge.audio import Joiner
-from cosyedge.engines.base import (AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions,
-                                   VoicePrompt)
+from cosyedge.engines.base import AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions, VoicePrompt
 from cosyedge.errors import TextError
 
 logger = logging.getLogger(__name__)

@@ -204,7 +204,7 @@ def test_a_ui_jobs_audio_is_readable_with_its_token_only(server):
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
     r = httpx.get(url, params={"token": job.stream.token}, timeout=10)
     assert r.status_code == 200 and r.headers["content-type"] == "audio/wav"
-    audio, rate = sf.read(io.BytesIO(r.content), dtype="float32")
+    audio, _ = sf.read(io.BytesIO(r.content), dtype="float32")
     expected = np.round(np.clip(job.outcome().audio, -1, 1) * 32767) / 32768
     np.testing.assert_allclose(audio, expected, atol=1e-6)
     assert httpx.get(f"{server.url}/jobs/nope/audio", params={"token": "x"}).status_code == 404

@@ -259,8 +259,8 @@ def test_first_cut_takes_the_longest_clause_prefix_within_the_limit(frontend):
                       "goes on and on without any end in sight. Short.")
     assert out[0].text == "Well, I think, if you ask me,"   # three clauses fit in 40, a fourth does not
     assert len(out[0].phonemes) <= 40 and not out[0].ends_sentence
-    assert [s.text for s in out[1:]] == ["that this is a very long first sentence that goes on and on "
-                                         "without any end in sight.", "Short."]
+    rest = "that this is a very long first sentence that goes on and on without any end in sight."
+    assert [s.text for s in out[1:]] == [rest, "Short."]
 
 
 def test_first_clause_longer_than_the_limit_is_still_the_first_chunk(frontend):
