@@ -113,3 +113,26 @@ def test_streamed_effects_are_applied_per_piece_and_the_result_is_what_was_strea
     quiet = service.submit(TTSRequest(text="One. Two words."))
     assert quiet.wait(10)
     assert np.abs(result.audio).max() > np.abs(quiet.outcome().audio).max() * 1.1
+
+
+def test_streaming_jobs_keep_the_two_running_limit_and_write_the_file_at_the_end(make_service,
+                                                                                 fake_factory):
+    import soundfile as sf
+
+    fake_factory.engine_kwargs["delay"] = 0.2
+    service = make_service()
+    jobs = [service.submit(TTSRequest(text="One. Two. Three.", keep_file=True), stream=True)
+            for _ in range(3)]
+    first = jobs[0]
+    next(first.stream.pieces(timeout=10))  # audio is out before the file exists
+    path = service.settings.outputs_path / f"{first.id}.wav"
+    assert not first.finished and not path.exists()
+    streamed = [np.concatenate(list(job.stream.pieces(timeout=20))) for job in jobs]
+    assert all(job.wait(20) and job.state is JobState.DONE for job in jobs)
+    assert fake_factory.engine.peak == 2  # the third waited
+    for job, audio in zip(jobs, streamed):
+        result = job.outcome()
+        written, rate = sf.read(result.path, dtype="int16")
+        assert rate == 24000 and result.path.name == f"{job.id}.wav"
+        np.testing.assert_array_equal(written, np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16))
+    assert not list(service.settings.outputs_path.glob(".tmp-*"))  # written atomically, no leftovers
