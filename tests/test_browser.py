@@ -165,6 +165,10 @@ def test_ui_works_behind_credentials(browser, make_service, live_server, web_set
     try:
         data, _ = generate(page, "preset", "Behind a password.")
         assert data[:4] == b"RIFF"
+        # the live player's own request for the stream passes the same credentials
+        page.wait_for_function("() => document.querySelector('#preset-live [data-state]').dataset.state"
+                               " === 'done'", timeout=20_000)
+        assert float(page.locator("#preset-live [data-scheduled]").get_attribute("data-scheduled")) > 0.1
     finally:
         context.close()
     assert_all_local(requests, server.url)
