@@ -1,4 +1,4 @@
-"""Speed and memory of the embedded Kokoro engine (issue 2): RTF, time to first sentence, RSS.
+"""Speed and memory of the embedded Kokoro engine (issue 2): RTF, time to first chunk, RSS.
 
 Run from the repository root with the project's venv (after `python -m cosyedge setup-model`):
 
@@ -8,7 +8,7 @@ Run from the repository root with the project's venv (after `python -m cosyedge 
 
 The engine table runs each thread count in a fresh process (so RSS is that configuration's own):
 load time, RSS after load, then en/zh/ja x short/medium/long texts through ``engine.synthesize``
-(time to the first sentence's audio, total time, RTF = compute time / audio seconds), then one
+(time to the first chunk's audio, total time, RTF = compute time / audio seconds), then one
 510-phoneme sentence (the model's limit) for the memory high-water mark.
 
 The variants table loads every graph/option combination in ONE process and interleaves the
@@ -384,7 +384,7 @@ def load_average() -> str:
 
 
 def engine_table(results: list[dict]) -> str:
-    lines = ["| threads | lang | text | chars | sentences | audio s | first sentence ms | total s | RTF (median) "
+    lines = ["| threads | lang | text | chars | chunks | audio s | first chunk ms | total s | RTF (median) "
              "| RTF (best) | CPU s / audio s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         for r in res["rows"]:
@@ -400,8 +400,9 @@ def engine_table(results: list[dict]) -> str:
                      f"| {res['rss_after_long_mb']:.0f} | {res['peak_rss_mb']:.0f} "
                      f"| {res['long_audio_s']:.1f} / {res['long_s']:.2f} |")
     lines.append(f"\nText frontend: {results[0]['frontend']}. Voice `{VOICE}`, speed 1.0. "
-                 "RTF = wall time / audio seconds (lower is faster); first sentence = time from the call to "
-                 "the first sentence's audio, engine loaded and G2P dictionaries warm. CPU s / audio s "
+                 "RTF = wall time / audio seconds (lower is faster); first chunk = time from the call to "
+                 "the first chunk's audio (a long first sentence is cut at a clause, so this is its first "
+                 "clause; see bench/first_audio.py), engine loaded and G2P dictionaries warm. CPU s / audio s "
                  "is the process's CPU time per audio second (a load-independent measure of the work).")
     return "\n".join(lines)
 

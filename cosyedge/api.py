@@ -3,7 +3,12 @@
 * ``POST /tts``: the seed's route (``{"text","speaker","speed"}`` -> base64 WAV JSON), extended with
   ``voice_id``, ``instruct``, ``prompt_audio`` (base64), ``prompt_text``, ``language`` and ``job_id``.
 * ``POST /v1/audio/speech``: OpenAI-compatible; returns audio bytes (wav, pcm, mp3, opus, flac).
+  With ``"stream_format": "audio"`` and wav or pcm, the audio is streamed: the first bytes leave as
+  soon as the first chunk is made. Errors before that are the usual JSON; after it the stream just
+  ends early and the failure is logged (see docs/web.md).
 * ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
+* ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
+  page's live player; the token is the stream's own, never listed).
 
 Every error is ``{"error": {"type", "message"}}`` with its 4xx/5xx code (429 carries Retry-After).
 A request whose client disconnects while its job waits or runs cancels that job.
@@ -17,21 +22,23 @@ import binascii
 import io
 import json
 import logging
-from typing import Any, Literal
+import secrets
+from typing import Any, AsyncIterator, Literal
 from urllib.parse import unquote
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cosyedge import __version__
-from cosyedge.audio import to_pcm16, wav_bytes
+from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
                              ParameterError, PayloadTooLargeError)
 from cosyedge.service import Service, TTSRequest, TTSResult
+from cosyedge.streaming import AudioStream
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,8 @@ logger = logging.getLogger(__name__)
 TEMP_PREFIX = ".tmp-"
 MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/L16", "mp3": "audio/mpeg", "opus": "audio/ogg",
                "flac": "audio/flac"}
+#: Formats streamed when ``stream_format`` is "audio"; the others are answered whole (not streamed).
+STREAM_FORMATS = ("wav", "pcm")
 #: Rates libopus accepts; other rates are resampled to 48 kHz for opus output.
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
@@ -92,7 +101,8 @@ class SpeechBody(BaseModel):
     response_format: Literal["wav", "pcm", "mp3", "opus", "flac"] = "mp3"
     speed: float = 1.0
     instructions: str | None = None
-    stream_format: Literal["audio"] | None = None
+    stream_format: Literal["audio"] | None = Field(
+        None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
 
 
 def error_response(status: int, kind: str, message: str,
@@ -165,6 +175,98 @@ async def run_job(service: Service, request: Request, tts: TTSRequest,
             waiter.cancel()
 
 
+async def _first_piece(pieces: AsyncIterator[np.ndarray]) -> np.ndarray | None:
+    """The first piece of a stream (None when it ended cleanly with no audio); the job's error if
+    it failed before any audio."""
+    try:
+        return await pieces.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _pcm_bytes(audio: np.ndarray) -> bytes:
+    return to_pcm16(audio).astype("<i2").tobytes()
+
+
+async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: str) -> StreamingResponse:
+    """Submit a streaming job and answer once its first piece exists.
+
+    Until then everything fails as a normal JSON error (bad input, busy, engine errors, cancel) and a
+    client that disconnects cancels the job. After the first byte the status is sent: a later
+    failure or cancel ends the stream early and is logged; a disconnect cancels the job.
+    """
+    owner = f"rest:{request.client.host if request.client else '?'}"
+    job = await asyncio.to_thread(service.submit, tts, owner, None, True)
+    stream = job.stream
+    assert stream is not None  # submitted with stream=True
+    pieces = stream.pieces_async()
+    first_task = asyncio.ensure_future(_first_piece(pieces))
+    watcher = asyncio.ensure_future(_client_gone(request))
+    try:
+        done, _ = await asyncio.wait({first_task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if first_task not in done:
+            logger.info("client disconnected before the first audio; cancelling job %s", job.id)
+            raise CancelledError("the client disconnected")
+        first = first_task.result()
+    except BaseException:
+        job.cancel()
+        first_task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    info = stream.info
+    sample_rate = info.sample_rate if info is not None else 0
+
+    async def body() -> AsyncIterator[bytes]:
+        sent = 0
+        try:
+            if fmt == "wav":
+                yield wav_stream_header(sample_rate)
+            if first is not None:
+                data = _pcm_bytes(first)
+                sent += len(data)
+                yield data
+            async for piece in pieces:
+                data = _pcm_bytes(piece)
+                sent += len(data)
+                yield data
+        except CosyedgeError as exc:  # failed or cancelled after the first byte: the stream ends here
+            logger.warning("audio stream of job %s ended early after %d bytes of audio: %s: %s",
+                           job.id, sent, exc.kind, exc.message)
+        except Exception:
+            logger.exception("audio stream of job %s broke after %d bytes of audio", job.id, sent)
+        finally:
+            if not job.finished:  # the client went away (the response task was cancelled)
+                logger.info("stream of job %s stopped before the end; cancelling it", job.id)
+                job.cancel()
+
+    media = MEDIA_TYPES[fmt] if fmt == "wav" else f"audio/L16; rate={sample_rate}; channels=1"
+    report = dict(info.report) if info is not None else {}
+    report["similarity"] = None  # measured on the whole audio, after the stream
+    headers = {"X-Cosyedge-Engine": f"{info.engine}/{info.model_id}" if info is not None else "",
+               "X-Cosyedge-Sample-Rate": str(sample_rate), "X-Cosyedge-Job-Id": job.id,
+               "X-Cosyedge-Streamed": "true", "X-Cosyedge-Report": json.dumps(report, ensure_ascii=True)}
+    return StreamingResponse(body(), media_type=media, headers=headers)
+
+
+async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
+    """WAV header (once the rate is known, with the first piece) then each piece as 16-bit PCM;
+    a job that fails or is cancelled just ends the stream (the page shows the error itself)."""
+    started = False
+    try:
+        async for piece in stream.pieces_async():
+            if not started:
+                info = stream.info
+                assert info is not None  # the worker starts the stream before its first piece
+                yield wav_stream_header(info.sample_rate)
+                started = True
+            yield _pcm_bytes(piece)
+    except CosyedgeError as exc:
+        logger.info("audio stream of job %s ended early: %s: %s", job_id, exc.kind, exc.message)
+    except RuntimeError as exc:  # released: the job finished long ago
+        logger.info("audio stream of job %s: %s", job_id, exc)
+
+
 def _report_header(result: TTSResult) -> str:
     return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
                        "similarity": result.similarity, "instruct": result.instruct},
@@ -199,6 +301,8 @@ def build_router(service: Service) -> APIRouter:
         """OpenAI-compatible speech; the audio bytes come back in the requested format."""
         req = TTSRequest(text=body.input, speaker=body.voice, speed=body.speed,
                          instruct=body.instructions)
+        if body.stream_format == "audio" and body.response_format in STREAM_FORMATS:
+            return await stream_job(service, request, req, body.response_format)
         result = await run_job(service, request, req)
         data = await asyncio.to_thread(encode_audio, result.audio, result.sample_rate,
                                        body.response_format)
@@ -208,6 +312,7 @@ def build_router(service: Service) -> APIRouter:
         return Response(data, media_type=media,
                         headers={"X-Cosyedge-Engine": f"{result.engine}/{result.model_id}",
                                  "X-Cosyedge-Sample-Rate": str(result.sample_rate),
+                                 "X-Cosyedge-Job-Id": result.job_id, "X-Cosyedge-Streamed": "false",
                                  "X-Cosyedge-Report": _report_header(result)})
 
     @router.get("/health", tags=["status"])
@@ -231,6 +336,18 @@ def build_router(service: Service) -> APIRouter:
         if job is None:
             raise NotFoundError(f"no job {job_id!r}")
         return _job_info(service, job)
+
+    @router.get("/jobs/{job_id}/audio", responses={200: {"content": {"audio/wav": {}}}, **errors},
+                response_class=StreamingResponse, tags=["jobs"])
+    async def job_audio(job_id: str, token: str = "") -> StreamingResponse:
+        """A streaming job's audio from its start, as a WAV stream of unknown length (the page's
+        live player). Reading it does not cancel the job; the job's owner does that."""
+        job = service.queue.get(job_id)
+        stream = job.stream if job is not None else None
+        if stream is None or not secrets.compare_digest(stream.token.encode(), token.encode()):
+            raise NotFoundError(f"no audio stream for job {job_id!r}")
+        return StreamingResponse(_wav_stream(job_id, stream), media_type="audio/wav",
+                                 headers={"Cache-Control": "no-store", "X-Cosyedge-Job-Id": job_id})
 
     @router.delete("/jobs/{job_id}", responses=errors, tags=["jobs"])
     async def cancel_job(job_id: str) -> dict[str, Any]:

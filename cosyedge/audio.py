@@ -32,24 +32,43 @@ def clip(audio: np.ndarray) -> np.ndarray:
     return np.clip(audio, -1.0, 1.0)
 
 
+class Joiner:
+    """Joins chunks one at a time, for streaming: each call returns the next *piece* of the result.
+
+    A piece is the pause owed to the previous chunk (none before the first) followed by the chunk
+    with a tiny fade at both edges, so joins never click. The pieces of a run, concatenated, are
+    exactly :func:`join_sentences` of its chunks; a streaming client hears the same audio as the file.
+    """
+
+    def __init__(self, sample_rate: int, pause_s: float = SENTENCE_PAUSE_S,
+                 fade_s: float = CROSSFADE_S) -> None:
+        self.sample_rate = sample_rate
+        self.pause_s = pause_s
+        self._fade = max(1, int(fade_s * sample_rate))
+        self._ramp = np.linspace(0.0, 1.0, self._fade, dtype=np.float32)
+        self._owed: float | None = None  # pause after the last non-empty chunk; None before the first
+
+    def piece(self, chunk: np.ndarray, pause_after_s: float | None = None) -> np.ndarray:
+        """The next piece for ``chunk`` (empty for an empty chunk); ``pause_after_s`` is the silence
+        to put before the *next* chunk (None: the sentence pause)."""
+        chunk = clip(chunk).copy()
+        if chunk.size == 0:
+            return chunk
+        n = min(self._fade, chunk.size // 2)
+        if n:
+            chunk[:n] *= self._ramp[:n]
+            chunk[-n:] *= self._ramp[:n][::-1]
+        if self._owed is not None:
+            chunk = np.concatenate([np.zeros(int(self._owed * self.sample_rate), dtype=np.float32), chunk])
+        self._owed = self.pause_s if pause_after_s is None else pause_after_s
+        return chunk
+
+
 def join_sentences(chunks: Iterable[np.ndarray], sample_rate: int,
                    pause_s: float = SENTENCE_PAUSE_S, fade_s: float = CROSSFADE_S) -> np.ndarray:
     """Concatenate sentence audio with a short pause; each edge gets a tiny fade so joins never click."""
-    fade = max(1, int(fade_s * sample_rate))
-    pause = np.zeros(int(pause_s * sample_rate), dtype=np.float32)
-    ramp = np.linspace(0.0, 1.0, fade, dtype=np.float32)
-    parts: list[np.ndarray] = []
-    for chunk in chunks:
-        chunk = clip(chunk).copy()
-        if chunk.size == 0:
-            continue
-        n = min(fade, chunk.size // 2)
-        if n:
-            chunk[:n] *= ramp[:n]
-            chunk[-n:] *= ramp[:n][::-1]
-        if parts:
-            parts.append(pause)
-        parts.append(chunk)
+    joiner = Joiner(sample_rate, pause_s, fade_s)
+    parts = [p for p in (joiner.piece(c) for c in chunks) if p.size]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
@@ -65,6 +84,22 @@ def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     buf = io.BytesIO()
     sf.write(buf, to_pcm16(audio), sample_rate, format="WAV", subtype="PCM_16")
     return buf.getvalue()
+
+
+#: RIFF and data sizes written in a streamed WAV header, whose length is not known up front.
+WAV_UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def wav_stream_header(sample_rate: int) -> bytes:
+    """A 44-byte 16-bit mono PCM WAV header for a stream of unknown length.
+
+    Both size fields are 0xFFFFFFFF, the usual "until the end of the stream" value: ffmpeg,
+    browsers, libsndfile (``soundfile``) and Python's ``wave`` read such a stream to its end
+    (a reader that trusts the size sees ~2^31 frames announced and reads what arrives).
+    """
+    return (b"RIFF" + struct.pack("<I", WAV_UNKNOWN_SIZE) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", WAV_UNKNOWN_SIZE))
 
 
 def write_wav_atomic(path: str | os.PathLike[str], audio: np.ndarray, sample_rate: int) -> Path:

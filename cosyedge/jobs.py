@@ -4,7 +4,9 @@ UI and REST both submit here. At most ``concurrency`` jobs run (fewer when the t
 so); up to ``max_waiting`` more wait in FIFO order; beyond that :class:`BusyError` is raised at
 once. Jobs run in named worker threads, so no event loop ever blocks on synthesis. Each job carries a
 cancel flag (checked by the engine between sentences), per-sentence progress, and a done event that
-both threads (``wait``) and coroutines (``wait_async``) can await.
+both threads (``wait``) and coroutines (``wait_async``) can await. A streaming job also carries an
+:class:`~cosyedge.streaming.AudioStream` that its work function fills; the job closes it when it ends,
+however it ends (done, failed, cancelled while waiting or running, shut down), so readers never hang.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError, EngineError, ParameterError
+from cosyedge.streaming import AudioStream
 from cosyedge.thermal import ThermalSnapshot
 
 logger = logging.getLogger(__name__)
@@ -60,9 +63,11 @@ class Job:
     :meth:`is_cancelled`.
     """
 
-    def __init__(self, fn: Callable[["Job"], Any], job_id: str, owner: str | None) -> None:
+    def __init__(self, fn: Callable[["Job"], Any], job_id: str, owner: str | None,
+                 stream: AudioStream | None = None) -> None:
         self.id = job_id
         self.owner = owner
+        self.stream = stream
         self._fn = fn
         self.state = JobState.WAITING
         self.phase = "waiting"
@@ -122,6 +127,8 @@ class Job:
         if self.finished and self.error is None:
             self._result_released = True
             self.result = None
+        if self.finished and self.stream is not None:
+            self.stream.release()
 
     def add_done_callback(self, callback: Callable[["Job"], None]) -> None:
         """Run ``callback(job)`` once it finishes (at once if it already has), in the finishing thread."""
@@ -178,6 +185,8 @@ class Job:
         self.state = state
         self.phase = state.value
         self.finished_at = time.monotonic()
+        if self.stream is not None:
+            self.stream.close(self.error)
         with self._lock:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
@@ -247,8 +256,10 @@ class JobQueue:
 
     # --- submitting -----------------------------------------------------------------------
     def submit(self, fn: Callable[[Job], Any], *, owner: str | None = None,
-               job_id: str | None = None) -> Job:
-        """Queue ``fn(job)``; raise :class:`BusyError` (with retry_after) when there is no room."""
+               job_id: str | None = None, stream: AudioStream | None = None) -> Job:
+        """Queue ``fn(job)``; raise :class:`BusyError` (with retry_after) when there is no room.
+
+        ``stream``: the job's audio stream (filled by ``fn``, closed when the job ends)."""
         snap = self.thermal_snapshot()
         with self._cond:
             if self._stopping:
@@ -265,7 +276,7 @@ class JobQueue:
             job_id = job_id or uuid.uuid4().hex[:16]
             if job_id in self._jobs and not self._jobs[job_id].finished:
                 raise ParameterError(f"job id {job_id!r} is already in use by a waiting or running job")
-            job = Job(fn, job_id, owner)
+            job = Job(fn, job_id, owner, stream)
             self._jobs[job_id] = job
             self._waiting.append(job)
             self._idle_since = None

@@ -39,6 +39,8 @@ from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundErr
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
+from cosyedge.streaming import AudioStream, StreamInfo
+from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
 from cosyedge.voices import PromptCache, VoiceInfo, VoiceLibrary
@@ -466,12 +468,17 @@ class Service:
         return name
 
     def submit(self, request: TTSRequest, owner: str | None = None,
-               job_id: str | None = None) -> Job:
-        """Validate, then queue; raises InputError/NotFoundError at once and BusyError when full."""
+               job_id: str | None = None, stream: bool = False) -> Job:
+        """Validate, then queue; raises InputError/NotFoundError at once and BusyError when full.
+
+        ``stream``: the job gets an :class:`~cosyedge.streaming.AudioStream` (``job.stream``) that
+        receives each joined piece as soon as it is made; the result and the file are as usual.
+        """
         if job_id is not None and not JOB_ID_RE.match(job_id):
             raise NameError_("job id must be 1-64 letters, digits, '-' or '_'")
         self.validate(request)
-        return self.queue.submit(lambda job: self._run(job, request), owner=owner, job_id=job_id)
+        return self.queue.submit(lambda job: self._run(job, request), owner=owner, job_id=job_id,
+                                 stream=AudioStream() if stream else None)
 
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
@@ -494,26 +501,57 @@ class Service:
                 job.report(done, total)
                 job.set_phase(f"sentence {done}/{total}")
 
-            out = synthesize(engine, request.text, choice.voice, options, self.settings.max_text_chars,
-                             progress=progress, cancelled=job.is_cancelled)
+            sample_rate = engine.capabilities.sample_rate
+            if job.stream is None:
+                out = synthesize(engine, request.text, choice.voice, options,
+                                 self.settings.max_text_chars, progress=progress,
+                                 cancelled=job.is_cancelled)
+                audio = out.audio if plan is None else postprocess(out.audio, sample_rate, plan)
+                sentences = len(out.sentences)
+            else:
+                job.stream.start(StreamInfo(sample_rate=sample_rate, engine=engine.name,
+                                            model_id=engine.model_id,
+                                            report={"voice": choice.name, "voice_match": choice.match,
+                                                    "instruct": instruct_report(plan)}))
+                audio, sentences = self._stream(job, job.stream, engine, request.text, choice.voice,
+                                                options, plan, progress)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
-            audio = out.audio if plan is None else postprocess(out.audio, out.sample_rate, plan)
             similarity = choice.similarity
             if choice.prompt is not None and audio.size:
                 from cosyedge.speaker import similarity as speaker_similarity
 
                 job.set_phase("scoring similarity")
-                similarity = round(speaker_similarity(audio, out.sample_rate, choice.prompt.pcm,
+                similarity = round(speaker_similarity(audio, sample_rate, choice.prompt.pcm,
                                                       choice.prompt.sample_rate), 4)
-            result = TTSResult(job_id=job.id, audio=audio, sample_rate=out.sample_rate,
+            result = TTSResult(job_id=job.id, audio=audio, sample_rate=sample_rate,
                                engine=engine.name, model_id=engine.model_id, voice=choice.name,
                                voice_match=choice.match, similarity=similarity,
                                instruct=instruct_report(plan),
-                               sentences=len(out.sentences), seconds=time.monotonic() - started)
+                               sentences=sentences, seconds=time.monotonic() - started)
         if request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
         return result
+
+    def _stream(self, job: Job, stream: AudioStream, engine: Engine, text: str,
+                voice: str | VoicePrompt, options: SynthesisOptions, plan: InstructPlan | None,
+                progress: Callable[[int, int], None]) -> tuple[np.ndarray, int]:
+        """Synthesize, putting each joined piece on the stream as soon as it is made.
+
+        Pitch and gain effects (``plan``) run on each piece here rather than on the whole audio,
+        so what is streamed is final; the result (and file) is exactly the streamed pieces joined.
+        """
+        pieces: list[np.ndarray] = []
+        for _, piece in stream_pieces(engine, text, voice, options, self.settings.max_text_chars,
+                                      progress=progress, cancelled=job.is_cancelled):
+            if job.is_cancelled():  # cancelled while this chunk was made: stream nothing more
+                raise CancelledError("cancelled")
+            if plan is not None and piece.size:
+                piece = postprocess(piece, engine.capabilities.sample_rate, plan)
+            stream.put(piece)
+            pieces.append(piece)
+        audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+        return audio, len(pieces)
 
     def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:
         path = (self.settings.outputs_path / f"{job_id}.wav").resolve()

@@ -1,18 +1,21 @@
 """One synthesis run from text to a finished waveform, shared by the CLI and the service.
 
 Checks the text against the limit, drives ``engine.synthesize`` sentence by sentence and joins the
-chunks with short pauses. Queues, files and HTTP are the caller's business.
+chunks with short pauses. :func:`stream` hands out each joined piece as soon as its chunk is made
+(for streaming clients); :func:`synthesize` is the same run collected into one waveform. Queues,
+files and HTTP are the caller's business.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
-from cosyedge.audio import join_sentences
-from cosyedge.engines.base import CancelFn, Engine, ProgressFn, SynthesisOptions, VoicePrompt
+from cosyedge.audio import Joiner
+from cosyedge.engines.base import AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions, VoicePrompt
 from cosyedge.errors import TextError
 
 logger = logging.getLogger(__name__)
@@ -43,12 +46,26 @@ def check_text(text: object, max_chars: int) -> str:
     return text
 
 
+def stream(engine: Engine, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+           max_chars: int, progress: ProgressFn | None = None,
+           cancelled: CancelFn | None = None) -> Iterator[tuple[AudioChunk, np.ndarray]]:
+    """Each chunk as the engine makes it, with its joined piece (the pause before it + the faded
+    chunk; empty for a silent chunk); the pieces in order concatenate to :func:`synthesize`'s audio.
+    The text is checked before the engine runs, so a bad text fails before anything is yielded."""
+    text = check_text(text, max_chars)
+    joiner = Joiner(engine.capabilities.sample_rate)
+    for chunk in engine.synthesize(text, voice, options, progress=progress, cancelled=cancelled):
+        yield chunk, joiner.piece(chunk.audio, chunk.pause_after_s)
+
+
 def synthesize(engine: Engine, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
                max_chars: int, progress: ProgressFn | None = None,
                cancelled: CancelFn | None = None) -> SynthesisResult:
     """Run the engine over every sentence and join the result."""
-    text = check_text(text, max_chars)
-    chunks = list(engine.synthesize(text, voice, options, progress=progress, cancelled=cancelled))
-    sample_rate = engine.capabilities.sample_rate
-    audio = join_sentences((c.audio for c in chunks), sample_rate)
-    return SynthesisResult(audio=audio, sample_rate=sample_rate, sentences=[c.text for c in chunks])
+    pieces, sentences = [], []
+    for chunk, piece in stream(engine, text, voice, options, max_chars, progress, cancelled):
+        pieces.append(piece)
+        sentences.append(chunk.text)
+    audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+    return SynthesisResult(audio=audio, sample_rate=engine.capabilities.sample_rate,
+                           sentences=sentences)

@@ -1,7 +1,12 @@
 """The Gradio page: three tabs over one :class:`~cosyedge.service.Service`. Handlers stay thin.
 
-Every generate handler submits a :class:`TTSRequest`, then waits for its job while reporting the
-queue position or per-sentence progress through ``gr.Progress``. Cancel comes from the cancel button,
+Every generate handler submits a streaming :class:`TTSRequest`, shows a live player at once, then
+waits for its job while reporting the queue position or per-sentence progress through
+``gr.Progress``; the finished WAV lands in the tab's download player. The live player is a small
+script in the page (Web Audio) reading ``GET /jobs/{id}/audio?token=...`` (a WAV stream of the job's
+pieces as they are made), so the browser plays the first sentence while the rest is synthesized.
+Gradio's own streaming audio output was not used: it re-encodes every chunk to AAC through an
+ffmpeg process, and ffmpeg is not part of the install. Cancel comes from the cancel button,
 from Gradio cancelling the event, or from the page being closed (``demo.unload``); all three cancel
 the session's jobs in the JobQueue, which stops synthesis between sentences.
 """
@@ -11,9 +16,10 @@ the session's jobs in the JobQueue, which stops synthesis between sentences.
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
+from cosyedge.jobs import Job
 from cosyedge.service import SPEED_RANGE, Service, TTSRequest, TTSResult
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
@@ -81,13 +87,95 @@ def describe(result: TTSResult) -> str:
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
                       progress: Any) -> tuple[str | None, str]:
     """Submit one request, report position/progress while it runs, return (wav path, panel)."""
+    job = await _submit(service, tts, request, stream=False)
+    return await _follow(service, job, progress)
+
+
+async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
+                         progress: Any) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """Like :func:`run_request` for a generate button with a live player: yields (download player,
+    panel, live player) twice: at once with the player reading the job's stream, then the result."""
     import gradio as gr
 
-    owner = _session(request)
+    job = await _submit(service, tts, request, stream=True)
+    yield None, "", live_player(job)
+    path, panel = await _follow(service, job, progress)
+    yield path, panel, gr.skip()  # the live player keeps playing what it has
+
+
+def live_player(job: Job) -> str:
+    """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``)."""
+    token = job.stream.token if job.stream is not None else ""
+    return f"/jobs/{job.id}/audio?token={token}"
+
+
+#: The live player, run by the page: fetch the job's WAV stream and schedule each piece on a Web
+#: Audio clock as it arrives. An <audio> element was tried first: Chromium buffered ~2.4 s of audio
+#: before starting, which threw most of the gain away.
+LIVE_PLAYER_JS = """
+let ctx = null;
+let reader = null;
+async function play(src) {
+  if (reader) { try { await reader.cancel(); } catch (e) {} reader = null; }
+  element.dataset.scheduled = '0';
+  element.dataset.state = src ? 'loading' : 'idle';
+  if (!src) return;
+  ctx = ctx || new (window.AudioContext || window.webkitAudioContext)();
+  if (ctx.state === 'suspended') { try { await ctx.resume(); } catch (e) {} }
+  let response;
+  try { response = await fetch(src, {cache: 'no-store'}); } catch (e) { element.dataset.state = 'error'; return; }
+  if (!response.ok || !response.body) { element.dataset.state = 'error'; return; }
+  const r = response.body.getReader();
+  reader = r;
+  let rate = 0, carry = new Uint8Array(0), next = 0, scheduled = 0;
+  while (true) {
+    let chunk;
+    try { chunk = await r.read(); } catch (e) { break; }
+    if (chunk.done) break;
+    let bytes = new Uint8Array(carry.length + chunk.value.length);
+    bytes.set(carry); bytes.set(chunk.value, carry.length);
+    if (!rate) {
+      if (bytes.length < 44) { carry = bytes; continue; }
+      rate = new DataView(bytes.buffer, bytes.byteOffset, 44).getUint32(24, true);
+      bytes = bytes.slice(44);
+    }
+    const usable = bytes.length - (bytes.length % 2);
+    carry = bytes.slice(usable);
+    if (!usable) continue;
+    const pcm = new Int16Array(bytes.slice(0, usable).buffer);
+    const buffer = ctx.createBuffer(1, pcm.length, rate);
+    const samples = buffer.getChannelData(0);
+    for (let i = 0; i < pcm.length; i++) samples[i] = pcm[i] / 32768;
+    const node = ctx.createBufferSource();
+    node.buffer = buffer;
+    node.connect(ctx.destination);
+    next = Math.max(next, ctx.currentTime + 0.05);
+    node.start(next);
+    next += buffer.duration;
+    scheduled += buffer.duration;
+    element.dataset.scheduled = scheduled.toFixed(3);
+    element.dataset.state = 'playing';
+  }
+  if (reader === r) { reader = null; element.dataset.state = 'done'; }
+}
+watch('value', () => play(props.value));
+if (props.value) play(props.value);
+"""
+LIVE_PLAYER_HTML = ('<div class="cosyedge-live"><small>${value ? "Playing while it is made / "'
+                    ' + "边合成边播放" : ""}</small></div>')
+
+
+async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None", stream: bool) -> Job:
     try:
-        job = await asyncio.to_thread(service.submit, tts, owner)
+        return await asyncio.to_thread(service.submit, tts, _session(request), None, stream)
     except CosyedgeError as exc:
         raise _ui_error(exc) from exc
+
+
+async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str]:
+    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error."""
+    import gradio as gr
+
     waiter = asyncio.ensure_future(job.wait_async())
     try:
         while True:
@@ -160,19 +248,22 @@ def build_ui(service: Service) -> "gr.Blocks":
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
                          language=language, keep_file=True)
-        return await run_request(service, tts, request, progress)
+        async for update in stream_request(service, tts, request, progress):
+            yield update
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
                        request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
                          speed=float(speed), language=language, keep_file=True)
-        return await run_request(service, tts, request, progress)
+        async for update in stream_request(service, tts, request, progress):
+            yield update
 
     async def preset(voice: str, text: str, speed: float, language: str, request: gr.Request,
                      progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
                          keep_file=True)
-        return await run_request(service, tts, request, progress)
+        async for update in stream_request(service, tts, request, progress):
+            yield update
 
     def cancel(request: gr.Request) -> None:
         count = service.cancel_owner(_session(request))
@@ -186,15 +277,17 @@ def build_ui(service: Service) -> "gr.Blocks":
                                    elem_id=f"{prefix}-language")
         return speed, language
 
-    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown]:
+    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML]:
         with gr.Row():
             go = gr.Button("Generate / 生成", variant="primary", elem_id=f"{prefix}-generate")
             stop = gr.Button("Cancel / 取消", variant="stop", elem_id=f"{prefix}-cancel")
+        live = gr.HTML("", html_template=LIVE_PLAYER_HTML, js_on_load=LIVE_PLAYER_JS,
+                       elem_id=f"{prefix}-live")
         audio = gr.Audio(type="filepath", format="wav", label="Output / 输出 (WAV)",
                          interactive=False, buttons=["download"], elem_id=f"{prefix}-output")
         panel = gr.Markdown("", label="What the engine did / 引擎实际做了什么",
                             elem_id=f"{prefix}-panel")
-        return go, stop, audio, panel
+        return go, stop, audio, panel, live
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
         event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
@@ -220,9 +313,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                                            placeholder="e.g. Ms Lee / 王老师", elem_id="clone-save-name")
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
                 speed_c, lang_c = common_inputs("clone")
-                go_c, stop_c, audio_c, panel_c = outputs("clone")
+                go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
                 wire(go_c, stop_c, clone, [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c],
-                     [audio_c, panel_c])
+                     [audio_c, panel_c, live_c])
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
                 status_instruct = gr.Markdown(elem_id="instruct-status")
@@ -234,9 +327,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                 text_instruct = gr.Textbox(label="Text to read / 合成文本", lines=4,
                                            elem_id="instruct-text")
                 speed_i, lang_i = common_inputs("instruct")
-                go_i, stop_i, audio_i, panel_i = outputs("instruct")
+                go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
                 wire(go_i, stop_i, instruct, [instruction, voice_i, text_instruct, speed_i, lang_i],
-                     [audio_i, panel_i])
+                     [audio_i, panel_i, live_i])
 
             with gr.Tab("preset voices / 预置音色", id="preset"):
                 status_preset = gr.Markdown(elem_id="preset-status")
@@ -244,8 +337,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                                       elem_id="preset-voice")
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
                 speed_p, lang_p = common_inputs("preset")
-                go_p, stop_p, audio_p, panel_p = outputs("preset")
-                wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p], [audio_p, panel_p])
+                go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
+                wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
+                     [audio_p, panel_p, live_p])
 
         statuses = [status_clone, status_instruct, status_preset]
         demo.load(status, inputs=None, outputs=statuses, queue=False)

@@ -45,3 +45,16 @@ def test_join_inserts_pauses_and_fades():
 
 def test_join_of_nothing_is_empty():
     assert audio.join_sentences([], 24000).size == 0
+
+
+def test_joiner_pieces_concatenate_to_the_join_and_carry_each_pause():
+    sr = 1000
+    rng = np.random.default_rng(1)
+    chunks = [rng.uniform(-0.5, 0.5, n).astype(np.float32) for n in (80, 0, 120, 60)]
+    joiner = audio.Joiner(sr, pause_s=0.05)
+    pieces = [joiner.piece(c, p) for c, p in zip(chunks, (0.02, None, None, None))]
+    assert [p.size for p in pieces] == [80, 0, 20 + 120, 50 + 60]   # clause pause, then sentence pause
+    np.testing.assert_array_equal(np.concatenate(pieces)[:80], audio.join_sentences(chunks[:1], sr))
+    plain = audio.Joiner(sr, pause_s=0.05)
+    np.testing.assert_array_equal(np.concatenate([plain.piece(c) for c in chunks]),
+                                  audio.join_sentences(chunks, sr, pause_s=0.05))

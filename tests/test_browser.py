@@ -117,6 +117,46 @@ def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, f
     assert_all_local(requests, server.url)
 
 
+def test_live_player_plays_while_the_job_runs_and_the_file_follows(browser, make_service, live_server,
+                                                                   fake_factory):
+    fake_factory.engine_kwargs["delay"] = 0.5  # ten sentences: ~5 s of synthesis
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, requests = open_page(browser, server.url)
+    try:
+        page.get_by_role("tab", name=TABS["preset"]).click()
+        page.locator("#preset-text textarea").fill(" ".join(f"Sentence number {i}." for i in range(10)))
+        page.locator("#preset-generate").click()
+        # the page schedules the job's first pieces for playback while the job still synthesizes
+        page.wait_for_function("() => { const e = document.querySelector('#preset-live [data-scheduled]');"
+                               " return e && parseFloat(e.dataset.scheduled) > 0; }", timeout=20_000)
+        jobs = service.queue.active_jobs()
+        assert jobs and jobs[0].done_steps < 5, "audio only reached the player late"
+        data, panel = generate_result(page, "preset")
+        assert data[:4] == b"RIFF" and "10 sentence" in panel
+        page.wait_for_function("() => document.querySelector('#preset-live [data-state]').dataset.state"
+                               " === 'done'", timeout=20_000)
+        scheduled = float(page.locator("#preset-live [data-scheduled]").get_attribute("data-scheduled"))
+        import io
+
+        import soundfile as sf
+
+        assert scheduled == pytest.approx(sf.info(io.BytesIO(data)).duration, abs=0.01)  # all of it
+    finally:
+        context.close()
+    assert_all_local(requests, server.url)
+
+
+def generate_result(page, tab: str, timeout_ms: int = 60_000) -> tuple[bytes, str]:
+    """The finished WAV behind the download player and the panel, once the job is done."""
+    page.locator(f"#{tab}-output audio[src]").first.wait_for(state="attached", timeout=timeout_ms)
+    href = page.locator(f"#{tab}-output a[download]").first.get_attribute("href", timeout=10_000)
+    data = page.evaluate("""async (url) => Array.from(new Uint8Array(await (await fetch(url)).arrayBuffer()))""",
+                         href)
+    page.locator(f"#{tab}-panel").get_by_text("Engine / 引擎").first.wait_for(timeout=10_000)
+    return bytes(data), page.locator(f"#{tab}-panel").inner_text()
+
+
 def test_ui_works_behind_credentials(browser, make_service, live_server, web_settings):
     service = make_service(dataclasses.replace(web_settings, auth="teacher:s3cret"))
     server = live_server(service, with_ui=True)
@@ -125,6 +165,10 @@ def test_ui_works_behind_credentials(browser, make_service, live_server, web_set
     try:
         data, _ = generate(page, "preset", "Behind a password.")
         assert data[:4] == b"RIFF"
+        # the live player's own request for the stream passes the same credentials
+        page.wait_for_function("() => document.querySelector('#preset-live [data-state]').dataset.state"
+                               " === 'done'", timeout=20_000)
+        assert float(page.locator("#preset-live [data-scheduled]").get_attribute("data-scheduled")) > 0.1
     finally:
         context.close()
     assert_all_local(requests, server.url)

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from cosyedge.engines.kokoro.frontend import MAX_PHONEMES, KokoroFrontend, Sentence
+from cosyedge.engines.kokoro.frontend import FIRST_CHUNK_PHONEMES, MAX_PHONEMES, KokoroFrontend, Sentence
 from cosyedge.errors import ParameterError, TextError
 
 
@@ -212,3 +212,67 @@ def test_missing_espeak_is_reported_not_swallowed(tmp_path, monkeypatch):
 ])
 def test_chinese_numbers(frontend, text, phonemes):
     assert frontend.sentences(text)[0].phonemes == phonemes
+
+
+# --- short first chunk (first audio sooner) ---------------------------------------------------------
+
+LONG_FIRST_EN = ("Every spring, the school organizes a trip to the mountains for the younger classes. "
+                 "The children walk along the river, look for birds and learn the names of the trees.")
+LONG_FIRST_ZH = "每年春天，学校都会组织低年级的同学去山里春游。孩子们沿着小河散步，寻找小鸟，认识各种树木。"
+
+
+@pytest.fixture(scope="module")
+def uncut_frontend(frontend):
+    """The same frontend (shared G2P) with the first-sentence cut turned off."""
+    f = KokoroFrontend(vocab=frontend.vocab, g2p=frontend.g2p, first_chunk_phonemes=0)
+    return f
+
+
+@pytest.mark.parametrize("text", [LONG_FIRST_EN, LONG_FIRST_ZH])
+def test_long_first_sentence_is_cut_at_its_first_clause(frontend, uncut_frontend, text):
+    cut = frontend.sentences(text)
+    whole = uncut_frontend.sentences(text)
+    check_model_ready(frontend, cut)
+    assert len(cut) == len(whole) + 1
+    first, rest = cut[0], cut[1]
+    assert len(first.phonemes) <= FIRST_CHUNK_PHONEMES < len(whole[0].phonemes)
+    assert first.phonemes.endswith(",") and not first.ends_sentence   # cut after a clause mark
+    assert first.text in ("Every spring,", "每年春天，")
+    assert rest.ends_sentence
+    # nothing re-read or split inside a word: the two calls are the uncut sentence's phonemes
+    assert f"{first.phonemes} {rest.phonemes}" == whole[0].phonemes
+    # only the first sentence is cut: the later ones (with commas) are unchanged and whole
+    assert [(s.text, s.phonemes, s.ends_sentence) for s in cut[2:]] == \
+        [(s.text, s.phonemes, s.ends_sentence) for s in whole[1:]]
+    assert all(s.ends_sentence for s in whole)
+
+
+def test_short_first_sentence_or_one_without_clause_marks_is_not_cut(frontend, uncut_frontend):
+    for text in ("Hello, world. How are you today, my friend?",
+                 "我们明天早上八点在学校门口集合。请大家带好水和午饭，不要迟到。"):
+        assert frontend.sentences(text) == uncut_frontend.sentences(text)
+
+
+def test_first_cut_takes_the_longest_clause_prefix_within_the_limit(frontend):
+    f = KokoroFrontend(vocab=frontend.vocab, g2p=frontend.g2p, first_chunk_phonemes=40)
+    out = f.sentences("Well, I think, if you ask me, that this is a very long first sentence that "
+                      "goes on and on without any end in sight. Short.")
+    assert out[0].text == "Well, I think, if you ask me,"   # three clauses fit in 40, a fourth does not
+    assert len(out[0].phonemes) <= 40 and not out[0].ends_sentence
+    rest = "that this is a very long first sentence that goes on and on without any end in sight."
+    assert [s.text for s in out[1:]] == [rest, "Short."]
+
+
+def test_first_clause_longer_than_the_limit_is_still_the_first_chunk(frontend):
+    f = KokoroFrontend(vocab=frontend.vocab, g2p=frontend.g2p, first_chunk_phonemes=20)
+    out = f.sentences("我们明天早上八点在学校门口集合，请大家带好水和午饭，不要迟到。")
+    assert out[0].text == "我们明天早上八点在学校门口集合，"
+    assert not out[0].ends_sentence and out[1].ends_sentence and len(out) == 2
+
+
+def test_decimal_numbers_are_never_cut(frontend, uncut_frontend):
+    text = "The answer is 3.14159 and the next value is 2.71828, which are both constants of nature."
+    cut = frontend.sentences(text)
+    assert cut[0].text == "The answer is three point one four one five nine and the next value is " \
+                          "two point seven one eight two eight,"
+    assert f"{cut[0].phonemes} {cut[1].phonemes}" == uncut_frontend.sentences(text)[0].phonemes

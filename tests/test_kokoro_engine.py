@@ -129,3 +129,45 @@ def test_encoded_style_prompt_is_used(engine):
     prompt = VoicePrompt(engine="kokoro", model_id="kokoro-int8", arrays={"style": style})
     loud = run(engine, "abcd", voice=prompt)[0].audio
     assert np.abs(loud).max() == pytest.approx(0.6, abs=0.01)  # gain = 0.1 + |mean(style)|
+
+
+@dataclass
+class ClauseSentence(Sentence):
+    ends_sentence: bool = True
+
+
+class CutFirstClauseFrontend(SplitOnPeriodFrontend):
+    """Like SplitOnPeriodFrontend, but the first sentence's first ','-clause is its own call."""
+
+    def sentences(self, text: str, language: str = "auto") -> list[ClauseSentence]:
+        out = [ClauseSentence(s.text, s.phonemes, language) for s in super().sentences(text, language)]
+        head, sep, tail = out[0].text.partition(",")
+        if not sep:
+            return out
+        return [ClauseSentence(head + ",", head + ",", language, ends_sentence=False),
+                ClauseSentence(tail.strip(), tail.strip(), language), *out[1:]]
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_clause_cut_chunk_gets_the_clause_pause_and_stream_equals_file(engine, language):
+    from cosyedge import synthesis
+    from cosyedge.audio import CROSSFADE_S, SENTENCE_PAUSE_S
+    from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
+
+    cut = KokoroEngine(session=engine.session, packs=engine.packs, frontend=CutFirstClauseFrontend())
+    options = SynthesisOptions(language=language)
+    chunks = list(cut.synthesize("abcd, efgh. ijkl.", "female_1", options))
+    assert [c.text for c in chunks] == ["abcd,", "efgh", "ijkl"]
+    assert chunks[0].pause_after_s == CLAUSE_PAUSE_S[language] < SENTENCE_PAUSE_S
+    assert chunks[1].pause_after_s is None and chunks[2].pause_after_s is None
+
+    pieces = list(synthesis.stream(cut, "abcd, efgh. ijkl.", "female_1", options, 1000))
+    result = synthesis.synthesize(cut, "abcd, efgh. ijkl.", "female_1", options, 1000)
+    np.testing.assert_array_equal(np.concatenate([p for _, p in pieces]), result.audio)
+    sr = 24000
+    sizes = [c.audio.size for c in chunks]
+    assert [p.size for _, p in pieces] == [sizes[0], int(CLAUSE_PAUSE_S[language] * sr) + sizes[1],
+                                           int(SENTENCE_PAUSE_S * sr) + sizes[2]]
+    assert result.sentences == ["abcd,", "efgh", "ijkl"]
+    assert not pieces[1][1][:int(CLAUSE_PAUSE_S[language] * sr)].any()  # the pause is silence
+    assert pieces[0][1][0] == 0.0 and pieces[0][1][int(CROSSFADE_S * sr)] == chunks[0].audio[int(CROSSFADE_S * sr)]

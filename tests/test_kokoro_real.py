@@ -74,3 +74,35 @@ def test_unspeakable_text_is_a_text_error(kokoro_engine, text):
 def test_text_over_the_limit_is_refused_before_synthesis(kokoro_engine):
     with pytest.raises(TextError, match="limit is 5000"):
         synthesis.synthesize(kokoro_engine, "a" * 100_000, "female_1", SynthesisOptions(), max_chars=5000)
+
+
+class _Shared:
+    """The session's engine behind a Service, which must not close it at teardown."""
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        pass
+
+
+def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kokoro_engine, make_service):
+    from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
+    from cosyedge.service import TTSRequest
+
+    service = make_service(factory=lambda: _Shared(kokoro_engine))
+    text = "Every spring, the school organizes a trip to the mountains. The children walk along the river."
+    job = service.submit(TTSRequest(text=text), stream=True)
+    pieces = list(job.stream.pieces(timeout=120))
+    assert job.wait(60)
+    first, second = pieces[0], pieces[1]
+    assert 0.5 < first.size / 24000 < 1.6   # "Every spring," alone, not the 4.5 s sentence
+    assert len(pieces) == 3
+    gap = int(CLAUSE_PAUSE_S["en"] * 24000)
+    assert not second[:gap].any() and second[gap:].any()   # clause pause, then speech
+    plain = service.submit(TTSRequest(text=text))
+    assert plain.wait(60)
+    np.testing.assert_array_equal(np.concatenate(pieces), plain.outcome().audio)

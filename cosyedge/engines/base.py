@@ -45,13 +45,19 @@ class SynthesisOptions:
 
 @dataclass
 class AudioChunk:
-    """One synthesized sentence: mono float32 samples in [-1, 1]."""
+    """One synthesized sentence (or the first clauses of one): mono float32 samples in [-1, 1].
+
+    ``pause_after_s`` is the silence the joiner puts after this chunk when another follows; None
+    means the ordinary pause between sentences (``cosyedge.audio.SENTENCE_PAUSE_S``). An engine
+    that cuts a sentence at a clause sets the shorter clause pause there.
+    """
 
     audio: np.ndarray
     sample_rate: int
     text: str
     index: int
     total: int
+    pause_after_s: float | None = None
 
 
 @dataclass
@@ -110,7 +116,8 @@ class Engine(Protocol):
     def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None,
                    cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
-        """Yield one chunk per sentence; stop early (raise CancelledError) when ``cancelled()``."""
+        """Yield chunks in order as they are made (one per sentence, or per clause group when an
+        engine cuts a long first sentence); stop early (raise CancelledError) when ``cancelled()``."""
 
     def close(self) -> None:
         """Release sessions and memory."""

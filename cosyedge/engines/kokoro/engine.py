@@ -28,6 +28,12 @@ MAX_PHONEMES = 510
 SILENCE_THRESHOLD = 0.003
 EDGE_PAD_S = 0.04
 WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
+#: Silence after a call that was cut at a clause inside a sentence (the short first chunk). Each
+#: chunk also keeps EDGE_PAD_S of its own near-silence at both ends, so the gap heard is this plus
+#: 0.08 s. Measured inside one model call (docs/benchmarks.md): an English comma gives a 0.06-0.12 s
+#: gap, a Chinese or Japanese comma ~0.43 s (longer than our 0.26 s sentence gap), so English gets
+#: a short pause and zh/ja one a little below the sentence pause.
+CLAUSE_PAUSE_S = {"en": 0.03, "zh": 0.15, "ja": 0.15}
 
 
 class Session(Protocol):
@@ -160,8 +166,11 @@ class KokoroEngine:
             if cancelled is not None and cancelled():
                 raise CancelledError(f"cancelled after {index} of {total} sentences")
             audio = self.infer(self.frontend.token_ids(sentence.phonemes), pack, options.speed)
+            pause = None
+            if not getattr(sentence, "ends_sentence", True):
+                pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
             yield AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
-                             text=sentence.text, index=index, total=total)
+                             text=sentence.text, index=index, total=total, pause_after_s=pause)
             if progress is not None:
                 progress(index + 1, total)
 

@@ -11,10 +11,19 @@ Splitting: a sentence ends at ``。．.!?！？``, a line break or a seed tag. A
 exceed the limit is cut at clause marks (``,、;:—…``) into as few calls as fit; a clause that alone is
 too long is cut at word boundaries (jieba words for Chinese, spaces for English, script changes for
 Japanese), halving until each piece fits; a single "word" still too long is truncated (logged).
+
+First audio sooner: when the text's *first* sentence has more than ``first_chunk_phonemes`` phonemes,
+it is cut at a clause mark (never inside a clause, so never inside a word or number) into a short
+first call and the rest, so a streaming client hears something after one short model call. The cut
+is at the clause end giving the longest first piece within the limit (or after the first clause if
+that alone is over it). Only the first sentence is cut; later sentences stay whole for prosody.
+``Sentence.ends_sentence`` is False for a piece cut inside a sentence, so the joiner puts a clause
+pause after it rather than a sentence pause.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter
@@ -35,6 +44,9 @@ LANGUAGE_CHOICES = ("auto", "zh", "en", "ja")
 # piece stays under the phoneme limit in nearly every case (zh ~4-5 symbols per character, ja ~2-4,
 # en ~1) and no very long clause is phonemized more than once.
 _PRESPLIT_CHARS = {"zh": 100, "ja": 120, "en": 400}
+#: Longest first model call, in phonemes, before the first sentence is cut at a clause (0 = never cut).
+#: Model time grows with the audio (about 13 phonemes per second of speech; bench/first_audio.py).
+FIRST_CHUNK_PHONEMES = 40
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class Sentence:
     text: str
     phonemes: str
     language: str
+    ends_sentence: bool = True  # False: cut inside a sentence (clause pause follows, not a sentence pause)
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,12 @@ class _Part:
     language: str
     text: str
     phonemes: str
+    clause_end: bool = False  # the last piece of a clause: the only place the first sentence is cut
+
+
+def _joined_length(parts: list[_Part]) -> int:
+    """Phonemes of ``parts`` joined by single spaces, as :meth:`KokoroFrontend._sentence` joins them."""
+    return sum(len(p.phonemes) for p in parts) + max(0, len(parts) - 1)
 
 
 def load_vocab() -> dict[str, int]:
@@ -69,13 +88,15 @@ class KokoroFrontend:
     """
 
     def __init__(self, vocab: Mapping[str, int] | None = None, g2p: KokoroG2P | None = None,
-                 default_language: str = "zh", max_phonemes: int = MAX_PHONEMES) -> None:
+                 default_language: str = "zh", max_phonemes: int = MAX_PHONEMES,
+                 first_chunk_phonemes: int = FIRST_CHUNK_PHONEMES) -> None:
         if default_language not in langid.LANGUAGES:
             raise ParameterError(f"default_language must be one of {', '.join(langid.LANGUAGES)}")
         self.vocab = dict(vocab) if vocab is not None else load_vocab()
         self.g2p = g2p or KokoroG2P(self.vocab)
         self.default_language = default_language
         self.max_phonemes = max_phonemes
+        self.first_chunk_phonemes = first_chunk_phonemes
 
     def close(self) -> None:
         """Stop helper processes (the espeak-ng worker)."""
@@ -93,7 +114,7 @@ class KokoroFrontend:
             raise TextError("text is empty")
         out: list[Sentence] = []
         for group in self._sentence_groups(cleaned, language):
-            out.extend(self._pack(group))
+            out.extend(self._pack(group, first=not out))
         if not out:
             raise TextError(self._why_nothing(cleaned))
         return out
@@ -142,8 +163,11 @@ class KokoroFrontend:
             groups.append(current)
         return groups
 
-    def _pack(self, group: list[tuple[str, split.Clause]]) -> list[Sentence]:
-        """Phonemize one sentence's clauses; cut into calls of at most ``max_phonemes`` symbols."""
+    def _pack(self, group: list[tuple[str, split.Clause]], first: bool = False) -> list[Sentence]:
+        """Phonemize one sentence's clauses; cut into calls of at most ``max_phonemes`` symbols.
+
+        ``first``: this is the text's first sentence, which is cut at a clause for a short first call.
+        """
         parts: list[_Part] = []
         for language, clause in group:
             pieces = self._phonemize_clause(clause.text, language, self.max_phonemes - 1)
@@ -151,8 +175,30 @@ class KokoroFrontend:
                 continue
             last = pieces[-1]
             mark = clause.mark if clause.mark in self.vocab else ""
-            pieces[-1] = _Part(language, last.text + clause.punct, last.phonemes + mark)
+            pieces[-1] = _Part(language, last.text + clause.punct, last.phonemes + mark, clause_end=True)
             parts.extend(pieces)
+        head = self._first_cut(parts) if first else 0
+        sentences = self._batch(parts[:head]) + self._batch(parts[head:])
+        sentences = [s for s in sentences if s.phonemes.strip(" ,.!?;:—…")]
+        # every call but the sentence's last ends inside the sentence
+        return [s if i == len(sentences) - 1 else dataclasses.replace(s, ends_sentence=False)
+                for i, s in enumerate(sentences)]
+
+    def _first_cut(self, parts: list[_Part]) -> int:
+        """How many parts go into the short first call (0: the sentence is short enough, or has no
+        clause mark to cut at). Longest clause-ending prefix within ``first_chunk_phonemes``; else
+        the first clause alone."""
+        limit = self.first_chunk_phonemes
+        if limit <= 0 or _joined_length(parts) <= limit:
+            return 0
+        ends = [i + 1 for i, part in enumerate(parts[:-1]) if part.clause_end]
+        if not ends:
+            return 0
+        within = [k for k in ends if _joined_length(parts[:k]) <= limit]
+        return within[-1] if within else ends[0]
+
+    def _batch(self, parts: list[_Part]) -> list[Sentence]:
+        """Parts in order, joined into calls of at most ``max_phonemes`` symbols."""
         sentences: list[Sentence] = []
         batch: list[_Part] = []
         length = 0
@@ -166,7 +212,7 @@ class KokoroFrontend:
             length += extra
         if batch:
             sentences.append(self._sentence(batch))
-        return [s for s in sentences if s.phonemes.strip(" ,.!?;:—…")]
+        return sentences
 
     def _phonemize_clause(self, text: str, language: str, limit: int) -> list[_Part]:
         tokenize = self._tokenizer(language)
