@@ -321,10 +321,8 @@ class Attention(nn.Module):
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One projection to q|k|v: the same products as three, but one activation quantization in int8
-        # and a wider GEMM.
-        w = torch.cat([self.to_q.weight, self.to_k.weight, self.to_v.weight], dim=0)
-        q, k, v = F.linear(x, w).split(self.heads * self.head_dim, dim=-1)
+        # (One merged q|k|v projection + Split measured the same speed in int8; kept simple.)
+        q, k, v = self.to_q(x), self.to_k(x), self.to_v(x)
         return self.to_out[0](FusedSelfAttention.apply(q, k, v, self.heads))
 
 
