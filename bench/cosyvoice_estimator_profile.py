@@ -32,7 +32,10 @@ def estimator_macs(frames: int, batch: int = 2, dim: int = 256, heads: int = 8, 
     n = batch * frames
     linear = blocks * n * (3 * dim * inner + inner * dim + 2 * dim * 4 * dim)
     attention = blocks * batch * heads * 2 * frames * frames * head_dim
-    resnet = lambda cin: (cin * dim * 3 + dim * dim * 3 + cin * dim)  # noqa: E731 - two k3 convs + 1x1
+
+    def resnet(cin: int) -> int:  # two k3 convs + the 1x1 res conv, per frame
+        return cin * dim * 3 + dim * dim * 3 + cin * dim
+
     conv = n * (resnet(in_ch) + mid * resnet(dim) + resnet(2 * dim) + 3 * dim * dim * 3 + dim * 80)
     return {"linear": linear, "attention": attention, "conv": conv}
 
@@ -92,7 +95,7 @@ def profile(path: Path, threads: int, frames: int, reps: int) -> dict:
             continue
         args = ev.get("args", {})
         op = args.get("op_name", "?")
-        shapes = [list(d.values())[0] for d in args.get("input_type_shape", [])]
+        shapes = [next(iter(d.values())) for d in args.get("input_type_shape", [])]
         by_kind[kind_of(op, shapes)] += ev["dur"]
         by_op[op] += ev["dur"]
     scale = 1e-6 / max(n_runs, 1)

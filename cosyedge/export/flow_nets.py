@@ -292,7 +292,7 @@ class FusedSelfAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
         b, t, inner = q.shape
         d = inner // heads
 
@@ -304,7 +304,7 @@ class FusedSelfAttention(torch.autograd.Function):
         return out.transpose(1, 2).reshape(b, t, inner)
 
     @staticmethod
-    def symbolic(g, q, k, v, heads: int):  # noqa: ANN001, ANN205 - torch.onnx symbolic signature
+    def symbolic(g, q, k, v, heads: int):  # torch.onnx symbolic signature: g is the graph context
         out = g.op("com.microsoft::MultiHeadAttention", q, k, v, num_heads_i=heads)
         out.setType(q.type())  # same dtype and shape as the query
         return out
