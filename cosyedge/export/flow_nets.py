@@ -221,7 +221,6 @@ class FlowFront(nn.Module):
 # ----------------------------------------------------------------------------------------------
 # CFM estimator: causal 1-D U-Net with transformer blocks (one resolution level in CosyVoice2)
 # ----------------------------------------------------------------------------------------------
-
 #
 # Export form (same function as upstream's CausalConditionalDecoder for unpadded input, mask = 1):
 # * time-major [B, T, C] throughout, so LayerNorm needs no transposes and every convolution is a MatMul
@@ -394,7 +393,7 @@ class Estimator(nn.Module):
 
     Upstream's signature also takes ``mask`` [B, 1, T]; our runtime never pads (one utterance, and both
     CFG rows have the same length), so it is all ones there and left out here (see the export notes
-    above this class's module section).
+    at the top of this section).
     """
 
     def __init__(self, cfg: FlowConfig) -> None:
