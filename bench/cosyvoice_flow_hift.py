@@ -43,6 +43,7 @@ def main() -> int:
     parser.add_argument("--size", choices=("full", "tiny"), default="full", help="tiny: smoke test only")
     parser.add_argument("--workdir", type=Path, default=None, help="where checkpoints/models go (default: temp)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--steps-sweep", default="", help="also time int8 flow at these Euler step counts, e.g. 4,6")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
@@ -96,7 +97,7 @@ def main() -> int:
     mask, tt, spks = torch.ones(2, 1, n_frames), torch.rand(2, generator=gen), torch.randn(2, 80, generator=gen)
     with torch.no_grad():
         est_ref = flow.decoder.estimator(x, mask, m, tt, spks, c).numpy()
-    est = runtimes["none"].flow.estimate(x.numpy(), mask.numpy(), m.numpy(), tt.numpy(), spks.numpy(), c.numpy())
+    est = runtimes["none"].flow.estimate(x.numpy(), m.numpy(), tt.numpy(), spks.numpy(), c.numpy())
     parity["estimator_max_abs"] = float(np.abs(est - est_ref).max())
     parity["estimator_ref_max"] = float(np.abs(est_ref).max())
 
@@ -123,6 +124,7 @@ def main() -> int:
     outputs: dict[str, np.ndarray] = {}
     runs: dict[str, list[float]] = {k: [] for k in (
         "flow_upstream", "flow_fp32", "flow_int8", "hift_upstream", "hift_fp32", "hift_int8")}
+    cpu_runs: dict[str, list[float]] = {k: [] for k in runs}  # process CPU time: robust to other load
     for rep in range(args.reps):
         for name, fn in (
             ("flow_upstream", lambda: upstream_flow(tokens, ptokens, pfeat)),
@@ -133,12 +135,25 @@ def main() -> int:
             ("hift_int8", lambda: runtimes["int8"].vocoder(outputs["flow_upstream"], rng=rng)),
         ):
             with torch.no_grad():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 out = fn()
                 runs[name].append(time.perf_counter() - t0)
+                cpu_runs[name].append(time.process_time() - c0)
             if rep == 0:
                 outputs[name] = out
-            logger.info("rep %d %s %.2f s (load %s)", rep, name, runs[name][-1], _loadavg())
+            logger.info("rep %d %s %.2f s, CPU %.2f s (load %s)", rep, name, runs[name][-1], cpu_runs[name][-1],
+                        _loadavg())
+
+    sweep = {}
+    for steps in [int(s) for s in args.steps_sweep.split(",") if s.strip()]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        mel_s = runtimes["int8"].mel(*np_in, n_timesteps=steps)
+        sweep[steps] = {"s_per_audio_s": round((time.perf_counter() - t0) / audio_s, 4),
+                        "cpu_s_per_audio_s": round((time.process_time() - c0) / audio_s, 4),
+                        "mel_snr_db_vs_10_steps_int8": round(snr_db(outputs["flow_int8"], mel_s), 2)}
+        logger.info("int8 flow, %d steps: %s", steps, sweep[steps])
+    if sweep:
+        result["int8_flow_steps_sweep"] = sweep
 
     mel_ref, mel32, mel8 = outputs["flow_upstream"], outputs["flow_fp32"], outputs["flow_int8"]
     parity["cfm_mel_max_abs"] = float(np.abs(mel32 - mel_ref).max())
@@ -168,10 +183,15 @@ def main() -> int:
     result["audio_seconds"] = audio_s
     result["seconds_per_audio_second"] = per_s
     result["runs"] = {k: [round(x, 3) for x in v] for k, v in runs.items()}
+    cpu_per_s = {k: round(statistics.median(v) / audio_s, 4) for k, v in cpu_runs.items()}
+    result["cpu_seconds_per_audio_second"] = cpu_per_s
     for q in ("fp32", "int8"):
         total = per_s[f"flow_{q}"] + per_s[f"hift_{q}"]
         result[f"flow_hift_{q}_s_per_audio_s"] = round(total, 4)
         result[f"speedup_{q}_vs_upstream"] = round((per_s["flow_upstream"] + per_s["hift_upstream"]) / total, 2)
+        cpu_total = cpu_per_s[f"flow_{q}"] + cpu_per_s[f"hift_{q}"]
+        result[f"cpu_speedup_{q}_vs_upstream"] = round(
+            (cpu_per_s["flow_upstream"] + cpu_per_s["hift_upstream"]) / cpu_total, 2)
     result["load_after"] = _loadavg()
     print(json.dumps(result, indent=2))
     if args.json:

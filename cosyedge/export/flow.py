@@ -4,9 +4,10 @@ Files written:
 
 * ``flow_encoder.onnx`` - (tokens int64 [1, N], embedding [1, 192]) -> (mu [1, 80, 2N], spks [1, 80]).
   Token embedding, UpsampleConformerEncoder, projection, and the L2-normalised speaker projection.
-* ``flow_estimator.onnx`` - (x, mask, mu, t, spks, cond) -> estimator_out, batch and T dynamic; the
-  signature of upstream's ``flow.decoder.estimator.fp32.onnx``, which is copied instead when the
-  source directory ships it.
+* ``flow_estimator.onnx`` - (x, mu, t, spks, cond) -> estimator_out, batch and T dynamic: upstream's
+  estimator for unpadded input (mask = 1, which is all our runtime uses), exported from ``flow.pt`` in
+  a CPU-friendly form (see ``flow_nets``: fused attention, convs as MatMuls). Upstream's shipped
+  ``flow.decoder.estimator.fp32.onnx`` (same weights, unfused, with the mask) is not used.
 * ``flow_noise.npy`` - float32 [80, 15000]: upstream's ``rand_noise`` (``torch.randn`` after seeding 0).
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import warnings
 from typing import Any, Iterator
 
@@ -118,25 +118,12 @@ def export_flow(ctx) -> None:
             dynamic_axes={"tokens": {1: "n_tokens"}, "mu": {2: "n_frames"}},
             opset_version=OPSET, dynamo=False)
 
-    estimator_path = ctx.add_file(ESTIMATOR_FILE, "flow CFM estimator")
-    shipped = ctx.src / SHIPPED_ESTIMATOR
-    if shipped.is_file():
-        logger.info("using the shipped %s", SHIPPED_ESTIMATOR)
-        shutil.copyfile(shipped, estimator_path)
-        ctx.files[ESTIMATOR_FILE]["origin"] = SHIPPED_ESTIMATOR
-    else:
-        t = 64
-        example = (torch.randn(2, 80, t), torch.ones(2, 1, t), torch.randn(2, 80, t), torch.rand(2),
-                   torch.randn(2, 80), torch.randn(2, 80, t))
-        seq = {0: "batch", 2: "n_frames"}
-        with torch.no_grad(), quiet_export():
-            torch.onnx.export(
-                estimator, example, str(estimator_path),
-                input_names=["x", "mask", "mu", "t", "spks", "cond"], output_names=["estimator_out"],
-                dynamic_axes={"x": seq, "mask": seq, "mu": seq, "cond": seq, "t": {0: "batch"},
-                              "spks": {0: "batch"}, "estimator_out": seq},
-                opset_version=OPSET, dynamo=False)
-        ctx.files[ESTIMATOR_FILE]["origin"] = "flow.pt"
+    estimator_path = ctx.add_file(ESTIMATOR_FILE, "flow CFM estimator (full-length, fused attention)")
+    if (ctx.src / SHIPPED_ESTIMATOR).is_file():
+        logger.info("not using the shipped %s: the graph exported from flow.pt has the same weights and "
+                    "fused attention", SHIPPED_ESTIMATOR)
+    export_estimator(estimator, estimator_path)
+    ctx.files[ESTIMATOR_FILE]["origin"] = "flow.pt"
 
     noise_path = ctx.add_file(NOISE_FILE, "fixed CFM start noise [80, 15000]")
     np.save(noise_path, fixed_noise().numpy().astype(np.float32))
@@ -152,6 +139,27 @@ def export_flow(ctx) -> None:
         "n_timesteps": 10, "t_scheduler": "cosine", "inference_cfg_rate": _cfg_rate(ctx.config),
     }
     ctx.runtime["features"] = _mel_features(ctx.config)
+
+
+def export_estimator(estimator, path) -> None:
+    """Write ``estimator`` (a :class:`~cosyedge.export.flow_nets.Estimator`) as an ONNX graph to ``path``.
+
+    Inputs (x, mu, t, spks, cond), batch and frames dynamic; no ``mask`` (our runtime never pads), each
+    attention one ``com.microsoft.MultiHeadAttention`` node, convolutions as MatMuls.
+    """
+    import torch
+
+    t = 64
+    example = (torch.randn(2, 80, t), torch.randn(2, 80, t), torch.rand(2), torch.randn(2, 80),
+               torch.randn(2, 80, t))
+    seq = {0: "batch", 2: "n_frames"}
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(
+            estimator, example, str(path),
+            input_names=["x", "mu", "t", "spks", "cond"], output_names=["estimator_out"],
+            dynamic_axes={"x": seq, "mu": seq, "cond": seq, "t": {0: "batch"}, "spks": {0: "batch"},
+                          "estimator_out": seq},
+            opset_version=OPSET, custom_opsets={"com.microsoft": 1}, dynamo=False)
 
 
 def _cfg_rate(config: dict[str, Any]) -> float:

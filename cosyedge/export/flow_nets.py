@@ -221,24 +221,53 @@ class FlowFront(nn.Module):
 # ----------------------------------------------------------------------------------------------
 # CFM estimator: causal 1-D U-Net with transformer blocks (one resolution level in CosyVoice2)
 # ----------------------------------------------------------------------------------------------
+#
+# Export form (same function as upstream's CausalConditionalDecoder for unpadded input, mask = 1):
+# * time-major [B, T, C] throughout, so LayerNorm needs no transposes and every convolution is a MatMul
+#   on [B, T, k*C] columns (onnxruntime quantizes MatMul with a constant weight to a fast u8s8 GEMM; its
+#   ConvInteger is slower than fp32 Conv on CPU);
+# * no mask: our runtime never pads, so upstream's ``* mask`` multiplies and the -1e10 attention bias
+#   are identities; each attention is then one fused ``com.microsoft.MultiHeadAttention`` node;
+# * Mish written with one exp (see :func:`mish`).
+
+def mish(x: torch.Tensor) -> torch.Tensor:
+    """``x * tanh(softplus(x))`` as ``x * u / (u + 2)`` with ``u = e^x (e^x + 2)``.
+
+    The identity tanh(log(1 + n)) = ((1+n)^2 - 1) / ((1+n)^2 + 1). onnxruntime's Softplus and Tanh are
+    scalar loops; one vectorised Exp is ~10x faster on CPU and as accurate (x is clipped at 20, where the
+    ratio is 1 in float32).
+    """
+    n = torch.exp(torch.clamp(x, max=20.0))
+    u = n * (n + 2.0)
+    return x * (u / (u + 2.0))
+
+
+def pointwise(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """A kernel-1 Conv1d applied to time-major [B, T, C] as a MatMul."""
+    return F.linear(x, conv.weight[:, :, 0], conv.bias)
+
 
 class CausalConv(nn.Conv1d):
+    """Left-padded Conv1d on time-major [B, T, C], as one MatMul over the k shifted copies (im2col)."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(F.pad(x, (self.kernel_size[0] - 1, 0)))
+        k, t = self.kernel_size[0], x.shape[1]
+        padded = F.pad(x, (0, 0, k - 1, 0))
+        cols = torch.cat([padded[:, i:i + t] for i in range(k)], dim=-1)      # [B, T, k*C], tap-major
+        weight = self.weight.permute(0, 2, 1).reshape(self.out_channels, -1)  # [Cout, k*C], same order
+        return F.linear(cols, weight, self.bias)
 
 
 class CausalBlock(nn.Module):
-    """Causal conv k3 -> LayerNorm over channels -> Mish, masked in and out."""
+    """Causal conv k3 -> LayerNorm over channels -> Mish."""
 
     def __init__(self, dim: int, dim_out: int) -> None:
         super().__init__()
         # Index 1 and 3 are parameter-free upstream (transposes); keep the indices of the keys.
         self.block = nn.ModuleDict({"0": CausalConv(dim, dim_out, 3), "2": nn.LayerNorm(dim_out)})
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        h = self.block["0"](x * mask)
-        h = self.block["2"](h.transpose(1, 2)).transpose(1, 2)
-        return F.mish(h) * mask
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return mish(self.block["2"](self.block["0"](x)))
 
 
 class CausalResnet(nn.Module):
@@ -249,9 +278,35 @@ class CausalResnet(nn.Module):
         self.block2 = CausalBlock(dim_out, dim_out)
         self.res_conv = nn.Conv1d(dim, dim_out, 1)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
-        h = self.block1(x, mask) + self.mlp["1"](F.mish(temb)).unsqueeze(-1)
-        return self.block2(h, mask) + self.res_conv(x * mask)
+    def forward(self, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        h = self.block1(x) + self.mlp["1"](mish(temb)).unsqueeze(1)
+        return self.block2(h) + pointwise(self.res_conv, x)
+
+
+class FusedSelfAttention(torch.autograd.Function):
+    """Unmasked multi-head attention of [B, T, H*D] q/k/v, exported as one ``com.microsoft`` op.
+
+    onnxruntime's CPU ``MultiHeadAttention`` kernel tiles the scores (no [B, H, T, T] tensor in memory,
+    no separate scale and softmax passes); the PyTorch forward is the same arithmetic, used for tracing.
+    """
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
+        b, t, inner = q.shape
+        d = inner // heads
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            return y.reshape(b, t, heads, d).transpose(1, 2)
+
+        scores = torch.matmul(split(q), split(k).transpose(-2, -1)) * (d ** -0.5)
+        out = torch.matmul(torch.softmax(scores, dim=-1), split(v))
+        return out.transpose(1, 2).reshape(b, t, inner)
+
+    @staticmethod
+    def symbolic(g, q, k, v, heads: int):  # torch.onnx symbolic signature: g is the graph context
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, num_heads_i=heads)
+        out.setType(q.type())  # same dtype and shape as the query
+        return out
 
 
 class Attention(nn.Module):
@@ -264,16 +319,10 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(dim, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-
-        def split(y: torch.Tensor) -> torch.Tensor:
-            return y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-
-        q, k, v = split(self.to_q(x)), split(self.to_k(x)), split(self.to_v(x))
-        scores = torch.matmul(q, k.transpose(-2, -1)) * (self.head_dim ** -0.5) + bias
-        out = torch.matmul(torch.softmax(scores, dim=-1), v)
-        return self.to_out[0](out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (One merged q|k|v projection + Split measured the same speed in int8; kept simple.)
+        q, k, v = self.to_q(x), self.to_k(x), self.to_v(x)
+        return self.to_out[0](FusedSelfAttention.apply(q, k, v, self.heads))
 
 
 class GeluFeedForward(nn.Module):
@@ -296,8 +345,8 @@ class TransformerBlock(nn.Module):
         self.norm3 = nn.LayerNorm(dim)
         self.ff = GeluFeedForward(dim)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn1(self.norm1(x), bias)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn1(self.norm1(x))
         return x + self.ff(self.norm3(x))
 
 
@@ -330,19 +379,22 @@ class Stage(nn.ModuleList):
             children.append(CausalConv(dim_out, dim_out, 3))
         super().__init__(children)
 
-    def run(self, x: torch.Tensor, mask: torch.Tensor, temb: torch.Tensor, bias: torch.Tensor,
-            conv: bool = True) -> torch.Tensor:
-        x = self[0](x, mask, temb).transpose(1, 2)
+    def run(self, x: torch.Tensor, temb: torch.Tensor, conv: bool = True) -> torch.Tensor:
+        x = self[0](x, temb)
         for block in self[1]:
-            x = block(x, bias)
-        x = x.transpose(1, 2)
+            x = block(x)
         if conv and len(self) > 2:
-            x = self[2](x * mask)
+            x = self[2](x)
         return x
 
 
 class Estimator(nn.Module):
-    """(x, mask, mu, t, spks, cond) -> velocity [B, 80, T]; the signature of upstream's estimator ONNX."""
+    """(x, mu, t, spks, cond) -> velocity [B, 80, T]: upstream's estimator with every frame valid.
+
+    Upstream's signature also takes ``mask`` [B, 1, T]; our runtime never pads (one utterance, and both
+    CFG rows have the same length), so it is all ones there and left out here (see the export notes
+    at the top of this section).
+    """
 
     def __init__(self, cfg: FlowConfig) -> None:
         super().__init__()
@@ -357,16 +409,13 @@ class Estimator(nn.Module):
         self.final_block = CausalBlock(ch, ch)
         self.final_proj = nn.Conv1d(ch, cfg.est_out_channels, 1)
 
-    def forward(self, x, mask, mu, t, spks, cond):  # noqa: ANN001 - ONNX graph signature
+    def forward(self, x, mu, t, spks, cond):  # noqa: ANN001 - ONNX graph signature
         temb = self.time_mlp(timestep_features(t, self.in_channels))
-        h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1)
-        # Additive key mask: 0 where a frame is valid, -1e10 where it is padding (as upstream).
-        bias = ((1.0 - mask) * -1.0e10).unsqueeze(1)           # [B, 1, 1, T]
+        h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1).transpose(1, 2)
         # The skip connection is the hidden before the down stage's output conv.
-        skip = self.down_blocks[0].run(h, mask, temb, bias, conv=False)
-        h = self.down_blocks[0][2](skip * mask)
+        skip = self.down_blocks[0].run(h, temb, conv=False)
+        h = self.down_blocks[0][2](skip)
         for stage in self.mid_blocks:
-            h = stage.run(h, mask, temb, bias)
-        h = self.up_blocks[0].run(torch.cat([h, skip], dim=1), mask, temb, bias)
-        h = self.final_block(h, mask)
-        return self.final_proj(h * mask) * mask
+            h = stage.run(h, temb)
+        h = self.up_blocks[0].run(torch.cat([h, skip], dim=-1), temb)
+        return pointwise(self.final_proj, self.final_block(h)).transpose(1, 2)

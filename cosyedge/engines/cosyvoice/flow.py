@@ -7,6 +7,8 @@ Upstream semantics (``CausalMaskedDiffWithXvec.inference``, non-streaming):
 * the ODE starts from upstream's fixed noise (the converter saves it), and runs Euler steps on the cosine
   schedule ``t = 1 - cos(pi/2 * k/n)``; each step is one batch-2 estimator call (row 0 conditioned,
   row 1 with mu/spks/cond zeroed), mixed as ``(1 + r) v_cond - r v_uncond`` with r = 0.7;
+* nothing is padded, so upstream's estimator mask is all ones; our converter's estimator graph has no
+  mask input (graphs from older converters do, and get the ones);
 * the prompt frames are cut off the result.
 """
 
@@ -52,6 +54,7 @@ class FlowDecoder:
         self.estimator_session = estimator_session
         self.noise = np.asarray(noise, dtype=np.float32)    # [80, max_frames]
         self.params = params
+        self._mask_input = "mask" in {i.name for i in estimator_session.get_inputs()}
 
     @property
     def max_frames(self) -> int:
@@ -64,11 +67,13 @@ class FlowDecoder:
             "embedding": np.asarray(embedding, dtype=np.float32).reshape(1, -1)})
         return mu[0], spks[0]
 
-    def estimate(self, x: np.ndarray, mask: np.ndarray, mu: np.ndarray, t: np.ndarray, spks: np.ndarray,
+    def estimate(self, x: np.ndarray, mu: np.ndarray, t: np.ndarray, spks: np.ndarray,
                  cond: np.ndarray) -> np.ndarray:
-        """One estimator call (batch-first arrays, upstream's names)."""
-        return self.estimator_session.run(None, {"x": x, "mask": mask, "mu": mu, "t": t, "spks": spks,
-                                                 "cond": cond})[0]
+        """One estimator call on unpadded input (batch-first arrays, upstream's names; mask = 1)."""
+        feeds = {"x": x, "mu": mu, "t": t, "spks": spks, "cond": cond}
+        if self._mask_input:
+            feeds["mask"] = np.ones((x.shape[0], 1, x.shape[2]), dtype=np.float32)
+        return self.estimator_session.run(None, feeds)[0]
 
     def solve(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray, n_timesteps: int,
               cfg_rate: float | None = None) -> np.ndarray:
@@ -76,7 +81,6 @@ class FlowDecoder:
         n_frames = mu.shape[1]
         rate = np.float32(self.params.inference_cfg_rate if cfg_rate is None else cfg_rate)
         x = self.noise[:, :n_frames].copy()
-        mask = np.ones((2, 1, n_frames), dtype=np.float32)
         mu_in = np.zeros((2, mu.shape[0], n_frames), dtype=np.float32)
         mu_in[0] = mu
         spks_in = np.zeros((2, spks.shape[0]), dtype=np.float32)
@@ -87,7 +91,7 @@ class FlowDecoder:
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(1, n_timesteps + 1):
             x_in = np.stack([x, x])
-            v = self.estimate(x_in, mask, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
+            v = self.estimate(x_in, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
             x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
             t = np.float32(t + dt)
             if step < n_timesteps:
