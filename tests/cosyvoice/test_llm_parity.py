@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s
 
 from cosyedge.engines.cosyvoice.llm import SpeechLM  # noqa: E402
 from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
-from cosyedge.export.llm import (dequantize_int8_blocks, export_llm, quantize_int8_blocks,  # noqa: E402
-                                 quantize_text_embedding)
+from cosyedge.export.llm import (DEFAULT_PLAN, FP32, dequantize_blocks, dequantize_int8_blocks,  # noqa: E402
+                                 export_llm, quantize_blocks, quantize_int8_blocks, quantize_text_embedding)
 from tests.cosyvoice import _llm_reference as ref  # noqa: E402
 
 #: Max |log p| difference per step between fp32 ONNX and upstream PyTorch. Measured ~3e-5 with logits
@@ -36,8 +36,8 @@ def models(tmp_path_factory):
     llm = ref.build_llm(root / "CosyVoice-BlankEN")
     ref.save_checkpoint(llm, root)
     cfg = root / "CosyVoice-BlankEN" / "config.json"
-    export_llm(root / "llm.pt", cfg, root / "fp32", quantize=False, text_embedding="float32")
-    export_llm(root / "llm.pt", cfg, root / "int8", quantize=True, text_embedding="int8")
+    export_llm(root / "llm.pt", cfg, root / "fp32", plan=FP32, text_embedding="float32")
+    export_llm(root / "llm.pt", cfg, root / "int8", plan=DEFAULT_PLAN, text_embedding="int8")
     return {"upstream": llm, "fp32": SpeechLM.load(root / "fp32", threads=1),
             "int8": SpeechLM.load(root / "int8", threads=1), "root": root}
 
@@ -133,19 +133,25 @@ def test_int8_conversion_stays_close_to_upstream(models):
     assert err < 0.02 * spread, (err, spread)
 
 
-def test_int8_block_layout_matches_onnxruntime():
-    """Our MatMulNBits packing dequantizes to what onnxruntime computes with it."""
+@pytest.mark.parametrize("bits,block", [(8, 32), (4, 32), (4, 64), (8, 128)])
+def test_block_layout_matches_onnxruntime(bits, block):
+    """Our MatMulNBits packing (8 and 4 bits) dequantizes to what onnxruntime computes with it."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
-    k, n = 96, 40
+    rng = np.random.default_rng(bits + block)
+    k, n = 2 * block + (block if bits == 4 else 0), 40
     w = rng.normal(size=(k, n)).astype(np.float32)
-    codes, scale = quantize_int8_blocks(w)
-    deq = dequantize_int8_blocks(codes, scale)
-    assert np.abs(deq - w).max() <= np.abs(w).max() / 127 * 0.5 + 1e-6
-    node = helper.make_node("MatMulNBits", ["x", "b", "s"], ["y"], domain="com.microsoft", K=k, N=n, bits=8,
-                            block_size=32, accuracy_level=0)
+    codes, scale = quantize_blocks(w, bits, block)
+    assert codes.shape == (n, k // block, block * bits // 8) and codes.dtype == np.uint8
+    deq = dequantize_blocks(codes, scale, bits)
+    # Error bound per block: half a step for 8 bits (step max/127); for 4 bits the step is max/8 and a
+    # value near +max (opposite sign to the block's extreme) clips at code 7, one step away.
+    per_block = np.abs(w.T.reshape(n, k // block, block)).max(axis=2)
+    err = np.abs(deq - w).T.reshape(n, k // block, block).max(axis=2)
+    assert np.all(err <= (per_block / 254 if bits == 8 else per_block / 8) + 1e-6)
+    node = helper.make_node("MatMulNBits", ["x", "b", "s"], ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
+                            block_size=block, accuracy_level=0)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
                               initializer=[helper.make_tensor("b", TensorProto.UINT8, codes.shape,
@@ -158,6 +164,11 @@ def test_int8_block_layout_matches_onnxruntime():
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = rng.normal(size=(1, k)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ deq, rtol=1e-4, atol=1e-4)
+    # The legacy int8 helpers are the 8-bit case.
+    if bits == 8:
+        c8, s8 = quantize_int8_blocks(w, block)
+        np.testing.assert_array_equal(c8, codes)
+        np.testing.assert_array_equal(dequantize_int8_blocks(c8, s8), deq)
 
 
 def test_text_embedding_int8_rows():
