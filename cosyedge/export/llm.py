@@ -489,6 +489,10 @@ def export_frontend_step(ctx) -> None:
         ctx.source_file(f"{QWEN_DIR}/merges.txt")
     for name in FRONTEND_ONNX:
         shutil.copyfile(ctx.source_file(name), ctx.add_file(name, "frontend." + name.split(".")[0]))
+    if ctx.options.get("speech_tokenizer_int8"):
+        if ctx.quantize != "int8":
+            raise ValueError("--speech-tokenizer-int8 needs --quantize int8")
+        ctx.quantization[FRONTEND_ONNX[1]] = int8_speech_tokenizer(ctx.out / FRONTEND_ONNX[1])
     runtime = {"tokenizer": "tokenizer", "campplus": FRONTEND_ONNX[0], "speech_tokenizer": FRONTEND_ONNX[1]}
     if (ctx.src / "spk2info.pt").is_file():
         speakers = read_spk2info(ctx.src / "spk2info.pt")
@@ -496,6 +500,37 @@ def export_frontend_step(ctx) -> None:
         runtime["presets"] = "spk2info.npz"
         logger.info("SFT presets: %s", ", ".join(speakers) or "none")
     ctx.runtime["frontend"] = runtime
+
+
+def int8_speech_tokenizer(path: Path, frames: int = 500, seed: int = 0) -> dict:
+    """Replace the speech tokenizer at ``path`` by its dynamic-int8 version (MatMul/Gemm weights int8).
+
+    Returns the manifest record: bytes before/after and the share of speech tokens that stay the same on
+    one random log-mel input of ``frames`` frames (``[1, 128, frames]`` + its length, fed by position as
+    :class:`~cosyedge.engines.cosyvoice.prompt_encoders.PromptEncoder` does). Random input is not speech:
+    the agreement is a wiring check and a rough measure, not a quality guarantee.
+    """
+    import onnxruntime as ort
+
+    from cosyedge.export.quantize import quantize_file
+
+    tmp = path.with_suffix(".int8.onnx")
+    quantize_file(path, tmp, ["MatMul", "Gemm"])
+    rng = np.random.default_rng(seed)
+    mel = (rng.standard_normal((1, 128, frames)) * 0.5).astype(np.float32)
+    tokens = []
+    for graph in (path, tmp):
+        session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        tokens.append(np.asarray(session.run(None, {names[0]: mel, names[1]: np.array([frames], np.int32)})[0]))
+        del session
+    agree = float(np.mean(tokens[0] == tokens[1])) if tokens[0].shape == tokens[1].shape else 0.0
+    before, after = path.stat().st_size, tmp.stat().st_size
+    tmp.replace(path)
+    logger.info("speech tokenizer int8: %d -> %d bytes, %.1f %% of tokens unchanged on a random input",
+                before, after, 100 * agree)
+    return {"precision": "int8", "ops": ["MatMul", "Gemm"], "bytes_fp32": before, "bytes_int8": after,
+            "token_agreement_random_input": round(agree, 4)}
 
 
 def read_spk2info(path: Path) -> dict[str, np.ndarray]:

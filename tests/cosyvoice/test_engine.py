@@ -58,12 +58,30 @@ def prompt(engine):
 def test_manifest_lists_llm_and_frontend_files(models_dir):
     manifest = json.loads((models_dir / MODEL_ID / "manifest.json").read_text(encoding="utf-8"))
     files = manifest["files"]
-    for name in ("llm.onnx", "llm_text_embedding.npy", "llm_text_embedding_scale.npy", "llm_speech_embedding.npy",
-                 "llm_special_embedding.npy", "llm_config.json", "tokenizer/vocab.json", "tokenizer/merges.txt",
+    for name in ("llm.onnx", "llm.onnx.data", "llm_text_embedding.npy", "llm_text_embedding_scale.npy",
+                 "llm_speech_embedding.npy", "llm_speech_embedding_scale.npy", "llm_special_embedding.npy", "llm_config.json", "tokenizer/vocab.json", "tokenizer/merges.txt",
                  "campplus.onnx", "speech_tokenizer_v2.onnx", "spk2info.npz"):
         assert name in files and files[name]["sha256"], name
     assert manifest["config"]["llm"]["eos"] == 6561
     assert manifest["graphs"]["llm"]["precision"].startswith("int8")
+    # --quantize int8 stores the flow/HiFT graphs' remaining float32 weights as float16.
+    for name in ("flow_encoder.onnx", "flow_estimator.onnx", "hift_f0.onnx", "hift_decoder.onnx"):
+        storage = manifest["graphs"][name]["weight_storage"]
+        assert storage["float16_tensors"] > 0 and storage["bytes_after"] < storage["bytes_before"], name
+        assert files[name]["bytes"] == storage["bytes_after"]
+
+
+def test_prompt_encoder_is_released_after_each_use(engine, prompt):
+    """campplus + the speech tokenizer are not kept next to the LLM and flow between clone requests."""
+    assert engine._prompt_encoder is None
+    engine.keep_prompt_encoder = True
+    try:
+        again = engine.encode_prompt(speechlike(3.0), 24000, "Hello world, this is a tiny test.")
+        assert engine._prompt_encoder is not None
+        np.testing.assert_array_equal(again.arrays["tokens"], prompt.arrays["tokens"])
+    finally:
+        engine.keep_prompt_encoder = False
+        engine._prompt_encoder = None
 
 
 def test_engine_protocol_and_capabilities(engine):

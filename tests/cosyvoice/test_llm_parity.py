@@ -8,6 +8,8 @@ and every decision can be compared.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s
 
 from cosyedge.engines.cosyvoice.llm import SpeechLM  # noqa: E402
 from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
-from cosyedge.export.llm import (DEFAULT_PLAN, FP32, dequantize_blocks, dequantize_int8_blocks,  # noqa: E402
+from cosyedge.export.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, dequantize_blocks, dequantize_int8_blocks,  # noqa: E402
                                  export_llm, quantize_blocks, quantize_int8_blocks, quantize_text_embedding)
 from tests.cosyvoice import _llm_reference as ref  # noqa: E402
 
@@ -38,8 +40,10 @@ def models(tmp_path_factory):
     cfg = root / "CosyVoice-BlankEN" / "config.json"
     export_llm(root / "llm.pt", cfg, root / "fp32", plan=FP32, text_embedding="float32")
     export_llm(root / "llm.pt", cfg, root / "int8", plan=DEFAULT_PLAN, text_embedding="int8")
+    export_llm(root / "llm.pt", cfg, root / "int4", plan=INT4_PLAN, text_embedding="int8")
     return {"upstream": llm, "fp32": SpeechLM.load(root / "fp32", threads=1),
-            "int8": SpeechLM.load(root / "int8", threads=1), "root": root}
+            "int8": SpeechLM.load(root / "int8", threads=1), "int4": SpeechLM.load(root / "int4", threads=1),
+            "root": root}
 
 
 def test_prefill_and_20_cached_decode_steps_match_upstream(models):
@@ -118,19 +122,41 @@ def test_min_and_max_length_follow_the_text_length(models):
     assert len(got) == 20 * len(text)
 
 
-def test_int8_conversion_stays_close_to_upstream(models):
-    """Teacher-forced on upstream's greedy tokens, the int8 graph (+ int8 text table) agrees closely."""
+def _teacher_forced_drift(models, name: str) -> tuple[float, float]:
+    """(argmax agreement, mean |delta log p| / log-p spread) of ``models[name]`` against upstream."""
     choose = greedy(ref.EOS)
     want_tokens, want_steps = ref.run_upstream(models["upstream"], TEXT, PROMPT_TEXT, PROMPT_SPEECH, choose)
     forced = iter(want_tokens + [ref.EOS])
     got_steps: list[np.ndarray] = []
-    models["int8"].generate(TEXT, lambda *_: next(forced), PROMPT_TEXT, PROMPT_SPEECH, on_step=got_steps.append)
+    models[name].generate(TEXT, lambda *_: next(forced), PROMPT_TEXT, PROMPT_SPEECH, on_step=got_steps.append)
     assert len(got_steps) == len(want_steps)
     agree = np.mean([int(np.argmax(a)) == int(np.argmax(b)) for a, b in zip(want_steps, got_steps)])
     spread = np.mean([a.max() - np.median(a) for a in want_steps])
     err = np.mean([np.abs(a - b).mean() for a, b in zip(want_steps, got_steps)])
+    return float(agree), float(err / spread)
+
+
+def test_int8_conversion_stays_close_to_upstream(models):
+    """Teacher-forced on upstream's greedy tokens, the int8 default (int8 MatMuls, head, text and speech
+    tables) agrees closely."""
+    agree, rel_err = _teacher_forced_drift(models, "int8")
     assert agree >= 0.8, agree
-    assert err < 0.02 * spread, (err, spread)
+    assert rel_err < 0.02, rel_err
+    config = json.loads((models["root"] / "int8" / "llm_config.json").read_text())
+    assert config["quantization"] == DEFAULT_PLAN.label and config["weights"]["decoder_bits"] == 8
+    assert "speech_embedding_scale" in config["files"] and "llm_data" in config["files"]
+
+
+def test_int4_option_is_smaller_and_stays_near_upstream(models):
+    """The 4-bit plan halves the graph; its drift is larger than int8's but bounded."""
+    agree8, err8 = _teacher_forced_drift(models, "int8")
+    agree4, err4 = _teacher_forced_drift(models, "int4")
+    # Tiny model, weights N(0, 0.5): measured err8 0.017, err4 0.10 of the spread, agreement 0.97 / 0.38
+    # (the full-size figures are in docs/benchmarks.md). Argmax agreement is too fragile to bound here.
+    assert 2 * err8 < err4 < 0.2, (err8, err4)
+    assert agree8 >= agree4, (agree8, agree4)
+    size = {name: (models["root"] / name / "llm.onnx.data").stat().st_size for name in ("int8", "int4")}
+    assert size["int4"] < 0.7 * size["int8"], size
 
 
 @pytest.mark.parametrize("bits,block", [(8, 32), (4, 32), (4, 64), (8, 128)])
