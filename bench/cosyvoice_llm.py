@@ -313,7 +313,7 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
     """
     assert "torch" not in sys.modules
     from cosyedge.engines.cosyvoice.llm import SpeechLM
-    from cosyedge.engines.cosyvoice.manifest import ModelDir, open_session
+    from cosyedge.engines.cosyvoice.manifest import ModelDir, open_session, trim_heap
     from cosyedge.engines.cosyvoice.sampling import RasSampler
     from cosyedge.engines.cosyvoice.token2wav import Token2Wav
 
@@ -330,6 +330,7 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
     lm = SpeechLM.load(model.path, max(1, threads // 2))
     stage("load_llm")
     t2w = Token2Wav.load(model, threads=threads)
+    trim_heap()  # as CosyVoiceEngine.load does
     t_load = time.perf_counter() - t_load
     stage("load_token2wav")
     data = inputs()
@@ -352,6 +353,7 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
             session.run(None, {"feats": rng.standard_normal((1, 128, 1000)).astype(np.float32),
                                "feats_length": np.array([1000], np.int32)})
             del session
+            trim_heap()  # as CosyVoiceEngine.encode_prompt does
             stage(f"prompt_encode_{r}", cpu_s=round(time.process_time() - c0, 2))
         c0 = time.process_time()
         t0 = time.perf_counter()

@@ -39,9 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.export.llm import check_options
 
     steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
     options = {"llm_bits": args.llm_bits, "speech_tokenizer_int8": args.speech_tokenizer_int8}
+    check_options(args.quantize, options)  # before minutes of flow/HiFT export
     manifest = convert(args.src, args.out, quantize=args.quantize, steps=steps, force=args.force,
                        options={k: v for k, v in options.items() if v})
     total = sum(f["bytes"] for f in manifest["files"].values())

@@ -32,6 +32,8 @@ from typing import Mapping
 
 import numpy as np
 
+from cosyedge.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 OPSET = 17
@@ -444,13 +446,20 @@ def plan_for(quantize: str, llm_bits: int | None = None) -> WeightPlan:
     """The LLM's weight plan for the converter's ``--quantize`` and ``--llm-bits`` choices."""
     if quantize != "int8":
         if llm_bits:
-            raise ValueError("--llm-bits needs --quantize int8")
+            raise InputError("--llm-bits needs --quantize int8")
         return FP32
     if llm_bits in (None, 8):
         return DEFAULT_PLAN
     if llm_bits == 4:
         return INT4_PLAN
-    raise ValueError(f"--llm-bits must be 4 or 8, not {llm_bits}")
+    raise InputError(f"--llm-bits must be 4 or 8, not {llm_bits}")
+
+
+def check_options(quantize: str, options: Mapping) -> None:
+    """Refuse converter options that need ``--quantize int8`` before any step runs."""
+    plan_for(quantize, options.get("llm_bits"))
+    if options.get("speech_tokenizer_int8") and quantize != "int8":
+        raise InputError("--speech-tokenizer-int8 needs --quantize int8")
 
 
 def export_llm_step(ctx) -> None:
@@ -465,7 +474,7 @@ def export_llm_step(ctx) -> None:
     config = json.loads(files["llm_config"].read_text(encoding="utf-8"))
     ctx.runtime["llm"] = {"config": files["llm_config"].name, "eos": config["eos"],
                           "speech_vocab": config["speech_vocab"]}
-    ctx.quantization["llm"] = {"precision": config["quantization"],
+    ctx.quantization["llm"] = {"precision": config["quantization"], "weights": config["weights"],
                                "text_embedding": config["text_embedding"]}
 
 
@@ -490,8 +499,7 @@ def export_frontend_step(ctx) -> None:
     for name in FRONTEND_ONNX:
         shutil.copyfile(ctx.source_file(name), ctx.add_file(name, "frontend." + name.split(".")[0]))
     if ctx.options.get("speech_tokenizer_int8"):
-        if ctx.quantize != "int8":
-            raise ValueError("--speech-tokenizer-int8 needs --quantize int8")
+        check_options(ctx.quantize, ctx.options)
         ctx.quantization[FRONTEND_ONNX[1]] = int8_speech_tokenizer(ctx.out / FRONTEND_ONNX[1])
     runtime = {"tokenizer": "tokenizer", "campplus": FRONTEND_ONNX[0], "speech_tokenizer": FRONTEND_ONNX[1]}
     if (ctx.src / "spk2info.pt").is_file():

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines import load_engine  # noqa: E402
 from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt  # noqa: E402
-from cosyedge.errors import AudioError, CancelledError, NotFoundError, ParameterError, TextError  # noqa: E402
-from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, converted_models_dir  # noqa: E402
+from cosyedge.errors import (AudioError, CancelledError, InputError, NotFoundError, ParameterError,  # noqa: E402
+                             TextError)
+from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, converted_models_dir, tiny_source_dir  # noqa: E402
 
 MODEL_ID = "cosyvoice2-tiny"
 LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the tiny tokenizer reads this sentence. "
@@ -213,3 +214,18 @@ def test_engine_runs_with_torch_blocked(models_dir, tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok")
+
+
+def test_converter_can_store_the_speech_tokenizer_int8(tmp_path_factory, tmp_path):
+    """``--speech-tokenizer-int8``: the copied tokenizer shrinks, the manifest records it, the engine reads it."""
+    from cosyedge.export.cosyvoice2 import convert
+
+    src = tiny_source_dir(tmp_path_factory)
+    manifest = convert(src, tmp_path / "m", quantize="int8", steps=["frontend"],
+                       options={"speech_tokenizer_int8": True})
+    record = manifest["graphs"]["speech_tokenizer_v2.onnx"]
+    assert record["precision"] == "int8" and record["bytes_int8"] < 0.4 * record["bytes_fp32"]
+    assert manifest["files"]["speech_tokenizer_v2.onnx"]["bytes"] == record["bytes_int8"]
+    assert (src / "speech_tokenizer_v2.onnx").stat().st_size == record["bytes_fp32"]  # the source is untouched
+    with pytest.raises(InputError, match="needs --quantize int8"):
+        convert(src, tmp_path / "n", quantize="none", steps=["frontend"], options={"speech_tokenizer_int8": True})

@@ -15,8 +15,9 @@ import pytest
 pytest.importorskip("onnx", reason="the converter's graph tools need onnx")
 
 from cosyedge.engines.cosyvoice.manifest import ReleasingSession, open_session  # noqa: E402
-from cosyedge.export.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, WeightPlan, int8_speech_tokenizer,  # noqa: E402
-                                 plan_for)
+from cosyedge.errors import InputError  # noqa: E402
+from cosyedge.export.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, WeightPlan, check_options,  # noqa: E402
+                                 int8_speech_tokenizer, plan_for)
 from cosyedge.export.quantize import store_weights_fp16  # noqa: E402
 from tests.cosyvoice._tiny_checkpoint import speech_tokenizer_standin  # noqa: E402
 
@@ -95,10 +96,13 @@ def test_weight_plans_and_converter_choices():
     assert plan_for("none") == FP32 and plan_for("int8") == DEFAULT_PLAN and plan_for("int8", 8) == DEFAULT_PLAN
     assert plan_for("int8", 4) == INT4_PLAN and INT4_PLAN.label == "int4-weight-only-block32"
     assert DEFAULT_PLAN.label == "int8-weight-only-block128" and FP32.label == "fp32"
-    with pytest.raises(ValueError, match="--quantize int8"):
+    with pytest.raises(InputError, match="--quantize int8"):
         plan_for("none", 4)
-    with pytest.raises(ValueError, match="4 or 8"):
+    with pytest.raises(InputError, match="4 or 8"):
         plan_for("int8", 2)
+    with pytest.raises(InputError, match="--speech-tokenizer-int8 needs --quantize int8"):
+        check_options("none", {"speech_tokenizer_int8": True})
+    check_options("int8", {"llm_bits": 4, "speech_tokenizer_int8": True})
     with pytest.raises(ValueError, match="block"):
         WeightPlan(bits=8, block=256)
     with pytest.raises(ValueError, match="speech_embedding"):

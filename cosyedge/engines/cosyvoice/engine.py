@@ -28,6 +28,7 @@ import numpy as np
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
 from cosyedge.engines.cosyvoice.llm import SpeechLM
+from cosyedge.engines.cosyvoice.manifest import trim_heap
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
@@ -90,6 +91,7 @@ class CosyVoiceEngine:
                                  model.session(frontend["speech_tokenizer"], threads),
                                  model.manifest.get("config", {}).get("features"))
 
+        trim_heap()  # the graphs' protobuf copies are freed now; give them back
         logger.info("CosyVoice engine %s loaded (%d presets)", model.path.name, len(presets))
         return cls(model.path.name, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate))
@@ -116,6 +118,7 @@ class CosyVoiceEngine:
             if not self.keep_prompt_encoder:
                 with self._lock:
                     self._prompt_encoder = None
+                trim_heap()
         text = (transcript or "").strip()
         meta = {"transcript": self.normalizer.normalize(text) if text else None,
                 "duration_s": round(float(np.asarray(audio).size) / sample_rate, 3),

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from cosyedge.engines.cosyvoice.manifest import trim_heap
 from cosyedge.engines.cosyvoice.sampling import Chooser
 from cosyedge.errors import CancelledError, ModelMissingError
 
@@ -163,6 +164,7 @@ class SpeechLM:
             tokens.append(token)
             lm_input = self.embed_speech([token])
         logger.debug("LLM: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
+        trim_heap()  # the prefill's and the cache's freed buffers
         return tokens
 
     def close(self) -> None:
