@@ -118,13 +118,16 @@ def stage_convert(work: Path, llm_bits: int) -> None:
     if llm_bits == 4:
         convert(src, work / "int4", quantize="int8", steps=["flow", "hift", "llm", "compact"], force=True,
                 options={"llm_bits": 4})
-    from cosyedge.export.llm import int8_speech_tokenizer
+    from cosyedge.export.llm import int8_speech_tokenizer, move_weights_to_external_data
 
+    # The stand-ins are stored as the frontend step stores the real file (external data).
     standin = work / "speech_tokenizer_standin_fp32.onnx"
     speech_tokenizer_standin(standin)
     shutil.copyfile(standin, work / "speech_tokenizer_standin_int8.onnx")
     emit({"stage": "convert", "speech_tokenizer_standin_int8":
           int8_speech_tokenizer(work / "speech_tokenizer_standin_int8.onnx", frames=1000)})
+    for precision in ("fp32", "int8"):
+        move_weights_to_external_data(work / f"speech_tokenizer_standin_{precision}.onnx")
     t = time.perf_counter()
     export_llm(src / "llm.pt", src / "CosyVoice-BlankEN" / "config.json", work / "fp32", plan=FP32,
                text_embedding="float32")
