@@ -26,11 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantize", choices=("none", "int8"), default="none",
                         help="weight int8 for the graphs where it helps (default: none, fp32)")
     parser.add_argument("--llm-bits", type=int, choices=(4, 8), default=None,
-                        help="with --quantize int8: the LLM's weight bits (default 8; 4 is about half the "
-                             "size with ~10x the log-prob deviation, see docs/benchmarks.md)")
+                        help="with --quantize int8: the LLM's weight bits (default 8; 4 halves the backbone, "
+                             "LLM files -28 %%, with ~10x the log-prob deviation, see docs/benchmarks.md)")
     parser.add_argument("--speech-tokenizer-int8", action="store_true",
                         help="with --quantize int8: also store the copied speech tokenizer with int8 MatMul "
-                             "weights (~4x smaller on disk and in memory; token agreement is recorded)")
+                             "weights (~4x smaller on disk, ~3x less memory when opened; token agreement on "
+                             "a random input is recorded; check it on real speech first)")
     parser.add_argument("--steps", default=None,
                         help="comma-separated subset of export steps (default: all)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty --out")
