@@ -14,8 +14,10 @@ Stages (each its own process, so peak RSS is per stage; ``all`` runs them in ord
   forced tokens (250, or ``--steps``), rounds interleaved A/B/C so that machine load hits all three alike. Also the
   teacher-forced drift of int8 (and of the int8 text table) against upstream's log-probs.
 * ``onnx``: ONNX fp32 vs int8 decode only (no torch), cheap to repeat on a quiet machine.
-* ``e2e``: a process without torch: int8 LLM (prefill + 250 decode steps) + token2wav for 250 tokens
-  (10 s of audio) with a 75-token / 150-frame prompt; RTF, peak RSS, model size on disk.
+* ``e2e``: a process without torch, loading as the engine does: LLM (prefill + 250 decode steps) +
+  token2wav for 250 tokens (10 s of audio) with a 75-token / 150-frame prompt, twice; optionally a
+  speech-tokenizer stand-in of the real size first (``--prompt-tokenizer fp32|int8``: a clone request
+  with a new voice). RTF, CPU time, VmRSS and peak RSS per stage, the directory's size per file.
 
 Results are printed as JSON lines; docs/benchmarks.md records a run.
 """
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -104,16 +107,29 @@ def stage_prepare(work: Path, size: str) -> None:
     emit({"stage": "prepare", "seconds": round(time.perf_counter() - t, 1), "peak_rss_mb": round(peak_rss_mb())})
 
 
-def stage_convert(work: Path) -> None:
+def stage_convert(work: Path, llm_bits: int) -> None:
     from cosyedge.export.cosyvoice2 import convert
-    from cosyedge.export.llm import export_llm
+    from cosyedge.export.llm import FP32, export_llm
 
     src = work / "src"
     t = time.perf_counter()
-    convert(src, work / "int8", quantize="int8", steps=["flow", "hift", "llm"], force=True)
+    convert(src, work / "int8", quantize="int8", steps=["flow", "hift", "llm", "compact"], force=True)
     t_int8 = time.perf_counter() - t
+    if llm_bits == 4:
+        convert(src, work / "int4", quantize="int8", steps=["flow", "hift", "llm", "compact"], force=True,
+                options={"llm_bits": 4})
+    from cosyedge.export.llm import int8_speech_tokenizer, move_weights_to_external_data
+
+    # The stand-ins are stored as the frontend step stores the real file (external data).
+    standin = work / "speech_tokenizer_standin_fp32.onnx"
+    speech_tokenizer_standin(standin)
+    shutil.copyfile(standin, work / "speech_tokenizer_standin_int8.onnx")
+    emit({"stage": "convert", "speech_tokenizer_standin_int8":
+          int8_speech_tokenizer(work / "speech_tokenizer_standin_int8.onnx", frames=1000)})
+    for precision in ("fp32", "int8"):
+        move_weights_to_external_data(work / f"speech_tokenizer_standin_{precision}.onnx")
     t = time.perf_counter()
-    export_llm(src / "llm.pt", src / "CosyVoice-BlankEN" / "config.json", work / "fp32", quantize=False,
+    export_llm(src / "llm.pt", src / "CosyVoice-BlankEN" / "config.json", work / "fp32", plan=FP32,
                text_embedding="float32")
     emit({"stage": "convert", "int8_all_seconds": round(t_int8, 1),
           "fp32_llm_seconds": round(time.perf_counter() - t, 1), "peak_rss_mb": round(peak_rss_mb())})
@@ -213,6 +229,8 @@ def stage_onnx(work: Path, threads: int, rounds: int, steps: int) -> None:
     from cosyedge.engines.cosyvoice.llm import SpeechLM
 
     ours = {"onnx_fp32": SpeechLM.load(work / "fp32", threads), "onnx_int8": SpeechLM.load(work / "int8", threads)}
+    if (work / "int4").is_dir():
+        ours["onnx_int4"] = SpeechLM.load(work / "int4", threads)
     data = inputs()
     forced = data["forced"][:steps]
     results: dict[str, list[dict]] = {name: [] for name in ours}
@@ -224,6 +242,7 @@ def stage_onnx(work: Path, threads: int, rounds: int, steps: int) -> None:
             emit({"stage": "onnx", "round": r, "runtime": name, "threads": threads,
                   **{k: round(v, 4) for k, v in t.items()}})
     summary = {name: {"decode_ms": round(float(np.median([x["decode_ms"] for x in runs])), 1),
+                      "decode_cpu_ms": round(float(np.median([x["decode_cpu_ms"] for x in runs])), 1),
                       "tokens_per_s": round(1000 / float(np.median([x["decode_ms"] for x in runs])), 2),
                       "prefill_s": round(float(np.median([x["prefill_s"] for x in runs])), 3)}
                for name, runs in results.items()}
@@ -235,19 +254,88 @@ def dir_mb(path: Path, prefix: str = "") -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name.startswith(prefix)) / 1e6
 
 
-def stage_e2e(work: Path, threads: int) -> None:
+def memory_mb() -> dict[str, int]:
+    """VmRSS (now) and VmHWM (peak since the last :func:`reset_peak`) of this process, in MB."""
+    out = {}
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line[:5].lower()] = int(line.split()[1]) // 1024
+    return out
+
+
+def reset_peak() -> None:
+    """Reset VmHWM to the current RSS (Linux ``clear_refs`` 5), so the next reading is a stage's peak."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+        handle.write("5")
+
+
+def speech_tokenizer_standin(path: Path, blocks: int = 9, width: int = 1280, seed: int = 0) -> None:
+    """A random fp32 graph with ``speech_tokenizer_v2.onnx``'s signature and about its size (~0.5 GB).
+
+    The real file (the user's download) is not available here; its memory is weight-dominated, so a
+    stand-in of the same weight bytes (conv front, ``blocks`` residual MLPs, a 6561-way head, argmax)
+    shows what loading it next to the LLM and flow costs. Not its compute or its accuracy.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((width, 128, 3)) * 0.05).astype(np.float32), "conv")]
+    nodes = [helper.make_node("Conv", ["feats", "conv"], ["c"], strides=[4], pads=[1, 1]),
+             helper.make_node("Transpose", ["c"], ["x0"], perm=[0, 2, 1])]
+    x = "x0"
+    for i in range(blocks):
+        inits += [numpy_helper.from_array((rng.standard_normal((width, 4 * width)) * 0.02).astype(np.float32), f"w{i}a"),
+                  numpy_helper.from_array((rng.standard_normal((4 * width, width)) * 0.02).astype(np.float32), f"w{i}b")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}a"], [f"h{i}"]), helper.make_node("Relu", [f"h{i}"], [f"r{i}"]),
+                  helper.make_node("MatMul", [f"r{i}", f"w{i}b"], [f"m{i}"]),
+                  helper.make_node("Add", [x, f"m{i}"], [f"x{i + 1}"])]
+        x = f"x{i + 1}"
+    inits.append(numpy_helper.from_array((rng.standard_normal((width, 6561)) * 0.05).astype(np.float32), "head"))
+    nodes += [helper.make_node("MatMul", [x, "head"], ["logits"]),
+              helper.make_node("ArgMax", ["logits"], ["a"], axis=-1, keepdims=0),
+              helper.make_node("Cast", ["a"], ["indices"], to=TensorProto.INT32),
+              helper.make_node("Identity", ["feats_length"], ["length_out"])]
+    graph = helper.make_graph(nodes, "speech_tokenizer_standin",
+                              [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
+                               helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
+                              [helper.make_tensor_value_info("indices", TensorProto.INT32, [1, "N"]),
+                               helper.make_tensor_value_info("length_out", TensorProto.INT32, [1])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+
+
+def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -> None:
+    """Load, (prompt encode,) LLM, flow, HiFT in one process without torch; peak RSS per stage.
+
+    ``prompt_tokenizer``: ``none``, or ``fp32`` / ``int8`` to run a speech-tokenizer stand-in of the real
+    file's size on 10 s of prompt mel between the loads and the LLM, opened and released as the engine
+    does for a new voice (so a "full clone request").
+    """
     assert "torch" not in sys.modules
     from cosyedge.engines.cosyvoice.llm import SpeechLM
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.manifest import ModelDir, open_session, trim_heap
     from cosyedge.engines.cosyvoice.sampling import RasSampler
     from cosyedge.engines.cosyvoice.token2wav import Token2Wav
 
+    stages: dict[str, dict] = {}
+
+    def stage(name: str, **extra) -> None:
+        stages[name] = {**memory_mb(), **extra}
+        reset_peak()
+
+    directory = work / model_dir
+    stage("start")
     t_load = time.perf_counter()
-    model = ModelDir.load(work / "int8")
-    lm = SpeechLM.load(model.path, threads)
+    model = ModelDir.load(directory)
+    lm = SpeechLM.load(model.path, max(1, threads // 2))
+    stage("load_llm")
     t2w = Token2Wav.load(model, threads=threads)
+    trim_heap()  # as CosyVoiceEngine.load does
     t_load = time.perf_counter() - t_load
-    rss_loaded = peak_rss_mb()
+    stage("load_token2wav")
     data = inputs()
     rng = np.random.default_rng(1)
     prompt_mel = (rng.standard_normal((2 * N_PROMPT_SPEECH, 80)) - 5).astype(np.float32)
@@ -261,27 +349,41 @@ def stage_e2e(work: Path, threads: int) -> None:
 
     runs = []
     for r in range(2):
+        if prompt_tokenizer != "none":
+            c0 = time.process_time()
+            session = open_session(work / f"speech_tokenizer_standin_{prompt_tokenizer}.onnx", threads,
+                                   release_memory=True)
+            session.run(None, {"feats": rng.standard_normal((1, 128, 1000)).astype(np.float32),
+                               "feats_length": np.array([1000], np.int32)})
+            del session
+            trim_heap()  # as CosyVoiceEngine.encode_prompt does
+            stage(f"prompt_encode_{r}", cpu_s=round(time.process_time() - c0, 2))
         c0 = time.process_time()
         t0 = time.perf_counter()
         tokens = lm.generate(data["text"], choose, data["prompt_text"], data["prompt_speech"],
                              min_ratio=0, max_ratio=N_DECODE / N_TEXT)
         t1, c1 = time.perf_counter(), time.process_time()
-        rss_llm = peak_rss_mb()
+        stage(f"llm_{r}", cpu_s=round(c1 - c0, 2))
         mel = t2w.mel(tokens, data["prompt_speech"], prompt_mel, embedding)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
+        stage(f"flow_{r}", cpu_s=round(c2 - c1, 2))
         audio = t2w.vocoder(mel, rng=rng)
         t3, c3 = time.perf_counter(), time.process_time()
+        stage(f"hift_{r}", cpu_s=round(c3 - c2, 2))
         seconds = audio.size / t2w.sample_rate
         runs.append({"round": r, "tokens": len(tokens), "audio_s": round(seconds, 2), "llm_s": round(t1 - t0, 2),
                      "flow_s": round(t2 - t1, 2), "hift_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
                      "rtf": round((t3 - t0) / seconds, 3), "llm_cpu_s": round(c1 - c0, 2),
-                     "peak_rss_after_llm_mb": round(rss_llm),
-                     "total_cpu_s": round(c3 - c0, 2)})
+                     "llm_cpu_ms_per_token": round((c1 - c0) / max(1, len(tokens)) * 1000, 1),
+                     "total_cpu_s": round(c3 - c0, 2), "cpu_rtf": round((c3 - c0) / seconds, 3),
+                     "load": os.getloadavg()[0]})
         emit({"stage": "e2e", **runs[-1]})
-    emit({"stage": "e2e", "threads": threads, "load_s": round(t_load, 1), "rss_after_load_mb": round(rss_loaded),
-          "peak_rss_mb": round(peak_rss_mb()), "best_rtf": min(x["rtf"] for x in runs),
-          "disk_mb": {"int8_dir_total": round(dir_mb(work / "int8"), 1), "int8_llm": round(dir_mb(work / "int8", "llm"), 1),
-                      "fp32_llm": round(dir_mb(work / "fp32", "llm"), 1), "llm_pt": round(dir_mb(work / "src", "llm.pt"), 1)}})
+    emit({"stage": "e2e", "model_dir": model_dir, "threads": threads, "load_s": round(t_load, 1),
+          "prompt_tokenizer": prompt_tokenizer, "rss_by_stage_mb": stages,
+          "peak_rss_mb": max(v["vmhwm"] for v in stages.values()), "best_rtf": min(x["rtf"] for x in runs),
+          "disk_mb": {"dir_total": round(dir_mb(directory), 1), "llm_files": round(dir_mb(directory, "llm"), 1),
+                      "by_file": {p.name: round(p.stat().st_size / 1e6, 1) for p in sorted(directory.iterdir())
+                                  if p.is_file()}}})
 
 
 def main() -> int:
@@ -292,25 +394,32 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
     parser.add_argument("--steps", type=int, default=N_DECODE, help="decode steps timed in the llm stage")
+    parser.add_argument("--llm-bits", type=int, choices=(4, 8), default=8,
+                        help="convert: also write <work>/int4 with the 4-bit LLM when 4")
+    parser.add_argument("--model-dir", default="int8", help="e2e: which converted directory under --work")
+    parser.add_argument("--prompt-tokenizer", choices=("none", "fp32", "int8"), default="none",
+                        help="e2e: run a speech-tokenizer stand-in of the real size first (a clone request)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "all":
         for stage in ("prepare", "convert", "llm", "e2e"):
             cmd = [sys.executable, __file__, stage, "--work", str(args.work), "--threads", str(args.threads),
-                   "--rounds", str(args.rounds), "--size", args.size, "--steps", str(args.steps)]
+                   "--rounds", str(args.rounds), "--size", args.size, "--steps", str(args.steps),
+                   "--llm-bits", str(args.llm_bits), "--model-dir", args.model_dir,
+                   "--prompt-tokenizer", args.prompt_tokenizer]
             if subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT))).returncode:
                 return 1
         return 0
     if args.stage == "prepare":
         stage_prepare(args.work, args.size)
     elif args.stage == "convert":
-        stage_convert(args.work)
+        stage_convert(args.work, args.llm_bits)
     elif args.stage == "onnx":
         stage_onnx(args.work, args.threads, args.rounds, args.steps)
     elif args.stage == "llm":
         stage_llm(args.work, args.threads, args.rounds, args.size, args.steps)
     else:
-        stage_e2e(args.work, args.threads)
+        stage_e2e(args.work, args.threads, args.model_dir, args.prompt_tokenizer)
     return 0
 
 

@@ -25,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output directory, e.g. models/cosyvoice2-int8")
     parser.add_argument("--quantize", choices=("none", "int8"), default="none",
                         help="weight int8 for the graphs where it helps (default: none, fp32)")
+    parser.add_argument("--llm-bits", type=int, choices=(4, 8), default=None,
+                        help="with --quantize int8: the LLM's weight bits (default 8; 4 halves the backbone, "
+                             "LLM files -28 %%, with ~10x the log-prob deviation, see docs/benchmarks.md)")
+    parser.add_argument("--speech-tokenizer-int8", action="store_true",
+                        help="with --quantize int8: also store the copied speech tokenizer with int8 MatMul "
+                             "weights (~4x smaller on disk, ~3x less memory when opened; token agreement on "
+                             "a random input is recorded; check it on real speech first)")
     parser.add_argument("--steps", default=None,
                         help="comma-separated subset of export steps (default: all)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty --out")
@@ -33,9 +40,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.export.llm import check_options
 
     steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
-    manifest = convert(args.src, args.out, quantize=args.quantize, steps=steps, force=args.force)
+    options = {"llm_bits": args.llm_bits, "speech_tokenizer_int8": args.speech_tokenizer_int8}
+    check_options(args.quantize, options)  # before minutes of flow/HiFT export
+    manifest = convert(args.src, args.out, quantize=args.quantize, steps=steps, force=args.force,
+                       options={k: v for k, v in options.items() if v})
     total = sum(f["bytes"] for f in manifest["files"].values())
     print(f"wrote {args.out} ({len(manifest['files'])} files, {total / 1e6:.1f} MB, "
           f"{manifest['quantization']})")

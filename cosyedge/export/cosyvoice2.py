@@ -146,6 +146,7 @@ class ExportContext:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     runtime: dict[str, Any] = field(default_factory=dict)
     quantization: dict[str, dict[str, Any]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # per-step choices, e.g. llm_bits
 
     def source_file(self, name: str) -> Path:
         path = self.src / name
@@ -182,12 +183,18 @@ def _frontend_step(ctx: ExportContext) -> None:
     export_frontend_step(ctx)
 
 
+def _compact_step(ctx: ExportContext) -> None:
+    from cosyedge.export.quantize import compact_float_weights
+    compact_float_weights(ctx)
+
+
 #: Export steps in the order they run.
 EXPORT_STEPS: list[tuple[str, ExportStep]] = [
     ("flow", _flow_step),
     ("hift", _hift_step),
     ("llm", _llm_step),
     ("frontend", _frontend_step),
+    ("compact", _compact_step),
 ]
 
 
@@ -200,10 +207,11 @@ def sha256_of(path: Path) -> str:
 
 
 def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | None = None,
-            force: bool = False) -> dict[str, Any]:
+            force: bool = False, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the export steps from ``src`` into ``out``; returns the manifest written there.
 
     ``steps`` picks a subset by name (default: all). ``force`` replaces an existing ``out``.
+    ``options`` are step-specific choices (``llm_bits``, ``speech_tokenizer_int8``).
     """
     from cosyedge import __version__
     from cosyedge.export import require_torch
@@ -230,7 +238,7 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize)
+    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize, options=dict(options or {}))
     try:
         for name, step in EXPORT_STEPS:
             if name in chosen:

@@ -123,3 +123,68 @@ def quantize_in_place(ctx, name: str) -> None:
                               "bytes_fp32": before, "bytes_int8": after,
                               "per_channel": plan.get("per_channel", False), "fp32_nodes": len(keep)}
     logger.info("%s: int8 %s, %d -> %d bytes, SNR %s dB", name, plan["ops"], before, after, snr)
+
+
+# ----------------------------------------------------------------------------------------------
+# float16 storage of float32 weights (disk only; the graphs still compute in float32)
+# ----------------------------------------------------------------------------------------------
+
+#: Graphs whose remaining float32 weights (convolutions, the token embedding) are stored as float16
+#: by ``--quantize int8``. The LLM writes its own files; the frontend ONNX files are the user's copies.
+COMPACT_GRAPHS = ("flow_encoder.onnx", "flow_estimator.onnx", "hift_f0.onnx", "hift_decoder.onnx")
+FP16_MIN_ELEMENTS = 1024
+
+
+def store_weights_fp16(src: Path, dst: Path, min_elements: int = FP16_MIN_ELEMENTS) -> int:
+    """Rewrite ``src`` into ``dst`` with each float32 initializer of ``min_elements`` or more stored as
+    float16 behind a ``Cast`` to float32; return how many were converted.
+
+    onnxruntime folds the casts when it loads the graph, so the session holds and computes with float32
+    weights exactly as before, rounded to float16 precision (relative error <= 2^-11). Tensors with
+    values beyond float16's range are left alone.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    graph_inputs = {i.name for i in graph.input}
+    casts = []
+    for init in graph.initializer:
+        if init.data_type != TensorProto.FLOAT or init.name in graph_inputs:
+            continue
+        array = numpy_helper.to_array(init)
+        if array.size < min_elements or not np.all(np.abs(array) <= np.finfo(np.float16).max):
+            continue
+        name = init.name
+        init.CopyFrom(numpy_helper.from_array(array.astype(np.float16), name + "__fp16"))
+        casts.append(helper.make_node("Cast", [name + "__fp16"], [name], to=TensorProto.FLOAT,
+                                      name="fp16_storage_" + name))
+    nodes = casts + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.save_model(model, str(dst))
+    return len(casts)
+
+
+def compact_float_weights(ctx) -> None:
+    """Converter step "compact" (``--quantize int8`` only): float16 storage for :data:`COMPACT_GRAPHS`.
+
+    Records per graph the tensors converted, the bytes before/after and the SNR of the outputs
+    against the same graph with float32 storage, on one random input.
+    """
+    if ctx.quantize != "int8":
+        return
+    for name in COMPACT_GRAPHS:
+        path = ctx.out / name
+        if name not in ctx.files or not path.is_file():
+            continue
+        tmp = path.with_suffix(".fp16w.onnx")
+        count = store_weights_fp16(path, tmp)
+        snr = output_snr(path, tmp)
+        before, after = path.stat().st_size, tmp.stat().st_size
+        tmp.replace(path)
+        ctx.quantization.setdefault(name, {})["weight_storage"] = {
+            "float16_tensors": count, "bytes_before": before, "bytes_after": after, "snr_db_vs_float32_storage": snr}
+        logger.info("%s: %d float32 weights stored as float16, %d -> %d bytes, SNR %s dB", name, count, before,
+                    after, snr)

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow  # builds, converts and runs tiny models (~10-40 s
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines import load_engine  # noqa: E402
 from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt  # noqa: E402
-from cosyedge.errors import AudioError, CancelledError, NotFoundError, ParameterError, TextError  # noqa: E402
-from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, converted_models_dir  # noqa: E402
+from cosyedge.errors import (AudioError, CancelledError, InputError, NotFoundError, ParameterError,  # noqa: E402
+                             TextError)
+from tests.cosyvoice._tiny_checkpoint import PRESET_NAMES, converted_models_dir, tiny_source_dir  # noqa: E402
 
 MODEL_ID = "cosyvoice2-tiny"
 LONG_TEXT = ("The quick brown fox jumps over the lazy dog while the tiny tokenizer reads this sentence. "
@@ -58,12 +59,30 @@ def prompt(engine):
 def test_manifest_lists_llm_and_frontend_files(models_dir):
     manifest = json.loads((models_dir / MODEL_ID / "manifest.json").read_text(encoding="utf-8"))
     files = manifest["files"]
-    for name in ("llm.onnx", "llm_text_embedding.npy", "llm_text_embedding_scale.npy", "llm_speech_embedding.npy",
-                 "llm_special_embedding.npy", "llm_config.json", "tokenizer/vocab.json", "tokenizer/merges.txt",
-                 "campplus.onnx", "speech_tokenizer_v2.onnx", "spk2info.npz"):
+    for name in ("llm.onnx", "llm.onnx.data", "llm_text_embedding.npy", "llm_text_embedding_scale.npy",
+                 "llm_speech_embedding.npy", "llm_speech_embedding_scale.npy", "llm_special_embedding.npy", "llm_config.json", "tokenizer/vocab.json", "tokenizer/merges.txt",
+                 "campplus.onnx", "speech_tokenizer_v2.onnx", "speech_tokenizer_v2.onnx.data", "spk2info.npz"):
         assert name in files and files[name]["sha256"], name
     assert manifest["config"]["llm"]["eos"] == 6561
     assert manifest["graphs"]["llm"]["precision"].startswith("int8")
+    # --quantize int8 stores the flow/HiFT graphs' remaining float32 weights as float16.
+    for name in ("flow_encoder.onnx", "flow_estimator.onnx", "hift_f0.onnx", "hift_decoder.onnx"):
+        storage = manifest["graphs"][name]["weight_storage"]
+        assert storage["float16_tensors"] > 0 and storage["bytes_after"] < storage["bytes_before"], name
+        assert files[name]["bytes"] == storage["bytes_after"]
+
+
+def test_prompt_encoder_is_released_after_each_use(engine, prompt):
+    """campplus + the speech tokenizer are not kept next to the LLM and flow between clone requests."""
+    assert engine._prompt_encoder is None
+    engine.keep_prompt_encoder = True
+    try:
+        again = engine.encode_prompt(speechlike(3.0), 24000, "Hello world, this is a tiny test.")
+        assert engine._prompt_encoder is not None
+        np.testing.assert_array_equal(again.arrays["tokens"], prompt.arrays["tokens"])
+    finally:
+        engine.keep_prompt_encoder = False
+        engine._prompt_encoder = None
 
 
 def test_engine_protocol_and_capabilities(engine):
@@ -195,3 +214,19 @@ def test_engine_runs_with_torch_blocked(models_dir, tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok")
+
+
+def test_converter_can_store_the_speech_tokenizer_int8(tmp_path_factory, tmp_path):
+    """``--speech-tokenizer-int8``: the copied tokenizer shrinks, the manifest records it, the engine reads it."""
+    from cosyedge.export.cosyvoice2 import convert
+
+    src = tiny_source_dir(tmp_path_factory)
+    manifest = convert(src, tmp_path / "m", quantize="int8", steps=["frontend"],
+                       options={"speech_tokenizer_int8": True})
+    record = manifest["graphs"]["speech_tokenizer_v2.onnx"]
+    assert record["precision"] == "int8" and record["bytes_int8"] < 0.4 * record["bytes_fp32"]
+    stored = sum(manifest["files"][n]["bytes"] for n in ("speech_tokenizer_v2.onnx", "speech_tokenizer_v2.onnx.data"))
+    assert stored < 0.45 * record["bytes_fp32"]
+    assert (src / "speech_tokenizer_v2.onnx").stat().st_size == record["bytes_fp32"]  # the source is untouched
+    with pytest.raises(InputError, match="needs --quantize int8"):
+        convert(src, tmp_path / "n", quantize="none", steps=["frontend"], options={"speech_tokenizer_int8": True})

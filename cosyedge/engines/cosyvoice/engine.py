@@ -28,6 +28,7 @@ import numpy as np
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
 from cosyedge.engines.cosyvoice.llm import SpeechLM
+from cosyedge.engines.cosyvoice.manifest import trim_heap
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
@@ -47,7 +48,7 @@ class CosyVoiceEngine:
 
     def __init__(self, model_id: str, lm: SpeechLM, token2wav, tokenizer: TextTokenizer,
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
-                 sample_rate: int = SAMPLE_RATE) -> None:
+                 sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False) -> None:
         self.model_id = model_id
         self.lm = lm
         self.token2wav = token2wav
@@ -56,6 +57,10 @@ class CosyVoiceEngine:
         self._presets = dict(presets or {})
         self._prompt_encoder_factory = prompt_encoder_factory
         self._prompt_encoder = None
+        # campplus + the speech tokenizer (~0.5 GB as upstream ships it) are needed only for a new voice
+        # (the prompt cache keeps encodings); released after each use they never sit in memory next to
+        # the LLM and flow activations of a synthesis.
+        self.keep_prompt_encoder = keep_prompt_encoder
         self._lock = threading.Lock()
         self.capabilities = Capabilities(native_clone=True, native_instruct=True,
                                          languages=("auto", "zh", "en", "ja"), sample_rate=sample_rate)
@@ -86,6 +91,7 @@ class CosyVoiceEngine:
                                  model.session(frontend["speech_tokenizer"], threads),
                                  model.manifest.get("config", {}).get("features"))
 
+        trim_heap()  # the graphs' protobuf copies are freed now; give them back
         logger.info("CosyVoice engine %s loaded (%d presets)", model.path.name, len(presets))
         return cls(model.path.name, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate))
@@ -96,7 +102,7 @@ class CosyVoiceEngine:
 
     @property
     def prompt_encoder(self):
-        """campplus + speech tokenizer, opened on first use (only cloning needs them)."""
+        """campplus + speech tokenizer, opened when needed (only cloning needs them)."""
         with self._lock:
             if self._prompt_encoder is None:
                 self._prompt_encoder = self._prompt_encoder_factory()
@@ -104,7 +110,15 @@ class CosyVoiceEngine:
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
         """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
-        encoded = self.prompt_encoder.encode(audio, sample_rate)
+        encoder = self.prompt_encoder
+        try:
+            encoded = encoder.encode(audio, sample_rate)
+        finally:
+            del encoder
+            if not self.keep_prompt_encoder:
+                with self._lock:
+                    self._prompt_encoder = None
+                trim_heap()
         text = (transcript or "").strip()
         meta = {"transcript": self.normalizer.normalize(text) if text else None,
                 "duration_s": round(float(np.asarray(audio).size) / sample_rate, 3),

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from cosyedge.engines.cosyvoice.manifest import trim_heap
 from cosyedge.engines.cosyvoice.sampling import Chooser
 from cosyedge.errors import CancelledError, ModelMissingError
 
@@ -64,12 +65,14 @@ class SpeechLM:
     """
 
     def __init__(self, session, config: LLMConfig, text_table: np.ndarray, text_scale: np.ndarray | None,
-                 speech_embedding: np.ndarray, special_embedding: np.ndarray) -> None:
+                 speech_embedding: np.ndarray, special_embedding: np.ndarray,
+                 speech_scale: np.ndarray | None = None) -> None:
         self.session = session
         self.config = config
         self.text_table = text_table  # int8 codes (with per-row ``text_scale``), float16 or float32
         self.text_scale = text_scale
-        self.speech_embedding = speech_embedding
+        self.speech_embedding = speech_embedding  # int8 codes (with per-row ``speech_scale``) or float
+        self.speech_scale = speech_scale
         self.special_embedding = special_embedding
         self._cache_names = [f"past_{kind}_{i}" for i in range(config.layers) for kind in ("key", "value")]
         self._present_names = [n.replace("past_", "present_") for n in self._cache_names]
@@ -85,25 +88,29 @@ class SpeechLM:
             config = LLMConfig.from_json(raw)
             tables = {name: np.load(directory / files[name], mmap_mode="r")
                       for name in ("text_embedding", "text_embedding_scale", "speech_embedding",
-                                   "special_embedding") if name in files}
+                                   "speech_embedding_scale", "special_embedding") if name in files}
             session = make_session(directory / files["llm"], threads)
         except (OSError, KeyError, ValueError) as exc:
             raise ModelMissingError(f"CosyVoice LLM files in {directory} are missing or broken ({exc}); "
                                     "convert the checkpoint again with `python -m cosyedge convert cosyvoice2`") from exc
         return cls(session, config, tables["text_embedding"], tables.get("text_embedding_scale"),
-                   tables["speech_embedding"], tables["special_embedding"])
+                   tables["speech_embedding"], tables["special_embedding"], tables.get("speech_embedding_scale"))
 
     # -- embeddings (host-side gathers) -------------------------------------------------------
-    def embed_text(self, ids: Sequence[int]) -> np.ndarray:
+    @staticmethod
+    def _gather(table: np.ndarray, scale: np.ndarray | None, ids: Sequence[int]) -> np.ndarray:
+        """Rows ``ids`` of a (possibly int8 + per-row scale) table as float32 ``[n, hidden]``."""
         idx = np.asarray(ids, dtype=np.int64).reshape(-1)
-        rows = np.asarray(self.text_table[idx], dtype=np.float32)
-        if self.text_scale is not None:
-            rows *= np.asarray(self.text_scale[idx], dtype=np.float32)[:, None]
+        rows = np.asarray(table[idx], dtype=np.float32)
+        if scale is not None:
+            rows *= np.asarray(scale[idx], dtype=np.float32)[:, None]
         return rows
 
+    def embed_text(self, ids: Sequence[int]) -> np.ndarray:
+        return self._gather(self.text_table, self.text_scale, ids)
+
     def embed_speech(self, ids: Sequence[int]) -> np.ndarray:
-        idx = np.asarray(ids, dtype=np.int64).reshape(-1)
-        return np.asarray(self.speech_embedding[idx], dtype=np.float32)
+        return self._gather(self.speech_embedding, self.speech_scale, ids)
 
     def build_prompt(self, text_ids: Sequence[int], prompt_text_ids: Sequence[int] = (),
                      prompt_speech_ids: Sequence[int] = ()) -> np.ndarray:
@@ -157,6 +164,7 @@ class SpeechLM:
             tokens.append(token)
             lm_input = self.embed_speech([token])
         logger.debug("LLM: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
+        trim_heap()  # the prefill's and the cache's freed buffers
         return tokens
 
     def close(self) -> None:
