@@ -351,6 +351,9 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
     for r in range(2):
         if prompt_tokenizer != "none":
             c0 = time.process_time()
+            lm.close()  # as CosyVoiceEngine.encode_prompt does: the LLM is not resident next to the tokenizer
+            del lm
+            trim_heap()
             session = open_session(work / f"speech_tokenizer_standin_{prompt_tokenizer}.onnx", threads,
                                    release_memory=True)
             session.run(None, {"feats": rng.standard_normal((1, 128, 1000)).astype(np.float32),
@@ -360,6 +363,8 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
             stage(f"prompt_encode_{r}", cpu_s=round(time.process_time() - c0, 2))
         c0 = time.process_time()
         t0 = time.perf_counter()
+        if prompt_tokenizer != "none":  # reopened by the request's first sentence (counted in its LLM time)
+            lm = SpeechLM.load(model.path, max(1, threads // 2))
         tokens = lm.generate(data["text"], choose, data["prompt_text"], data["prompt_speech"],
                              min_ratio=0, max_ratio=N_DECODE / N_TEXT)
         t1, c1 = time.perf_counter(), time.process_time()

@@ -85,6 +85,23 @@ def test_prompt_encoder_is_released_after_each_use(engine, prompt):
         engine._prompt_encoder = None
 
 
+def test_llm_is_released_for_a_new_voice_and_reopened_with_the_same_output(engine, prompt):
+    """The LLM is not resident next to the speech tokenizer, and reopening it changes nothing."""
+    before, _ = _run(engine, "Hello world.", prompt, seed=3)
+    engine.encode_prompt(speechlike(2.0, seed=9), 24000, None)
+    assert engine._lm is None  # released while the prompt encoders ran
+    after, _ = _run(engine, "Hello world.", prompt, seed=3)
+    assert engine._lm is not None  # the sentence reopened it
+    np.testing.assert_array_equal(before[0].audio, after[0].audio)
+
+
+def test_llm_in_use_is_not_released(engine, prompt):
+    with engine._using_lm() as lm:  # as a synthesis on the other worker holds it
+        engine.encode_prompt(speechlike(2.0, seed=9), 24000, None)
+        assert engine._lm is lm
+    assert engine._lm_users == 0
+
+
 def test_engine_protocol_and_capabilities(engine):
     assert isinstance(engine, Engine)
     assert engine.name == "cosyvoice2" and engine.model_id == MODEL_ID

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -48,9 +49,17 @@ class CosyVoiceEngine:
 
     def __init__(self, model_id: str, lm: SpeechLM, token2wav, tokenizer: TextTokenizer,
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
-                 sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False) -> None:
+                 sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False,
+                 lm_loader: Callable[[], SpeechLM] | None = None) -> None:
         self.model_id = model_id
-        self.lm = lm
+        self._lm: SpeechLM | None = lm
+        self.lm_config = lm.config
+        # With a loader, the LLM (~0.4 GB resident) is dropped while a new voice is encoded and nobody
+        # synthesizes, and reopened (~0.5 s) by the next sentence: the speech tokenizer (~0.5 GB as
+        # upstream ships it) then never sits in memory next to it (docs/benchmarks.md, "CosyVoice LLM").
+        self._lm_loader = lm_loader
+        self._lm_users = 0
+        self._lm_lock = threading.Lock()
         self.token2wav = token2wav
         self.tokenizer = tokenizer
         self.normalizer = normalizer
@@ -76,7 +85,8 @@ class CosyVoiceEngine:
         frontend = model.config("frontend")
         # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
         # so the LLM takes half the cores and leaves the rest to the other job the queue may run.
-        lm = SpeechLM.load(model.path, threads=max(1, (threads or 1) // 2))
+        lm_threads = max(1, (threads or 1) // 2)
+        lm = SpeechLM.load(model.path, threads=lm_threads)
         token2wav = Token2Wav.load(model, threads=threads)
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
         presets: dict[str, np.ndarray] = {}
@@ -94,11 +104,43 @@ class CosyVoiceEngine:
         trim_heap()  # the graphs' protobuf copies are freed now; give them back
         logger.info("CosyVoice engine %s loaded (%d presets)", model.path.name, len(presets))
         return cls(model.path.name, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
-                   prompt_encoder, presets, sample_rate=int(token2wav.sample_rate))
+                   prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
+                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads))
 
     # -- voices ---------------------------------------------------------------------------------
     def presets(self) -> list[str]:
         return sorted(self._presets)
+
+    @property
+    def lm(self) -> SpeechLM:
+        """The speech LLM, reopened if it was released for a prompt encoding."""
+        with self._using_lm() as lm:
+            return lm
+
+    @contextmanager
+    def _using_lm(self) -> Iterator[SpeechLM]:
+        """The LLM, kept loaded until the block ends (a prompt encoding may not release it meanwhile)."""
+        with self._lm_lock:
+            if self._lm is None:
+                logger.info("reopening the CosyVoice LLM")
+                self._lm = self._lm_loader()
+            self._lm_users += 1
+            lm = self._lm
+        try:
+            yield lm
+        finally:
+            with self._lm_lock:
+                self._lm_users -= 1
+
+    def _release_lm_if_idle(self) -> bool:
+        """Drop the LLM if it can be reopened and no synthesis is using it; True if dropped."""
+        with self._lm_lock:
+            if self._lm_loader is None or self._lm is None or self._lm_users:
+                return False
+            self._lm.close()
+            self._lm = None
+        trim_heap()
+        return True
 
     @property
     def prompt_encoder(self):
@@ -110,6 +152,8 @@ class CosyVoiceEngine:
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
         """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
+        if self._release_lm_if_idle():
+            logger.debug("LLM released while the prompt encoders run")
         encoder = self.prompt_encoder
         try:
             encoded = encoder.encode(audio, sample_rate)
@@ -173,14 +217,15 @@ class CosyVoiceEngine:
             raise TextError("the text has nothing to speak (only punctuation or markup)")
         seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         rng = np.random.default_rng(seed)
-        chooser: Chooser = RasSampler(eos=self.lm.config.eos, seed=int(rng.integers(2 ** 31)))
+        chooser: Chooser = RasSampler(eos=self.lm_config.eos, seed=int(rng.integers(2 ** 31)))
         logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
             text_ids = self.tokenizer.encode(sentence)
-            tokens = self.lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
+            with self._using_lm() as lm:
+                tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)
             else:
@@ -191,5 +236,8 @@ class CosyVoiceEngine:
                              text=sentence, index=index, total=total)
 
     def close(self) -> None:
-        self.lm.close()
+        with self._lm_lock:
+            if self._lm is not None:
+                self._lm.close()
+            self._lm = None
         self._prompt_encoder = None
