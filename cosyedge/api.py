@@ -346,6 +346,8 @@ def build_router(service: Service) -> APIRouter:
         stream = job.stream if job is not None else None
         if stream is None or not secrets.compare_digest(stream.token.encode(), token.encode()):
             raise NotFoundError(f"no audio stream for job {job_id!r}")
+        if stream.released:
+            raise NotFoundError(f"job {job_id!r} finished long ago; its audio stream has been released")
         return StreamingResponse(_wav_stream(job_id, stream), media_type="audio/wav",
                                  headers={"Cache-Control": "no-store", "X-Cosyedge-Job-Id": job_id})
 

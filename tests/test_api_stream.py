@@ -211,3 +211,14 @@ def test_a_ui_jobs_audio_is_readable_with_its_token_only(server):
     plain = server.service.submit(TTSRequest(text=TEXT))   # not streamed: no audio stream to read
     assert plain.wait(10)
     assert httpx.get(f"{server.url}/jobs/{plain.id}/audio", params={"token": ""}).status_code == 404
+
+
+def test_a_released_streams_audio_is_a_json_404_not_an_empty_200(server):
+    from cosyedge.service import TTSRequest
+
+    job = server.service.submit(TTSRequest(text=TEXT), owner="ui:x", stream=True)
+    assert job.wait(10)
+    job.release_result()   # what the queue does once eight newer jobs have finished
+    r = httpx.get(f"{server.url}/jobs/{job.id}/audio", params={"token": job.stream.token}, timeout=10)
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    assert "released" in r.json()["error"]["message"]
