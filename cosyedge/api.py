@@ -22,6 +22,7 @@ import binascii
 import io
 import json
 import logging
+import re
 import secrets
 from typing import Any, AsyncIterator, Literal
 from urllib.parse import unquote
@@ -103,6 +104,29 @@ class SpeechBody(BaseModel):
     instructions: str | None = None
     stream_format: Literal["audio"] | None = Field(
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
+
+
+#: The audio route's token in a logged path (uvicorn's access log writes each path with its query).
+_TOKEN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
+
+
+class TokenRedactingFilter(logging.Filter):
+    """Blank ``token=`` query values in log lines, so the access log never holds a stream's token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_TOKEN_QUERY.sub(r"\1-", a) if isinstance(a, str) else a
+                                for a in record.args)
+        elif isinstance(record.msg, str) and not record.args:
+            record.msg = _TOKEN_QUERY.sub(r"\1-", record.msg)
+        return True
+
+
+def install_log_redaction(logger_name: str = "uvicorn.access") -> None:
+    """Add :class:`TokenRedactingFilter` to the access logger (once; the server entry point calls it)."""
+    target = logging.getLogger(logger_name)
+    if not any(isinstance(f, TokenRedactingFilter) for f in target.filters):
+        target.addFilter(TokenRedactingFilter())
 
 
 def error_response(status: int, kind: str, message: str,

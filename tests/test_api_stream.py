@@ -222,3 +222,19 @@ def test_a_released_streams_audio_is_a_json_404_not_an_empty_200(server):
     r = httpx.get(f"{server.url}/jobs/{job.id}/audio", params={"token": job.stream.token}, timeout=10)
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
     assert "released" in r.json()["error"]["message"]
+
+
+def test_access_log_lines_never_show_a_stream_token():
+    """uvicorn logs each request's path with its query: the audio route's token must not be there."""
+    from cosyedge.api import install_log_redaction
+
+    access = logging.getLogger("uvicorn.access")
+    install_log_redaction()
+    install_log_redaction()   # idempotent: one filter however often the app is built
+    assert sum(type(f).__name__ == "TokenRedactingFilter" for f in access.filters) == 1
+    record = access.makeRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5", "GET", "/jobs/ab/audio?token=S3cr-et_x&x=1", "1.1", 200),
+                               None)
+    assert all(f.filter(record) for f in access.filters)
+    line = record.getMessage()
+    assert "S3cr" not in line and "/jobs/ab/audio?token=" in line and line.endswith('&x=1 HTTP/1.1" 200')
