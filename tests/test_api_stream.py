@@ -238,3 +238,57 @@ def test_access_log_lines_never_show_a_stream_token():
     assert all(f.filter(record) for f in access.filters)
     line = record.getMessage()
     assert "S3cr" not in line and "/jobs/ab/audio?token=" in line and line.endswith('&x=1 HTTP/1.1" 200')
+
+
+def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake_factory):
+    """The ASGI server reports a gone client by raising from send(): the job must stop then, not
+    whenever the abandoned body generator happens to be garbage-collected."""
+    import asyncio
+    import json as jsonlib
+
+    from cosyedge.api import create_api
+
+    fake_factory.engine_kwargs["delay"] = 0.4
+    service = make_service()
+    app = create_api(service)
+    body = jsonlib.dumps({"model": "tts-1", "input": LONG_TEXT, "voice": "female_1",
+                          "response_format": "pcm", "stream_format": "audio"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/audio/speech",
+             "raw_path": b"/v1/audio/speech", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 7860)}
+    sent: list[dict] = []
+
+    async def main() -> BaseException | None:
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop(0)
+            await asyncio.sleep(60)   # the client is silent; its disconnect shows up in send()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.body" and message.get("body"):
+                raise OSError("client gone")
+
+        kept = None
+        try:
+            await app(scope, receive, send)
+        except BaseException as exc:  # noqa: BLE001 - kept, as a server's log would keep it
+            kept = exc
+        job = next(iter(service.queue._jobs.values()))
+        for _ in range(300):   # the event loop keeps running, as a server's does
+            if job.finished:
+                break
+            await asyncio.sleep(0.01)
+        assert job.finished, "job kept running after the server said the client was gone"
+        return kept
+
+    kept = asyncio.run(main())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    job = next(iter(service.queue._jobs.values()))
+    assert job.state is JobState.CANCELLED and kept is not None
+    assert fake_factory.engine.sentences_done < 10

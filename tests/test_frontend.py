@@ -279,8 +279,8 @@ def test_decimal_numbers_are_never_cut(frontend, uncut_frontend):
 
 
 @pytest.mark.parametrize("text", ["我今天用iPhone拍了很多很多非常漂亮的照片，然后发给了我的好朋友们看。",
-                                  "Today we learned 你好 and 谢谢 in our Chinese class with the new "
-                                  "teacher, it was fun."])
+                                  ("Today we learned 你好 and 谢谢 in our Chinese class with the new "
+                                   "teacher, it was fun.")])
 def test_first_cut_never_falls_at_a_language_switch(frontend, uncut_frontend, text):
     """A language change inside a clause is no clause end: the first call ends at a clause mark."""
     cut = frontend.sentences(text)
