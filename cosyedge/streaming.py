@@ -76,6 +76,18 @@ class AudioStream:
             self.error = error
         self._notify()
 
+    def share(self, audio: np.ndarray) -> None:
+        """Make the pieces views into ``audio``, their concatenation (the job's result), so a
+        finished job holds its audio once rather than twice. Readers see the same samples."""
+        with self._cond:
+            sizes = [piece.size for piece in self._pieces]
+            if sum(sizes) != audio.size:
+                logger.warning("audio stream: result of %d samples is not the %d streamed; kept apart",
+                               audio.size, sum(sizes))
+                return
+            bounds = np.cumsum([0, *sizes])
+            self._pieces = [audio[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
     def release(self) -> None:
         """Drop the pieces of a finished stream (the queue keeps only recent results); with
         readers still reading, once the last of them stops."""

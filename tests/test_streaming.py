@@ -169,3 +169,15 @@ def test_release_does_not_cut_an_async_reader_that_is_still_reading():
 
     assert asyncio.run(main()) == [1.0, 2.0, 3.0]
     assert stream._pieces == []
+
+
+def test_a_finished_streaming_job_holds_its_audio_once(make_service):
+    """The stream's pieces and the result are the same memory, not two copies (newest 8 keep both)."""
+    service = make_service()
+    job = service.submit(TTSRequest(text="One. Two words. Three more words here."), stream=True)
+    assert job.wait(10)
+    result = job.outcome()
+    pieces = list(job.stream.pieces(timeout=1))
+    assert len(pieces) == 3
+    np.testing.assert_array_equal(np.concatenate(pieces), result.audio)
+    assert all(np.shares_memory(piece, result.audio) for piece in pieces)
