@@ -292,3 +292,19 @@ def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake
     job = next(iter(service.queue._jobs.values()))
     assert job.state is JobState.CANCELLED and kept is not None
     assert fake_factory.engine.sentences_done < 10
+
+
+def test_a_full_queue_is_a_json_429_for_streams_too(slow_server):
+    from cosyedge.service import TTSRequest
+
+    queue = slow_server.service.queue
+    jobs = [slow_server.service.submit(TTSRequest(text=LONG_TEXT))
+            for _ in range(queue.concurrency + queue.max_waiting)]
+    try:
+        r = speech(slow_server.url, response_format="pcm", stream_format="audio")
+        assert r.status_code == 429 and r.json()["error"]["type"] == "busy"
+        assert int(r.headers["retry-after"]) >= 1
+        assert len(queue.active_jobs()) == len(jobs)   # nothing was queued for the refused stream
+    finally:
+        for job in jobs:
+            slow_server.service.cancel(job.id)
