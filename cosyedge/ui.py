@@ -277,9 +277,10 @@ def build_ui(service: Service) -> "gr.Blocks":
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    def cancel(request: gr.Request) -> None:
+    def cancel(request: gr.Request) -> str:
         count = service.cancel_owner(_session(request))
         logger.info("UI session cancelled %d job(s)", count)
+        return ""  # empties the live player: what it had scheduled stops at once
 
     def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
         with gr.Row():
@@ -302,8 +303,9 @@ def build_ui(service: Service) -> "gr.Blocks":
         return go, stop, audio, panel, live
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
+        """``out``: download player, panel, live player (last; Cancel empties it)."""
         event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
-        stop.click(cancel, inputs=None, outputs=None, cancels=[event], queue=False)
+        stop.click(cancel, inputs=None, outputs=[out[-1]], cancels=[event], queue=False)
 
     # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
     with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:

@@ -279,6 +279,28 @@ def test_cancel_button_stops_the_job_between_sentences(browser, make_service, li
         context.close()
 
 
+def test_cancel_button_silences_the_live_player(browser, make_service, live_server, fake_factory):
+    """Synthesis runs ahead of playback: after Cancel the seconds already scheduled must not play."""
+    fake_factory.engine_kwargs["delay"] = 0.05   # ~0.6 s of audio per sentence made in 0.05 s
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        page.add_init_script(SOURCE_SPY)
+        page.reload(wait_until="load")
+        page.get_by_role("tab", name=TABS["preset"]).click()
+        page.locator("#preset-text textarea").fill(
+            " ".join(f"Sentence number {i} is here and it is fairly long." for i in range(60)))
+        page.locator("#preset-generate").click()
+        page.wait_for_function("() => parseFloat(document.querySelector('#preset-live [data-scheduled]')"
+                               "?.dataset.scheduled || '0') > 4", timeout=30_000)
+        page.locator("#preset-cancel").click()
+        page.wait_for_function("() => window.__sources.length > 0 && "
+                               "window.__sources.every(s => s.__stopped || s.__ended)", timeout=2_000)
+    finally:
+        context.close()
+
+
 def test_closing_the_page_cancels_its_job(browser, make_service, live_server, fake_factory):
     fake_factory.engine_kwargs["delay"] = 0.4
     service = make_service()
