@@ -94,6 +94,27 @@ UI_AND_REST = [("GET", "/"), ("GET", "/config"), ("GET", "/gradio_api/info"),
                ("GET", "/gradio_api/file=/etc/hostname")]
 
 
+def test_the_live_players_stream_needs_the_credentials_too(make_service, live_server, web_settings):
+    """The stream token is no password: GET /jobs/{id}/audio sits behind the same Basic auth."""
+    from gradio_client import Client
+
+    service = make_service(dataclasses.replace(web_settings, host="0.0.0.0", auth="teacher:s3cret"))
+    server = live_server(service, with_ui=True)
+    token = "Basic " + __import__("base64").b64encode(b"teacher:s3cret").decode()
+    client = Client(server.url, headers={"Authorization": token}, verbose=False,
+                    download_files=str(web_settings.root / "dl"), analytics_enabled=False)
+    try:
+        job = client.submit("female_1", "Hello.", 1.0, "auto", api_name="/preset")
+        job.result()
+        live = job.outputs()[0][2]   # the first update: the live player's stream URL
+    finally:
+        client.close()
+    assert live.startswith("/jobs/") and "token=" in live
+    assert httpx.get(server.url + live, timeout=30).status_code == 401
+    r = httpx.get(server.url + live, auth=("teacher", "s3cret"), timeout=30)
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+
+
 def test_lan_exposure_needs_credentials_on_ui_and_rest(make_service, live_server, web_settings):
     service = make_service(dataclasses.replace(web_settings, host="0.0.0.0", auth="teacher:s3cret"))
     server = live_server(service, with_ui=True)
@@ -111,17 +132,10 @@ def test_lan_exposure_needs_credentials_on_ui_and_rest(make_service, live_server
     client = Client(server.url, headers={"Authorization": token}, verbose=False,
                     download_files=str(web_settings.root / "dl"), analytics_enabled=False)
     try:
-        job = client.submit("female_1", "Hello.", 1.0, "auto", api_name="/preset")
-        path, panel, _ = job.result()
-        live = job.outputs()[0][2]   # the first update: the live player's stream URL
+        path, panel, _live = client.predict("female_1", "Hello.", 1.0, "auto", api_name="/preset")
     finally:
         client.close()
     assert Path(path).read_bytes()[:4] == b"RIFF" and "female_1" in panel
-    # the live player's stream is behind the same credentials, its token notwithstanding
-    assert live.startswith("/jobs/") and "token=" in live
-    assert httpx.get(server.url + live, timeout=30).status_code == 401
-    r = httpx.get(server.url + live, auth=("teacher", "s3cret"), timeout=30)
-    assert r.status_code == 200 and r.content[:4] == b"RIFF"
 
 
 @pytest.mark.parametrize("path", ["/tts", "/v1/audio/speech", "/gradio_api/upload"])
@@ -206,7 +220,7 @@ def test_no_file_outside_the_intended_routes_is_served(ui_server):
     client = Client(ui_server.url, verbose=False, download_files=str(settings.root / "dl"),
                     analytics_enabled=False)
     try:
-        path, *_ = client.predict("female_1", "Hello.", 1.0, "auto", api_name="/preset")
+        path, _, _ = client.predict("female_1", "Hello.", 1.0, "auto", api_name="/preset")
     finally:
         client.close()
     assert Path(path).read_bytes()[:4] == b"RIFF"
@@ -240,7 +254,7 @@ try:
     out["speech"] = r.status_code
     from gradio_client import Client
     client = Client(url, verbose=False, download_files=sys.argv[2] + "/dl", analytics_enabled=False)
-    path, *_ = client.predict("female_1", "From the page.", 1.0, "auto", api_name="/preset")
+    path, panel, _live = client.predict("female_1", "From the page.", 1.0, "auto", api_name="/preset")
     client.close()
     out["gradio_wav"] = open(path, "rb").read(4).decode("latin-1")
     out["health"] = httpx.get(url + "/health").json()
