@@ -240,9 +240,11 @@ def test_access_log_lines_never_show_a_stream_token():
     assert "S3cr" not in line and "/jobs/ab/audio?token=" in line and line.endswith('&x=1 HTTP/1.1" 200')
 
 
-def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake_factory):
+@pytest.mark.parametrize("fails_at", ["http.response.start", "http.response.body"])
+def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake_factory, fails_at):
     """The ASGI server reports a gone client by raising from send(): the job must stop then, not
-    whenever the abandoned body generator happens to be garbage-collected."""
+    whenever the abandoned body generator happens to be garbage-collected; and the response stops
+    reading the job's stream (release waits for readers), even if its body never started."""
     import asyncio
     import json as jsonlib
 
@@ -271,7 +273,7 @@ def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake
 
         async def send(message: dict) -> None:
             sent.append(message)
-            if message["type"] == "http.response.body" and message.get("body"):
+            if message["type"] == fails_at:
                 raise OSError("client gone")
 
         kept = None
@@ -285,6 +287,7 @@ def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake
                 break
             await asyncio.sleep(0.01)
         assert job.finished, "job kept running after the server said the client was gone"
+        assert job.stream._readers == 0, "the response still counts as a reader of the stream"
         return kept
 
     kept = asyncio.run(main())
