@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from cosyedge.api import install_log_redaction
     from cosyedge.thermal import ThermalGovernor
 
     service = make_service(settings, ThermalGovernor.from_settings(settings))
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     app = build_app(service)
     logger.info("cosyedge on http://%s:%d (model %s loads on the first job)", settings.host,
                 settings.port, settings.model)
+    install_log_redaction()  # the live player's stream token must not reach the access log
     try:
         uvicorn.run(app, host=settings.host, port=settings.port,
                     log_level=settings.log_level.lower(), timeout_graceful_shutdown=5)

@@ -22,8 +22,9 @@ import binascii
 import io
 import json
 import logging
+import re
 import secrets
-from typing import Any, AsyncIterator, Literal
+from typing import Any, AsyncIterator, Callable, Literal
 from urllib.parse import unquote
 
 import numpy as np
@@ -32,6 +33,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from cosyedge import __version__
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
@@ -105,6 +107,29 @@ class SpeechBody(BaseModel):
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
 
 
+#: The audio route's token in a logged path (uvicorn's access log writes each path with its query).
+_TOKEN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
+
+
+class TokenRedactingFilter(logging.Filter):
+    """Blank ``token=`` query values in log lines, so the access log never holds a stream's token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_TOKEN_QUERY.sub(r"\1-", a) if isinstance(a, str) else a
+                                for a in record.args)
+        elif isinstance(record.msg, str) and not record.args:
+            record.msg = _TOKEN_QUERY.sub(r"\1-", record.msg)
+        return True
+
+
+def install_log_redaction(logger_name: str = "uvicorn.access") -> None:
+    """Add :class:`TokenRedactingFilter` to the access logger (once; the server entry point calls it)."""
+    target = logging.getLogger(logger_name)
+    if not any(isinstance(f, TokenRedactingFilter) for f in target.filters):
+        target.addFilter(TokenRedactingFilter())
+
+
 def error_response(status: int, kind: str, message: str,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status,
@@ -175,6 +200,34 @@ async def run_job(service: Service, request: Request, tts: TTSRequest,
             waiter.cancel()
 
 
+class ClosingStreamingResponse(StreamingResponse):
+    """A streaming body that is always closed when the response ends, however it ends.
+
+    A client that goes away shows up as an error from ``send`` (or a cancelled task); Starlette
+    then leaves the body generator suspended, and its ``finally`` (cancel the job, stop reading the
+    stream) would wait for the garbage collector. Here it runs at once, then ``on_close``.
+    """
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._content = content
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            aclose = getattr(self._content, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except RuntimeError:  # still running elsewhere: it ends with its task
+                    logger.debug("stream body still running at close")
+            if self._on_close is not None:
+                self._on_close()
+
+
 async def _first_piece(pieces: AsyncIterator[np.ndarray]) -> np.ndarray | None:
     """The first piece of a stream (None when it ended cleanly with no audio); the job's error if
     it failed before any audio."""
@@ -217,6 +270,11 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     info = stream.info
     sample_rate = info.sample_rate if info is not None else 0
 
+    def stop_unfinished() -> None:
+        if not job.finished:  # the client went away before the end
+            logger.info("stream of job %s stopped before the end; cancelling it", job.id)
+            job.cancel()
+
     async def body() -> AsyncIterator[bytes]:
         sent = 0
         try:
@@ -236,9 +294,8 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
         except Exception:
             logger.exception("audio stream of job %s broke after %d bytes of audio", job.id, sent)
         finally:
-            if not job.finished:  # the client went away (the response task was cancelled)
-                logger.info("stream of job %s stopped before the end; cancelling it", job.id)
-                job.cancel()
+            await pieces.aclose()  # stop reading the stream now (release waits for its readers)
+            stop_unfinished()
 
     media = MEDIA_TYPES[fmt] if fmt == "wav" else f"audio/L16; rate={sample_rate}; channels=1"
     report = dict(info.report) if info is not None else {}
@@ -246,15 +303,16 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     headers = {"X-Cosyedge-Engine": f"{info.engine}/{info.model_id}" if info is not None else "",
                "X-Cosyedge-Sample-Rate": str(sample_rate), "X-Cosyedge-Job-Id": job.id,
                "X-Cosyedge-Streamed": "true", "X-Cosyedge-Report": json.dumps(report, ensure_ascii=True)}
-    return StreamingResponse(body(), media_type=media, headers=headers)
+    return ClosingStreamingResponse(body(), stop_unfinished, media_type=media, headers=headers)
 
 
 async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
     """WAV header (once the rate is known, with the first piece) then each piece as 16-bit PCM;
     a job that fails or is cancelled just ends the stream (the page shows the error itself)."""
     started = False
+    pieces = stream.pieces_async()
     try:
-        async for piece in stream.pieces_async():
+        async for piece in pieces:
             if not started:
                 info = stream.info
                 assert info is not None  # the worker starts the stream before its first piece
@@ -265,6 +323,8 @@ async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
         logger.info("audio stream of job %s ended early: %s: %s", job_id, exc.kind, exc.message)
     except RuntimeError as exc:  # released: the job finished long ago
         logger.info("audio stream of job %s: %s", job_id, exc)
+    finally:
+        await pieces.aclose()  # stop reading now (release waits for its readers)
 
 
 def _report_header(result: TTSResult) -> str:
@@ -346,7 +406,9 @@ def build_router(service: Service) -> APIRouter:
         stream = job.stream if job is not None else None
         if stream is None or not secrets.compare_digest(stream.token.encode(), token.encode()):
             raise NotFoundError(f"no audio stream for job {job_id!r}")
-        return StreamingResponse(_wav_stream(job_id, stream), media_type="audio/wav",
+        if stream.released:
+            raise NotFoundError(f"job {job_id!r} finished long ago; its audio stream has been released")
+        return ClosingStreamingResponse(_wav_stream(job_id, stream), media_type="audio/wav",
                                  headers={"Cache-Control": "no-store", "X-Cosyedge-Job-Id": job_id})
 
     @router.delete("/jobs/{job_id}", responses=errors, tags=["jobs"])

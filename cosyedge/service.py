@@ -551,6 +551,7 @@ class Service:
             stream.put(piece)
             pieces.append(piece)
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+        stream.share(audio)  # one copy of the audio, not two, while the job's result is kept
         return audio, len(pieces)
 
     def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:

@@ -5,7 +5,9 @@ engine will do, then :meth:`~AudioStream.put` for each joined piece (pause + chu
 :class:`cosyedge.audio.Joiner`), and the job queue closes the stream when the job ends, with the
 job's error if it failed or was cancelled, so a reader never waits forever. Readers (the REST
 stream in an event loop, the UI) iterate from the first piece at their own pace; any number may
-read, each with its own position. Pieces are kept until the job's result is released.
+read, each with its own position. Pieces are kept until the job's result is released; a reader
+already reading then still gets every piece (the memory goes when the last such reader stops), a
+new reader is turned away.
 
 Each stream has a random ``token``: the page's live player reads a UI job's stream over HTTP with it
 (``GET /jobs/{id}/audio?token=...``); job ids are listed by ``GET /jobs``, tokens nowhere.
@@ -45,6 +47,7 @@ class AudioStream:
         self._info: StreamInfo | None = None
         self._closed = False
         self._released = False
+        self._readers = 0  # readers between their first and last piece (release waits for them)
         self.error: BaseException | None = None
         self._listeners: list[Callable[[], None]] = []
 
@@ -73,12 +76,26 @@ class AudioStream:
             self.error = error
         self._notify()
 
+    def share(self, audio: np.ndarray) -> None:
+        """Make the pieces views into ``audio``, their concatenation (the job's result), so a
+        finished job holds its audio once rather than twice. Readers see the same samples."""
+        with self._cond:
+            sizes = [piece.size for piece in self._pieces]
+            if sum(sizes) != audio.size:
+                logger.warning("audio stream: result of %d samples is not the %d streamed; kept apart",
+                               audio.size, sum(sizes))
+                return
+            bounds = np.cumsum([0, *sizes])
+            self._pieces = [audio[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
     def release(self) -> None:
-        """Drop the pieces of a finished stream (the queue keeps only recent results)."""
+        """Drop the pieces of a finished stream (the queue keeps only recent results); with
+        readers still reading, once the last of them stops."""
         with self._cond:
             if self._closed:
-                self._pieces = []
                 self._released = True
+                if not self._readers:
+                    self._pieces = []
 
     # --- readers -----------------------------------------------------------------------------
     @property
@@ -89,25 +106,44 @@ class AudioStream:
     def closed(self) -> bool:
         return self._closed
 
-    def _snapshot(self, index: int) -> tuple[list[np.ndarray], bool, BaseException | None]:
+    @property
+    def released(self) -> bool:
+        """True once the audio is gone for new readers (the job finished long ago)."""
+        return self._released
+
+    def _join(self) -> None:
         with self._cond:
             if self._released:
                 raise RuntimeError("this stream finished long ago; its audio has been released")
+            self._readers += 1
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if self._released and not self._readers:
+                self._pieces = []
+
+    def _snapshot(self, index: int) -> tuple[list[np.ndarray], bool, BaseException | None]:
+        with self._cond:
             return self._pieces[index:], self._closed, self.error
 
     def pieces(self, timeout: float | None = None) -> Iterator[np.ndarray]:
         """Blocking iteration from the first piece; raises the job's error after the last piece.
         ``timeout`` bounds each wait (TimeoutError), for callers that must not hang."""
-        index = 0
-        while True:
-            self._wait_beyond(index, timeout)
-            new, closed, error = self._snapshot(index)
-            yield from new
-            index += len(new)
-            if closed and not new:
-                if error is not None:
-                    raise error
-                return
+        self._join()
+        try:
+            index = 0
+            while True:
+                self._wait_beyond(index, timeout)
+                new, closed, error = self._snapshot(index)
+                yield from new
+                index += len(new)
+                if closed and not new:
+                    if error is not None:
+                        raise error
+                    return
+        finally:
+            self._leave()
 
     def _wait_beyond(self, index: int, timeout: float | None) -> None:
         """Block until the stream holds more than ``index`` pieces or is closed."""
@@ -123,6 +159,7 @@ class AudioStream:
         def listener() -> None:
             loop.call_soon_threadsafe(wake.set)
 
+        self._join()
         with self._cond:
             self._listeners.append(listener)
         try:
@@ -144,6 +181,7 @@ class AudioStream:
             with self._cond:
                 if listener in self._listeners:
                     self._listeners.remove(listener)
+            self._leave()
 
     def _notify(self) -> None:
         with self._cond:

@@ -110,20 +110,29 @@ def live_player(job: Job) -> str:
 
 
 #: The live player, run by the page: fetch the job's WAV stream and schedule each piece on a Web
-#: Audio clock as it arrives. An <audio> element was tried first: Chromium buffered ~2.4 s of audio
-#: before starting, which threw most of the gain away.
+#: Audio clock as it arrives; a new value (the next job) stops what the last one still had scheduled.
+#: An <audio> element was tried first: Chromium buffered ~2.4 s of audio before starting, which
+#: threw most of the gain away.
 LIVE_PLAYER_JS = """
 let ctx = null;
 let reader = null;
+const sources = new Set();  // scheduled and playing pieces: a new job silences the last one's
+let turn = 0;  // the newest play() call; an older one still awaiting something gives up
 async function play(src) {
+  const mine = ++turn;
   if (reader) { try { await reader.cancel(); } catch (e) {} reader = null; }
+  if (mine !== turn) return;
+  for (const node of sources) { try { node.stop(); } catch (e) {} }
+  sources.clear();
   element.dataset.scheduled = '0';
   element.dataset.state = src ? 'loading' : 'idle';
   if (!src) return;
   ctx = ctx || new (window.AudioContext || window.webkitAudioContext)();
   if (ctx.state === 'suspended') { try { await ctx.resume(); } catch (e) {} }
+  if (mine !== turn) return;
   let response;
   try { response = await fetch(src, {cache: 'no-store'}); } catch (e) { element.dataset.state = 'error'; return; }
+  if (mine !== turn) { try { await response.body?.cancel(); } catch (e) {} return; }
   if (!response.ok || !response.body) { element.dataset.state = 'error'; return; }
   const r = response.body.getReader();
   reader = r;
@@ -132,6 +141,7 @@ async function play(src) {
     let chunk;
     try { chunk = await r.read(); } catch (e) { break; }
     if (chunk.done) break;
+    if (mine !== turn) { try { await r.cancel(); } catch (e) {} return; }
     let bytes = new Uint8Array(carry.length + chunk.value.length);
     bytes.set(carry); bytes.set(chunk.value, carry.length);
     if (!rate) {
@@ -149,6 +159,8 @@ async function play(src) {
     const node = ctx.createBufferSource();
     node.buffer = buffer;
     node.connect(ctx.destination);
+    node.onended = () => sources.delete(node);
+    sources.add(node);
     next = Math.max(next, ctx.currentTime + 0.05);
     node.start(next);
     next += buffer.duration;
@@ -265,9 +277,10 @@ def build_ui(service: Service) -> "gr.Blocks":
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    def cancel(request: gr.Request) -> None:
+    def cancel(request: gr.Request) -> str:
         count = service.cancel_owner(_session(request))
         logger.info("UI session cancelled %d job(s)", count)
+        return ""  # empties the live player: what it had scheduled stops at once
 
     def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
         with gr.Row():
@@ -290,8 +303,9 @@ def build_ui(service: Service) -> "gr.Blocks":
         return go, stop, audio, panel, live
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
+        """``out``: download player, panel, live player (last; Cancel empties it)."""
         event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
-        stop.click(cancel, inputs=None, outputs=None, cancels=[event], queue=False)
+        stop.click(cancel, inputs=None, outputs=[out[-1]], cancels=[event], queue=False)
 
     # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
     with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:

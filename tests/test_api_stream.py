@@ -211,3 +211,103 @@ def test_a_ui_jobs_audio_is_readable_with_its_token_only(server):
     plain = server.service.submit(TTSRequest(text=TEXT))   # not streamed: no audio stream to read
     assert plain.wait(10)
     assert httpx.get(f"{server.url}/jobs/{plain.id}/audio", params={"token": ""}).status_code == 404
+
+
+def test_a_released_streams_audio_is_a_json_404_not_an_empty_200(server):
+    from cosyedge.service import TTSRequest
+
+    job = server.service.submit(TTSRequest(text=TEXT), owner="ui:x", stream=True)
+    assert job.wait(10)
+    job.release_result()   # what the queue does once eight newer jobs have finished
+    r = httpx.get(f"{server.url}/jobs/{job.id}/audio", params={"token": job.stream.token}, timeout=10)
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    assert "released" in r.json()["error"]["message"]
+
+
+def test_access_log_lines_never_show_a_stream_token():
+    """uvicorn logs each request's path with its query: the audio route's token must not be there."""
+    from cosyedge.api import install_log_redaction
+
+    access = logging.getLogger("uvicorn.access")
+    install_log_redaction()
+    install_log_redaction()   # idempotent: one filter however often the app is built
+    assert sum(type(f).__name__ == "TokenRedactingFilter" for f in access.filters) == 1
+    record = access.makeRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5", "GET", "/jobs/ab/audio?token=S3cr-et_x&x=1", "1.1", 200),
+                               None)
+    assert all(f.filter(record) for f in access.filters)
+    line = record.getMessage()
+    assert "S3cr" not in line and "/jobs/ab/audio?token=" in line and line.endswith('&x=1 HTTP/1.1" 200')
+
+
+@pytest.mark.parametrize("fails_at", ["http.response.start", "http.response.body"])
+def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake_factory, fails_at):
+    """The ASGI server reports a gone client by raising from send(): the job must stop then, not
+    whenever the abandoned body generator happens to be garbage-collected; and the response stops
+    reading the job's stream (release waits for readers), even if its body never started."""
+    import asyncio
+    import json as jsonlib
+
+    from cosyedge.api import create_api
+
+    fake_factory.engine_kwargs["delay"] = 0.4
+    service = make_service()
+    app = create_api(service)
+    body = jsonlib.dumps({"model": "tts-1", "input": LONG_TEXT, "voice": "female_1",
+                          "response_format": "pcm", "stream_format": "audio"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/audio/speech",
+             "raw_path": b"/v1/audio/speech", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 7860)}
+    sent: list[dict] = []
+
+    async def main() -> BaseException | None:
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop(0)
+            await asyncio.sleep(60)   # the client is silent; its disconnect shows up in send()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+            if message["type"] == fails_at:
+                raise OSError("client gone")
+
+        kept = None
+        try:
+            await app(scope, receive, send)
+        except BaseException as exc:  # noqa: BLE001 - kept, as a server's log would keep it
+            kept = exc
+        job = next(iter(service.queue._jobs.values()))
+        for _ in range(300):   # the event loop keeps running, as a server's does
+            if job.finished:
+                break
+            await asyncio.sleep(0.01)
+        assert job.finished, "job kept running after the server said the client was gone"
+        assert job.stream._readers == 0, "the response still counts as a reader of the stream"
+        return kept
+
+    kept = asyncio.run(main())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    job = next(iter(service.queue._jobs.values()))
+    assert job.state is JobState.CANCELLED and kept is not None
+    assert fake_factory.engine.sentences_done < 10
+
+
+def test_a_full_queue_is_a_json_429_for_streams_too(slow_server):
+    from cosyedge.service import TTSRequest
+
+    queue = slow_server.service.queue
+    jobs = [slow_server.service.submit(TTSRequest(text=LONG_TEXT))
+            for _ in range(queue.concurrency + queue.max_waiting)]
+    try:
+        r = speech(slow_server.url, response_format="pcm", stream_format="audio")
+        assert r.status_code == 429 and r.json()["error"]["type"] == "busy"
+        assert int(r.headers["retry-after"]) >= 1
+        assert len(queue.active_jobs()) == len(jobs)   # nothing was queued for the refused stream
+    finally:
+        for job in jobs:
+            slow_server.service.cancel(job.id)

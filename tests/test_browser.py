@@ -147,6 +147,50 @@ def test_live_player_plays_while_the_job_runs_and_the_file_follows(browser, make
     assert_all_local(requests, server.url)
 
 
+#: Records every Web Audio source the page starts and whether it was stopped or has ended.
+SOURCE_SPY = """
+window.__sources = [];
+const start = AudioBufferSourceNode.prototype.start;
+AudioBufferSourceNode.prototype.start = function (...args) {
+  window.__sources.push(this);
+  this.addEventListener('ended', () => { this.__ended = true; });
+  return start.apply(this, args);
+};
+const stop = AudioBufferSourceNode.prototype.stop;
+AudioBufferSourceNode.prototype.stop = function (...args) {
+  this.__stopped = true;
+  return stop.apply(this, args);
+};
+"""
+
+
+def test_a_new_job_silences_the_live_players_previous_audio(browser, make_service, live_server):
+    """The previous job's audio, scheduled seconds ahead, must not play on under the new job's."""
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    state = "() => document.querySelector('#preset-live [data-state]')?.dataset.state"
+    try:
+        page.add_init_script(SOURCE_SPY)
+        page.reload(wait_until="load")
+        page.get_by_role("tab", name=TABS["preset"]).click()
+        page.locator("#preset-text textarea").fill(" ".join(f"Sentence number {i}." for i in range(40)))
+        page.locator("#preset-generate").click()
+        page.wait_for_function(f"() => ({state})() === 'done'", timeout=30_000)  # ~22 s scheduled
+        first = page.evaluate("() => window.__sources.length")
+        assert first >= 1
+        generate_result(page, "preset")
+        page.locator("#preset-text textarea").fill("Now something else.")
+        page.locator("#preset-generate").click()
+        page.wait_for_function(f"() => window.__sources.length > {first} && ({state})() === 'done'",
+                               timeout=30_000)
+        left = page.evaluate(f"() => window.__sources.slice(0, {first})"
+                             ".filter(s => !s.__stopped && !s.__ended).length")
+        assert left == 0, f"{left} sources of the previous job still scheduled"
+    finally:
+        context.close()
+
+
 def generate_result(page, tab: str, timeout_ms: int = 60_000) -> tuple[bytes, str]:
     """The finished WAV behind the download player and the panel, once the job is done."""
     page.locator(f"#{tab}-output audio[src]").first.wait_for(state="attached", timeout=timeout_ms)
@@ -231,6 +275,28 @@ def test_cancel_button_stops_the_job_between_sentences(browser, make_service, li
             page.wait_for_timeout(50)
         assert fake_factory.engine.sentences_done <= 5
         assert service.queue.stats().waiting == 0
+    finally:
+        context.close()
+
+
+def test_cancel_button_silences_the_live_player(browser, make_service, live_server, fake_factory):
+    """Synthesis runs ahead of playback: after Cancel the seconds already scheduled must not play."""
+    fake_factory.engine_kwargs["delay"] = 0.05   # ~0.6 s of audio per sentence made in 0.05 s
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        page.add_init_script(SOURCE_SPY)
+        page.reload(wait_until="load")
+        page.get_by_role("tab", name=TABS["preset"]).click()
+        page.locator("#preset-text textarea").fill(
+            " ".join(f"Sentence number {i} is here and it is fairly long." for i in range(60)))
+        page.locator("#preset-generate").click()
+        page.wait_for_function("() => parseFloat(document.querySelector('#preset-live [data-scheduled]')"
+                               "?.dataset.scheduled || '0') > 4", timeout=30_000)
+        page.locator("#preset-cancel").click()
+        page.wait_for_function("() => window.__sources.length > 0 && "
+                               "window.__sources.every(s => s.__stopped || s.__ended)", timeout=2_000)
     finally:
         context.close()
 

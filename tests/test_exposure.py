@@ -94,6 +94,27 @@ UI_AND_REST = [("GET", "/"), ("GET", "/config"), ("GET", "/gradio_api/info"),
                ("GET", "/gradio_api/file=/etc/hostname")]
 
 
+def test_the_live_players_stream_needs_the_credentials_too(make_service, live_server, web_settings):
+    """The stream token is no password: GET /jobs/{id}/audio sits behind the same Basic auth."""
+    from gradio_client import Client
+
+    service = make_service(dataclasses.replace(web_settings, host="0.0.0.0", auth="teacher:s3cret"))
+    server = live_server(service, with_ui=True)
+    token = "Basic " + __import__("base64").b64encode(b"teacher:s3cret").decode()
+    client = Client(server.url, headers={"Authorization": token}, verbose=False,
+                    download_files=str(web_settings.root / "dl"), analytics_enabled=False)
+    try:
+        job = client.submit("female_1", "Hello.", 1.0, "auto", api_name="/preset")
+        job.result()
+        live = job.outputs()[0][2]   # the first update: the live player's stream URL
+    finally:
+        client.close()
+    assert live.startswith("/jobs/") and "token=" in live
+    assert httpx.get(server.url + live, timeout=30).status_code == 401
+    r = httpx.get(server.url + live, auth=("teacher", "s3cret"), timeout=30)
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+
+
 def test_lan_exposure_needs_credentials_on_ui_and_rest(make_service, live_server, web_settings):
     service = make_service(dataclasses.replace(web_settings, host="0.0.0.0", auth="teacher:s3cret"))
     server = live_server(service, with_ui=True)

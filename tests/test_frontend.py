@@ -276,3 +276,16 @@ def test_decimal_numbers_are_never_cut(frontend, uncut_frontend):
     assert cut[0].text == "The answer is three point one four one five nine and the next value is " \
                           "two point seven one eight two eight,"
     assert f"{cut[0].phonemes} {cut[1].phonemes}" == uncut_frontend.sentences(text)[0].phonemes
+
+
+@pytest.mark.parametrize("text", ["我今天用iPhone拍了很多很多非常漂亮的照片，然后发给了我的好朋友们看。",
+                                  ("Today we learned 你好 and 谢谢 in our Chinese class with the new "
+                                   "teacher, it was fun.")])
+def test_first_cut_never_falls_at_a_language_switch(frontend, uncut_frontend, text):
+    """A language change inside a clause is no clause end: the first call ends at a clause mark."""
+    cut = frontend.sentences(text)
+    whole = uncut_frontend.sentences(text)
+    check_model_ready(frontend, cut)
+    assert len(cut) == len(whole) + 1
+    assert cut[0].text.endswith(("，", ",")) and not cut[0].ends_sentence
+    assert f"{cut[0].phonemes} {cut[1].phonemes}" == whole[0].phonemes

@@ -136,3 +136,48 @@ def test_streaming_jobs_keep_the_two_running_limit_and_write_the_file_at_the_end
         assert rate == 24000 and result.path.name == f"{job.id}.wav"
         np.testing.assert_array_equal(written, np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16))
     assert not list(service.settings.outputs_path.glob(".tmp-*"))  # written atomically, no leftovers
+
+
+def test_release_does_not_cut_a_reader_that_is_still_reading():
+    """The queue releases old results while a slow client may still be reading: it gets all of it."""
+    stream = AudioStream()
+    for value in (1.0, 2.0, 3.0):
+        stream.put(np.full(4, value, np.float32))
+    stream.close()
+    reader = stream.pieces(timeout=1)
+    first = next(reader)
+    stream.release()   # eight newer jobs finished meanwhile
+    assert stream.released
+    assert [float(first[0]), *(float(p[0]) for p in reader)] == [1.0, 2.0, 3.0]
+    with pytest.raises(RuntimeError, match="released"):   # a reader arriving now is turned away
+        next(stream.pieces(timeout=1))
+    assert stream._pieces == []   # the last reader gone: the memory is dropped
+
+
+def test_release_does_not_cut_an_async_reader_that_is_still_reading():
+    stream = AudioStream()
+    for value in (1.0, 2.0, 3.0):
+        stream.put(np.full(4, value, np.float32))
+    stream.close()
+
+    async def main() -> list[float]:
+        got: list[float] = []
+        async for piece in stream.pieces_async():
+            got.append(float(piece[0]))
+            stream.release()
+        return got
+
+    assert asyncio.run(main()) == [1.0, 2.0, 3.0]
+    assert stream._pieces == []
+
+
+def test_a_finished_streaming_job_holds_its_audio_once(make_service):
+    """The stream's pieces and the result are the same memory, not two copies (newest 8 keep both)."""
+    service = make_service()
+    job = service.submit(TTSRequest(text="One. Two words. Three more words here."), stream=True)
+    assert job.wait(10)
+    result = job.outcome()
+    pieces = list(job.stream.pieces(timeout=1))
+    assert len(pieces) == 3
+    np.testing.assert_array_equal(np.concatenate(pieces), result.audio)
+    assert all(np.shares_memory(piece, result.audio) for piece in pieces)

@@ -65,7 +65,7 @@ class _Part:
     language: str
     text: str
     phonemes: str
-    clause_end: bool = False  # the last piece of a clause: the only place the first sentence is cut
+    clause_end: bool = False  # ends at a clause mark: the only place the first sentence is cut
 
 
 def _joined_length(parts: list[_Part]) -> int:
@@ -175,7 +175,9 @@ class KokoroFrontend:
                 continue
             last = pieces[-1]
             mark = clause.mark if clause.mark in self.vocab else ""
-            pieces[-1] = _Part(language, last.text + clause.punct, last.phonemes + mark, clause_end=True)
+            # a clause without punctuation is a language run inside a clause: no place to cut
+            pieces[-1] = _Part(language, last.text + clause.punct, last.phonemes + mark,
+                               clause_end=bool(clause.punct))
             parts.extend(pieces)
         head = self._first_cut(parts) if first else 0
         sentences = self._batch(parts[:head]) + self._batch(parts[head:])
