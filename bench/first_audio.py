@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import TEXTS, VOICE, load_average, machine  # noqa: E402
+from bench.kokoro_rtf import TEXTS, VOICE, load_average, machine, write_section  # noqa: E402
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
@@ -162,18 +162,6 @@ def http_table(rows: list[dict], threads: int, reps: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(doc: Path, key: str, body: str) -> None:
-    """Replace the text between ``<!-- first_audio:KEY:start/end -->`` (append the block if absent)."""
-    start, end = f"<!-- first_audio:{key}:start -->", f"<!-- first_audio:{key}:end -->"
-    text = doc.read_text(encoding="utf-8")
-    block = f"{start}\n{body}\n{end}"
-    if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    doc.write_text(text, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -199,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():
-            write_section(Path(args.write), key, text)
+            write_section(Path(args.write), key, text, tool="first_audio")
     return 0
 
 

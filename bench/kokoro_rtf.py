@@ -420,9 +420,9 @@ def variants_table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(doc: Path, key: str, body: str) -> None:
-    """Replace the text between this key's markers in ``doc`` (appending the block if absent)."""
-    start, end = f"<!-- kokoro_rtf:{key}:start -->", f"<!-- kokoro_rtf:{key}:end -->"
+def write_section(doc: Path, key: str, body: str, tool: str = "kokoro_rtf") -> None:
+    """Replace the text between ``<!-- TOOL:KEY:start/end -->`` in ``doc`` (appending the block if absent)."""
+    start, end = f"<!-- {tool}:{key}:start -->", f"<!-- {tool}:{key}:end -->"
     block = f"{start}\n{body}\n{end}"
     text = doc.read_text(encoding="utf-8") if doc.exists() else f"# Benchmarks\n\n## {SECTION}\n"
     if start in text and end in text:

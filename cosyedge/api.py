@@ -39,6 +39,7 @@ from cosyedge import __version__
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
                              ParameterError, PayloadTooLargeError)
+from cosyedge.jobs import Job
 from cosyedge.service import Service, TTSRequest, TTSResult
 from cosyedge.streaming import AudioStream
 
@@ -180,21 +181,29 @@ async def _client_gone(request: Request) -> None:
             return
 
 
+async def _unless_client_leaves(task: "asyncio.Future[Any]", request: Request, job: Job, moment: str) -> Any:
+    """``task``'s result, or :class:`CancelledError` if the client disconnects first (the caller
+    cancels the job)."""
+    watcher = asyncio.ensure_future(_client_gone(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            logger.info("client disconnected%s; cancelling job %s", moment, job.id)
+            raise CancelledError("the client disconnected")
+        return task.result()
+    finally:
+        watcher.cancel()
+
+
 async def run_job(service: Service, request: Request, tts: TTSRequest,
                   job_id: str | None = None) -> TTSResult:
     """Submit and await one job off the event loop; cancel it if the client goes away."""
     owner = f"rest:{request.client.host if request.client else '?'}"
     job = await asyncio.to_thread(service.submit, tts, owner, job_id)
     waiter = asyncio.ensure_future(job.wait_async())
-    watcher = asyncio.ensure_future(_client_gone(request))
     try:
-        done, _ = await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if waiter not in done:
-            logger.info("client disconnected; cancelling job %s", job.id)
-            raise CancelledError("the client disconnected")
-        return waiter.result()
+        return await _unless_client_leaves(waiter, request, job, "")
     finally:
-        watcher.cancel()
         if not job.finished:
             job.cancel()
             waiter.cancel()
@@ -254,19 +263,12 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     assert stream is not None  # submitted with stream=True
     pieces = stream.pieces_async()
     first_task = asyncio.ensure_future(_first_piece(pieces))
-    watcher = asyncio.ensure_future(_client_gone(request))
     try:
-        done, _ = await asyncio.wait({first_task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if first_task not in done:
-            logger.info("client disconnected before the first audio; cancelling job %s", job.id)
-            raise CancelledError("the client disconnected")
-        first = first_task.result()
+        first = await _unless_client_leaves(first_task, request, job, " before the first audio")
     except BaseException:
         job.cancel()
         first_task.cancel()
         raise
-    finally:
-        watcher.cancel()
     info = stream.info
     sample_rate = info.sample_rate if info is not None else 0
 

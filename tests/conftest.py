@@ -124,3 +124,12 @@ def live_server() -> Iterator[Callable[..., LiveServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def server(make_service, live_server):
+    """A live REST/UI server over a service with the fake engine; ``server.service`` is that service."""
+    service = make_service()
+    srv = live_server(service)
+    srv.service = service
+    return srv

@@ -12,15 +12,6 @@ import pytest
 import soundfile as sf
 
 
-
-@pytest.fixture
-def server(make_service, live_server):
-    service = make_service()
-    srv = live_server(service)
-    srv.service = service
-    return srv
-
-
 def wav_b64(seconds: float = 1.0) -> str:
     buf = io.BytesIO()
     t = np.arange(int(seconds * 16000)) / 16000

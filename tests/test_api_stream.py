@@ -25,14 +25,6 @@ def speech(url: str, **body) -> httpx.Response:
     return httpx.post(f"{url}/v1/audio/speech", json=payload, timeout=30)
 
 
-@pytest.fixture
-def server(make_service, live_server):
-    service = make_service()
-    srv = live_server(service)
-    srv.service = service
-    return srv
-
-
 def test_streamed_wav_and_pcm_decode_to_the_same_audio_as_the_whole_file(server):
     whole = speech(server.url, response_format="wav")
     assert whole.status_code == 200 and whole.headers["x-cosyedge-streamed"] == "false"
