@@ -51,6 +51,13 @@ def open_page(browser, url: str, **context_args):
     page.get_by_role("tab", name=TABS["clone"]).wait_for(timeout=30_000)
     return context, page, requests
 
+def generate_preset(page, text: str) -> None:
+    """Open the preset tab, type ``text`` and press generate."""
+    page.get_by_role("tab", name=TABS["preset"]).click()
+    page.locator("#preset-text textarea").fill(text)
+    page.locator("#preset-generate").click()
+
+
 
 def assert_all_local(requests: list[str], server_url: str) -> None:
     assert requests, "no request recorded"
@@ -124,9 +131,7 @@ def test_live_player_plays_while_the_job_runs_and_the_file_follows(browser, make
     server = live_server(service, with_ui=True)
     context, page, requests = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=TABS["preset"]).click()
-        page.locator("#preset-text textarea").fill(" ".join(f"Sentence number {i}." for i in range(10)))
-        page.locator("#preset-generate").click()
+        generate_preset(page, " ".join(f"Sentence number {i}." for i in range(10)))
         # the page schedules the job's first pieces for playback while the job still synthesizes
         page.wait_for_function("() => { const e = document.querySelector('#preset-live [data-scheduled]');"
                                " return e && parseFloat(e.dataset.scheduled) > 0; }", timeout=20_000)
@@ -173,9 +178,7 @@ def test_a_new_job_silences_the_live_players_previous_audio(browser, make_servic
     try:
         page.add_init_script(SOURCE_SPY)
         page.reload(wait_until="load")
-        page.get_by_role("tab", name=TABS["preset"]).click()
-        page.locator("#preset-text textarea").fill(" ".join(f"Sentence number {i}." for i in range(40)))
-        page.locator("#preset-generate").click()
+        generate_preset(page, " ".join(f"Sentence number {i}." for i in range(40)))
         page.wait_for_function(f"() => ({state})() === 'done'", timeout=30_000)  # ~22 s scheduled
         first = page.evaluate("() => window.__sources.length")
         assert first >= 1
@@ -261,9 +264,7 @@ def test_cancel_button_stops_the_job_between_sentences(browser, make_service, li
     server = live_server(service, with_ui=True)
     context, page, _ = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=TABS["preset"]).click()
-        page.locator("#preset-text textarea").fill(" ".join(f"Sentence {i}." for i in range(30)))
-        page.locator("#preset-generate").click()
+        generate_preset(page, " ".join(f"Sentence {i}." for i in range(30)))
         deadline = time.monotonic() + 30
         while not (fake_factory.engine and fake_factory.engine.sentences_done >= 2):
             assert time.monotonic() < deadline, "generation never started"
@@ -288,10 +289,8 @@ def test_cancel_button_silences_the_live_player(browser, make_service, live_serv
     try:
         page.add_init_script(SOURCE_SPY)
         page.reload(wait_until="load")
-        page.get_by_role("tab", name=TABS["preset"]).click()
-        page.locator("#preset-text textarea").fill(
+        generate_preset(page,
             " ".join(f"Sentence number {i} is here and it is fairly long." for i in range(60)))
-        page.locator("#preset-generate").click()
         page.wait_for_function("() => parseFloat(document.querySelector('#preset-live [data-scheduled]')"
                                "?.dataset.scheduled || '0') > 4", timeout=30_000)
         page.locator("#preset-cancel").click()
@@ -306,9 +305,7 @@ def test_closing_the_page_cancels_its_job(browser, make_service, live_server, fa
     service = make_service()
     server = live_server(service, with_ui=True)
     context, page, _ = open_page(browser, server.url)
-    page.get_by_role("tab", name=TABS["preset"]).click()
-    page.locator("#preset-text textarea").fill(" ".join(f"Sentence {i}." for i in range(40)))
-    page.locator("#preset-generate").click()
+    generate_preset(page, " ".join(f"Sentence {i}." for i in range(40)))
     deadline = time.monotonic() + 30
     while not (fake_factory.engine and fake_factory.engine.sentences_done >= 1):
         assert time.monotonic() < deadline, "generation never started"
