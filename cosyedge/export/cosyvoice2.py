@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import datetime as _dt
-import hashlib
 import json
 import logging
 import operator
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cosyedge.errors import InputError, ModelMissingError
+from cosyedge.manifest import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -198,13 +198,6 @@ EXPORT_STEPS: list[tuple[str, ExportStep]] = [
 ]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | None = None,
             force: bool = False, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -259,11 +252,11 @@ def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, A
     files = {}
     for name, info in sorted(ctx.files.items()):
         path = ctx.out / name
-        files[name] = {**info, "bytes": path.stat().st_size, "sha256": sha256_of(path)}
+        files[name] = {**info, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
     source_files = {}
     for name in sorted(p.name for p in ctx.src.iterdir() if p.is_file()):
         if name.endswith((".pt", ".yaml", ".onnx")):
-            source_files[name] = sha256_of(ctx.src / name)
+            source_files[name] = sha256_file(ctx.src / name)
     return {
         "engine": ENGINE,
         "format_version": FORMAT_VERSION,

@@ -104,7 +104,7 @@ def _np_inputs(inputs):
 
 
 def test_manifest_lists_every_file_with_sha256(model_dirs):
-    from cosyedge.engines.cosyvoice.manifest import file_sha256
+    from cosyedge.manifest import sha256_file
     for name in ("fp32", "int8"):
         directory = model_dirs[name]
         manifest = json.loads((directory / "manifest.json").read_text())
@@ -112,7 +112,7 @@ def test_manifest_lists_every_file_with_sha256(model_dirs):
         on_disk = {p.name for p in directory.iterdir()} - {"manifest.json"}
         assert set(manifest["files"]) == on_disk
         for fname, info in manifest["files"].items():
-            assert info["sha256"] == file_sha256(directory / fname)
+            assert info["sha256"] == sha256_file(directory / fname)
         assert manifest["quantization"] == name
         assert set(manifest["source"]["files"]) == {"flow.pt", "hift.pt", "cosyvoice2.yaml"}
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge.errors import ModelMissingError
+from cosyedge.manifest import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +30,6 @@ def _fix_hint(directory: Path) -> str:
     return (f"rebuild it with `python -m cosyedge convert cosyvoice2 --src <official CosyVoice2-0.5B dir> "
             f"--out {directory} --quantize int8 --force`")
 
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -71,7 +64,7 @@ class ModelDir:
             if "bytes" in info and size != info["bytes"]:
                 raise ModelMissingError(f"{directory / name} has {size} bytes, the manifest says "
                                         f"{info['bytes']} (truncated or replaced); {_fix_hint(directory)}")
-            if verify_hashes and file_sha256(directory / name) != info.get("sha256"):
+            if verify_hashes and sha256_file(directory / name) != info.get("sha256"):
                 raise ModelMissingError(f"{directory / name} does not match its sha256 in the manifest; "
                                         f"{_fix_hint(directory)}")
         return cls(directory, manifest)
