@@ -31,6 +31,8 @@ from cosyedge.errors import EngineError
 logger = logging.getLogger(__name__)
 
 CHAIN_PREFIX = "/decoder/"
+RUNNER_KIND = "fused_chains"
+RUNNER_VERSION = 1  # bump when the kernels or the partitioning change: setup-model checks it again
 
 
 @dataclass
@@ -233,7 +235,7 @@ class _Buffers:
         with self._lock:
             self._free.append(raw)
             if len(self._free) > self._keep:
-                self._free.remove(min(self._free, key=lambda b: b.size))
+                self._free.pop(min(range(len(self._free)), key=lambda i: self._free[i].size))
 
     def clear(self) -> None:
         with self._lock:
