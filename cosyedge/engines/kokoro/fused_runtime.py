@@ -53,6 +53,7 @@ class Chain:
     col: str
     scale: str
     zero_point: str
+    zero_point_shape: tuple[int, ...] = ()  # the graph's shift constant broadcasts the scalar zero point
     nodes: list = field(repr=False, default_factory=list)
 
     @property
@@ -136,9 +137,9 @@ def _match_chain(g: _Index, dql: Any) -> Chain:
     cast_q = g.only_user(sub_q.output[0], "Cast")
     sub_z = g.only_user(zero_u8, "Sub")
     cast_z = g.only_user(sub_z.output[0], "Cast")
-    for sub in (sub_q, sub_z):
-        if int(g.const(next(n for n in sub.input if n in g.inits)).reshape(-1)[0]) != 128:
-            raise ValueError("the int8 shift is not 128")
+    shifts = [g.const(next(n for n in sub.input if n in g.inits)) for sub in (sub_q, sub_z)]
+    if any(shift.size != 1 or int(shift.reshape(-1)[0]) != 128 for shift in shifts):
+        raise ValueError("the int8 shift is not 128")
     pad = g.only_user(cast_q.output[0], "Pad")
     pads = g.const(pad.input[1]).reshape(-1).tolist()
     if len(pads) != 6 or any(pads[i] for i in (0, 1, 3, 4)) or pad.input[2] != cast_z.output[0]:
@@ -170,12 +171,12 @@ def _match_chain(g: _Index, dql: Any) -> Chain:
     chain = Chain(x=x, gamma=gamma, beta=beta, eps=eps, alpha=alpha.astype(np.float32).reshape(-1),
                   inv_alpha=inv_alpha.astype(np.float32).reshape(-1), taps=taps, dilation=dilation,
                   pad_lo=int(pads[2]), pad_hi=int(pads[5]), col=concat.output[0], scale=scale,
-                  zero_point=cast_z.output[0], nodes=nodes)
+                  zero_point=cast_z.output[0], zero_point_shape=shifts[1].shape, nodes=nodes)
     inside = {id(node) for node in nodes}
     leaked = [out for node in nodes for out in node.output
               if out not in chain.outputs and any(id(u) not in inside for u in g.users(out))]
     graph_outputs = {o.name for o in g.graph.output}
-    if leaked or graph_outputs & {out for node in nodes for out in node.output}:
+    if leaked or graph_outputs & {out for node in nodes for out in node.output if out not in chain.outputs}:
         raise ValueError(f"inner tensors are read outside the chain: {leaked[:3]}")
     if chain.alpha.size != chain.inv_alpha.size:
         raise ValueError("alpha and 1/alpha differ in size")
@@ -289,7 +290,7 @@ class _Kernel:
         self.buffers.give(padded_raw)
         owned[chain.col] = col_raw
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
-                chain.zero_point: np.array(zero_point - 128, np.int8)}
+                chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
 
 
 def _quantize_im2col(y: np.ndarray, scale: np.float32, zero_point: int, chain: Chain, padded: np.ndarray,
