@@ -205,19 +205,20 @@ class _Segment:
     def __init__(self, session: Any, inputs: list[str], outputs: list[str]) -> None:
         self.session, self.inputs, self.outputs = session, inputs, outputs
 
-    def run(self, tensors: dict[str, np.ndarray], owned: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
         values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs})
         return dict(zip(self.outputs, values))
 
 
 class _Buffers:
-    """Reusable byte buffers for the kernels' outputs and scratch (thread-safe).
+    """Reusable byte buffers for the kernels' outputs and scratch, one set per ``run`` call.
 
-    A fresh 44 MB im2col costs ~6 ms of page faults per call (measured; onnxruntime reuses its
-    arena instead). ``take`` hands out the smallest free buffer that fits (or a new one),
-    ``give`` returns it; at most ``keep`` free buffers are held, the largest kept."""
+    A fresh 44 MB im2col costs ~6 ms of page faults (measured; onnxruntime reuses its arena
+    instead), and one call runs 48 chains. ``take`` hands out the smallest free buffer that fits
+    (or a new one), ``give`` returns it; at most ``keep`` free buffers are held, the largest kept.
+    Dropped with the call, so an idle engine holds none."""
 
-    def __init__(self, keep: int = 8) -> None:
+    def __init__(self, keep: int = 3) -> None:
         self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
         self._keep = keep
@@ -238,16 +239,20 @@ class _Buffers:
             if len(self._free) > self._keep:
                 self._free.pop(min(range(len(self._free)), key=lambda i: self._free[i].size))
 
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
+
+@dataclass
+class _RunState:
+    """What one ``run`` call owns: its buffers, and which live tensors sit in one of them."""
+
+    buffers: _Buffers = field(default_factory=_Buffers)
+    owned: dict[str, np.ndarray] = field(default_factory=dict)  # tensor name -> its raw buffer
 
 
 class _Kernel:
     """One chain on the numba kernels, channel ranges spread over ``pool`` + the calling thread."""
 
-    def __init__(self, chain: Chain, pool: ThreadPoolExecutor | None, parts: int, buffers: _Buffers) -> None:
-        self.chain, self.pool, self.parts, self.buffers = chain, pool, parts, buffers
+    def __init__(self, chain: Chain, pool: ThreadPoolExecutor | None, parts: int) -> None:
+        self.chain, self.pool, self.parts = chain, pool, parts
         self.inputs = chain.inputs
         self.outputs = chain.outputs
 
@@ -260,9 +265,9 @@ class _Kernel:
         for future in futures:
             future.result()
 
-    def run(self, tensors: dict[str, np.ndarray], owned: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The chain's three outputs; the im2col's raw buffer goes to ``owned`` (give it back when
-        the tensor is dropped)."""
+    def run(self, tensors: dict[str, np.ndarray], state: _RunState) -> dict[str, np.ndarray]:
+        """The chain's three outputs; the im2col sits in one of ``state``'s buffers (``state.owned``
+        says which: give it back when the tensor is dropped)."""
         from cosyedge.engines.kokoro import kernels
 
         chain = self.chain
@@ -276,19 +281,19 @@ class _Kernel:
             beta = np.ascontiguousarray(tensors[chain.beta], np.float32).reshape(-1)
         else:
             gamma = beta = chain.alpha  # unused
-        y, y_raw = self.buffers.take(x.shape, np.float32)
+        y, y_raw = state.buffers.take(x.shape, np.float32)
         mins = np.empty(channels, np.float32)
         maxs = np.empty(channels, np.float32)
         self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
                      chain.alpha, chain.inv_alpha, y, mins, maxs)
         scale, zero_point = kernels.quant_params(mins, maxs)
         t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
-        padded, padded_raw = self.buffers.take((channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
-        col, col_raw = self.buffers.take((chain.taps * channels, t_out), np.int8)
+        padded, padded_raw = state.buffers.take((channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
+        col, col_raw = state.buffers.take((chain.taps * channels, t_out), np.int8)
         self._spread(_quantize_im2col, channels, y, scale, zero_point, chain, padded, col)
-        self.buffers.give(y_raw)
-        self.buffers.give(padded_raw)
-        owned[chain.col] = col_raw
+        state.buffers.give(y_raw)
+        state.buffers.give(padded_raw)
+        state.owned[chain.col] = col_raw
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
                 chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
 
@@ -303,9 +308,17 @@ def _quantize_im2col(y: np.ndarray, scale: np.float32, zero_point: int, chain: C
 
 def _elem_types(model: Any) -> dict[str, int]:
     """Element type of every tensor (onnx shape inference; MatMulIntegerToFloat gives float)."""
-    from onnx import TensorProto, shape_inference
+    from onnx import TensorProto, helper, shape_inference
 
-    inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    # On a copy without the weights' data (their types and shapes suffice): inferring on the full
+    # model copies 90 MB of weights and left ~110 MB of heap behind (measured).
+    source = model.graph
+    stub = helper.make_graph(
+        source.node, source.name,
+        [*source.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in source.initializer)],
+        source.output, value_info=source.value_info)
+    inferred = shape_inference.infer_shapes(
+        helper.make_model(stub, opset_imports=list(model.opset_import), ir_version=model.ir_version), strict_mode=False)
     g = inferred.graph
     types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]
              if v.type.tensor_type.elem_type}
@@ -370,7 +383,6 @@ class FusedSession:
         types = _elem_types(model)
         _register_shared_arena()
         self.threads = max(1, int(threads))
-        self._buffers = _Buffers()
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
             if self.threads > 1 and chains == "numba" else None
         if chains == "numba":
@@ -413,10 +425,12 @@ class FusedSession:
         self.steps: list[_Segment | _Kernel] = []
         for i, group in enumerate(groups):
             if isinstance(group, Chain) and chains == "numba":
-                self.steps.append(_Kernel(group, self._pool, self.threads, self._buffers))
+                self.steps.append(_Kernel(group, self._pool, self.threads))
                 continue
             nodes = group.nodes if isinstance(group, Chain) else group
             self.steps.append(self._segment(model, nodes, needs[i], wanted[i], types, inits, threads, ort))
+        for chain in found:  # a kept NodeProto would keep the whole parsed model (~150 MB) alive
+            chain.nodes = []
         # Liveness: after step i, drop what no later step reads (graph outputs stay).
         last_use: dict[str, int] = {}
         for i, step in enumerate(self.steps):
@@ -456,22 +470,16 @@ class FusedSession:
     def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run all steps in order on ``feeds``; return the requested graph outputs (all if None)."""
         tensors = dict(feeds)
-        owned: dict[str, np.ndarray] = {}  # tensor name -> pooled buffer behind it
-        try:
-            for step, drop in zip(self.steps, self._drop_after):
-                tensors.update(step.run(tensors, owned))
-                for name in drop:
-                    tensors.pop(name, None)
-                    if name in owned:
-                        self._buffers.give(owned.pop(name))
-            return [tensors[name] for name in (output_names or self.output_names)]
-        finally:
-            del tensors
-            for raw in owned.values():  # a failed run: its buffers are still free to reuse
-                self._buffers.give(raw)
+        state = _RunState()
+        for step, drop in zip(self.steps, self._drop_after):
+            tensors.update(step.run(tensors, state))
+            for name in drop:
+                tensors.pop(name, None)
+                if name in state.owned:
+                    state.buffers.give(state.owned.pop(name))
+        return [tensors[name] for name in (output_names or self.output_names)]
 
     def close(self) -> None:
         """Stop the chain thread pool (sessions are freed with the object)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        self._buffers.clear()
