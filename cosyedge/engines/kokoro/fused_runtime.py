@@ -211,41 +211,56 @@ class _Segment:
 
 
 class _Buffers:
-    """Reusable byte buffers for the kernels' outputs and scratch, one set per ``run`` call.
+    """Reusable byte buffers for the kernels' outputs and scratch, shared by all calls (thread-safe).
 
-    A fresh 44 MB im2col costs ~6 ms of page faults (measured; onnxruntime reuses its arena
-    instead), and one call runs 48 chains. ``take`` hands out the smallest free buffer that fits
-    (or a new one), ``give`` returns it; at most ``keep`` free buffers are held, the largest kept.
-    Dropped with the call, so an idle engine holds none."""
+    Fresh buffers cost page faults on every call: buffers made per call cost ~8 % of the whole
+    graph's CPU time on the levers input against buffers kept between calls (measured, interleaved).
+    Like onnxruntime's arena, the buffers keep their high-water mark until the session is closed
+    (the app's idle unload): the Snake output, the padded int8 signal and the im2col of the largest
+    chain, ~2 KB per output frame of the last stage (~260 MB after a 510-phoneme sentence), twice
+    with two calls at once. Each role has its own free list (a shared one ends up holding only
+    im2col-sized buffers); ``take`` hands out the smallest free buffer of the role that fits (or a
+    new one), ``give`` returns it; at most ``keep`` free buffers per role are held, the largest, and
+    none under half the size of the last one given back (left from a shorter input)."""
 
-    def __init__(self, keep: int = 3) -> None:
-        self._free: list[np.ndarray] = []
+    def __init__(self, keep: int = 2) -> None:
+        self._free: dict[str, list[np.ndarray]] = {}
         self._lock = threading.Lock()
         self._keep = keep
 
-    def take(self, shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(array of ``shape``/``dtype``, its raw buffer to ``give`` back)."""
+    def take(self, role: str, shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(array of ``shape``/``dtype``, its raw buffer to ``give`` back under the same role)."""
         nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
         with self._lock:
-            fits = [i for i, b in enumerate(self._free) if b.size >= nbytes]
-            raw = self._free.pop(min(fits, key=lambda i: self._free[i].size)) if fits else None
+            free = self._free.setdefault(role, [])
+            fits = [i for i, b in enumerate(free) if b.size >= nbytes]
+            raw = free.pop(min(fits, key=lambda i: free[i].size)) if fits else None
         if raw is None:
             raw = np.empty(nbytes, np.uint8)
         return raw[:nbytes].view(dtype).reshape(shape), raw
 
-    def give(self, raw: np.ndarray) -> None:
+    def give(self, role: str, raw: np.ndarray) -> None:
         with self._lock:
-            self._free.append(raw)
-            if len(self._free) > self._keep:
-                self._free.pop(min(range(len(self._free)), key=lambda i: self._free[i].size))
+            # a free buffer under half this size is left from a shorter input: let it go
+            free = [b for b in self._free.get(role, []) if 2 * b.size >= raw.size] + [raw]
+            free.sort(key=lambda b: b.size)
+            self._free[role] = free[-self._keep:]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(b.size for free in self._free.values() for b in free)
 
 
 @dataclass
 class _RunState:
-    """What one ``run`` call owns: its buffers, and which live tensors sit in one of them."""
+    """What one ``run`` call uses: the shared buffers, and which of its live tensors sit in one."""
 
-    buffers: _Buffers = field(default_factory=_Buffers)
-    owned: dict[str, np.ndarray] = field(default_factory=dict)  # tensor name -> its raw buffer
+    buffers: _Buffers
+    owned: dict[str, np.ndarray] = field(default_factory=dict)  # im2col tensor name -> its raw buffer
 
 
 class _Kernel:
@@ -281,18 +296,18 @@ class _Kernel:
             beta = np.ascontiguousarray(tensors[chain.beta], np.float32).reshape(-1)
         else:
             gamma = beta = chain.alpha  # unused
-        y, y_raw = state.buffers.take(x.shape, np.float32)
+        y, y_raw = state.buffers.take("snake", x.shape, np.float32)
         mins = np.empty(channels, np.float32)
         maxs = np.empty(channels, np.float32)
         self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
                      chain.alpha, chain.inv_alpha, y, mins, maxs)
         scale, zero_point = kernels.quant_params(mins, maxs)
         t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
-        padded, padded_raw = state.buffers.take((channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
-        col, col_raw = state.buffers.take((chain.taps * channels, t_out), np.int8)
+        padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
+        col, col_raw = state.buffers.take("im2col", (chain.taps * channels, t_out), np.int8)
         self._spread(_quantize_im2col, channels, y, scale, zero_point, chain, padded, col)
-        state.buffers.give(y_raw)
-        state.buffers.give(padded_raw)
+        state.buffers.give("snake", y_raw)
+        state.buffers.give("padded", padded_raw)
         state.owned[chain.col] = col_raw
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
                 chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
@@ -383,6 +398,7 @@ class FusedSession:
         types = _elem_types(model)
         _register_shared_arena()
         self.threads = max(1, int(threads))
+        self._buffers = _Buffers()
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
             if self.threads > 1 and chains == "numba" else None
         if chains == "numba":
@@ -392,20 +408,30 @@ class FusedSession:
         else:
             self.compile_s = 0.0
 
-        # The steps in graph order: a chain sits where its first node was (all its inputs exist by
-        # then, and its outputs are read only later); other nodes are grouped into segments.
+        # The steps in graph order, except that a chain runs just before the first node that reads
+        # its outputs (all its inputs exist by then): its im2col then lives as briefly as possible,
+        # so one call holds one at a time. Other nodes are grouped into segments.
         owner = {id(node): chain for chain in found for node in chain.nodes}
+        remaining = {id(chain): len(chain.nodes) for chain in found}
+        ready: dict[str, Chain] = {}  # output name -> chain whose nodes have all been passed
         groups: list[Chain | list] = []
-        placed: set[int] = set()
         for node in graph.node:
             chain = owner.get(id(node))
-            if chain is None:
-                if not groups or isinstance(groups[-1], Chain):
-                    groups.append([])
-                groups[-1].append(node)
-            elif id(chain) not in placed:
-                placed.add(id(chain))
-                groups.append(chain)
+            if chain is not None:
+                remaining[id(chain)] -= 1
+                if not remaining[id(chain)]:
+                    ready.update(dict.fromkeys(chain.outputs, chain))
+                continue
+            for name in node.input:
+                if name in ready:
+                    due = ready[name]
+                    for out in due.outputs:
+                        ready.pop(out, None)
+                    groups.append(due)
+            if not groups or isinstance(groups[-1], Chain):
+                groups.append([])
+            groups[-1].append(node)
+        groups += list({id(c): c for c in ready.values()}.values())  # chains read only as graph outputs
         graph_inputs = [i.name for i in graph.input]
         graph_outputs = [o.name for o in graph.output]
         inits = {t.name: t for t in graph.initializer}
@@ -470,16 +496,22 @@ class FusedSession:
     def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run all steps in order on ``feeds``; return the requested graph outputs (all if None)."""
         tensors = dict(feeds)
-        state = _RunState()
-        for step, drop in zip(self.steps, self._drop_after):
-            tensors.update(step.run(tensors, state))
-            for name in drop:
-                tensors.pop(name, None)
-                if name in state.owned:
-                    state.buffers.give(state.owned.pop(name))
-        return [tensors[name] for name in (output_names or self.output_names)]
+        state = _RunState(self._buffers)
+        try:
+            for step, drop in zip(self.steps, self._drop_after):
+                tensors.update(step.run(tensors, state))
+                for name in drop:
+                    tensors.pop(name, None)
+                    if name in state.owned:
+                        state.buffers.give("im2col", state.owned.pop(name))
+            return [tensors[name] for name in (output_names or self.output_names)]
+        finally:
+            tensors.clear()
+            for raw in state.owned.values():  # after a failed step: free to reuse
+                state.buffers.give("im2col", raw)
 
     def close(self) -> None:
         """Stop the chain thread pool (sessions are freed with the object)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+        self._buffers.clear()
