@@ -22,11 +22,12 @@ P = "/decoder/generator/block/"
 
 
 def chain_model(channels: int, taps: int, dilation: int, norm: bool, tail: bool = False,
-                pads: tuple[int, int] | None = None) -> onnx.ModelProto:
+                pads: tuple[int, int] | None = None, bias: bool = False) -> onnx.ModelProto:
     """The runtime graph's chain on input ``x`` [1, C, T] (plus ``gamma``/``beta`` [C] when ``norm``):
     [InstanceNormalization ->] Snake -> DynamicQuantizeLinear -> int8 shift -> Pad -> Slices -> Concat.
     Without ``tail`` its outputs are the im2col, scale and int8 zero point; with it a Mul before the
-    chain and a MatMulIntegerToFloat + bias after it (so the runner has segments around the chain)."""
+    chain and a MatMulIntegerToFloat + bias after it (so the runner has segments around the chain).
+    ``bias``: a conv's per-channel bias Add in front of the norm."""
     pad_lo, pad_hi = pads or (dilation * (taps - 1) // 2,) * 2
     alpha = (0.5 + RNG.random(channels)).astype(np.float32).reshape(1, channels, 1)
     inits = [numpy_helper.from_array(alpha, P + "alpha"),
@@ -41,6 +42,10 @@ def chain_model(channels: int, taps: int, dilation: int, norm: bool, tail: bool 
         inits.append(numpy_helper.from_array(np.array(1.5, np.float32), P + "gain"))
         nodes.append(helper.make_node("Mul", ["x", P + "gain"], [P + "x_in"], name=P + "Mul_in"))
         x = P + "x_in"
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.normal(0, 3, (channels, 1)).astype(np.float32), P + "conv_bias"))
+        nodes.append(helper.make_node("Add", [x, P + "conv_bias"], [P + "x_biased"], name=P + "Add_bias_in"))
+        x = P + "x_biased"
     n = x
     if norm:
         nodes.append(helper.make_node("InstanceNormalization", [x, "gamma", "beta"], [P + "n"], epsilon=1e-5,
@@ -109,24 +114,26 @@ def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-VARIANTS = [  # (channels, frames, taps, dilation, norm): the geometries of the real vocoder's chains
-    (16, 997, 3, 1, True), (16, 1000, 7, 5, True), (8, 3001, 11, 3, True), (12, 500, 7, 1, False),
-    (8, 401, 11, 5, False), (5, 33, 3, 3, True),
+VARIANTS = [  # (channels, frames, taps, dilation, norm, bias): the real vocoder chains' geometries
+    (16, 997, 3, 1, True, False), (16, 1000, 7, 5, True, True), (8, 3001, 11, 3, True, False),
+    (12, 500, 7, 1, False, False), (8, 401, 11, 5, False, False), (5, 33, 3, 3, True, True),
 ]
 
 
-@pytest.mark.parametrize("channels, frames, taps, dilation, norm", VARIANTS)
-def test_kernel_matches_the_onnxruntime_chain(tmp_path, channels, frames, taps, dilation, norm):
+@pytest.mark.parametrize("channels, frames, taps, dilation, norm, bias", VARIANTS)
+def test_kernel_matches_the_onnxruntime_chain(tmp_path, channels, frames, taps, dilation, norm, bias):
     """Tolerance: the same zero point, the scale to float rounding (1e-5 relative), and at most one
     quantization step on at most 0.1 % of the im2col (elements whose value sits on a rounding
-    boundary; the norm sums and the sine round differently)."""
-    model = chain_model(channels, taps, dilation, norm)
+    boundary; the norm sums and the sine round differently). A conv bias in front of the norm is
+    taken into the chain and skipped (the norm cancels it)."""
+    model = chain_model(channels, taps, dilation, norm, bias=bias)
     path = tmp_path / "chain.onnx"
     onnx.save(model, path)
     chains = fused_runtime.find_chains(model.graph)
     assert len(chains) == 1
     chain = chains[0]
     assert (chain.taps, chain.dilation, chain.gamma is not None) == (taps, dilation, norm)
+    assert chain.x == "x" and len(chain.nodes) == 6 + norm + bias + 5 + taps + 1
     feeds = feeds_for(channels, frames, norm)
     col_ref, scale_ref, zp_ref = ort_session(model).run(None, feeds)
     fused = fused_runtime.FusedSession(path, threads=2)

@@ -132,6 +132,7 @@ def _match_chain(g: _Index, dql: Any) -> Chain:
         x, gamma, beta = norm.input
         eps = float({a.name: helper.get_attribute_value(a) for a in norm.attribute}.get("epsilon", 1e-5))
         nodes.insert(0, norm)
+        x = _skip_channel_bias(g, x, norm, alpha.size, nodes)
     quantized, scale, zero_u8 = dql.output
     sub_q = g.only_user(quantized, "Sub")
     cast_q = g.only_user(sub_q.output[0], "Cast")
@@ -181,6 +182,24 @@ def _match_chain(g: _Index, dql: Any) -> Chain:
     if chain.alpha.size != chain.inv_alpha.size:
         raise ValueError("alpha and 1/alpha differ in size")
     return chain
+
+
+def _skip_channel_bias(g: _Index, x: str, norm: Any, channels: int, nodes: list) -> str:
+    """If ``x`` is ``y + b`` with a constant per-channel ``b`` and read only by the instance norm,
+    return ``y`` (adding the Add to ``nodes``): the norm subtracts each channel's mean, so the bias
+    cancels (exactly in arithmetic, to float rounding here) and one full pass is saved."""
+    add = g.producer.get(x)
+    if add is None or add.op_type != "Add" or [u.name for u in g.users(x)] != [norm.name] \
+            or x in {o.name for o in g.graph.output}:
+        return x
+    consts = [name for name in add.input if name in g.inits]
+    if len(consts) != 1:
+        return x
+    bias = g.const(consts[0])
+    if bias.size != channels or bias.ndim < 2 or bias.shape[-1] != 1:  # [C, 1] or [1, C, 1]: per channel
+        return x
+    nodes.insert(0, add)
+    return next(name for name in add.input if name != consts[0])
 
 
 def find_chains(graph: Any, prefix: str = CHAIN_PREFIX) -> list[Chain]:
