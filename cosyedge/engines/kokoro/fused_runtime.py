@@ -2,16 +2,19 @@
 
 At load the runtime graph is searched for the vocoder's conv-input chains (``find_chains``:
 [InstanceNormalization ->] Snake -> DynamicQuantizeLinear -> int8 shift -> Pad -> Slices ->
-Concat), the graph is cut around them into segments in its own topological order, and each segment
-becomes an onnxruntime session (graph optimizations off, the engine's thread count). ``run`` walks
-the steps in order, passing only live tensors and dropping each after its last consumer.
+Concat), the graph is cut around them into segments in its own topological order (each chain
+just before its first reader), and each segment becomes an onnxruntime session (graph
+optimizations off, the engine's thread count, one arena shared by all). ``run`` walks the steps in
+order, passing only live tensors and dropping each after its last consumer.
 
 Each chain runs as ``kernels.snake_minmax`` + ``kernels.quantize_pad`` + ``im2col`` on channel ranges
 split over a small thread pool (the calling thread takes one range). With ``chains="ort"`` the
 chains run as onnxruntime segments of their own nodes instead: bit-identical to the whole graph,
 which is how the partitioning itself is tested.
 
-``run`` keeps no state between calls except the pool, so two concurrent calls are safe.
+Calls share only the thread pool and the kernels' buffer free lists (taken and given back under a
+lock), so two concurrent ``run`` calls are safe. The cost is visible in the load log line (load
+and kernel-compile seconds, chains, segments) and in docs/benchmarks.md (memory, per-call time).
 """
 
 from __future__ import annotations
