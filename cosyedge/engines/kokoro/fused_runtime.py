@@ -385,6 +385,18 @@ def _register_shared_arena() -> None:
     _shared_arena.append(True)
 
 
+def _release_free_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``): building the
+    segments parses and copies the weights a few times, which left ~70 MB of freed but held heap
+    (measured). A no-op where there is no glibc."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError) as exc:
+        logger.debug("malloc_trim not available: %s", exc)
+
+
 def _session_options(threads: int) -> Any:
     import onnxruntime as ort
 
@@ -492,6 +504,10 @@ class FusedSession:
         self.output_names = graph_outputs
         self.chains = len(found)
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
+        # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
+        # return the freed heap.
+        del model, graph, inits, groups, owner, ready, nodes, group, node
+        _release_free_heap()
         self.load_s = time.perf_counter() - start
         logger.info("fused Kokoro runtime: %d chains (%s), %d onnxruntime segments, loaded in %.2f s "
                     "(kernels %.2f s)", self.chains, chains, self.segments, self.load_s, self.compile_s)
