@@ -24,7 +24,8 @@ range-reduced odd polynomial, float32 rounding) round differently, so an element
 value sits on a rounding boundary can land one quantization step away.
 
 Compiled on first use and cached on disk (``cache=True``: next to this file, or numba's user-wide
-cache when this directory is read-only); ``compile_kernels`` does it ahead of the first request.
+cache when this directory is read-only; with neither, importing this module raises and the engine
+runs the plain graph); ``compile_kernels`` does it at engine load, ahead of the first request.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ _S1, _S3, _S5, _S7, _S9 = (np.float32(c) for c in (
     3.14159258, -5.16770687, 2.55003119, -0.59804419, 0.07721839))
 _LANES = 16
 _ROUND = np.float32(1.5 * 2 ** 23)  # adding and removing it rounds to an integer
-_FLAGS = {"nnan", "ninf", "nsz", "contract", "reassoc"}  # no "arcp": the quantize step must divide
+_FLAGS = {"nnan", "ninf", "nsz", "contract", "reassoc"}  # the Snake pass; quantize_pad has its own
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FLAGS, inline="always")
