@@ -5,8 +5,10 @@ Run from the repository root with the project's venv (after `python -m cosyedge 
     .venv/bin/python bench/kokoro_levers.py                      # prints a markdown table (~2-4 min)
     .venv/bin/python bench/kokoro_levers.py --reps 5 --write docs/benchmarks.md
     .venv/bin/python bench/kokoro_levers.py --previous OLD.onnx  # add a row for an older runtime graph
+    .venv/bin/python bench/kokoro_levers.py --fused-only         # shipped, runtime graph, fused runner
 
-Each row is the shipped graph with a growing list of ``optimize`` passes. All graphs are loaded in
+Each row is the shipped graph with a growing list of ``optimize`` passes; the last row runs the full
+runtime graph through the fused chain runner (``fused_runtime``). All graphs are loaded in
 ONE process (1 and 2 intra-op threads each, graph optimizations off, idle threads sleeping, as the
 engine loads them) and run interleaved on the same input, so a busy machine slows all of them
 alike. The figure to compare on a shared machine is the single-thread process CPU time; the
@@ -44,13 +46,21 @@ LEVERS: list[tuple[str, tuple[str, ...] | None]] = [
 ]
 
 
-def lever_graphs(model_dir: Path, cache: Path, previous: Path | None) -> list[tuple[str, Path]]:
-    """Each lever's graph file, derived into ``cache`` (keyed by the passes and optimize.py's source)."""
+FUSED_LABEL = "all + fused chain runner (numba kernels, onnxruntime segments)"
+SHORT_LEVERS = ("shipped int8 graph", "all: the runtime graph")  # the rows kept by --fused-only
+
+
+def lever_graphs(model_dir: Path, cache: Path, previous: Path | None,
+                 fused_only: bool = False) -> list[tuple[str, Path]]:
+    """Each lever's graph file, derived into ``cache`` (keyed by the passes and optimize.py's source);
+    the last row runs the full runtime graph through ``fused_runtime.FusedSession``."""
     shipped = model_dir / model_files.ONNX_NAME
     code = hashlib.sha256(Path(optimize.__file__).read_bytes()).hexdigest()[:12]
     cache.mkdir(parents=True, exist_ok=True)
     graphs = []
     for label, passes in LEVERS:
+        if fused_only and label not in SHORT_LEVERS:
+            continue
         if passes is None:
             graphs.append((label, shipped))
             continue
@@ -60,11 +70,18 @@ def lever_graphs(model_dir: Path, cache: Path, previous: Path | None) -> list[tu
         graphs.append((label, path))
     if previous is not None:
         graphs.insert(1, (f"previous runtime graph ({previous.name})", previous))
+    graphs.append((FUSED_LABEL, graphs[-1][1]))
     return graphs
 
 
-def open_session(path: Path, threads: int):
+def open_session(path: Path, threads: int, label: str = ""):
+    """An onnxruntime session as the engine opens a runtime graph (or the fused runner for its row)."""
     import onnxruntime as ort
+
+    if label == FUSED_LABEL:
+        from cosyedge.engines.kokoro.fused_runtime import FusedSession
+
+        return FusedSession(path, threads)
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -84,10 +101,10 @@ def output_note(reference: np.ndarray, audio: np.ndarray) -> str:
     return f"{compare(reference, audio)}; band distance {optimize.spectral_distance_db(reference, audio):.2f} dB"
 
 
-def run_levers(model_dir: Path, reps: int, cache: Path, previous: Path | None) -> dict:
-    graphs = lever_graphs(model_dir, cache, previous)
+def run_levers(model_dir: Path, reps: int, cache: Path, previous: Path | None, fused_only: bool = False) -> dict:
+    graphs = lever_graphs(model_dir, cache, previous, fused_only)
     feeds, n_phonemes = variant_feeds(model_dir)
-    sessions = {(label, t): open_session(path, t) for label, path in graphs for t in (1, 2)}
+    sessions = {(label, t): open_session(path, t, label) for label, path in graphs for t in (1, 2)}
     outputs = {label: sessions[(label, 1)].run(None, feeds)[0].reshape(-1) for label, _ in graphs}
     for (label, t), session in sessions.items():
         if t == 2:
@@ -135,17 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=str(ROOT / "models" / ".bench-variants"),
                         help="where derived graphs are kept between runs")
     parser.add_argument("--write", metavar="DOC", help="update the generated block in this markdown file")
+    parser.add_argument("--fused-only", action="store_true",
+                        help="only the shipped graph, the runtime graph and the fused runner (~1 min)")
     args = parser.parse_args(argv)
     model_dir = Path(args.models_dir) / model_files.MODEL_ID
     command = "python bench/kokoro_levers.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started, before = dt.datetime.now(dt.timezone.utc), load_average()
-    body = levers_table(run_levers(model_dir, args.reps, Path(args.cache), args.previous))
+    body = levers_table(run_levers(model_dir, args.reps, Path(args.cache), args.previous, args.fused_only))
     text = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
             f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {before}; after: {load_average()}."
             f"\n\n{body}")
     print(text)
     if args.write:
-        write_section(Path(args.write), "levers", text)
+        write_section(Path(args.write), "levers-fused" if args.fused_only else "levers", text)
     return 0
 
 

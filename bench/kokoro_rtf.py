@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import model_files, optimize  # noqa: E402
-from cosyedge.engines.kokoro.engine import MAX_PHONEMES, KokoroEngine, make_session  # noqa: E402
+from cosyedge.engines.kokoro.engine import MAX_PHONEMES, KokoroEngine, open_runtime  # noqa: E402
 from cosyedge.manifest import read_manifest  # noqa: E402
 
 TEXTS = {
@@ -139,7 +139,7 @@ def load_engine(model_dir: Path, threads: int) -> tuple[KokoroEngine, str]:
     vocab = json.loads((model_dir / model_files.VOCAB_NAME).read_text(encoding="utf-8"))["vocab"]
     with np.load(model_dir / model_files.VOICES_NAME) as npz:
         packs = {k: npz[k].astype(np.float32) for k in npz.files}
-    session = make_session(model_dir / graph["file"], threads, graph.get("graph_optimization", "all"))
+    session = open_runtime(model_dir, graph, threads)
     frontend = FallbackFrontend(vocab)
     return KokoroEngine(session=session, packs=packs, frontend=frontend), frontend.name
 

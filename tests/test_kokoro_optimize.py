@@ -395,7 +395,15 @@ def test_engine_loads_the_runtime_graph_named_in_the_manifest(assembled, monkeyp
         return real(path, threads, graph_optimization)
 
     monkeypatch.setattr(engine_module, "make_session", spy)
-    engine_module.KokoroEngine.load(assembled, from_env({}, onnx_threads=1)).close()
+    engine = engine_module.KokoroEngine.load(assembled, from_env({}, onnx_threads=1))
+    # setup checked the fused runner on this graph (step 3), so the engine runs it that way
+    from cosyedge.engines.kokoro.fused_runtime import FusedSession
+
+    assert isinstance(engine.session, FusedSession) and opened == []
+    engine.close()
+    manifest = read_manifest(assembled, "hint")
+    graph = {k: v for k, v in manifest["runtime_graph"].items() if k != "runner"}
+    assert engine_module.open_runtime(assembled, graph, 1) is not None
     assert opened == [(model_files.RUNTIME_NAME, "disable")]
 
 

@@ -85,6 +85,28 @@ def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all")
     return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+def open_runtime(model_dir: Path, graph: dict, threads: int) -> Session:
+    """The session for the manifest's ``runtime_graph``: the fused runner when setup checked it
+    (``runner``, same version as this code), else the graph in one onnxruntime session. A fused
+    runner that fails to load falls back to the plain session with a warning."""
+    from cosyedge.engines.kokoro import fused_runtime
+
+    path = Path(model_dir) / graph["file"]
+    runner = graph.get("runner") or {}
+    if runner.get("kind") == fused_runtime.RUNNER_KIND:
+        if runner.get("version") != fused_runtime.RUNNER_VERSION:
+            logger.warning("the fused runner was checked by another version (%s, this is %s): running %s as one "
+                           "session; %s", runner.get("version"), fused_runtime.RUNNER_VERSION, path.name,
+                           model_files.FIX_HINT)
+        else:
+            try:
+                return fused_runtime.FusedSession(path, threads)
+            except Exception as exc:  # noqa: BLE001 - the plain graph computes the same audio
+                logger.warning("the fused runner did not load (%s): running %s as one onnxruntime session",
+                               exc, path.name)
+    return make_session(path, threads, graph.get("graph_optimization", "all"))
+
+
 def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Cut the model's leading/trailing near-silence, keeping a short pad so consonants survive."""
     loud = np.flatnonzero(np.abs(audio) > SILENCE_THRESHOLD)
@@ -122,12 +144,12 @@ class KokoroEngine:
         vocab = json.loads((Path(model_dir) / model_files.VOCAB_NAME).read_text(encoding="utf-8"))["vocab"]
         with np.load(Path(model_dir) / model_files.VOICES_NAME) as npz:
             packs = {k: npz[k].astype(np.float32) for k in npz.files}
-        session = make_session(Path(model_dir) / graph["file"], settings.threads,
-                               graph.get("graph_optimization", "all"))
+        session = open_runtime(Path(model_dir), graph, settings.threads)
         frontend = KokoroFrontend(vocab)
         # Load jieba's dictionary, OpenJTalk and the espeak-ng worker now (~2 s), not in the first job.
         frontend.sentences(WARM_UP_TEXT)
-        logger.info("loaded Kokoro %s from %s with %d threads", graph["file"], model_dir, settings.threads)
+        logger.info("loaded Kokoro %s from %s with %d threads (%s)", graph["file"], model_dir, settings.threads,
+                    type(session).__name__)
         return cls(session=session, packs=packs, frontend=frontend,
                    model_id=manifest.get("model_id", model_files.MODEL_ID))
 
@@ -185,6 +207,9 @@ class KokoroEngine:
         return voice_match.match_voice(self, audio, sample_rate, transcript)
 
     def close(self) -> None:
-        """Stop the frontend's helper process and drop the session (it frees its arena)."""
+        """Stop the frontend's helper process, close and drop the session (it frees its arena)."""
         self.frontend.close()
+        close = getattr(self.session, "close", None)  # the fused runner's thread pool and buffers
+        if callable(close):
+            close()
         self.session = None  # type: ignore[assignment]

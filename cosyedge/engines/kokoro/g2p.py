@@ -22,6 +22,7 @@ import functools
 import logging
 import re
 import threading
+import warnings
 from typing import Callable, Mapping
 
 from cosyedge.errors import CosyedgeError
@@ -79,9 +80,13 @@ def jieba_cut(text: str) -> list[str]:
     """jieba words of ``text`` (their concatenation is ``text``).
 
     jieba installs its own stderr handler and logs its dictionary loading at DEBUG; its logger is set
-    to WARNING here so that this does not reach the application's output.
+    to WARNING here so that this does not reach the application's output. Its first import also
+    imports setuptools' deprecated ``pkg_resources``, whose deprecation warning is library noise
+    for our users (the CLI prints one line per error), so that one warning is ignored here.
     """
-    import jieba
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+        import jieba
 
     if not getattr(jieba_cut, "_quiet", False):
         jieba.setLogLevel(logging.WARNING)

@@ -15,6 +15,11 @@ in two steps, each checked on this machine before it is kept:
 
 If step 2 fails the step-1 graph is used; if step 1 fails, the shipped graph. The manifest lists
 the files with their hashes and names the one to load in ``runtime_graph``.
+
+3. On a derived graph, the fused runner (``fused_runtime.FusedSession``: onnxruntime segments +
+   numba kernels for the vocoder's conv-input chains) must likewise keep the length and stay
+   within the tolerance of the shipped graph's audio; then ``runtime_graph["runner"]`` names it
+   with its version, else the engine runs the graph in one onnxruntime session as before.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ RUNTIME_NAME = "kokoro-v1.0.int8.conv-as-matmul.onnx"
 EXACT_PASSES = ("conv_as_matmul", "square")
 APPROX_PASSES = ("float_tail", "instance_norm")
 RUNTIME_PASSES = EXACT_PASSES + APPROX_PASSES
-RUNTIME_VERSION = 2  # bump when the passes change, so `setup-model` re-derives an older runtime graph
+RUNTIME_VERSION = 3  # bump when the passes or the runner change, so `setup-model` re-derives and re-checks
 SAMPLE_RATE = 24_000
 FIX_HINT = "run `python -m cosyedge setup-model` (after `pip install -r requirements.txt`)"
 
@@ -141,6 +146,31 @@ def _derive_runtime_graph(staging: Path) -> dict | None:
         graph.update(passes=list(RUNTIME_PASSES), rewritten_nodes=counts,
                      output_vs_shipped=f"same length, spectral distance {distance:.2f} dB on the check input "
                                        f"(tolerance {optimize.SPECTRAL_TOLERANCE_DB} dB)")
+    runner = _check_fused_runner(target, reference, voices)
+    if runner is not None:
+        graph["runner"] = runner
     # Loaded with graph optimizations off: the shipped file is already optimized offline, and
     # onnxruntime's transpose/layout passes would only reorder float rounding (and cost load time).
     return graph | {"graph_optimization": "disable", "version": RUNTIME_VERSION}
+
+
+def _check_fused_runner(graph: Path, reference, voices: Path) -> dict | None:
+    """Step 3: the fused runner on ``graph`` against the shipped graph's check audio; its manifest
+    entry, or None (run the graph as one session) if it cannot load or lands out of tolerance."""
+    from cosyedge.engines.kokoro import fused_runtime, optimize
+
+    try:
+        session = fused_runtime.FusedSession(graph, threads=1)
+        try:
+            audio = session.run(None, optimize.check_feeds(voices))[0].reshape(-1)
+        finally:
+            session.close()
+        distance = optimize.check_close_audio(reference, audio, "the fused runner", "the shipped graph")
+    except Exception as exc:  # noqa: BLE001 - an optional speed-up; the graph alone always works
+        logger.warning("running %s as one onnxruntime session: the fused runner is not usable here (%s)",
+                       graph.name, exc)
+        return None
+    return {"kind": fused_runtime.RUNNER_KIND, "version": fused_runtime.RUNNER_VERSION,
+            "chains": session.chains,
+            "output_vs_shipped": f"same length, spectral distance {distance:.2f} dB on the check input "
+                                 f"(tolerance {optimize.SPECTRAL_TOLERANCE_DB} dB)"}

@@ -590,14 +590,19 @@ CHECK_TOKENS = (53, 164, 57, 158, 16, 75, 43, 16, 51, 51, 16, 62, 47, 112, 53, 1
 CHECK_VOICE = "jf_alpha"
 
 
+def check_feeds(voices: Path) -> dict[str, np.ndarray]:
+    """The model inputs for CHECK_TOKENS in CHECK_VOICE at speed 1."""
+    with np.load(voices) as packs:
+        style = packs[CHECK_VOICE][len(CHECK_TOKENS) - 1].reshape(1, 256).astype(np.float32)
+    return {"tokens": np.array([[0, *CHECK_TOKENS, 0]], dtype=np.int64), "style": style,
+            "speed": np.array([1.0], dtype=np.float32)}
+
+
 def check_audio(graph: Path, voices: Path) -> np.ndarray:
     """A graph's audio for CHECK_TOKENS (1 thread, graph optimizations off, as the engine loads it)."""
     import onnxruntime as ort
 
-    with np.load(voices) as packs:
-        style = packs[CHECK_VOICE][len(CHECK_TOKENS) - 1].reshape(1, 256).astype(np.float32)
-    feeds = {"tokens": np.array([[0, *CHECK_TOKENS, 0]], dtype=np.int64), "style": style,
-             "speed": np.array([1.0], dtype=np.float32)}
+    feeds = check_feeds(voices)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
@@ -662,14 +667,20 @@ def check_close_output(shipped: Path | np.ndarray, derived: Path, voices: Path,
     """Like check_same_output, but raise RuntimeError unless the audio has the same length (same
     durations) and a spectral distance within ``tolerance_db``. Returns the distance."""
     reference, name = _reference(shipped, voices)
-    audio = check_audio(derived, voices)
+    return check_close_audio(reference, check_audio(derived, voices), Path(derived).name, name, tolerance_db)
+
+
+def check_close_audio(reference: np.ndarray, audio: np.ndarray, label: str, reference_label: str,
+                      tolerance_db: float = SPECTRAL_TOLERANCE_DB) -> float:
+    """check_close_output's test on two clips already computed (``label`` names ``audio``'s source
+    in the error); returns the spectral distance."""
     if reference.shape != audio.shape:
-        raise RuntimeError(f"{Path(derived).name} changes the audio length on the check input "
+        raise RuntimeError(f"{label} changes the audio length on the check input "
                            f"({audio.size} vs {reference.size} samples): the durations moved")
     if not np.all(np.isfinite(audio)):
-        raise RuntimeError(f"{Path(derived).name} gives non-finite samples on the check input")
+        raise RuntimeError(f"{label} gives non-finite samples on the check input")
     distance = spectral_distance_db(reference, audio)
     if not distance <= tolerance_db:
-        raise RuntimeError(f"{Path(derived).name} is {distance:.2f} dB from {name} on the check "
+        raise RuntimeError(f"{label} is {distance:.2f} dB from {reference_label} on the check "
                            f"input (tolerance {tolerance_db} dB)")
     return distance

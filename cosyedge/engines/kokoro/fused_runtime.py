@@ -1,0 +1,555 @@
+"""FusedSession: the Kokoro runtime graph run as onnxruntime segments + fused numba chain kernels.
+
+At load the runtime graph is searched for the vocoder's conv-input chains (``find_chains``:
+[InstanceNormalization ->] Snake -> DynamicQuantizeLinear -> int8 shift -> Pad -> Slices ->
+Concat), the graph is cut around them into segments in its own topological order (each chain
+just before its first reader), and each segment becomes an onnxruntime session (graph
+optimizations off, the engine's thread count, one arena shared by all). ``run`` walks the steps in
+order, passing only live tensors and dropping each after its last consumer.
+
+Each chain runs as ``kernels.snake_minmax`` + ``kernels.quantize_pad`` + ``im2col`` on channel ranges
+split over a small thread pool (the calling thread takes one range). With ``chains="ort"`` the
+chains run as onnxruntime segments of their own nodes instead: bit-identical to the whole graph,
+which is how the partitioning itself is tested.
+
+Calls share only the thread pool and the kernels' buffer free lists (taken and given back under a
+lock), so two concurrent ``run`` calls are safe. The cost is visible in the load log line (load
+and kernel-compile seconds, chains, segments) and in docs/benchmarks.md (memory, per-call time).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from cosyedge.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+CHAIN_PREFIX = "/decoder/"
+RUNNER_KIND = "fused_chains"
+RUNNER_VERSION = 1  # bump when the kernels or the partitioning change: setup-model checks it again
+
+
+@dataclass
+class Chain:
+    """One conv-input chain: its input tensors, constants, im2col geometry and the three tensors
+    the rest of the graph reads from it (the int8 im2col, the DQL scale, the int8 zero point)."""
+
+    x: str
+    gamma: str | None
+    beta: str | None
+    eps: float
+    alpha: np.ndarray
+    inv_alpha: np.ndarray
+    taps: int
+    dilation: int
+    pad_lo: int
+    pad_hi: int
+    col: str
+    scale: str
+    zero_point: str
+    zero_point_shape: tuple[int, ...] = ()  # the graph's shift constant broadcasts the scalar zero point
+    nodes: list = field(repr=False, default_factory=list)
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.x] + ([self.gamma, self.beta] if self.gamma else [])
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.col, self.scale, self.zero_point]
+
+
+class _Index:
+    """Producer/consumer maps and initializer values of one GraphProto."""
+
+    def __init__(self, graph: Any) -> None:
+        from onnx import numpy_helper
+
+        self.graph = graph
+        self.inits = {t.name: t for t in graph.initializer}
+        self.producer = {out: node for node in graph.node for out in node.output if out}
+        self.consumers: dict[str, list] = {}
+        for node in graph.node:
+            for name in dict.fromkeys(node.input):
+                if name:
+                    self.consumers.setdefault(name, []).append(node)
+        self._to_array = numpy_helper.to_array
+
+    def users(self, name: str) -> list:
+        return self.consumers.get(name, [])
+
+    def only_user(self, name: str, op_type: str) -> Any:
+        users = self.users(name)
+        if len(users) != 1 or users[0].op_type != op_type:
+            raise ValueError(f"{name!r} feeds {[u.op_type for u in users]}, not one {op_type}")
+        return users[0]
+
+    def const(self, name: str) -> np.ndarray:
+        if name not in self.inits:
+            raise ValueError(f"{name!r} is not an initializer")
+        return self._to_array(self.inits[name])
+
+
+def _match_chain(g: _Index, dql: Any) -> Chain:
+    """The chain ending in ``dql``'s consumers, or ValueError saying why this DQL is not one."""
+    from onnx import helper
+
+    add = g.producer.get(dql.input[0])
+    if add is None or add.op_type != "Add":
+        raise ValueError("input is not a Snake Add")
+    mul_inv = [g.producer.get(name) for name in add.input]
+    k = next((i for i, node in enumerate(mul_inv) if node is not None and node.op_type == "Mul"
+              and any(inp in g.inits for inp in node.input)), None)
+    if k is None:
+        raise ValueError("no Mul(1/alpha) into the Snake Add")
+    mul_inv, n_name = mul_inv[k], add.input[1 - k]
+    square_name = next(name for name in mul_inv.input if name not in g.inits)
+    inv_alpha = next(g.const(name) for name in mul_inv.input if name in g.inits)
+    square = g.producer.get(square_name)
+    if square is None or square.op_type != "Mul" or square.input[0] != square.input[1]:
+        raise ValueError("no sin^2")
+    sin = g.producer.get(square.input[0])
+    if sin is None or sin.op_type != "Sin":
+        raise ValueError("no Sin")
+    mul_alpha = g.producer.get(sin.input[0])
+    if mul_alpha is None or mul_alpha.op_type != "Mul" or n_name not in mul_alpha.input:
+        raise ValueError("no Mul(alpha, n) into the Sin")
+    alpha = g.const(next(name for name in mul_alpha.input if name != n_name))
+    if {u.name for u in g.users(n_name)} != {mul_alpha.name, add.name}:
+        raise ValueError("the Snake input has other consumers")
+    nodes = [mul_alpha, sin, square, mul_inv, add, dql]
+    norm = g.producer.get(n_name)
+    gamma = beta = None
+    eps = 0.0
+    x = n_name
+    if norm is not None and norm.op_type == "InstanceNormalization":
+        x, gamma, beta = norm.input
+        eps = float({a.name: helper.get_attribute_value(a) for a in norm.attribute}.get("epsilon", 1e-5))
+        nodes.insert(0, norm)
+        x = _skip_channel_bias(g, x, norm, alpha.size, nodes)
+    quantized, scale, zero_u8 = dql.output
+    sub_q = g.only_user(quantized, "Sub")
+    cast_q = g.only_user(sub_q.output[0], "Cast")
+    sub_z = g.only_user(zero_u8, "Sub")
+    cast_z = g.only_user(sub_z.output[0], "Cast")
+    shifts = [g.const(next(n for n in sub.input if n in g.inits)) for sub in (sub_q, sub_z)]
+    if any(shift.size != 1 or int(shift.reshape(-1)[0]) != 128 for shift in shifts):
+        raise ValueError("the int8 shift is not 128")
+    pad = g.only_user(cast_q.output[0], "Pad")
+    pads = g.const(pad.input[1]).reshape(-1).tolist()
+    if len(pads) != 6 or any(pads[i] for i in (0, 1, 3, 4)) or pad.input[2] != cast_z.output[0]:
+        raise ValueError("not a time-axis zero-point Pad")
+    slices = g.users(pad.output[0])
+    starts = []
+    for node in slices:
+        if node.op_type != "Slice" or len(node.input) < 4:
+            raise ValueError("Pad does not feed Slices only")
+        axis = g.const(node.input[3]).reshape(-1).tolist()
+        step = g.const(node.input[4]).reshape(-1).tolist() if len(node.input) > 4 and node.input[4] else [1]
+        if axis not in ([2], [-1]) or step != [1]:
+            raise ValueError("not a unit-step time Slice")
+        starts.append(int(g.const(node.input[1]).reshape(-1)[0]))
+    concat = g.only_user(slices[0].output[0], "Concat")
+    taps = len(slices)
+    order = [g.producer[name] for name in concat.input]
+    starts = [starts[slices.index(node)] for node in order]
+    dilation = starts[1] - starts[0] if taps > 1 else 1
+    if taps < 2 or starts != [j * dilation for j in range(taps)] or dilation < 1 \
+            or {a.name: a.i for a in concat.attribute}.get("axis") != 1:
+        raise ValueError("the Slices are not one dilated im2col")
+    for node, start in zip(order, starts):  # each tap ends (taps-1-j)*d before the padded end
+        end = int(g.const(node.input[2]).reshape(-1)[0])
+        rest = (taps - 1) * dilation - start
+        if end != (-rest if rest else np.iinfo(np.int64).max):
+            raise ValueError("a tap's end is not the im2col's")
+    nodes += [sub_q, cast_q, sub_z, cast_z, pad, *order, concat]
+    chain = Chain(x=x, gamma=gamma, beta=beta, eps=eps, alpha=alpha.astype(np.float32).reshape(-1),
+                  inv_alpha=inv_alpha.astype(np.float32).reshape(-1), taps=taps, dilation=dilation,
+                  pad_lo=int(pads[2]), pad_hi=int(pads[5]), col=concat.output[0], scale=scale,
+                  zero_point=cast_z.output[0], zero_point_shape=shifts[1].shape, nodes=nodes)
+    inside = {id(node) for node in nodes}
+    leaked = [out for node in nodes for out in node.output
+              if out not in chain.outputs and any(id(u) not in inside for u in g.users(out))]
+    graph_outputs = {o.name for o in g.graph.output}
+    if leaked or graph_outputs & {out for node in nodes for out in node.output if out not in chain.outputs}:
+        raise ValueError(f"inner tensors are read outside the chain: {leaked[:3]}")
+    if chain.alpha.size != chain.inv_alpha.size:
+        raise ValueError("alpha and 1/alpha differ in size")
+    return chain
+
+
+def _skip_channel_bias(g: _Index, x: str, norm: Any, channels: int, nodes: list) -> str:
+    """If ``x`` is ``y + b`` with a constant per-channel ``b`` and read only by the instance norm,
+    return ``y`` (adding the Add to ``nodes``): the norm subtracts each channel's mean, so the bias
+    cancels (exactly in arithmetic, to float rounding here) and one full pass is saved."""
+    add = g.producer.get(x)
+    if add is None or add.op_type != "Add" or [u.name for u in g.users(x)] != [norm.name] \
+            or x in {o.name for o in g.graph.output}:
+        return x
+    consts = [name for name in add.input if name in g.inits]
+    if len(consts) != 1:
+        return x
+    bias = g.const(consts[0])
+    if bias.size != channels or bias.ndim < 2 or bias.shape[-1] != 1:  # [C, 1] or [1, C, 1]: per channel
+        return x
+    nodes.insert(0, add)
+    return next(name for name in add.input if name != consts[0])
+
+
+def find_chains(graph: Any, prefix: str = CHAIN_PREFIX) -> list[Chain]:
+    """Every conv-input chain under ``prefix`` (node names), in graph order."""
+    g = _Index(graph)
+    chains = []
+    for node in graph.node:
+        if node.op_type == "DynamicQuantizeLinear" and node.name.startswith(prefix):
+            try:
+                chains.append(_match_chain(g, node))
+            except (ValueError, StopIteration) as exc:
+                logger.debug("%s: not a fusable chain (%s)", node.name, exc)
+    return chains
+
+
+# --- steps ------------------------------------------------------------------------------------
+
+
+class _Segment:
+    """An onnxruntime session over a run of graph nodes."""
+
+    def __init__(self, session: Any, inputs: list[str], outputs: list[str]) -> None:
+        self.session, self.inputs, self.outputs = session, inputs, outputs
+
+    def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
+        values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs})
+        return dict(zip(self.outputs, values))
+
+
+class _Buffers:
+    """Reusable byte buffers for the kernels' outputs and scratch, shared by all calls (thread-safe).
+
+    Fresh buffers cost page faults on every call: buffers made per call cost ~8 % of the whole
+    graph's CPU time on the levers input against buffers kept between calls (measured, interleaved).
+    Like onnxruntime's arena, the buffers keep their high-water mark until the session is closed
+    (the app's idle unload): the Snake output, the padded int8 signal and the im2col of the largest
+    chain, ~2 KB per output frame of the last stage (~260 MB after a 510-phoneme sentence), twice
+    with two calls at once. Each role has its own free list (a shared one ends up holding only
+    im2col-sized buffers); ``take`` hands out the smallest free buffer of the role that fits (or a
+    new one), ``give`` returns it; at most ``keep`` free buffers per role are held, the largest, and
+    none under half the size of the last one given back (left from a shorter input)."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self._free: dict[str, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self._keep = keep
+
+    def take(self, role: str, shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(array of ``shape``/``dtype``, its raw buffer to ``give`` back under the same role)."""
+        nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        with self._lock:
+            free = self._free.setdefault(role, [])
+            fits = [i for i, b in enumerate(free) if b.size >= nbytes]
+            raw = free.pop(min(fits, key=lambda i: free[i].size)) if fits else None
+        if raw is None:
+            raw = np.empty(nbytes, np.uint8)
+        return raw[:nbytes].view(dtype).reshape(shape), raw
+
+    def give(self, role: str, raw: np.ndarray) -> None:
+        with self._lock:
+            # a free buffer under half this size is left from a shorter input: let it go
+            free = [b for b in self._free.get(role, []) if 2 * b.size >= raw.size] + [raw]
+            free.sort(key=lambda b: b.size)
+            self._free[role] = free[-self._keep:]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(b.size for free in self._free.values() for b in free)
+
+
+@dataclass
+class _RunState:
+    """What one ``run`` call uses: the shared buffers, and which of its live tensors sit in one."""
+
+    buffers: _Buffers
+    owned: dict[str, np.ndarray] = field(default_factory=dict)  # im2col tensor name -> its raw buffer
+
+
+class _Kernel:
+    """One chain on the numba kernels, channel ranges spread over ``pool`` + the calling thread."""
+
+    def __init__(self, chain: Chain, pool: ThreadPoolExecutor | None, parts: int) -> None:
+        self.chain, self.pool, self.parts = chain, pool, parts
+        self.inputs = chain.inputs
+        self.outputs = chain.outputs
+
+    def _spread(self, fn, channels: int, *args) -> None:
+        bounds = np.linspace(0, channels, self.parts + 1).astype(int)
+        ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        futures = [self.pool.submit(fn, *args, a, b) for a, b in ranges[1:]] if self.pool else []
+        for a, b in ranges[:1] if self.pool else ranges:
+            fn(*args, a, b)
+        for future in futures:
+            future.result()
+
+    def run(self, tensors: dict[str, np.ndarray], state: _RunState) -> dict[str, np.ndarray]:
+        """The chain's three outputs; the im2col sits in one of ``state``'s buffers (``state.owned``
+        says which: give it back when the tensor is dropped)."""
+        from cosyedge.engines.kokoro import kernels
+
+        chain = self.chain
+        x = tensors[chain.x]
+        if x.ndim != 3 or x.shape[0] != 1 or x.dtype != np.float32:
+            raise EngineError(f"fused chain input {chain.x!r} has shape {x.shape} {x.dtype}; expected [1, C, T] float32")
+        x = np.ascontiguousarray(x[0])
+        channels, t_len = x.shape
+        if chain.gamma:
+            gamma = np.ascontiguousarray(tensors[chain.gamma], np.float32).reshape(-1)
+            beta = np.ascontiguousarray(tensors[chain.beta], np.float32).reshape(-1)
+        else:
+            gamma = beta = chain.alpha  # unused
+        y, y_raw = state.buffers.take("snake", x.shape, np.float32)
+        mins = np.empty(channels, np.float32)
+        maxs = np.empty(channels, np.float32)
+        self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
+                     chain.alpha, chain.inv_alpha, y, mins, maxs)
+        scale, zero_point = kernels.quant_params(mins, maxs)
+        t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
+        padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
+        col, col_raw = state.buffers.take("im2col", (chain.taps * channels, t_out), np.int8)
+        self._spread(_quantize_im2col, channels, y, scale, zero_point, chain, padded, col)
+        state.buffers.give("snake", y_raw)
+        state.buffers.give("padded", padded_raw)
+        state.owned[chain.col] = col_raw
+        return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
+                chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
+
+
+def _quantize_im2col(y: np.ndarray, scale: np.float32, zero_point: int, chain: Chain, padded: np.ndarray,
+                     col: np.ndarray, c0: int, c1: int) -> None:
+    from cosyedge.engines.kokoro import kernels
+
+    kernels.quantize_pad(y, scale, zero_point, chain.pad_lo, padded, c0, c1)
+    kernels.im2col(padded, chain.taps, chain.dilation, col, c0, c1)
+
+
+def _elem_types(model: Any) -> dict[str, int]:
+    """Element type of every tensor (onnx shape inference; MatMulIntegerToFloat gives float)."""
+    from onnx import TensorProto, helper, shape_inference
+
+    # On a copy without the weights' data (their types and shapes suffice): inferring on the full
+    # model copies 90 MB of weights and left ~110 MB of heap behind (measured).
+    source = model.graph
+    stub = helper.make_graph(
+        source.node, source.name,
+        [*source.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in source.initializer)],
+        source.output, value_info=source.value_info)
+    inferred = shape_inference.infer_shapes(
+        helper.make_model(stub, opset_imports=list(model.opset_import), ir_version=model.ir_version), strict_mode=False)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]
+             if v.type.tensor_type.elem_type}
+    for node in model.graph.node:
+        if node.op_type == "MatMulIntegerToFloat":
+            types.setdefault(node.output[0], TensorProto.FLOAT)
+    return types
+
+
+_shared_arena: list[bool] = []  # process-wide onnxruntime state: registered once per process
+
+
+def _register_shared_arena() -> None:
+    """Register one CPU arena in onnxruntime's process environment for the segments to share.
+
+    Each session otherwise grows its own arena to its largest tensors: 45 segments held ~1.5 GB
+    after one call on the levers input (measured), against one arena for the whole graph."""
+    import onnxruntime as ort
+
+    if _shared_arena:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+    except Exception as exc:  # noqa: BLE001 - already registered by someone else in this process
+        logger.debug("shared onnxruntime arena not registered: %s", exc)
+    _shared_arena.append(True)
+
+
+def _release_free_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``): building the
+    segments parses and copies the weights a few times, which left ~70 MB of freed but held heap
+    (measured). A no-op where there is no glibc."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError) as exc:
+        logger.debug("malloc_trim not available: %s", exc)
+
+
+def _session_options(threads: int) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.use_env_allocators", "1")
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
+class FusedSession:
+    """The runtime graph as segments + fused chains; ``run(None, feeds)`` like an InferenceSession.
+
+    ``chains="numba"`` runs the chains on ``kernels``; ``"ort"`` as onnxruntime segments (exact).
+    """
+
+    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba") -> None:
+        import onnx
+        import onnxruntime as ort
+
+        if chains not in ("numba", "ort"):
+            raise ValueError(f"chains must be 'numba' or 'ort', not {chains!r}")
+        start = time.perf_counter()
+        model = onnx.load(str(onnx_path))
+        graph = model.graph
+        found = find_chains(graph)
+        if not found:
+            raise EngineError(f"{Path(onnx_path).name} has no fusable conv-input chains")
+        types = _elem_types(model)
+        _register_shared_arena()
+        self.threads = max(1, int(threads))
+        self._buffers = _Buffers()
+        self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
+            if self.threads > 1 and chains == "numba" else None
+        if chains == "numba":
+            from cosyedge.engines.kokoro import kernels
+
+            self.compile_s = kernels.compile_kernels()
+        else:
+            self.compile_s = 0.0
+
+        # The steps in graph order, except that a chain runs just before the first node that reads
+        # its outputs (all its inputs exist by then): its im2col then lives as briefly as possible,
+        # so one call holds one at a time. Other nodes are grouped into segments.
+        owner = {id(node): chain for chain in found for node in chain.nodes}
+        remaining = {id(chain): len(chain.nodes) for chain in found}
+        ready: dict[str, Chain] = {}  # output name -> chain whose nodes have all been passed
+        groups: list[Chain | list] = []
+        for node in graph.node:
+            chain = owner.get(id(node))
+            if chain is not None:
+                remaining[id(chain)] -= 1
+                if not remaining[id(chain)]:
+                    ready.update(dict.fromkeys(chain.outputs, chain))
+                continue
+            for name in node.input:
+                if name in ready:
+                    due = ready[name]
+                    for out in due.outputs:
+                        ready.pop(out, None)
+                    groups.append(due)
+            if not groups or isinstance(groups[-1], Chain):
+                groups.append([])
+            groups[-1].append(node)
+        groups += list({id(c): c for c in ready.values()}.values())  # chains read only as graph outputs
+        graph_inputs = [i.name for i in graph.input]
+        graph_outputs = [o.name for o in graph.output]
+        inits = {t.name: t for t in graph.initializer}
+        needs: list[list[str]] = []
+        makes: list[list[str]] = []
+        for group in groups:
+            nodes = group.nodes if isinstance(group, Chain) else group
+            made = {out for node in nodes for out in node.output if out}
+            used = {name for node in nodes for name in node.input if name}
+            needs.append(sorted(name for name in used - made if name not in inits))
+            makes.append(sorted(made))
+        later: set[str] = set(graph_outputs)
+        wanted: list[list[str]] = [[] for _ in groups]
+        for i in range(len(groups) - 1, -1, -1):  # outputs a step must hand on = read later
+            wanted[i] = [name for name in makes[i] if name in later]
+            later |= set(needs[i])
+        self.steps: list[_Segment | _Kernel] = []
+        for i, group in enumerate(groups):
+            if isinstance(group, Chain) and chains == "numba":
+                self.steps.append(_Kernel(group, self._pool, self.threads))
+                continue
+            nodes = group.nodes if isinstance(group, Chain) else group
+            self.steps.append(self._segment(model, nodes, needs[i], wanted[i], types, inits, threads, ort))
+        for chain in found:  # a kept NodeProto would keep the whole parsed model (~150 MB) alive
+            chain.nodes = []
+        # Liveness: after step i, drop what no later step reads (graph outputs stay).
+        last_use: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            for name in step.inputs:
+                last_use[name] = i
+        self._drop_after: list[list[str]] = [[] for _ in self.steps]
+        for name, i in last_use.items():
+            if name not in graph_outputs:
+                self._drop_after[i].append(name)
+        self.input_names = graph_inputs
+        self.output_names = graph_outputs
+        self.chains = len(found)
+        self.segments = sum(isinstance(s, _Segment) for s in self.steps)
+        # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
+        # return the freed heap.
+        del model, graph, inits, groups, owner, ready, nodes, group, node
+        _release_free_heap()
+        self.load_s = time.perf_counter() - start
+        logger.info("fused Kokoro runtime: %d chains (%s), %d onnxruntime segments, loaded in %.2f s "
+                    "(kernels %.2f s)", self.chains, chains, self.segments, self.load_s, self.compile_s)
+
+    @staticmethod
+    def _segment(model: Any, nodes: list, inputs: list[str], outputs: list[str], types: dict[str, int],
+                 inits: dict, threads: int, ort: Any) -> _Segment:
+        from onnx import helper
+
+        used = {name for node in nodes for name in node.input if name in inits}
+        missing = [name for name in [*inputs, *outputs] if name not in types]
+        if missing:
+            raise EngineError(f"no element type known for {missing[:3]}")
+        graph = helper.make_graph(
+            nodes, "segment",
+            [helper.make_tensor_value_info(name, types[name], None) for name in inputs],
+            [helper.make_tensor_value_info(name, types[name], None) for name in outputs],
+            [inits[name] for name in sorted(used)])
+        sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+        session = ort.InferenceSession(sub.SerializeToString(), _session_options(threads),
+                                       providers=["CPUExecutionProvider"])
+        return _Segment(session, inputs, outputs)
+
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run all steps in order on ``feeds``; return the requested graph outputs (all if None)."""
+        tensors = dict(feeds)
+        state = _RunState(self._buffers)
+        try:
+            for step, drop in zip(self.steps, self._drop_after):
+                tensors.update(step.run(tensors, state))
+                for name in drop:
+                    tensors.pop(name, None)
+                    if name in state.owned:
+                        state.buffers.give("im2col", state.owned.pop(name))
+            return [tensors[name] for name in (output_names or self.output_names)]
+        finally:
+            tensors.clear()
+            for raw in state.owned.values():  # after a failed step: free to reuse
+                state.buffers.give("im2col", raw)
+
+    def close(self) -> None:
+        """Stop the chain thread pool (sessions are freed with the object)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+        self._buffers.clear()

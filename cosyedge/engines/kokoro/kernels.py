@@ -1,0 +1,170 @@
+"""Fused numba kernel for the Kokoro vocoder's conv-input chain (issue 2, speed).
+
+In the runtime graph every vocoder conv reads its input through the same chain of onnxruntime ops::
+
+    [InstanceNormalization(x, gamma, beta)] -> Snake: n + sin(alpha * n)^2 / alpha
+      -> DynamicQuantizeLinear -> (q - 128) as int8 -> Pad(zero point) -> k Slices -> Concat
+
+about ten full passes over a tensor of up to 4 M floats, all memory-bound and (except the Concat)
+single-threaded in onnxruntime. Here the chain is two passes over channel ranges that callers run
+on their own threads (``nogil``; no numba ``parallel=True``: its work-queue layer is not
+thread-safe and two jobs may run at once):
+
+``snake_minmax``
+    instance-norm statistics (optional), Snake, per-channel min/max into a float buffer;
+``quantize_pad`` + ``im2col``
+    onnxruntime's DynamicQuantizeLinear arithmetic (divide by the scale, clamp, round half to
+    even, add the zero point), the shift to int8 and the zero-point padding; then the
+    channel-first im2col rows (numpy slice copies, which run at memcpy speed; numba's byte loops
+    did not vectorize).
+
+Between them ``quant_params`` turns the channel extremes into the scale and zero point with
+onnxruntime's formula. The result is not bit-identical: the instance-norm sums and the sine (a
+range-reduced odd polynomial, float32 rounding) round differently, so an element whose
+value sits on a rounding boundary can land one quantization step away.
+
+Compiled on first use and cached on disk (``cache=True``: next to this file, or numba's user-wide
+cache when this directory is read-only; with neither, importing this module raises and the engine
+runs the plain graph); ``compile_kernels`` does it at engine load, ahead of the first request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numba
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+_INV_PI = np.float32(1.0 / np.pi)
+# Odd polynomial for sin(pi * r) on |r| <= 0.5, least-squares fit on Chebyshev nodes (float64),
+# coefficients of r, r^3, ..., r^9; max abs error 3.4e-9, far below float32 rounding.
+_S1, _S3, _S5, _S7, _S9 = (np.float32(c) for c in (
+    3.14159258, -5.16770687, 2.55003119, -0.59804419, 0.07721839))
+_LANES = 16
+_ROUND = np.float32(1.5 * 2 ** 23)  # adding and removing it rounds to an integer
+_FLAGS = {"nnan", "ninf", "nsz", "contract", "reassoc"}  # the Snake pass; quantize_pad has its own
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FLAGS, inline="always")
+def _sin_squared(z: float) -> float:
+    u = z * _INV_PI
+    r = u - np.float32(np.rint(u))
+    r2 = r * r
+    s = r * (_S1 + r2 * (_S3 + r2 * (_S5 + r2 * (_S7 + r2 * _S9))))
+    return s * s
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
+def snake_minmax(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, normalize: bool,
+                 alpha: np.ndarray, inv_alpha: np.ndarray, y: np.ndarray, mins: np.ndarray,
+                 maxs: np.ndarray, c0: int, c1: int) -> None:
+    """Channels ``c0:c1`` of ``y = n + inv_alpha * sin(alpha * n)^2`` with ``n`` the instance norm
+    ``gamma * (x - mean) / sqrt(var + eps) + beta`` (or ``x`` itself unless ``normalize``); each
+    channel's min and max of ``y`` go to ``mins``/``maxs``. ``x``, ``y``: [C, T] float32."""
+    t_len = x.shape[1]
+    lo = np.empty(_LANES, np.float32)
+    hi = np.empty(_LANES, np.float32)
+    for c in range(c0, c1):
+        row = x[c]
+        scale = np.float32(1.0)
+        shift = np.float32(0.0)
+        if normalize:
+            # Sums of x - x[0] in float64: no cancellation when the mean is large against the spread.
+            ref = row[0]
+            s = 0.0
+            ss = 0.0
+            for t in range(t_len):
+                d = np.float64(row[t] - ref)
+                s += d
+                ss += d * d
+            mean_d = s / t_len
+            var = max(ss / t_len - mean_d * mean_d, 0.0)
+            inv_std = 1.0 / np.sqrt(var + eps)
+            scale = np.float32(gamma[c] * inv_std)
+            shift = np.float32(beta[c] - (ref + mean_d) * gamma[c] * inv_std)
+        a = alpha[c]
+        ra = inv_alpha[c]
+        out = y[c]
+        # min/max in _LANES independent lanes: a loop LLVM vectorizes (one running min does not)
+        lo[:] = np.inf
+        hi[:] = -np.inf
+        body = t_len - t_len % _LANES
+        for t0 in range(0, body, _LANES):
+            for lane in range(_LANES):
+                n = row[t0 + lane] * scale + shift
+                v = n + ra * _sin_squared(a * n)
+                out[t0 + lane] = v
+                lo[lane] = min(lo[lane], v)
+                hi[lane] = max(hi[lane], v)
+        low = lo.min()
+        high = hi.max()
+        for t in range(body, t_len):
+            n = row[t] * scale + shift
+            v = n + ra * _sin_squared(a * n)
+            out[t] = v
+            low = min(low, v)
+            high = max(high, v)
+        mins[c] = low
+        maxs[c] = high
+
+
+def quant_params(mins: np.ndarray, maxs: np.ndarray) -> tuple[np.float32, int]:
+    """onnxruntime's DynamicQuantizeLinear parameters for data with these channel extremes: the
+    range widened to hold 0, ``scale = (max - min) / 255``, zero point ``round(-min / scale)``
+    clamped to 0..255 (half to even)."""
+    lo = np.float32(min(np.float32(0.0), mins.min()))
+    hi = np.float32(max(np.float32(0.0), maxs.max()))
+    scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / np.float32(255.0))
+    zero = np.float32(np.float32(0.0) - lo / scale)
+    return scale, int(np.rint(min(np.float32(255.0), max(np.float32(0.0), zero))))
+
+
+@numba.njit(nogil=True, cache=True, fastmath={"nnan", "ninf", "nsz"})
+def quantize_pad(y: np.ndarray, scale: float, zero_point: int, pad_lo: int, padded: np.ndarray,
+                 c0: int, c1: int) -> None:
+    """Channels ``c0:c1``: quantize ``y`` [C, T] to uint8 as DynamicQuantizeLinear does (divide by
+    the scale, clamp, round half to even, add the zero point), shift to int8 (``q - 128``) and
+    write it into ``padded`` [C, pad_lo + T + pad_hi] with the shifted zero point around it."""
+    t_len = y.shape[1]
+    sc = np.float32(scale)
+    lo_clip = np.float32(-zero_point)
+    hi_clip = np.float32(255 - zero_point)
+    fill = np.int8(zero_point - 128)
+    shift = zero_point - 128
+    for c in range(c0, c1):
+        src = y[c]
+        row = padded[c]
+        row[:pad_lo] = fill
+        row[pad_lo + t_len:] = fill
+        for t in range(t_len):
+            v = min(max(src[t] / sc, lo_clip), hi_clip)
+            v = (v + _ROUND) - _ROUND  # round half to even (the default mode): exact for |v| < 2^22
+            row[pad_lo + t] = np.int8(np.int32(v) + shift)
+
+
+def im2col(padded: np.ndarray, taps: int, dilation: int, col: np.ndarray, c0: int, c1: int) -> None:
+    """Channels ``c0:c1``: row ``j * C + c`` of ``col`` [taps * C, T_out] is the padded row of
+    channel ``c`` from ``j * dilation`` (numpy copies: memcpy speed, without the GIL)."""
+    channels = padded.shape[0]
+    t_out = col.shape[1]
+    for j in range(taps):
+        col[j * channels + c0: j * channels + c1] = padded[c0:c1, j * dilation: j * dilation + t_out]
+
+
+def compile_kernels() -> float:
+    """Compile (or load from numba's cache) both kernels for the dtypes the runner passes; return
+    the seconds it took. Called when the fused runtime loads, never inside a request."""
+    start = time.perf_counter()
+    x = np.zeros((2, 8), np.float32)
+    ones = np.ones(2, np.float32)
+    y = np.empty_like(x)
+    mins, maxs = np.empty(2, np.float32), np.empty(2, np.float32)
+    snake_minmax(x, ones, ones, 1e-5, True, ones, ones, y, mins, maxs, 0, 2)
+    padded = np.empty((2, 10), np.int8)
+    quantize_pad(y, np.float32(1.0), 128, 1, padded, 0, 2)
+    seconds = time.perf_counter() - start
+    logger.info("fused-chain kernels ready in %.2f s (numba compile or cache load)", seconds)
+    return seconds

@@ -1,0 +1,306 @@
+"""The fused conv-input chain kernels and the partitioned runner (engines/kokoro/kernels.py,
+fused_runtime.py): against onnxruntime running the same chain, on tiny graphs built here, and on
+the real model (slow)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cosyedge.engines.kokoro import fused_runtime, model_files, optimize
+from cosyedge.engines.kokoro.engine import make_session, open_runtime
+
+RNG = np.random.default_rng(7)
+P = "/decoder/generator/block/"
+
+
+def chain_model(channels: int, taps: int, dilation: int, norm: bool, tail: bool = False,
+                pads: tuple[int, int] | None = None, bias: bool = False) -> onnx.ModelProto:
+    """The runtime graph's chain on input ``x`` [1, C, T] (plus ``gamma``/``beta`` [C] when ``norm``):
+    [InstanceNormalization ->] Snake -> DynamicQuantizeLinear -> int8 shift -> Pad -> Slices -> Concat.
+    Without ``tail`` its outputs are the im2col, scale and int8 zero point; with it a Mul before the
+    chain and a MatMulIntegerToFloat + bias after it (so the runner has segments around the chain).
+    ``bias``: a conv's per-channel bias Add in front of the norm."""
+    pad_lo, pad_hi = pads or (dilation * (taps - 1) // 2,) * 2
+    alpha = (0.5 + RNG.random(channels)).astype(np.float32).reshape(1, channels, 1)
+    inits = [numpy_helper.from_array(alpha, P + "alpha"),
+             numpy_helper.from_array((1 / (alpha + 1e-9)).astype(np.float32), P + "inv_alpha"),
+             numpy_helper.from_array(np.array([128], np.uint8), P + "half"),
+             numpy_helper.from_array(np.array([0, 0, pad_lo, 0, 0, pad_hi], np.int64), P + "pads"),
+             numpy_helper.from_array(np.array([2], np.int64), P + "axis"),
+             numpy_helper.from_array(np.array([1], np.int64), P + "step")]
+    nodes = []
+    x = "x"
+    if tail:
+        inits.append(numpy_helper.from_array(np.array(1.5, np.float32), P + "gain"))
+        nodes.append(helper.make_node("Mul", ["x", P + "gain"], [P + "x_in"], name=P + "Mul_in"))
+        x = P + "x_in"
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.normal(0, 3, (channels, 1)).astype(np.float32), P + "conv_bias"))
+        nodes.append(helper.make_node("Add", [x, P + "conv_bias"], [P + "x_biased"], name=P + "Add_bias_in"))
+        x = P + "x_biased"
+    n = x
+    if norm:
+        nodes.append(helper.make_node("InstanceNormalization", [x, "gamma", "beta"], [P + "n"], epsilon=1e-5,
+                                      name=P + "InstanceNormalization"))
+        n = P + "n"
+    nodes += [helper.make_node("Mul", [P + "alpha", n], [P + "an"], name=P + "Mul"),
+              helper.make_node("Sin", [P + "an"], [P + "sin"], name=P + "Sin"),
+              helper.make_node("Mul", [P + "sin", P + "sin"], [P + "sq"], name=P + "Pow_as_mul"),
+              helper.make_node("Mul", [P + "inv_alpha", P + "sq"], [P + "snake"], name=P + "Mul_1"),
+              helper.make_node("Add", [n, P + "snake"], [P + "y"], name=P + "Add"),
+              helper.make_node("DynamicQuantizeLinear", [P + "y"], [P + "q", P + "scale", P + "zp"],
+                               name=P + "y_QuantizeLinear"),
+              helper.make_node("Sub", [P + "q", P + "half"], [P + "q_shifted"], name=P + "Sub_q"),
+              helper.make_node("Cast", [P + "q_shifted"], [P + "q_s8"], to=TensorProto.INT8, name=P + "Cast_q"),
+              helper.make_node("Sub", [P + "zp", P + "half"], [P + "zp_shifted"], name=P + "Sub_zp"),
+              helper.make_node("Cast", [P + "zp_shifted"], [P + "zp_s8"], to=TensorProto.INT8, name=P + "Cast_zp"),
+              helper.make_node("Pad", [P + "q_s8", P + "pads", P + "zp_s8"], [P + "x_pad"], name=P + "Pad")]
+    span = dilation * (taps - 1)
+    for j in range(taps):
+        rest = span - j * dilation
+        inits += [numpy_helper.from_array(np.array([j * dilation], np.int64), P + f"start{j}"),
+                  numpy_helper.from_array(np.array([-rest if rest else np.iinfo(np.int64).max], np.int64),
+                                          P + f"end{j}")]
+        nodes.append(helper.make_node("Slice", [P + "x_pad", P + f"start{j}", P + f"end{j}", P + "axis", P + "step"],
+                                      [P + f"tap{j}"], name=P + f"Slice{j}"))
+    nodes.append(helper.make_node("Concat", [P + f"tap{j}" for j in range(taps)], [P + "col"], axis=1,
+                                  name=P + "Concat"))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, None])]
+    if norm:
+        inputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, [channels]) for name in ("gamma", "beta")]
+    if tail:
+        weight = RNG.integers(0, 256, (4, taps * channels), dtype=np.uint8)
+        inits += [numpy_helper.from_array(weight, P + "weight"),
+                  numpy_helper.from_array(np.array(0.01, np.float32), P + "w_scale"),
+                  numpy_helper.from_array(np.array(120, np.uint8), P + "w_zp"),
+                  numpy_helper.from_array(RNG.normal(0, 1, (4, 1)).astype(np.float32), P + "bias")]
+        nodes += [helper.make_node("MatMulIntegerToFloat", [P + "weight", P + "col", P + "w_scale", P + "scale",
+                                                            P + "w_zp", P + "zp_s8"], [P + "mm"],
+                                   domain="com.microsoft", name=P + "MatMulIntegerToFloat"),
+                  helper.make_node("Add", [P + "mm", P + "bias"], ["out"], name=P + "Add_bias")]
+        outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
+    else:
+        outputs = [helper.make_tensor_value_info(P + "col", TensorProto.INT8, None),
+                   helper.make_tensor_value_info(P + "scale", TensorProto.FLOAT, None),
+                   helper.make_tensor_value_info(P + "zp_s8", TensorProto.INT8, None)]
+    graph = helper.make_graph(nodes, "chain", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def feeds_for(channels: int, frames: int, norm: bool, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    # a per-channel offset and spread, like conv outputs, so the norm and the range matter
+    x = (rng.normal(0, 1, (1, channels, frames)) * rng.uniform(0.2, 3, (1, channels, 1))
+         + rng.normal(0, 2, (1, channels, 1))).astype(np.float32)
+    feeds = {"x": x}
+    if norm:
+        feeds |= {"gamma": rng.uniform(0.5, 2, channels).astype(np.float32),
+                  "beta": rng.normal(0, 0.5, channels).astype(np.float32)}
+    return feeds
+
+
+def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+VARIANTS = [  # (channels, frames, taps, dilation, norm, bias): the real vocoder chains' geometries
+    (16, 997, 3, 1, True, False), (16, 1000, 7, 5, True, True), (8, 3001, 11, 3, True, False),
+    (12, 500, 7, 1, False, False), (8, 401, 11, 5, False, False), (5, 33, 3, 3, True, True),
+]
+
+
+@pytest.mark.parametrize("channels, frames, taps, dilation, norm, bias", VARIANTS)
+def test_kernel_matches_the_onnxruntime_chain(tmp_path, channels, frames, taps, dilation, norm, bias):
+    """Tolerance: the same zero point, the scale to float rounding (1e-5 relative), and at most one
+    quantization step on at most 0.1 % of the im2col (elements whose value sits on a rounding
+    boundary; the norm sums and the sine round differently). A conv bias in front of the norm is
+    taken into the chain and skipped (the norm cancels it)."""
+    model = chain_model(channels, taps, dilation, norm, bias=bias)
+    path = tmp_path / "chain.onnx"
+    onnx.save(model, path)
+    chains = fused_runtime.find_chains(model.graph)
+    assert len(chains) == 1
+    chain = chains[0]
+    assert (chain.taps, chain.dilation, chain.gamma is not None) == (taps, dilation, norm)
+    assert chain.x == "x" and len(chain.nodes) == 6 + norm + bias + 5 + taps + 1
+    feeds = feeds_for(channels, frames, norm)
+    col_ref, scale_ref, zp_ref = ort_session(model).run(None, feeds)
+    fused = fused_runtime.FusedSession(path, threads=2)
+    assert fused.segments == 0
+    col, scale, zp = fused.run(None, feeds)
+    assert col.shape == col_ref.shape and col.dtype == np.int8
+    assert zp.shape == zp_ref.shape and zp.dtype == zp_ref.dtype and np.array_equal(zp, zp_ref)
+    np.testing.assert_allclose(scale, scale_ref, rtol=1e-5)
+    diff = np.abs(col.astype(np.int16) - col_ref.astype(np.int16))
+    assert diff.max() <= 1 and np.count_nonzero(diff) <= 1e-3 * diff.size, (diff.max(), np.count_nonzero(diff))
+    fused.close()
+
+
+def test_kernel_handles_uneven_padding_and_a_constant_input(tmp_path):
+    model = chain_model(6, 3, 2, norm=False, pads=(4, 0))
+    path = tmp_path / "chain.onnx"
+    onnx.save(model, path)
+    fused = fused_runtime.FusedSession(path, threads=1)
+    for feeds in (feeds_for(6, 50, False), {"x": np.zeros((1, 6, 50), np.float32)}):
+        col_ref, scale_ref, zp_ref = ort_session(model).run(None, feeds)
+        col, scale, zp = fused.run(None, feeds)
+        assert np.array_equal(zp, zp_ref) and np.isclose(scale, scale_ref, rtol=1e-5)
+        assert np.abs(col.astype(np.int16) - col_ref.astype(np.int16)).max() <= 1
+
+
+def test_runner_with_chains_on_onnxruntime_is_bit_identical_to_the_whole_graph(tmp_path):
+    model = chain_model(16, 7, 3, norm=True, tail=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    runner = fused_runtime.FusedSession(path, threads=1, chains="ort")
+    assert runner.chains == 1 and runner.segments == 3  # Mul | chain | MatMulIntegerToFloat + Add
+    feeds = feeds_for(16, 800, True)
+    np.testing.assert_array_equal(runner.run(None, feeds)[0], ort_session(model).run(None, feeds)[0])
+    fused = fused_runtime.FusedSession(path, threads=2)
+    assert fused.segments == 2
+    out, ref = fused.run(None, feeds)[0], ort_session(model).run(None, feeds)[0]
+    assert out.shape == ref.shape
+    # one int8 step on a few inputs moves an output by a weight times the scale: small against its spread
+    assert np.max(np.abs(out - ref)) < 0.02 * np.std(ref)
+
+
+def test_concurrent_runs_give_the_sequential_results(tmp_path):
+    model = chain_model(32, 11, 3, norm=True, tail=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    fused = fused_runtime.FusedSession(path, threads=2)
+    inputs = [feeds_for(32, 1500 + 97 * i, True, seed=i) for i in range(6)]
+    sequential = [fused.run(None, f)[0] for f in inputs]
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def worker(indexes):
+        try:
+            for _ in range(3):
+                for i in indexes:
+                    out = fused.run(None, inputs[i])[0]
+                    assert i not in results or np.array_equal(results[i], out)
+                    results[i] = out
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(idx,)) for idx in ([0, 2, 4], [1, 3, 5], [5, 0, 3])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, ref in enumerate(sequential):
+        np.testing.assert_array_equal(results[i], ref)
+
+
+def test_a_graph_without_chains_is_refused(tmp_path):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "plain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    from cosyedge.errors import EngineError
+
+    with pytest.raises(EngineError, match="no fusable"):
+        fused_runtime.FusedSession(path, threads=1)
+
+
+def test_chain_whose_inner_tensor_is_read_elsewhere_is_not_fused():
+    model = chain_model(4, 3, 1, norm=True)
+    model.graph.output.append(helper.make_tensor_value_info(P + "y", TensorProto.FLOAT, None))
+    assert fused_runtime.find_chains(model.graph) == []
+
+
+def test_engine_falls_back_to_one_session_when_the_runner_is_unusable(tmp_path, caplog):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "g.onnx")
+    runner = {"kind": fused_runtime.RUNNER_KIND, "version": fused_runtime.RUNNER_VERSION}
+    with caplog.at_level(logging.WARNING):
+        session = open_runtime(tmp_path, {"file": "g.onnx", "graph_optimization": "disable", "runner": runner}, 1)
+    assert isinstance(session, ort.InferenceSession)
+    assert "fused runner did not load" in caplog.text
+    caplog.clear()
+    model = chain_model(4, 3, 1, norm=False)
+    onnx.save(model, tmp_path / "c.onnx")
+    with caplog.at_level(logging.WARNING):  # checked by another version: not trusted
+        old = open_runtime(tmp_path, {"file": "c.onnx", "runner": runner | {"version": -1}}, 1)
+    assert isinstance(old, ort.InferenceSession) and "another version" in caplog.text
+    assert isinstance(open_runtime(tmp_path, {"file": "c.onnx", "runner": runner}, 1), fused_runtime.FusedSession)
+    assert isinstance(open_runtime(tmp_path, {"file": "c.onnx"}, 1), ort.InferenceSession)
+
+
+def test_setup_leaves_the_runner_out_when_its_check_fails(tmp_path, monkeypatch, caplog):
+    """Step 3 of the setup: a runner that lands out of tolerance is not named in the manifest."""
+    model = chain_model(4, 3, 1, norm=False)
+    onnx.save(model, tmp_path / "c.onnx")
+
+    class FakeSession:
+        chains = 1
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self, names, feeds):
+            return [np.ones(4000, np.float32)]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(fused_runtime, "FusedSession", FakeSession)
+    monkeypatch.setattr(optimize, "check_feeds", lambda voices: {})
+    reference = np.sin(np.arange(4000, dtype=np.float32) / 7)
+    with caplog.at_level(logging.WARNING):
+        assert model_files._check_fused_runner(tmp_path / "c.onnx", reference, tmp_path / "v.npz") is None
+    assert "fused runner is not usable" in caplog.text
+    entry = model_files._check_fused_runner(tmp_path / "c.onnx", np.ones(4000, np.float32), tmp_path / "v.npz")
+    assert entry["kind"] == fused_runtime.RUNNER_KIND and entry["version"] == fused_runtime.RUNNER_VERSION
+
+
+# --- the real model --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runtime_graph(kokoro_models_dir):
+    model_dir = model_files.assemble(kokoro_models_dir)
+    return model_dir, json.loads((model_dir / "manifest.json").read_text())["runtime_graph"]
+
+
+def _ja_feeds(model_dir, ids=(53, 164, 57, 158, 16, 75, 43, 16, 51, 51, 16, 62, 47, 112, 4)):
+    with np.load(model_dir / model_files.VOICES_NAME) as packs:
+        style = packs["jf_nezumi"][len(ids) - 1].reshape(1, 256).astype(np.float32)
+    return {"tokens": np.array([[0, *ids, 0]], np.int64), "style": style, "speed": np.array([0.9], np.float32)}
+
+
+@pytest.mark.slow
+def test_real_runner_partitions_exactly_and_fuses_within_tolerance(runtime_graph):
+    """On the real runtime graph: with the chains on onnxruntime the runner is bit-identical to the
+    whole graph; with the kernels it keeps the length, stays within the setup tolerance of the
+    shipped graph and is deterministic. The manifest names the runner (setup step 3)."""
+    model_dir, graph = runtime_graph
+    assert graph["runner"]["kind"] == fused_runtime.RUNNER_KIND and graph["runner"]["chains"] == 48
+    path = model_dir / graph["file"]
+    feeds = _ja_feeds(model_dir)
+    whole = make_session(path, 1, "disable").run(None, feeds)[0]
+    exact = fused_runtime.FusedSession(path, 1, chains="ort")
+    np.testing.assert_array_equal(exact.run(None, feeds)[0], whole)
+    fused = fused_runtime.FusedSession(path, 2)
+    assert fused.chains == 48
+    a, b = fused.run(None, feeds)[0], fused.run(None, feeds)[0]
+    np.testing.assert_array_equal(a, b)
+    shipped = make_session(model_dir / model_files.ONNX_NAME, 1, "all").run(None, feeds)[0]
+    assert a.shape == shipped.shape and a.size > 12_000
+    assert optimize.spectral_distance_db(shipped, a) < optimize.SPECTRAL_TOLERANCE_DB
+    fused.close()
