@@ -171,3 +171,22 @@ def test_clause_cut_chunk_gets_the_clause_pause_and_stream_equals_file(engine, l
     assert result.sentences == ["abcd,", "efgh", "ijkl"]
     assert not pieces[1][1][:int(CLAUSE_PAUSE_S[language] * sr)].any()  # the pause is silence
     assert pieces[0][1][0] == 0.0 and pieces[0][1][int(CROSSFADE_S * sr)] == chunks[0].audio[int(CROSSFADE_S * sr)]
+
+
+def test_session_has_no_memory_pattern_and_same_audio(tmp_path):
+    """Every sentence is a new input shape, so a per-shape memory pattern only grew the arena
+    (bench/kokoro_gap.py, "options"); without it the audio must stay bit-identical."""
+    import onnxruntime as ort
+
+    path = tiny_kokoro.build(tmp_path / "tiny.onnx")
+    session = make_session(path, 1)
+    opts = session.get_session_options()
+    assert opts.enable_mem_pattern is False
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    opts.enable_mem_pattern = True
+    patterned = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    style = np.random.default_rng(1).normal(0, 0.2, (1, 256)).astype(np.float32)
+    for n in (5, 17, 9, 17):
+        feeds = {"tokens": np.arange(n + 2, dtype=np.int64).reshape(1, -1) % 50, "style": style,
+                 "speed": np.array([1.0], np.float32)}
+        assert np.array_equal(session.run(None, feeds)[0], patterned.run(None, feeds)[0])

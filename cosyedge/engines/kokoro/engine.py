@@ -78,6 +78,10 @@ def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all")
     # Idle worker threads sleep instead of spinning: two jobs share two cores with the web server,
     # and spinning burned ~1/3 more CPU for no faster result (docs/benchmarks.md, variants table).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # No memory pattern: onnxruntime plans one block per input shape, and every sentence has a new
+    # shape, so the arena kept growing (VmHWM 607 -> 409 MB over the bench calls, no repeat-run page
+    # faults; same CPU time, bit-identical audio; bench/kokoro_gap.py, "options").
+    opts.enable_mem_pattern = False
     return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
