@@ -48,7 +48,9 @@ class ScriptedSession:
     """Each call sleeps ``delays[sentence]`` (default ``delay``), may fail, and is recorded."""
 
     def __init__(self, delays: dict[int, float] | None = None, delay: float = 0.02,
-                 fail: tuple[int, ...] = (), on_end: dict[int, Callable[[], object]] | None = None) -> None:
+                 fail: tuple[int, ...] = (), on_end: dict[int, Callable[[], object]] | None = None,
+                 samples_per_token: int = 2400) -> None:
+        self.samples_per_token = samples_per_token  # 0.1 s of audio per phoneme: far ahead of the calls
         self.delays = delays or {}
         self.delay = delay
         self.fail = fail
@@ -71,7 +73,7 @@ class ScriptedSession:
                 self.on_end[sentence]()
             if sentence in self.fail:
                 raise EngineError(f"sentence {sentence} failed")
-            return [np.full(100 * tokens.size, 0.01 * (sentence + 1), dtype=np.float32)]
+            return [np.full(self.samples_per_token * tokens.size, 0.01 * (sentence + 1), dtype=np.float32)]
         finally:
             with self.lock:
                 self.active -= 1
@@ -119,11 +121,16 @@ def test_first_call_runs_alone_unless_the_policy_overlaps_it():
     assert together.at("start", 1) < together.at("end", 0)
 
 
-def test_lead_policy_waits_until_enough_audio_is_ahead():
-    # every chunk is 5 * 100 samples = 0.021 s of audio, far less than the 10 s lead asked for
-    session = ScriptedSession(delay=0.02)
-    list(synth(make_engine(session, overlap=Overlap(min_lead_s=10.0)), "5 5 5 5"))
-    assert session.max_active == 1
+def test_guard_looks_ahead_only_while_the_audio_ahead_covers_the_next_call():
+    # 5 phonemes -> 5 samples of audio per 20 ms call: the player would starve, so no look-ahead
+    starved = ScriptedSession(delay=0.02, samples_per_token=1)
+    chunks = list(synth(make_engine(starved, overlap=Overlap(guard=2.0)), "5 5 5 5"))
+    assert starved.max_active == 1 and levels(chunks) == [0.01, 0.02, 0.03, 0.04]
+    # 0.5 s of audio per 20 ms call: plenty ahead, so two in flight from the second call on
+    ahead = ScriptedSession(delay=0.02)
+    list(synth(make_engine(ahead, overlap=Overlap(guard=2.0)), "5 5 5 5"))
+    assert ahead.max_active == 2
+    assert ahead.at("start", 1) >= ahead.at("end", 0)
 
 
 def test_one_run_at_once_is_sequential():

@@ -111,11 +111,14 @@ def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kok
 def test_two_calls_in_flight_give_the_sequential_chunks(kokoro_engine):
     import dataclasses
 
+    from cosyedge.engines.kokoro.pipeline import Overlap
+
     text = ("Every spring, the school organizes a trip. The children walk along the river. "
             "At noon everyone sits on the grass.")
     options = SynthesisOptions(language="en")
     sequential = dataclasses.replace(kokoro_engine, parallel_runs=1)
-    pipelined = dataclasses.replace(kokoro_engine)  # its own run slots, so the peak below is its own
+    # its own run slots (so the peak below is its own), and a policy that always overlaps
+    pipelined = dataclasses.replace(kokoro_engine, overlap=Overlap(first=True))
     assert pipelined.parallel_runs == 2  # the fixture's 2 threads allow two runs at once
     one = list(sequential.synthesize(text, "female_1", options))
     two = list(pipelined.synthesize(text, "female_1", options))

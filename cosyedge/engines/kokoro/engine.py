@@ -46,9 +46,11 @@ MAX_PARALLEL_RUNS = 2
 #: within one longest call: the vocoder's activation memory grows with the audio, so two calls in
 #: flight then peak about as high as one 510-phoneme call does (measured in docs/benchmarks.md).
 LOOK_AHEAD_BUDGET = float(MAX_PHONEMES)
-#: When the second call starts (measured in docs/benchmarks.md): not next to the first call, whose
-#: chunk a listener waits for.
-DEFAULT_OVERLAP = Overlap(first=False)
+#: When a look-ahead call may start (measured in docs/benchmarks.md): never next to the first call,
+#: whose chunk a listener waits for; after it, only while the audio already handed out covers twice
+#: the next chunk's expected time alone (two runs on two cores each get at least half of them), so
+#: the overlap cannot make a streaming player wait for the rest of a sentence cut at a clause.
+DEFAULT_OVERLAP = Overlap(first=False, guard=2.0)
 
 
 class Session(Protocol):

@@ -124,14 +124,16 @@ class RunSlots:
 class Overlap:
     """When a job may start a look-ahead call next to the call whose chunk it hands out next.
 
-    ``first``: also next to the very first call (faster overall, but the first chunk, the one a
-    listener waits for, shares the cores). ``min_lead_s``: only while the audio already handed out
-    is at least this far ahead of a real-time player that started at the first chunk, so slowing
-    the next chunk down cannot make the player wait.
+    ``first``: also next to the very first call (more audio per second overall, but the first
+    chunk, the one a listener waits for, then shares the cores). ``guard``: after the first chunk,
+    look ahead only while the audio already handed out leads a real-time player (started at the
+    first chunk) by at least ``guard`` times the next chunk's expected time alone (its cost times
+    the seconds per cost of the job's last call), so that slowing that chunk down cannot make the
+    player wait; None: always look ahead after the first chunk.
     """
 
     first: bool = False
-    min_lead_s: float = float("-inf")
+    guard: float | None = None
 
 
 @dataclass(frozen=True)
@@ -155,12 +157,17 @@ def in_order(calls: Sequence[Call], slots: RunSlots, depth: int, overlap: Overla
     launched = 0
     handed_s = 0.0
     first_at: float | None = None
+    seconds_per_cost = 0.0  # of the last call handed out (its own run time, waiting excluded)
     is_cancelled = cancelled or (lambda: False)
 
     def may_look_ahead() -> bool:
         if first_at is None:
             return overlap.first
-        return handed_s - (clock() - first_at) >= overlap.min_lead_s
+        if overlap.guard is None:
+            return True
+        lead = handed_s - (clock() - first_at)
+        head_cost = pending[0][0].cost
+        return lead >= overlap.guard * seconds_per_cost * head_cost
 
     def launch() -> None:
         nonlocal launched
@@ -186,8 +193,9 @@ def in_order(calls: Sequence[Call], slots: RunSlots, depth: int, overlap: Overla
             fill()
             ticket, future = pending[0]
             slots.promote(ticket)
-            chunk = future.result()
+            chunk, seconds = future.result()
             pending.popleft()
+            seconds_per_cost = seconds / ticket.cost if ticket.cost > 0 else 0.0
             if first_at is None:
                 first_at = clock()
             handed_s += chunk.audio.size / chunk.sample_rate
@@ -202,6 +210,9 @@ def in_order(calls: Sequence[Call], slots: RunSlots, depth: int, overlap: Overla
                          len(pending))
 
 
-def _run(slots: RunSlots, ticket: Ticket, work: Callable[[], AudioChunk]) -> AudioChunk:
+def _run(slots: RunSlots, ticket: Ticket, work: Callable[[], AudioChunk]) -> tuple[AudioChunk, float]:
+    """``work()`` holding a slot; its chunk and its run time (slot waiting excluded)."""
     with slots.hold(ticket):
-        return work()
+        start = time.perf_counter()
+        chunk = work()
+        return chunk, time.perf_counter() - start
