@@ -7,11 +7,12 @@ Side-by-side table (one process, one 2-thread session shared by every variant, e
 G2P warm): for the medium and long en/zh/ja texts of bench/kokoro_rtf.py, ``engine.synthesize``
 with one model run at a time (as before), and with two in flight under three policies: from the
 first call on; from the second call on; from the second call on but only while the audio already
-handed out covers twice the next chunk's expected time (``engine.DEFAULT_OVERLAP``, the product). The repetitions are interleaved (the variant order
-rotates each round), so a busy machine slows all variants alike; medians are reported. Per run:
-wall time, RTF, process CPU per audio second, time to the first chunk, and the *stall*: the total
-time a player that starts with the first chunk and plays every chunk with the engine's pauses
-would wait for audio that is not ready yet.
+handed out covers twice the next chunk's expected time (``engine.DEFAULT_OVERLAP``, the product).
+The repetitions are interleaved (the variant order rotates each round), so a busy machine slows
+all variants alike; medians are reported. Per run: wall time, RTF, process CPU per audio second,
+time to the first chunk, and the *stall*: the total time a player that starts with the first chunk
+and plays every chunk with the engine's pauses would wait for audio that is not ready yet. The
+pipelining gain needs a free second core: on a machine shared with other work it shrinks to nothing.
 
 Memory table: one fresh process per case (VmHWM), the engine loaded as the app loads it, then one
 case: a 510-phoneme call alone (the model's limit, as before), two calls at once whose phonemes
