@@ -19,6 +19,10 @@ case: a 510-phoneme call alone (the model's limit, as before), two calls at once
 together fit the look-ahead budget (the most one job can now overlap), two 510-phoneme calls at
 once (what two jobs could already do before this change; the budget never holds back a job's next
 call), and the long English text through the pipelined engine.
+
+Two-jobs table: the en and zh long texts started together on one engine, with one run at a time
+per job (as before: two runs at once in all) and with the product (still at most two runs at once
+engine-wide): wall time until both are done, and the worse first chunk and stall of the two.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ VARIANTS = (
     ("two in flight after the first call", 2, Overlap(first=False)),
     ("two in flight after the first call, guarded (product)", 2, DEFAULT_OVERLAP),
 )
+SECTION_KEYS = ("pipeline", "jobs", "memory")
 #: case name -> phonemes of the calls run at once (None: the long English text through synthesize)
 MEMORY_CASES = {
     "one 510-phoneme call": (510,),
@@ -137,6 +142,52 @@ def side_by_side_table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def two_jobs(threads: int, reps: int) -> dict:
+    """Two jobs at once on one engine (en and zh long texts), one run at a time vs the product."""
+    base = KokoroEngine.load(MODEL_DIR, from_env(onnx_threads=threads))
+    for lang, sizes in TEXTS.items():
+        list(base.synthesize(sizes["short"], VOICE, SynthesisOptions(language=lang)))
+    # before this change: each job one call at a time, two runs at once engine-wide (an infinite
+    # guard never lets a look-ahead start)
+    before = Overlap(first=False, guard=float("inf"))
+    variants = {"one call per job, two runs at once in all (before)":
+                dataclasses.replace(base, parallel_runs=2, overlap=before),
+                VARIANTS[-1][0]: dataclasses.replace(base, parallel_runs=2, overlap=VARIANTS[-1][2])}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    for rep in range(reps):
+        for name in (list(variants) if rep % 2 == 0 else list(variants)[::-1]):
+            engine = variants[name]
+            results: dict[str, dict] = {}
+            start = time.perf_counter()
+            workers = [threading.Thread(target=lambda lang=lang: results.__setitem__(
+                lang, one_run(engine, TEXTS[lang]["long"], lang))) for lang in ("en", "zh")]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            wall = time.perf_counter() - start
+            audio = sum(r["audio"] for r in results.values())
+            runs[name].append({"wall": wall, "audio": audio, "first": max(r["first"] for r in results.values()),
+                               "stall": max(r["stall"] for r in results.values())})
+    rows = [{"variant": name, "peak_runs": variants[name].runs.peak, "audio": rs[0]["audio"],
+             **{k: statistics.median(r[k] for r in rs) for k in ("wall", "first", "stall")}}
+            for name, rs in runs.items()]
+    base.close()
+    return {"threads": threads, "reps": reps, "rows": rows}
+
+
+def two_jobs_table(res: dict) -> str:
+    lines = [f"Two jobs started together on one engine ({res['threads']} threads): the en and zh long texts, "
+             f"{res['reps']} interleaved repetitions (median). Wall = until both are done; first chunk and "
+             "stall = the worse of the two jobs.", "",
+             "| variant | most runs at once | audio s | wall s | RTF (both) | first chunk ms | stall ms |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['variant']} | {r['peak_runs']} | {r['audio']:.1f} | {r['wall']:.2f} "
+                     f"| {r['wall'] / r['audio']:.3f} | {r['first'] * 1000:.0f} | {r['stall'] * 1000:.0f} |")
+    return "\n".join(lines)
+
+
 def memory_worker(case: str, threads: int) -> dict:
     engine = KokoroEngine.load(MODEL_DIR, from_env(onnx_threads=threads))
     pack = engine.style_pack(VOICE)
@@ -173,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions per text and variant")
-    parser.add_argument("--only", choices=("pipeline", "memory"), help="run one table only")
+    parser.add_argument("--only", choices=SECTION_KEYS, help="run one table only")
     parser.add_argument("--texts", nargs="+", default=[f"{lang}:{size}" for lang in TEXTS for size in SIZES],
                         help="LANG:SIZE texts of bench/kokoro_rtf.py for the side-by-side table")
     parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
@@ -184,13 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = "python bench/kokoro_pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:])
     blocks = {}
-    for key in ("pipeline", "memory"):
+    for key in SECTION_KEYS:
         if args.only not in (None, key):
             continue
         started, before = dt.datetime.now(dt.timezone.utc), load_average()
         if key == "pipeline":
             texts = [tuple(t.split(":", 1)) for t in args.texts]
             body = side_by_side_table(side_by_side(args.threads, args.reps, texts))
+        elif key == "jobs":
+            body = two_jobs_table(two_jobs(args.threads, args.reps))
         else:
             rows = [json.loads(_run_worker(["--worker", case, "--threads", str(args.threads)], script=__file__))
                     for case in MEMORY_CASES]
