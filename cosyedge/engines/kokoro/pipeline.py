@@ -9,9 +9,11 @@ sentence's call while the current one runs and still hands the chunks out strict
 slot, two jobs share them. The call whose chunk a job hands out next is *urgent* and is served
 before any look-ahead call; a look-ahead call also waits while the work already running plus its
 own exceeds a budget (the vocoder's activation memory grows with the audio length), unless nothing
-runs at all. Urgent calls ignore the budget, so one job alone behaves as it did before this module.
+runs at all. Urgent calls ignore the budget, so a job's next call is never held back by it.
 
-:func:`in_order` runs a list of calls with up to ``depth`` of them in flight. Cancellation stops
+:func:`in_order` runs a list of calls with up to ``depth`` of them in flight; :class:`Overlap`
+says when a look-ahead call may start (not next to the first call, whose chunk a listener waits
+for; only while the audio already handed out covers the next chunk). Cancellation stops
 new calls from being launched; on every way out (cancel, error, the consumer closing the
 generator) the calls that have not started are dropped and the running ones are waited for, so no
 model run is left behind unnoticed.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from cosyedge.engines.base import AudioChunk, CancelFn
-from cosyedge.errors import CancelledError
+from cosyedge.errors import CancelledError, EngineError
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ class RunSlots:
 
     def __init__(self, slots: int, budget: float) -> None:
         if slots < 1:
-            raise ValueError(f"slots must be >= 1, not {slots}")
+            raise EngineError(f"model runs at once must be at least 1, not {slots}")
         self.slots = slots
         self.budget = budget
         self._cond = threading.Condition()
