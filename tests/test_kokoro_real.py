@@ -127,3 +127,15 @@ def test_two_calls_in_flight_give_the_sequential_chunks(kokoro_engine):
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a.audio, b.audio)
         assert a.pause_after_s == b.pause_after_s
+
+
+def test_a_one_thread_engine_runs_one_call_at_a_time(kokoro_models_dir):
+    # the thermal governor's fewer threads must also turn the overlap off
+    from cosyedge import config
+    from cosyedge.engines import load_engine
+
+    engine = load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=1))
+    try:
+        assert engine.parallel_runs == 1 and engine.runs.slots == 1
+    finally:
+        engine.close()
