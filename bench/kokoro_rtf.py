@@ -355,8 +355,9 @@ def rss_worker(model_dir: Path, variant: str, graph: Path) -> dict:
 
 # --- reporting ------------------------------------------------------------------------------------
 
-def _run_worker(args: list[str]) -> str:
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
+def _run_worker(args: list[str], script: str = __file__) -> str:
+    """Run ``script`` (this bench by default) with ``args`` in a fresh process; its last stdout line."""
+    out = subprocess.run([sys.executable, str(Path(script).resolve()), *args], capture_output=True, text=True,
                          cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"worker {args} failed:\n{out.stderr[-3000:]}")

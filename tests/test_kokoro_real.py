@@ -106,3 +106,36 @@ def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kok
     plain = service.submit(TTSRequest(text=text))
     assert plain.wait(60)
     np.testing.assert_array_equal(np.concatenate(pieces), plain.outcome().audio)
+
+
+def test_two_calls_in_flight_give_the_sequential_chunks(kokoro_engine):
+    import dataclasses
+
+    from cosyedge.engines.kokoro.pipeline import Overlap
+
+    text = ("Every spring, the school organizes a trip. The children walk along the river. "
+            "At noon everyone sits on the grass.")
+    options = SynthesisOptions(language="en")
+    sequential = dataclasses.replace(kokoro_engine, parallel_runs=1)
+    # its own run slots (so the peak below is its own), and a policy that always overlaps
+    pipelined = dataclasses.replace(kokoro_engine, overlap=Overlap(first=True))
+    assert pipelined.parallel_runs == 2  # the fixture's 2 threads allow two runs at once
+    one = list(sequential.synthesize(text, "female_1", options))
+    two = list(pipelined.synthesize(text, "female_1", options))
+    assert pipelined.runs.peak == 2 and sequential.runs.peak == 1
+    assert [c.text for c in two] == [c.text for c in one] and len(one) == 4
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a.audio, b.audio)
+        assert a.pause_after_s == b.pause_after_s
+
+
+def test_a_one_thread_engine_runs_one_call_at_a_time(kokoro_models_dir):
+    # the thermal governor's fewer threads must also turn the overlap off
+    from cosyedge import config
+    from cosyedge.engines import load_engine
+
+    engine = load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=1))
+    try:
+        assert engine.parallel_runs == 1 and engine.runs.slots == 1
+    finally:
+        engine.close()

@@ -1,7 +1,8 @@
 """KokoroEngine: the embedded engine (Kokoro-82M int8 ONNX), one sentence per model call.
 
 Responsible for turning phoneme ids + a 256-d style vector into audio; language handling lives in
-the frontend, voice packs in ``presets``. It cannot clone or follow instructions natively and its
+the frontend, voice packs in ``presets``, and the calls in flight (up to two at once, engine-wide,
+chunks in order) in ``pipeline``. It cannot clone or follow instructions natively and its
 Capabilities say so; ``encode_prompt`` delegates to the approximate voice match.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
@@ -19,7 +21,8 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
 from cosyedge.engines.kokoro import model_files, presets
-from cosyedge.errors import CancelledError, EngineError, ModelMissingError, ParameterError
+from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
+from cosyedge.errors import EngineError, ModelMissingError, ParameterError
 from cosyedge.manifest import read_manifest, verify_files
 
 logger = logging.getLogger(__name__)
@@ -34,6 +37,20 @@ WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
 #: gap, a Chinese or Japanese comma ~0.43 s (longer than our 0.26 s sentence gap), so English gets
 #: a short pause and zh/ja one a little below the sentence pause.
 CLAUSE_PAUSE_S = {"en": 0.03, "zh": 0.15, "ja": 0.15}
+#: Model runs at once, engine-wide (all jobs together), and so also one job's calls in flight. Two
+#: runs fill the 2 cores that one run at 2 intra-op threads uses only partly (docs/benchmarks.md,
+#: "Two sentences in flight"); a third would add memory and no core. ``load`` caps it at the
+#: session's thread count, so the thermal governor's 1-thread setting also turns the overlap off.
+MAX_PARALLEL_RUNS = 2
+#: A look-ahead call may start next to running ones only while their phonemes / speed together stay
+#: within one longest call: the vocoder's activation memory grows with the audio, so two calls in
+#: flight then peak about as high as one 510-phoneme call does (measured in docs/benchmarks.md).
+LOOK_AHEAD_BUDGET = float(MAX_PHONEMES)
+#: When a look-ahead call may start (measured in docs/benchmarks.md): never next to the first call,
+#: whose chunk a listener waits for; after it, only while the audio already handed out covers twice
+#: the next chunk's expected time alone (two runs on two cores each get at least half of them), so
+#: the overlap cannot make a streaming player wait for the rest of a sentence cut at a clause.
+DEFAULT_OVERLAP = Overlap(first=False, guard=2.0)
 
 
 class Session(Protocol):
@@ -107,6 +124,12 @@ def open_runtime(model_dir: Path, graph: dict, threads: int) -> Session:
     return make_session(path, threads, graph.get("graph_optimization", "all"))
 
 
+def call_cost(n_phonemes: int, speed: float) -> float:
+    """A call's share of the look-ahead budget: its audio length (and so its activation memory)
+    grows with the phonemes and shrinks with the speed."""
+    return n_phonemes / speed if speed > 0 else float(n_phonemes)
+
+
 def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Cut the model's leading/trailing near-silence, keeping a short pad so consonants survive."""
     loud = np.flatnonzero(np.abs(audio) > SILENCE_THRESHOLD)
@@ -128,6 +151,13 @@ class KokoroEngine:
     capabilities: Capabilities = field(default_factory=lambda: Capabilities(
         native_clone=False, native_instruct=False, languages=("zh", "en", "ja"),
         sample_rate=model_files.SAMPLE_RATE))
+    parallel_runs: int = MAX_PARALLEL_RUNS
+    overlap: Overlap = DEFAULT_OVERLAP
+    look_ahead_budget: float = LOOK_AHEAD_BUDGET
+    runs: RunSlots = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.runs = RunSlots(self.parallel_runs, self.look_ahead_budget)
 
     @classmethod
     def load(cls, model_dir: Path, settings: Settings) -> "KokoroEngine":
@@ -148,10 +178,11 @@ class KokoroEngine:
         frontend = KokoroFrontend(vocab)
         # Load jieba's dictionary, OpenJTalk and the espeak-ng worker now (~2 s), not in the first job.
         frontend.sentences(WARM_UP_TEXT)
-        logger.info("loaded Kokoro %s from %s with %d threads (%s)", graph["file"], model_dir, settings.threads,
-                    type(session).__name__)
+        parallel_runs = max(1, min(MAX_PARALLEL_RUNS, settings.threads))
+        logger.info("loaded Kokoro %s from %s with %d threads, %d runs at once (%s)", graph["file"], model_dir,
+                    settings.threads, parallel_runs, type(session).__name__)
         return cls(session=session, packs=packs, frontend=frontend,
-                   model_id=manifest.get("model_id", model_files.MODEL_ID))
+                   model_id=manifest.get("model_id", model_files.MODEL_ID), parallel_runs=parallel_runs)
 
     def presets(self) -> list[str]:
         return presets.preset_names()
@@ -166,7 +197,13 @@ class KokoroEngine:
         return presets.preset_pack(self.packs, voice)
 
     def infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
-        """One model call: ids (≤ 510) + the pack row for that length -> float32 audio."""
+        """One model call: ids (≤ 510) + the pack row for that length -> float32 audio. It counts
+        against the engine's run limit like a job's next sentence (voice match calls this)."""
+        with self.runs.hold(Ticket(cost=call_cost(len(token_ids), speed), urgent=True)):
+            return self._infer(token_ids, pack, speed)
+
+    def _infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
+        """The model call itself; the caller holds a run slot."""
         if not token_ids:
             return np.zeros(0, dtype=np.float32)
         if len(token_ids) > MAX_PHONEMES:
@@ -187,18 +224,26 @@ class KokoroEngine:
         pack = self.style_pack(voice)  # fail on an unknown voice before any work
         sentences = self.frontend.sentences(text, options.language)
         total = len(sentences)
-        sr = self.capabilities.sample_rate
+        calls = []
         for index, sentence in enumerate(sentences):
-            if cancelled is not None and cancelled():
-                raise CancelledError(f"cancelled after {index} of {total} sentences")
-            audio = self.infer(self.frontend.token_ids(sentence.phonemes), pack, options.speed)
-            pause = None
-            if not getattr(sentence, "ends_sentence", True):
-                pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
-            yield AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
-                             text=sentence.text, index=index, total=total, pause_after_s=pause)
+            ids = self.frontend.token_ids(sentence.phonemes)
+            calls.append(Call(cost=call_cost(len(ids), options.speed),
+                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed)))
+        for chunk in in_order(calls, self.runs, self.parallel_runs, self.overlap, cancelled):
+            yield chunk
             if progress is not None:
-                progress(index + 1, total)
+                progress(chunk.index + 1, total)
+
+    def _chunk(self, sentence: Any, ids: list[int], index: int, total: int, pack: np.ndarray,
+               speed: float) -> AudioChunk:
+        """One sentence's call and its chunk (run by the pipeline, holding a run slot)."""
+        audio = self._infer(ids, pack, speed)
+        pause = None
+        if not getattr(sentence, "ends_sentence", True):
+            pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
+        sr = self.capabilities.sample_rate
+        return AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
+                          text=sentence.text, index=index, total=total, pause_after_s=pause)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
         """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
