@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import TEXTS, VOICE, load_average, machine, write_section  # noqa: E402
+from bench.kokoro_rtf import TEXTS, VOICE, load_average, measured_header, write_section  # noqa: E402
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
@@ -181,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             body = engine_table(engine_rows(args.threads, args.limits, args.reps), args.threads, args.reps)
         else:
             body = http_table(http_rows(args.threads, args.reps), args.threads, args.reps)
-        blocks[key] = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on "
-                       f"{machine()}.  \nCommand: `{command.strip()}`.  \nLoad average (1/5/15 min) before: "
-                       f"{before}; after: {load_average()}.\n\n{body}")
+        blocks[key] = f"{measured_header(started, command, before)}\n\n{body}"
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():

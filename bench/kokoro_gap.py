@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import TEXTS, VOICE, load_average, log_mel_db, machine, write_section  # noqa: E402
+from bench.kokoro_rtf import TEXTS, VOICE, load_average, log_mel_db, measured_header, write_section  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import model_files  # noqa: E402
@@ -364,9 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             body = options_table(options_rows(args.rounds))
         else:
             body = edges_table(edges_rows(args.caps))
-        blocks[key] = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on "
-                       f"{machine()}.  \nCommand: `{command.strip()}`.  \nLoad average (1/5/15 min) before: "
-                       f"{before}; after: {load_average()}.\n\n{body}")
+        blocks[key] = f"{measured_header(started, command, before)}\n\n{body}"
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cosyedge.engines.kokoro import model_files, optimize  # noqa: E402
-from kokoro_rtf import VARIANT_TEXT, compare, load_average, machine, variant_feeds, write_section  # noqa: E402
+from kokoro_rtf import VARIANT_TEXT, compare, load_average, measured_header, variant_feeds, write_section  # noqa: E402
 
 LEVERS: list[tuple[str, tuple[str, ...] | None]] = [
     ("shipped int8 graph", None),
@@ -75,22 +75,15 @@ def lever_graphs(model_dir: Path, cache: Path, previous: Path | None,
 
 
 def open_session(path: Path, threads: int, label: str = ""):
-    """An onnxruntime session as the engine opens a runtime graph (or the fused runner for its row)."""
-    import onnxruntime as ort
-
+    """A session as the engine opens a runtime graph (``make_session``, optimizations off), or the
+    fused runner for its row."""
     if label == FUSED_LABEL:
         from cosyedge.engines.kokoro.fused_runtime import FusedSession
 
         return FusedSession(path, threads)
+    from cosyedge.engines.kokoro.engine import make_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return make_session(path, threads, "disable")
 
 
 def output_note(reference: np.ndarray, audio: np.ndarray) -> str:
@@ -159,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/kokoro_levers.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started, before = dt.datetime.now(dt.timezone.utc), load_average()
     body = levers_table(run_levers(model_dir, args.reps, Path(args.cache), args.previous, args.fused_only))
-    text = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
-            f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {before}; after: {load_average()}."
-            f"\n\n{body}")
+    text = f"{measured_header(started, command, before)}\n\n{body}"
     print(text)
     if args.write:
         write_section(Path(args.write), "levers-fused" if args.fused_only else "levers", text)

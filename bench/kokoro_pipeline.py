@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kokoro_rtf import (TEXTS, VOICE, _run_worker, long_sentence_ids, load_average,  # noqa: E402
-                              machine, peak_rss_mb, rss_mb, write_section)
+                              measured_header, peak_rss_mb, rss_mb, write_section)
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
@@ -248,9 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = [json.loads(_run_worker(["--worker", case, "--threads", str(args.threads)], script=__file__))
                     for case in MEMORY_CASES]
             body = memory_table(rows, args.threads)
-        blocks[key] = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on "
-                       f"{machine()}.  \nCommand: `{command.strip()}`.  \nLoad average (1/5/15 min) before: "
-                       f"{before}; after: {load_average()}.\n\n{body}")
+        blocks[key] = f"{measured_header(started, command, before)}\n\n{body}"
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():

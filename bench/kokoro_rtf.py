@@ -384,6 +384,14 @@ def load_average() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def measured_header(started: dt.datetime, command: str, load_before: str) -> str:
+    """The first lines of every generated block: when (UTC), on what, with which command, and the
+    load average before and now (a shared 2-core box makes wall-clock figures load-dependent)."""
+    return (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
+            f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {load_before}; "
+            f"after: {load_average()}.")
+
+
 def engine_table(results: list[dict]) -> str:
     lines = ["| threads | lang | text | chars | chunks | audio s | first chunk ms | total s | RTF (median) "
              "| RTF (best) | CPU s / audio s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -467,8 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         blocks["engine"] = engine_table(results)
     if args.variants or args.all:
         blocks["variants"] = variants_table(variants_run(model_dir, args.variant_reps, Path(args.cache)))
-    header = (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
-              f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {before}; after: {load_average()}.")
+    header = measured_header(started, command, before)
     for key, body in blocks.items():
         text = f"{header}\n\n{body}"
         print(text + "\n")

@@ -19,7 +19,6 @@ The gain is matched minus nearest preset, on held-out text (not on the search's 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform

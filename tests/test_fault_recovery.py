@@ -8,7 +8,6 @@ once there is room again.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import hashlib
 import io

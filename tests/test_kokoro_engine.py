@@ -12,15 +12,9 @@ from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
 from cosyedge.engines.kokoro.presets import PRESETS
 from cosyedge.errors import CancelledError, EngineError, NotFoundError, ParameterError
 from tests import tiny_kokoro
+from tests.tiny_kokoro import Sentence
 
 PACKS = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
-
-
-@dataclass
-class Sentence:
-    text: str
-    phonemes: str
-    language: str = "en"
 
 
 class SplitOnPeriodFrontend:

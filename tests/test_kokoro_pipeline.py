@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -19,15 +18,9 @@ from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.engines.kokoro.pipeline import Abandoned, Overlap, RunSlots, Ticket
 from cosyedge.errors import CancelledError, EngineError
+from tests.tiny_kokoro import Sentence
 
 PACK = np.zeros((510, 1, 256), dtype=np.float32)
-
-
-@dataclass
-class Sentence:
-    text: str
-    phonemes: str
-    language: str = "en"
 
 
 class NumberedFrontend:

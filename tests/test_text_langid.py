@@ -1,6 +1,5 @@
 """Language segmentation: seed tags, script rules, neutral characters, langdetect."""
 
-import pytest
 
 from cosyedge.text.langid import Run, char_class, detect_language, parse_tags, segment
 

@@ -7,6 +7,7 @@ token count and shrinks with speed, and the style changes the level, so the engi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,16 @@ import onnx
 from onnx import TensorProto, helper
 
 SAMPLES_PER_TOKEN = 600
+
+
+@dataclass
+class Sentence:
+    """What a fake frontend returns: the engine reads ``phonemes`` (one token per character for the
+    tiny model), ``text``, ``language`` and, where present, ``ends_sentence``."""
+
+    text: str
+    phonemes: str
+    language: str = "en"
 
 
 def build(path: Path) -> Path:
