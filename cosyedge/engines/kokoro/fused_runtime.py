@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 CHAIN_PREFIX = "/decoder/"
 RUNNER_KIND = "fused_chains"
 RUNNER_VERSION = 1  # bump when the kernels or the partitioning change: setup-model checks it again
+# A call whose largest kernel buffer is above this many bytes (the levers input, 6.6 s of audio,
+# needs 45 MB) gives its memory back when it ends: kernel buffers above it are dropped and
+# onnxruntime's shared arena is shrunk. Shorter calls keep both, which saves their page faults.
+KEEP_BYTES = 64 << 20
 
 
 @dataclass
@@ -228,7 +232,7 @@ class _Segment:
         self.session, self.inputs, self.outputs = session, inputs, outputs
 
     def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
-        values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs})
+        values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs}, state.run_options)
         return dict(zip(self.outputs, values))
 
 
@@ -272,6 +276,16 @@ class _Buffers:
         with self._lock:
             self._free.clear()
 
+    def release_above(self, nbytes: int) -> int:
+        """Drop the free buffers larger than ``nbytes`` (left from a long input); return the bytes
+        dropped. Buffers in use stay with their call, which drops them when it ends."""
+        with self._lock:
+            dropped = 0
+            for role, free in self._free.items():
+                dropped += sum(b.size for b in free if b.size > nbytes)
+                self._free[role] = [b for b in free if b.size <= nbytes]
+        return dropped
+
     def held_bytes(self) -> int:
         with self._lock:
             return sum(b.size for free in self._free.values() for b in free)
@@ -283,6 +297,8 @@ class _RunState:
 
     buffers: _Buffers
     owned: dict[str, np.ndarray] = field(default_factory=dict)  # im2col tensor name -> its raw buffer
+    largest: int = 0  # bytes of the largest kernel buffer this call used
+    run_options: Any = None  # onnxruntime RunOptions for the next segment (None: the defaults)
 
 
 class _Kernel:
@@ -328,6 +344,7 @@ class _Kernel:
         padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
         col, col_raw = state.buffers.take("im2col", (chain.taps * channels, t_out), np.int8)
         self._spread(_quantize_im2col, channels, y, scale, zero_point, chain, padded, col)
+        state.largest = max(state.largest, y.nbytes, col.nbytes)
         state.buffers.give("snake", y_raw)
         state.buffers.give("padded", padded_raw)
         state.owned[chain.col] = col_raw
@@ -417,7 +434,7 @@ class FusedSession:
     ``chains="numba"`` runs the chains on ``kernels``; ``"ort"`` as onnxruntime segments (exact).
     """
 
-    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba") -> None:
+    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES) -> None:
         import onnx
         import onnxruntime as ort
 
@@ -433,6 +450,9 @@ class FusedSession:
         _register_shared_arena()
         self.threads = max(1, int(threads))
         self._buffers = _Buffers()
+        self.keep_bytes = int(keep_bytes)
+        self._shrink = ort.RunOptions()  # frees the arena's unused regions when the run ends
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
             if self.threads > 1 and chains == "numba" else None
         if chains == "numba":
@@ -504,6 +524,7 @@ class FusedSession:
         self.output_names = graph_outputs
         self.chains = len(found)
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
+        self._last_segment = max(i for i, step in enumerate(self.steps) if isinstance(step, _Segment))
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
         # return the freed heap.
         del model, graph, inits, groups, owner, ready, nodes, group, node
@@ -536,7 +557,9 @@ class FusedSession:
         tensors = dict(feeds)
         state = _RunState(self._buffers)
         try:
-            for step, drop in zip(self.steps, self._drop_after):
+            for i, (step, drop) in enumerate(zip(self.steps, self._drop_after)):
+                if i == self._last_segment and state.largest > self.keep_bytes:
+                    state.run_options = self._shrink  # a long call: shrink the arena after its last segment
                 tensors.update(step.run(tensors, state))
                 for name in drop:
                     tensors.pop(name, None)
@@ -547,6 +570,9 @@ class FusedSession:
             tensors.clear()
             for raw in state.owned.values():  # after a failed step: free to reuse
                 state.buffers.give("im2col", raw)
+            if state.largest > self.keep_bytes:
+                dropped = state.buffers.release_above(self.keep_bytes)
+                logger.debug("long call: dropped %.0f MB of kernel buffers", dropped / 2 ** 20)
 
     def close(self) -> None:
         """Stop the chain thread pool (sessions are freed with the object)."""
