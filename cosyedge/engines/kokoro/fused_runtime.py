@@ -524,7 +524,7 @@ class FusedSession:
         self.output_names = graph_outputs
         self.chains = len(found)
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
-        self._last_segment = max(i for i, step in enumerate(self.steps) if isinstance(step, _Segment))
+        self._last_segment = max((i for i, step in enumerate(self.steps) if isinstance(step, _Segment)), default=-1)
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
         # return the freed heap.
         del model, graph, inits, groups, owner, ready, nodes, group, node
