@@ -382,6 +382,34 @@ def _elem_types(model: Any) -> dict[str, int]:
     return types
 
 
+def _depth_first_order(graph: Any) -> list:
+    """The graph's nodes in a depth-first topological order: each node right after the nodes it
+    needs, found from the graph outputs, inputs in order (nodes no output needs go last, in graph
+    order). The vocoder's parallel resblocks (one input, three branches summed) then run branch by
+    branch instead of in lockstep, so one branch's tensors are alive at a time rather than all
+    three's. Every node still computes the same values from the same inputs."""
+    producer = {out: node for node in graph.node for out in node.output if out}
+    placed: set[int] = set()
+    order: list = []
+    for name in [o.name for o in graph.output]:
+        root = producer.get(name)
+        if root is None or id(root) in placed:
+            continue
+        stack = [(root, 0)]
+        while stack:
+            node, k = stack.pop()
+            if k < len(node.input):
+                stack.append((node, k + 1))
+                dep = producer.get(node.input[k])
+                if dep is not None and id(dep) not in placed and all(n is not dep for n, _ in stack):
+                    stack.append((dep, 0))
+                continue
+            placed.add(id(node))
+            order.append(node)
+    order += [node for node in graph.node if id(node) not in placed]
+    return order
+
+
 _shared_arena: list[bool] = []  # process-wide onnxruntime state: registered once per process
 
 
@@ -469,7 +497,7 @@ class FusedSession:
         remaining = {id(chain): len(chain.nodes) for chain in found}
         ready: dict[str, Chain] = {}  # output name -> chain whose nodes have all been passed
         groups: list[Chain | list] = []
-        for node in graph.node:
+        for node in _depth_first_order(graph):
             chain = owner.get(id(node))
             if chain is not None:
                 remaining[id(chain)] -= 1
