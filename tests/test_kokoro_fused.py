@@ -261,6 +261,19 @@ def test_a_long_call_gives_its_memory_back_and_a_short_one_keeps_it(tmp_path):
     assert keep_all._buffers.held_bytes() > keep
 
 
+def test_depth_first_order_runs_parallel_branches_one_after_the_other():
+    # two branches from x, written interleaved (as the vocoder's resblocks are), then summed;
+    # an unused node stays, last
+    nodes = [helper.make_node("Relu", ["x"], ["a1"], name="a1"), helper.make_node("Neg", ["x"], ["b1"], name="b1"),
+             helper.make_node("Relu", ["a1"], ["a2"], name="a2"), helper.make_node("Neg", ["b1"], ["b2"], name="b2"),
+             helper.make_node("Abs", ["x"], ["unused"], name="unused"),
+             helper.make_node("Add", ["a2", "b2"], ["y"], name="sum")]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "g", info[:1], info[1:])
+    order = [node.name for node in fused_runtime._depth_first_order(graph)]
+    assert order == ["a1", "a2", "b1", "b2", "sum", "unused"]
+
+
 def test_a_graph_without_chains_is_refused(tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
