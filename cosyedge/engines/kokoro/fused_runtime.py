@@ -4,8 +4,10 @@ At load the runtime graph is searched for the vocoder's conv-input chains (``fin
 [InstanceNormalization ->] Snake -> DynamicQuantizeLinear -> int8 shift -> Pad -> Slices ->
 Concat), the graph is cut around them into segments in its own topological order (each chain
 just before its first reader), and each segment becomes an onnxruntime session (graph
-optimizations off, the engine's thread count, one arena shared by all). ``run`` walks the steps in
-order, passing only live tensors and dropping each after its last consumer.
+optimizations off, the engine's thread count, one arena shared by all). The nodes are taken in a
+depth-first order, so parallel branches run one after the other and fewer tensors are alive at
+once. ``run`` walks the steps in order, passing only live tensors and dropping each after its last
+consumer; a long call gives its big kernel buffers and the arena's free regions back at its end.
 
 Each chain runs as ``kernels.snake_minmax`` + ``kernels.quantize_pad`` + ``im2col`` on channel ranges
 split over a small thread pool (the calling thread takes one range). With ``chains="ort"`` the
@@ -241,10 +243,10 @@ class _Buffers:
 
     Fresh buffers cost page faults on every call: buffers made per call cost ~8 % of the whole
     graph's CPU time on the levers input against buffers kept between calls (measured, interleaved).
-    Like onnxruntime's arena, the buffers keep their high-water mark until the session is closed
-    (the app's idle unload): the Snake output, the padded int8 signal and the im2col of the largest
-    chain, ~2 KB per output frame of the last stage (~260 MB after a 510-phoneme sentence), twice
-    with two calls at once. Each role has its own free list (a shared one ends up holding only
+    The buffers of a short call (the Snake output, the padded int8 signal and the im2col of the
+    largest chain, ~2 KB per output frame of the last stage) stay for the next call; a long call
+    drops those above ``FusedSession.keep_bytes`` when it ends (``release_above``: ~300 MB after a
+    510-phoneme sentence, twice with two calls at once). Each role has its own free list (a shared one ends up holding only
     im2col-sized buffers); ``take`` hands out the smallest free buffer of the role that fits (or a
     new one), ``give`` returns it; at most ``keep`` free buffers per role are held, the largest, and
     none under half the size of the last one given back (left from a shorter input)."""
