@@ -205,6 +205,75 @@ def test_concurrent_runs_give_the_sequential_results(tmp_path):
         np.testing.assert_array_equal(results[i], ref)
 
 
+class _RecordingSession:
+    """Wraps an onnxruntime session; records the run options of each call."""
+
+    def __init__(self, session, calls: list) -> None:
+        self.session, self.calls = session, calls
+
+    def run(self, outputs, feeds, run_options=None):
+        self.calls.append(run_options)
+        return self.session.run(outputs, feeds, run_options)
+
+
+def test_buffers_release_above_drops_only_the_large_free_buffers():
+    buffers = fused_runtime._Buffers()
+    small, small_raw = buffers.take("snake", (10, 10), np.float32)
+    big, big_raw = buffers.take("im2col", (1000, 10), np.int8)
+    buffers.give("snake", small_raw)
+    buffers.give("im2col", big_raw)
+    assert buffers.held_bytes() == 400 + 10_000
+    assert buffers.release_above(5_000) == 10_000
+    assert buffers.held_bytes() == 400
+    again, again_raw = buffers.take("snake", (10, 10), np.float32)
+    assert again_raw is small_raw  # the small one is still reused
+
+
+def test_a_long_call_gives_its_memory_back_and_a_short_one_keeps_it(tmp_path):
+    model = chain_model(16, 7, 3, norm=True, tail=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    short, long = feeds_for(16, 800, True, seed=1), feeds_for(16, 4000, True, seed=2)
+    keep = 200_000  # the short call's im2col is 7 * 16 * 800 B = 90 kB, the long one's 448 kB
+    fused = fused_runtime.FusedSession(path, threads=2, keep_bytes=keep)
+    keep_all = fused_runtime.FusedSession(path, threads=2, keep_bytes=1 << 40)
+    calls: list = []
+    for step in fused.steps:
+        if isinstance(step, fused_runtime._Segment):
+            step.session = _RecordingSession(step.session, calls)
+    segments = fused.segments
+
+    first = fused.run(None, short)[0]
+    assert fused._buffers.held_bytes() > 0  # kept for the next call
+    assert calls == [None] * segments
+    calls.clear()
+    out_long = fused.run(None, long)[0]
+    assert 0 < fused._buffers.held_bytes() <= keep  # the im2col and Snake buffers of 4000 frames are gone
+    assert all(b.size <= keep for free in fused._buffers._free.values() for b in free)
+    assert calls[:-1] == [None] * (segments - 1) and calls[-1] is fused._shrink  # arena shrunk at the end
+    calls.clear()
+    again = fused.run(None, short)[0]
+    assert calls == [None] * segments
+    # giving memory back changes nothing in the results
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, keep_all.run(None, short)[0])
+    np.testing.assert_array_equal(out_long, keep_all.run(None, long)[0])
+    assert keep_all._buffers.held_bytes() > keep
+
+
+def test_depth_first_order_runs_parallel_branches_one_after_the_other():
+    # two branches from x, written interleaved (as the vocoder's resblocks are), then summed;
+    # an unused node stays, last
+    nodes = [helper.make_node("Relu", ["x"], ["a1"], name="a1"), helper.make_node("Neg", ["x"], ["b1"], name="b1"),
+             helper.make_node("Relu", ["a1"], ["a2"], name="a2"), helper.make_node("Neg", ["b1"], ["b2"], name="b2"),
+             helper.make_node("Abs", ["x"], ["unused"], name="unused"),
+             helper.make_node("Add", ["a2", "b2"], ["y"], name="sum")]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "g", info[:1], info[1:])
+    order = [node.name for node in fused_runtime._depth_first_order(graph)]
+    assert order == ["a1", "a2", "b1", "b2", "sum", "unused"]
+
+
 def test_a_graph_without_chains_is_refused(tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],

@@ -4,8 +4,10 @@ At load the runtime graph is searched for the vocoder's conv-input chains (``fin
 [InstanceNormalization ->] Snake -> DynamicQuantizeLinear -> int8 shift -> Pad -> Slices ->
 Concat), the graph is cut around them into segments in its own topological order (each chain
 just before its first reader), and each segment becomes an onnxruntime session (graph
-optimizations off, the engine's thread count, one arena shared by all). ``run`` walks the steps in
-order, passing only live tensors and dropping each after its last consumer.
+optimizations off, the engine's thread count, one arena shared by all). The nodes are taken in a
+depth-first order, so parallel branches run one after the other and fewer tensors are alive at
+once. ``run`` walks the steps in order, passing only live tensors and dropping each after its last
+consumer; a long call gives its big kernel buffers and the arena's free regions back at its end.
 
 Each chain runs as ``kernels.snake_minmax`` + ``kernels.quantize_pad`` + ``im2col`` on channel ranges
 split over a small thread pool (the calling thread takes one range). With ``chains="ort"`` the
@@ -36,6 +38,10 @@ logger = logging.getLogger(__name__)
 CHAIN_PREFIX = "/decoder/"
 RUNNER_KIND = "fused_chains"
 RUNNER_VERSION = 1  # bump when the kernels or the partitioning change: setup-model checks it again
+# A call whose largest kernel buffer is above this many bytes (the levers input, 6.6 s of audio,
+# needs 45 MB) gives its memory back when it ends: kernel buffers above it are dropped and
+# onnxruntime's shared arena is shrunk. Shorter calls keep both, which saves their page faults.
+KEEP_BYTES = 64 << 20
 
 
 @dataclass
@@ -228,7 +234,7 @@ class _Segment:
         self.session, self.inputs, self.outputs = session, inputs, outputs
 
     def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
-        values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs})
+        values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs}, state.run_options)
         return dict(zip(self.outputs, values))
 
 
@@ -237,10 +243,10 @@ class _Buffers:
 
     Fresh buffers cost page faults on every call: buffers made per call cost ~8 % of the whole
     graph's CPU time on the levers input against buffers kept between calls (measured, interleaved).
-    Like onnxruntime's arena, the buffers keep their high-water mark until the session is closed
-    (the app's idle unload): the Snake output, the padded int8 signal and the im2col of the largest
-    chain, ~2 KB per output frame of the last stage (~260 MB after a 510-phoneme sentence), twice
-    with two calls at once. Each role has its own free list (a shared one ends up holding only
+    The buffers of a short call (the Snake output, the padded int8 signal and the im2col of the
+    largest chain, ~2 KB per output frame of the last stage) stay for the next call; a long call
+    drops those above ``FusedSession.keep_bytes`` when it ends (``release_above``: ~300 MB after a
+    510-phoneme sentence, twice with two calls at once). Each role has its own free list (a shared one ends up holding only
     im2col-sized buffers); ``take`` hands out the smallest free buffer of the role that fits (or a
     new one), ``give`` returns it; at most ``keep`` free buffers per role are held, the largest, and
     none under half the size of the last one given back (left from a shorter input)."""
@@ -272,6 +278,16 @@ class _Buffers:
         with self._lock:
             self._free.clear()
 
+    def release_above(self, nbytes: int) -> int:
+        """Drop the free buffers larger than ``nbytes`` (left from a long input); return the bytes
+        dropped. Buffers in use stay with their call, which drops them when it ends."""
+        with self._lock:
+            dropped = 0
+            for role, free in self._free.items():
+                dropped += sum(b.size for b in free if b.size > nbytes)
+                self._free[role] = [b for b in free if b.size <= nbytes]
+        return dropped
+
     def held_bytes(self) -> int:
         with self._lock:
             return sum(b.size for free in self._free.values() for b in free)
@@ -283,6 +299,8 @@ class _RunState:
 
     buffers: _Buffers
     owned: dict[str, np.ndarray] = field(default_factory=dict)  # im2col tensor name -> its raw buffer
+    largest: int = 0  # bytes of the largest kernel buffer this call used
+    run_options: Any = None  # onnxruntime RunOptions for the next segment (None: the defaults)
 
 
 class _Kernel:
@@ -328,6 +346,7 @@ class _Kernel:
         padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
         col, col_raw = state.buffers.take("im2col", (chain.taps * channels, t_out), np.int8)
         self._spread(_quantize_im2col, channels, y, scale, zero_point, chain, padded, col)
+        state.largest = max(state.largest, y.nbytes, col.nbytes)
         state.buffers.give("snake", y_raw)
         state.buffers.give("padded", padded_raw)
         state.owned[chain.col] = col_raw
@@ -363,6 +382,34 @@ def _elem_types(model: Any) -> dict[str, int]:
         if node.op_type == "MatMulIntegerToFloat":
             types.setdefault(node.output[0], TensorProto.FLOAT)
     return types
+
+
+def _depth_first_order(graph: Any) -> list:
+    """The graph's nodes in a depth-first topological order: each node right after the nodes it
+    needs, found from the graph outputs, inputs in order (nodes no output needs go last, in graph
+    order). The vocoder's parallel resblocks (one input, three branches summed) then run branch by
+    branch instead of in lockstep, so one branch's tensors are alive at a time rather than all
+    three's. Every node still computes the same values from the same inputs."""
+    producer = {out: node for node in graph.node for out in node.output if out}
+    placed: set[int] = set()
+    order: list = []
+    for name in [o.name for o in graph.output]:
+        root = producer.get(name)
+        if root is None or id(root) in placed:
+            continue
+        stack = [(root, 0)]
+        while stack:
+            node, k = stack.pop()
+            if k < len(node.input):
+                stack.append((node, k + 1))
+                dep = producer.get(node.input[k])
+                if dep is not None and id(dep) not in placed and all(n is not dep for n, _ in stack):
+                    stack.append((dep, 0))
+                continue
+            placed.add(id(node))
+            order.append(node)
+    order += [node for node in graph.node if id(node) not in placed]
+    return order
 
 
 _shared_arena: list[bool] = []  # process-wide onnxruntime state: registered once per process
@@ -417,7 +464,7 @@ class FusedSession:
     ``chains="numba"`` runs the chains on ``kernels``; ``"ort"`` as onnxruntime segments (exact).
     """
 
-    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba") -> None:
+    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES) -> None:
         import onnx
         import onnxruntime as ort
 
@@ -433,6 +480,9 @@ class FusedSession:
         _register_shared_arena()
         self.threads = max(1, int(threads))
         self._buffers = _Buffers()
+        self.keep_bytes = int(keep_bytes)
+        self._shrink = ort.RunOptions()  # frees the arena's unused regions when the run ends
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
             if self.threads > 1 and chains == "numba" else None
         if chains == "numba":
@@ -449,7 +499,7 @@ class FusedSession:
         remaining = {id(chain): len(chain.nodes) for chain in found}
         ready: dict[str, Chain] = {}  # output name -> chain whose nodes have all been passed
         groups: list[Chain | list] = []
-        for node in graph.node:
+        for node in _depth_first_order(graph):
             chain = owner.get(id(node))
             if chain is not None:
                 remaining[id(chain)] -= 1
@@ -504,6 +554,7 @@ class FusedSession:
         self.output_names = graph_outputs
         self.chains = len(found)
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
+        self._last_segment = max((i for i, step in enumerate(self.steps) if isinstance(step, _Segment)), default=-1)
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
         # return the freed heap.
         del model, graph, inits, groups, owner, ready, nodes, group, node
@@ -536,7 +587,9 @@ class FusedSession:
         tensors = dict(feeds)
         state = _RunState(self._buffers)
         try:
-            for step, drop in zip(self.steps, self._drop_after):
+            for i, (step, drop) in enumerate(zip(self.steps, self._drop_after)):
+                if i == self._last_segment and state.largest > self.keep_bytes:
+                    state.run_options = self._shrink  # a long call: shrink the arena after its last segment
                 tensors.update(step.run(tensors, state))
                 for name in drop:
                     tensors.pop(name, None)
@@ -547,6 +600,9 @@ class FusedSession:
             tensors.clear()
             for raw in state.owned.values():  # after a failed step: free to reuse
                 state.buffers.give("im2col", raw)
+            if state.largest > self.keep_bytes:
+                dropped = state.buffers.release_above(self.keep_bytes)
+                logger.debug("long call: dropped %.0f MB of kernel buffers", dropped / 2 ** 20)
 
     def close(self) -> None:
         """Stop the chain thread pool (sessions are freed with the object)."""
