@@ -316,7 +316,8 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
     """
     assert "torch" not in sys.modules
     from cosyedge.engines.cosyvoice.llm import SpeechLM
-    from cosyedge.engines.cosyvoice.manifest import ModelDir, open_session, trim_heap
+    from cosyedge.engines.cosyvoice.manifest import ModelDir, open_session
+    from cosyedge.heap import trim_heap
     from cosyedge.engines.cosyvoice.sampling import RasSampler
     from cosyedge.engines.cosyvoice.token2wav import Token2Wav
 

@@ -14,7 +14,6 @@ Voice prompts and the saved-voice library plug in at ``_resolve_voice`` (returns
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import gc
@@ -22,7 +21,6 @@ import json
 import logging
 import re
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
                              StorageFullError, TextError)
+from cosyedge.heap import trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
@@ -161,11 +160,7 @@ class ServiceStatus:
 def release_memory() -> None:
     """Collect garbage and hand freed heap pages back to the OS (glibc keeps them otherwise)."""
     gc.collect()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # musl or no glibc: nothing to trim
-            logger.debug("malloc_trim unavailable")
+    trim_heap()
 
 
 class EngineHolder:

@@ -29,11 +29,11 @@ import numpy as np
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
 from cosyedge.engines.cosyvoice.llm import SpeechLM
-from cosyedge.engines.cosyvoice.manifest import trim_heap
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
+from cosyedge.heap import trim_heap
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from cosyedge.engines.cosyvoice.manifest import trim_heap
 from cosyedge.engines.cosyvoice.sampling import Chooser
 from cosyedge.errors import CancelledError, ModelMissingError
+from cosyedge.heap import trim_heap
 
 logger = logging.getLogger(__name__)
 

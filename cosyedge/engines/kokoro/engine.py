@@ -72,8 +72,9 @@ class Frontend(Protocol):
 GRAPH_OPTIMIZATION = ("disable", "basic", "extended", "all")
 
 
-def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all") -> Session:
-    """A CPU onnxruntime session tuned for a small box (see bench/kokoro_rtf.py for the trials).
+def session_options(threads: int, graph_optimization: str = "all") -> Any:
+    """onnxruntime SessionOptions tuned for a small box (see bench/kokoro_rtf.py for the trials);
+    shared by the one-session graph and the fused runner's segments.
 
     ``graph_optimization`` is onnxruntime's level by name; the manifest says which one a graph wants
     (the setup-time optimized graph is loaded with "disable": it is already optimized offline).
@@ -95,6 +96,14 @@ def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all")
     # Idle worker threads sleep instead of spinning: two jobs share two cores with the web server,
     # and spinning burned ~1/3 more CPU for no faster result (docs/benchmarks.md, variants table).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
+def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all") -> Session:
+    """The runtime graph in one CPU onnxruntime session (:func:`session_options`)."""
+    import onnxruntime as ort
+
+    opts = session_options(threads, graph_optimization)
     # No memory pattern: onnxruntime plans one block per input shape, and every sentence has a new
     # shape, so the arena kept growing (VmHWM 607 -> 409 MB over the bench calls, no repeat-run page
     # faults; same CPU time, bit-identical audio; bench/kokoro_gap.py, "options").

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cosyedge.errors import EngineError
+from cosyedge.heap import trim_heap
 
 logger = logging.getLogger(__name__)
 
@@ -432,29 +433,13 @@ def _register_shared_arena() -> None:
     _shared_arena.append(True)
 
 
-def _release_free_heap() -> None:
-    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``): building the
-    segments parses and copies the weights a few times, which left ~70 MB of freed but held heap
-    (measured). A no-op where there is no glibc."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError) as exc:
-        logger.debug("malloc_trim not available: %s", exc)
-
-
 def _session_options(threads: int) -> Any:
-    import onnxruntime as ort
+    """The engine's session options (graph already optimized offline), on the shared arena."""
+    from cosyedge.engines.kokoro.engine import session_options
 
-    opts = ort.SessionOptions()
+    opts = session_options(threads, "disable")
     opts.add_session_config_entry("session.use_env_allocators", "1")
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
 
 
@@ -556,9 +541,10 @@ class FusedSession:
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
         self._last_segment = max((i for i, step in enumerate(self.steps) if isinstance(step, _Segment)), default=-1)
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
-        # return the freed heap.
+        # return the freed heap: building the segments parses and copies the weights a few times,
+        # which left ~70 MB of freed but held heap (measured).
         del model, graph, inits, groups, owner, ready, nodes, group, node
-        _release_free_heap()
+        trim_heap()
         self.load_s = time.perf_counter() - start
         logger.info("fused Kokoro runtime: %d chains (%s), %d onnxruntime segments, loaded in %.2f s "
                     "(kernels %.2f s)", self.chains, chains, self.segments, self.load_s, self.compile_s)
