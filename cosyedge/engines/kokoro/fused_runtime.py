@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cosyedge.engines.kokoro import fused_ops
 from cosyedge.errors import EngineError
 from cosyedge.heap import trim_heap
 
@@ -385,31 +386,44 @@ def _elem_types(model: Any) -> dict[str, int]:
     return types
 
 
-def _depth_first_order(graph: Any) -> list:
+def _depth_first_order(graph: Any, units: Sequence[list] = ()) -> list:
     """The graph's nodes in a depth-first topological order: each node right after the nodes it
     needs, found from the graph outputs, inputs in order (nodes no output needs go last, in graph
     order). The vocoder's parallel resblocks (one input, three branches summed) then run branch by
     branch instead of in lockstep, so one branch's tensors are alive at a time rather than all
-    three's. Every node still computes the same values from the same inputs."""
-    producer = {out: node for node in graph.node for out in node.output if out}
+    three's. Every node still computes the same values from the same inputs.
+
+    Each of ``units`` (node lists in topological order, e.g. a fused pattern with several outputs)
+    is placed as one block: all its nodes at once, after everything any of them needs from
+    outside, so no reader of one of its outputs comes before the whole unit."""
+    items: dict[int, list] = {id(node): unit for unit in units for node in unit}
+    for node in graph.node:
+        items.setdefault(id(node), [node])
+    producer = {out: items[id(node)] for node in graph.node for out in node.output if out}
+
+    def needs(item: list) -> list[str]:
+        made = {out for node in item for out in node.output}
+        return [name for node in item for name in node.input if name and name not in made]
+
     placed: set[int] = set()
     order: list = []
     for name in [o.name for o in graph.output]:
         root = producer.get(name)
         if root is None or id(root) in placed:
             continue
-        stack = [(root, 0)]
+        stack = [(root, needs(root), 0)]
         while stack:
-            node, k = stack.pop()
-            if k < len(node.input):
-                stack.append((node, k + 1))
-                dep = producer.get(node.input[k])
-                if dep is not None and id(dep) not in placed and all(n is not dep for n, _ in stack):
-                    stack.append((dep, 0))
+            item, inputs, k = stack.pop()
+            if k < len(inputs):
+                stack.append((item, inputs, k + 1))
+                dep = producer.get(inputs[k])
+                if dep is not None and id(dep) not in placed and all(i is not dep for i, _, _ in stack):
+                    stack.append((dep, needs(dep), 0))
                 continue
-            placed.add(id(node))
-            order.append(node)
-    order += [node for node in graph.node if id(node) not in placed]
+            placed.add(id(item))
+            order.extend(item)
+    done = {id(node) for node in order}
+    order += [node for node in graph.node if id(node) not in done]
     return order
 
 
@@ -446,10 +460,12 @@ def _session_options(threads: int) -> Any:
 class FusedSession:
     """The runtime graph as segments + fused chains; ``run(None, feeds)`` like an InferenceSession.
 
-    ``chains="numba"`` runs the chains on ``kernels``; ``"ort"`` as onnxruntime segments (exact).
+    ``chains="numba"`` runs the chains on ``kernels`` and the ``fused_ops`` patterns of ``ops`` on their
+    steps; ``"ort"`` runs all of them as onnxruntime segments of their own nodes (exact).
     """
 
-    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES) -> None:
+    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES,
+                 ops: Sequence[str] = fused_ops.KINDS) -> None:
         import onnx
         import onnxruntime as ort
 
@@ -461,6 +477,7 @@ class FusedSession:
         found = find_chains(graph)
         if not found:
             raise EngineError(f"{Path(onnx_path).name} has no fusable conv-input chains")
+        others = fused_ops.find_patterns(graph, ops)  # STFT, ...: fused too, or left in the segments if absent
         types = _elem_types(model)
         _register_shared_arena()
         self.threads = max(1, int(threads))
@@ -480,11 +497,12 @@ class FusedSession:
         # The steps in graph order, except that a chain runs just before the first node that reads
         # its outputs (all its inputs exist by then): its im2col then lives as briefly as possible,
         # so one call holds one at a time. Other nodes are grouped into segments.
-        owner = {id(node): chain for chain in found for node in chain.nodes}
-        remaining = {id(chain): len(chain.nodes) for chain in found}
-        ready: dict[str, Chain] = {}  # output name -> chain whose nodes have all been passed
-        groups: list[Chain | list] = []
-        for node in _depth_first_order(graph):
+        patterns: list[Any] = [*found, *others]
+        owner = {id(node): chain for chain in patterns for node in chain.nodes}
+        remaining = {id(chain): len(chain.nodes) for chain in patterns}
+        ready: dict[str, Any] = {}  # output name -> pattern whose nodes have all been passed
+        groups: list[Any] = []  # node lists (segments) and patterns
+        for node in _depth_first_order(graph, [p.nodes for p in others]):
             chain = owner.get(id(node))
             if chain is not None:
                 remaining[id(chain)] -= 1
@@ -497,7 +515,7 @@ class FusedSession:
                     for out in due.outputs:
                         ready.pop(out, None)
                     groups.append(due)
-            if not groups or isinstance(groups[-1], Chain):
+            if not groups or not isinstance(groups[-1], list):
                 groups.append([])
             groups[-1].append(node)
         groups += list({id(c): c for c in ready.values()}.values())  # chains read only as graph outputs
@@ -507,7 +525,7 @@ class FusedSession:
         needs: list[list[str]] = []
         makes: list[list[str]] = []
         for group in groups:
-            nodes = group.nodes if isinstance(group, Chain) else group
+            nodes = group if isinstance(group, list) else group.nodes
             made = {out for node in nodes for out in node.output if out}
             used = {name for node in nodes for name in node.input if name}
             needs.append(sorted(name for name in used - made if name not in inits))
@@ -517,14 +535,17 @@ class FusedSession:
         for i in range(len(groups) - 1, -1, -1):  # outputs a step must hand on = read later
             wanted[i] = [name for name in makes[i] if name in later]
             later |= set(needs[i])
-        self.steps: list[_Segment | _Kernel] = []
+        self.steps: list[Any] = []  # _Segment, _Kernel and fused_ops steps
         for i, group in enumerate(groups):
             if isinstance(group, Chain) and chains == "numba":
                 self.steps.append(_Kernel(group, self._pool, self.threads))
                 continue
-            nodes = group.nodes if isinstance(group, Chain) else group
+            if not isinstance(group, list) and chains == "numba":
+                self.steps.append(fused_ops.make_step(group))
+                continue
+            nodes = group if isinstance(group, list) else group.nodes
             self.steps.append(self._segment(model, nodes, needs[i], wanted[i], types, inits, threads, ort))
-        for chain in found:  # a kept NodeProto would keep the whole parsed model (~150 MB) alive
+        for chain in patterns:  # a kept NodeProto would keep the whole parsed model (~150 MB) alive
             chain.nodes = []
         # Liveness: after step i, drop what no later step reads (graph outputs stay).
         last_use: dict[str, int] = {}
@@ -538,16 +559,18 @@ class FusedSession:
         self.input_names = graph_inputs
         self.output_names = graph_outputs
         self.chains = len(found)
+        self.fused_ops = [type(p).__name__ for p in others]
         self.segments = sum(isinstance(s, _Segment) for s in self.steps)
         self._last_segment = max((i for i, step in enumerate(self.steps) if isinstance(step, _Segment)), default=-1)
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
         # return the freed heap: building the segments parses and copies the weights a few times,
         # which left ~70 MB of freed but held heap (measured).
-        del model, graph, inits, groups, owner, ready, nodes, group, node
+        del model, graph, inits, groups, owner, ready, nodes, group, node, patterns, others
         trim_heap()
         self.load_s = time.perf_counter() - start
-        logger.info("fused Kokoro runtime: %d chains (%s), %d onnxruntime segments, loaded in %.2f s "
-                    "(kernels %.2f s)", self.chains, chains, self.segments, self.load_s, self.compile_s)
+        logger.info("fused Kokoro runtime: %d chains + %s (%s), %d onnxruntime segments, loaded in %.2f s "
+                    "(kernels %.2f s)", self.chains, ", ".join(self.fused_ops) or "no other ops", chains,
+                    self.segments, self.load_s, self.compile_s)
 
     @staticmethod
     def _segment(model: Any, nodes: list, inputs: list[str], outputs: list[str], types: dict[str, int],

@@ -1,0 +1,207 @@
+"""Fused steps for the vocoder's other single-threaded onnxruntime ops (issue 2, speed).
+
+``fused_runtime.FusedSession`` runs the runtime graph as onnxruntime segments with fused steps in
+between. Besides the conv-input chains (``fused_runtime.Chain``) it takes the patterns found here
+out of the segments; each pattern lists its nodes, the tensors it reads and the tensors it hands
+on, and has a step that computes those outputs with numpy (multi-threaded BLAS where it matters):
+
+``Spectrum``
+    the harmonic source's ``STFT -> Transpose(0, 2, 1, 3) -> Gather(real) / Gather(imaginary)``.
+    onnxruntime's STFT runs a Bluestein FFT per frame on one thread (n_fft 20: 64-point FFTs);
+    here it is one small GEMM of the frames with a [2 * bins, n_fft] basis. The basis is
+    onnxruntime's own STFT of the n_fft unit impulses, measured when the runner loads, not an
+    exact DFT: the graph turns the spectrum into a phase with ``atan(imag / real)`` and a
+    ``Where`` on the sign of ``imag``, so on the DC and Nyquist bins (exactly 0 imaginary part in
+    arithmetic) the phase of a negative bin is +pi or -pi by the sign of onnxruntime's rounding
+    error. Its Bluestein tables make that error mostly a fixed linear function of the frame; the
+    impulse basis carries it and gives onnxruntime's sign on 99-99.9 % of those frames, where an
+    exact DFT basis flips the phase by 2 pi on most of them (an earlier Conv rewrite moved the
+    audio 2.5-3.3 dB that way).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from cosyedge.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+GENERATOR_PREFIX = "/decoder/"
+
+
+# --- STFT -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Spectrum:
+    """One onesided STFT of a real signal whose consumers take its real and imaginary parts as
+    [N, bins, frames] tensors (``real`` / ``imag``; either may be absent)."""
+
+    signal: str
+    hop: int
+    n_fft: int
+    window: np.ndarray
+    real: str | None
+    imag: str | None
+    nodes: list = field(repr=False, default_factory=list)
+
+    @property
+    def bins(self) -> int:
+        return self.n_fft // 2 + 1
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.signal]
+
+    @property
+    def outputs(self) -> list[str]:
+        return [name for name in (self.real, self.imag) if name]
+
+
+def _attrs(node: Any) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _match_spectrum(g: Any, stft: Any) -> Spectrum:
+    """The spectrum pattern starting at ``stft``, or ValueError saying why it is not one."""
+    if len(stft.input) < 3 or not stft.input[2] or _attrs(stft).get("onesided", 1) != 1:
+        raise ValueError("not a windowed onesided STFT")
+    hop = g.const(stft.input[1]).reshape(-1)
+    window = g.const(stft.input[2]).astype(np.float32)
+    if hop.size != 1 or int(hop[0]) < 1 or window.ndim != 1 or window.size < 2:
+        raise ValueError("hop or window not constant")
+    if len(stft.input) > 3 and stft.input[3]:
+        length = g.const(stft.input[3]).reshape(-1)
+        if length.size != 1 or int(length[0]) != window.size:
+            raise ValueError("frame length differs from the window")
+    transpose = g.only_user(stft.output[0], "Transpose")
+    if list(_attrs(transpose).get("perm", [])) != [0, 2, 1, 3]:
+        raise ValueError("not the [N, bins, frames, 2] transpose")
+    parts: dict[int, str] = {}
+    gathers = g.users(transpose.output[0])
+    for gather in gathers:
+        if gather.op_type != "Gather" or _attrs(gather).get("axis", 0) not in (3, -1):
+            raise ValueError("the transpose feeds something else than Gathers on its last axis")
+        index = g.const(gather.input[1])
+        if index.ndim != 0 or int(index) not in (0, 1, -1, -2) or int(index) % 2 in parts:
+            raise ValueError("not one scalar Gather per part")
+        parts[int(index) % 2] = gather.output[0]
+    if not parts:
+        raise ValueError("no Gathers")
+    graph_outputs = {o.name for o in g.graph.output}
+    if {stft.output[0], transpose.output[0]} & graph_outputs:
+        raise ValueError("inner tensors are graph outputs")
+    return Spectrum(signal=stft.input[0], hop=int(hop[0]), n_fft=int(window.size), window=window,
+                    real=parts.get(0), imag=parts.get(1), nodes=[stft, transpose, *gathers])
+
+
+def find_spectra(graph: Any, prefix: str = GENERATOR_PREFIX) -> list[Spectrum]:
+    """Every fusable STFT under ``prefix`` (node names), in graph order."""
+    from cosyedge.engines.kokoro.fused_runtime import _Index
+
+    g = _Index(graph)
+    found = []
+    for node in graph.node:
+        if node.op_type == "STFT" and node.name.startswith(prefix):
+            try:
+                found.append(_match_spectrum(g, node))
+            except (ValueError, StopIteration) as exc:
+                logger.debug("%s: not a fusable STFT (%s)", node.name, exc)
+    return found
+
+
+def onnxruntime_stft_basis(hop: int, window: np.ndarray) -> np.ndarray:
+    """onnxruntime's STFT (this installed version) of the ``n_fft`` unit impulses, as a
+    [2 * bins, n_fft] float32 matrix (real rows, then imaginary rows): ``basis @ frame`` is what
+    its kernel computes for one frame, up to its per-frame rounding."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    n_fft = window.size
+    inits = [numpy_helper.from_array(np.array(hop, np.int64), "hop"),
+             numpy_helper.from_array(window.astype(np.float32), "window"),
+             numpy_helper.from_array(np.array(n_fft, np.int64), "length")]
+    graph = helper.make_graph([helper.make_node("STFT", ["signal", "hop", "window", "length"], ["spectrum"],
+                                                onesided=1)], "stft",
+                              [helper.make_tensor_value_info("signal", TensorProto.FLOAT, [n_fft, n_fft])],
+                              [helper.make_tensor_value_info("spectrum", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    spectrum = session.run(None, {"signal": np.eye(n_fft, dtype=np.float32)})[0][:, 0]  # [impulse, bin, 2]
+    return np.ascontiguousarray(np.concatenate([spectrum[:, :, 0].T, spectrum[:, :, 1].T]), np.float32)
+
+
+class SpectrumStep:
+    """A ``Spectrum`` as a small dense transform: every frame times the impulse basis
+    (``kernels.frame_dft`` on the signal's polyphase rows; ~0.5 M multiply-adds per second of
+    audio)."""
+
+    def __init__(self, spectrum: Spectrum) -> None:
+        self.spectrum = spectrum
+        self.inputs = spectrum.inputs
+        self.outputs = spectrum.outputs
+        basis = onnxruntime_stft_basis(spectrum.hop, spectrum.window)
+        self.taps = -(-spectrum.n_fft // spectrum.hop)  # whole hops per window
+        self.basis = np.zeros((basis.shape[0], self.taps * spectrum.hop), np.float32)
+        self.basis[:, :spectrum.n_fft] = basis
+
+    def run(self, tensors: dict[str, np.ndarray], state: Any) -> dict[str, np.ndarray]:
+        from cosyedge.engines.kokoro import kernels
+
+        spec = self.spectrum
+        x = tensors[spec.signal]
+        if x.dtype != np.float32 or x.ndim not in (2, 3) or (x.ndim == 3 and x.shape[2] != 1):
+            raise EngineError(f"STFT input {spec.signal!r} has shape {x.shape} {x.dtype}; expected [N, L] float32")
+        batch, length = x.shape[:2]
+        if length < spec.n_fft:
+            raise EngineError(f"STFT input of {length} samples is shorter than its window ({spec.n_fft})")
+        frames = (length - spec.n_fft) // spec.hop + 1
+        blocks = frames + self.taps - 1
+        out = np.empty((batch, self.basis.shape[0], frames), np.float32)
+        for b in range(batch):
+            signal = np.zeros(blocks * spec.hop, np.float32)
+            used = min(length, signal.size)
+            signal[:used] = x[b, :used].reshape(-1)
+            phases = np.ascontiguousarray(signal.reshape(blocks, spec.hop).T)
+            kernels.frame_dft(phases, self.basis, out[b], 0, out.shape[1])
+        bins = spec.bins
+        result = {}
+        if spec.real:
+            result[spec.real] = np.ascontiguousarray(out[:, :bins])
+        if spec.imag:
+            result[spec.imag] = np.ascontiguousarray(out[:, bins:])
+        return result
+
+
+# --- dispatch -------------------------------------------------------------------------------------
+
+
+KINDS = ("stft",)  # every pattern kind of this module, in the order they were added
+
+
+def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
+    """The fusable patterns of these ``kinds`` in ``graph`` (none found: the nodes stay in onnxruntime)."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown fused op kinds {sorted(unknown)}; choose from {KINDS}")
+    found: list[Any] = []
+    if "stft" in kinds:
+        found += find_spectra(graph)
+    return found
+
+
+def make_step(pattern: Any) -> Any:
+    """The fused step that runs ``pattern``."""
+    if isinstance(pattern, Spectrum):
+        return SpectrumStep(pattern)
+    raise TypeError(f"no fused step for {type(pattern).__name__}")
