@@ -541,7 +541,7 @@ class FusedSession:
                 self.steps.append(_Kernel(group, self._pool, self.threads))
                 continue
             if not isinstance(group, list) and chains == "numba":
-                self.steps.append(fused_ops.make_step(group))
+                self.steps.append(fused_ops.make_step(group, self._pool, self.threads))
                 continue
             nodes = group if isinstance(group, list) else group.nodes
             self.steps.append(self._segment(model, nodes, needs[i], wanted[i], types, inits, threads, ort))
