@@ -366,10 +366,203 @@ def test_real_runner_partitions_exactly_and_fuses_within_tolerance(runtime_graph
     exact = fused_runtime.FusedSession(path, 1, chains="ort")
     np.testing.assert_array_equal(exact.run(None, feeds)[0], whole)
     fused = fused_runtime.FusedSession(path, 2)
-    assert fused.chains == 48
+    assert fused.chains == 48 and fused.fused_ops == ["Spectrum"]
     a, b = fused.run(None, feeds)[0], fused.run(None, feeds)[0]
     np.testing.assert_array_equal(a, b)
     shipped = make_session(model_dir / model_files.ONNX_NAME, 1, "all").run(None, feeds)[0]
     assert a.shape == shipped.shape and a.size > 12_000
     assert optimize.spectral_distance_db(shipped, a) < optimize.SPECTRAL_TOLERANCE_DB
     fused.close()
+
+
+# --- the fused STFT (fused_ops.Spectrum) --------------------------------------------------------------
+
+G = "/decoder/decoder/generator/"
+
+
+def stft_nodes(n_fft: int = 20, hop: int = 5, onesided: int = 1) -> tuple[list, list]:
+    """The generator's source STFT on ``signal`` [1, L]: STFT -> Transpose(0, 2, 1, 3) -> Gather
+    real / imaginary ([1, bins, frames]); (nodes, initializers)."""
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(hop, np.int64), G + "hop"),
+             numpy_helper.from_array(window, G + "window"),
+             numpy_helper.from_array(np.array(n_fft, np.int64), G + "n_fft"),
+             numpy_helper.from_array(np.array(0, np.int64), G + "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), G + "one")]
+    nodes = [helper.make_node("STFT", ["signal", G + "hop", G + "window", G + "n_fft"], [G + "stft"],
+                              onesided=onesided, name=G + "STFT"),
+             helper.make_node("Transpose", [G + "stft"], [G + "stft_t"], perm=[0, 2, 1, 3], name=G + "Transpose_3"),
+             helper.make_node("Gather", [G + "stft_t", G + "one"], [G + "imag"], axis=3, name=G + "Gather_5"),
+             helper.make_node("Gather", [G + "stft_t", G + "zero"], [G + "real"], axis=3, name=G + "Gather_4")]
+    return nodes, inits
+
+
+def stft_model(n_fft: int = 20, hop: int = 5, onesided: int = 1) -> onnx.ModelProto:
+    nodes, inits = stft_nodes(n_fft, hop, onesided)
+    graph = helper.make_graph(nodes, "stft", [helper.make_tensor_value_info("signal", TensorProto.FLOAT, [1, None])],
+                              [helper.make_tensor_value_info(G + name, TensorProto.FLOAT, None) for name in ("real", "imag")],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def source_signal(length: int, seed: int = 0) -> np.ndarray:
+    """Like the harmonic source: a few sines plus noise, on a negative offset (most frames' DC bin
+    is negative, where the phase is +pi or -pi by the sign of a rounding error)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(length) / 24_000
+    wave = sum(0.1 * np.sin(2 * np.pi * f * t + rng.uniform(0, 6)) for f in (180, 360, 540))
+    return (wave + 0.003 * rng.normal(size=length) - 0.01).astype(np.float32)[None]
+
+
+def graph_phase(real: np.ndarray, imag: np.ndarray) -> np.ndarray:
+    """The phase as the runtime graph computes it (atan of the ratio, +-pi by the sign of imag)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base = np.arctan(imag / real)
+    return np.where(real < 0, np.where(imag > 0, base + np.pi, base - np.pi), base)
+
+
+def test_spectrum_step_matches_the_onnxruntime_stft_and_its_phase_signs(monkeypatch):
+    """The step's real and imaginary parts are onnxruntime's to float rounding, and the phase the
+    graph derives from them keeps onnxruntime's +-pi on the DC and Nyquist bins of negative frames
+    (an exact DFT basis flips most of them: the check below fails with it)."""
+    from cosyedge.engines.kokoro import fused_ops, kernels
+
+    kernels.compile_kernels()
+    model = stft_model()
+    spectra = fused_ops.find_spectra(model.graph)
+    assert len(spectra) == 1 and len(spectra[0].nodes) == 4
+    spec = spectra[0]
+    assert (spec.hop, spec.n_fft, spec.real, spec.imag) == (5, 20, G + "real", G + "imag")
+    signal = source_signal(40_000)
+    real_ref, imag_ref = ort_session(model).run(None, {"signal": signal})
+
+    def phase_flips(step) -> float:
+        out = step.run({"signal": signal}, None)
+        real, imag = out[spec.real], out[spec.imag]
+        assert real.shape == real_ref.shape == imag.shape and real.dtype == np.float32
+        scale = np.abs(real_ref).max()
+        assert np.abs(real - real_ref).max() < 1e-5 * scale and np.abs(imag - imag_ref).max() < 1e-5 * scale
+        edges = [0, spec.bins - 1]
+        negative = real_ref[0, edges] < 0
+        flipped = np.abs(graph_phase(real[0, edges], imag[0, edges]) - graph_phase(real_ref[0, edges], imag_ref[0, edges])) > 1
+        return np.count_nonzero(flipped & negative) / np.count_nonzero(negative)
+
+    assert phase_flips(fused_ops.SpectrumStep(spec)) < 0.02
+
+    def exact_basis(hop, window):
+        k = np.arange(window.size // 2 + 1)[:, None] * np.arange(window.size)[None] * 2 * np.pi / window.size
+        imag = -np.sin(k) * window
+        imag[[0, -1]] = 0.0  # exactly 0 in arithmetic
+        return np.concatenate([np.cos(k) * window, imag]).astype(np.float32)
+
+    monkeypatch.setattr(fused_ops, "onnxruntime_stft_basis", exact_basis)
+    assert phase_flips(fused_ops.SpectrumStep(spec)) > 0.2
+
+
+def test_spectrum_step_handles_a_batch_a_short_signal_and_refuses_a_too_short_one():
+    from cosyedge.engines.kokoro import fused_ops, kernels
+    from cosyedge.errors import EngineError
+
+    kernels.compile_kernels()
+    model = stft_model(n_fft=16, hop=6)  # a window that is not whole hops
+    step = fused_ops.SpectrumStep(fused_ops.find_spectra(model.graph)[0])
+    session = ort_session(model)
+    for signal in (source_signal(16), source_signal(1001, seed=3)):
+        ref = session.run(None, {"signal": signal})
+        out = step.run({"signal": signal}, None)
+        for name, r in zip((G + "real", G + "imag"), ref):
+            assert out[name].shape == r.shape
+            np.testing.assert_allclose(out[name], r, atol=1e-5)
+    batch = np.concatenate([source_signal(500, seed=1), source_signal(500, seed=2)])
+    out = step.run({"signal": batch}, None)
+    for b in range(2):
+        np.testing.assert_allclose(out[G + "real"][b], step.run({"signal": batch[b:b + 1]}, None)[G + "real"][0])
+    with pytest.raises(EngineError, match="shorter than its window"):
+        step.run({"signal": source_signal(15)}, None)
+
+
+def test_stft_that_does_not_match_the_pattern_stays_in_onnxruntime():
+    from cosyedge.engines.kokoro import fused_ops
+
+    assert fused_ops.find_spectra(stft_model(onesided=0).graph) == []
+    model = stft_model()
+    model.graph.output.append(helper.make_tensor_value_info(G + "stft_t", TensorProto.FLOAT, None))
+    assert fused_ops.find_spectra(model.graph) == []
+    with pytest.raises(ValueError, match="unknown fused op kinds"):
+        fused_ops.find_patterns(model.graph, ("fft",))
+
+
+def stft_chain_model() -> onnx.ModelProto:
+    """The STFT whose real and imaginary parts, concatenated, feed a conv-input chain + conv (the
+    runner then has a segment, the STFT, a segment, the chain and a segment)."""
+    chain = chain_model(22, 3, 1, norm=True, tail=True)
+    nodes, inits = stft_nodes()
+    nodes.append(helper.make_node("Concat", [G + "real", G + "imag"], ["x"], axis=1, name=G + "Concat_3"))
+    graph = chain.graph
+    rest = list(graph.node)
+    del graph.node[:]
+    graph.node.extend([helper.make_node("Mul", ["audio_in", P + "two"], ["signal"], name=G + "Mul_src"), *nodes, *rest])
+    graph.initializer.extend(inits + [numpy_helper.from_array(np.array(2.0, np.float32), P + "two")])
+    kept = [i for i in graph.input if i.name != "x"]  # gamma, beta
+    del graph.input[:]
+    graph.input.extend([helper.make_tensor_value_info("audio_in", TensorProto.FLOAT, [1, None]), *kept])
+    return chain
+
+
+def test_runner_with_the_stft_partitions_exactly_and_fuses_within_tolerance(tmp_path):
+    model = stft_chain_model()
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    feeds = {"audio_in": source_signal(8000)}
+    feeds |= {k: v for k, v in feeds_for(22, 10, True).items() if k != "x"}
+    ref = ort_session(model).run(None, feeds)[0]
+    exact = fused_runtime.FusedSession(path, threads=1, chains="ort")
+    assert exact.fused_ops == ["Spectrum"]
+    np.testing.assert_array_equal(exact.run(None, feeds)[0], ref)
+    fused = fused_runtime.FusedSession(path, threads=2)
+    assert fused.fused_ops == ["Spectrum"] and fused.segments == 3
+    assert sum(type(s).__name__ == "SpectrumStep" for s in fused.steps) == 1
+    out = fused.run(None, feeds)[0]
+    assert out.shape == ref.shape and np.max(np.abs(out - ref)) < 0.02 * np.std(ref)
+    chains_only = fused_runtime.FusedSession(path, threads=2, ops=())
+    assert chains_only.fused_ops == [] and chains_only.segments == 2
+    assert np.max(np.abs(chains_only.run(None, feeds)[0] - ref)) < 0.02 * np.std(ref)
+
+
+def test_depth_first_order_places_a_unit_as_one_block():
+    # the unit {u1, u2} has two outputs; "early" reads only u1's and would otherwise come before u2
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="pre"),
+             helper.make_node("Neg", ["a"], ["u1"], name="u1"), helper.make_node("Abs", ["a"], ["u2"], name="u2"),
+             helper.make_node("Relu", ["u1"], ["e"], name="early"),
+             helper.make_node("Add", ["e", "u2"], ["y"], name="sum")]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "g", info[:1], info[1:])
+    assert [n.name for n in fused_runtime._depth_first_order(graph)] == ["pre", "u1", "early", "u2", "sum"]
+    unit = [node for node in graph.node if node.name in ("u1", "u2")]  # the graph's own NodeProtos
+    order = [n.name for n in fused_runtime._depth_first_order(graph, [unit])]
+    assert order == ["pre", "u1", "u2", "early", "sum"]
+
+
+@pytest.mark.slow
+def test_real_stft_step_matches_the_onnxruntime_node_on_the_real_source(runtime_graph):
+    """On the real model's harmonic source (the STFT node's input for a real sentence): the fused
+    step's real and imaginary parts against onnxruntime's node, and the graph's phase on the DC
+    and Nyquist bins (where a flipped sign of a rounding error moves the phase by 2 pi)."""
+    from cosyedge.engines.kokoro import fused_ops, kernels
+
+    model_dir, graph = runtime_graph
+    model = onnx.load(str(model_dir / graph["file"]))
+    (spec,) = fused_ops.find_spectra(model.graph)
+    for name in (spec.signal, spec.real, spec.imag):
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    signal, real_ref, imag_ref = ort_session(model).run([spec.signal, spec.real, spec.imag], _ja_feeds(model_dir))
+    kernels.compile_kernels()
+    out = fused_ops.SpectrumStep(spec).run({spec.signal: signal}, None)
+    real, imag = out[spec.real], out[spec.imag]
+    scale = np.abs(real_ref).max()
+    assert np.abs(real - real_ref).max() < 1e-5 * scale and np.abs(imag - imag_ref).max() < 1e-5 * scale
+    edges = [0, spec.bins - 1]
+    negative = real_ref[0, edges] < 0
+    flipped = np.abs(graph_phase(real[0, edges], imag[0, edges]) - graph_phase(real_ref[0, edges], imag_ref[0, edges])) > 1
+    assert np.count_nonzero(negative) > 100
+    assert np.count_nonzero(flipped & negative) < 0.02 * np.count_nonzero(negative)

@@ -183,142 +183,10 @@ class SpectrumStep:
         return result
 
 
-# --- ConvTranspose --------------------------------------------------------------------------------
-
-# Only transposed convs with at least this many input channels are fused: the generator's two
-# upsamplers (512 -> 256 and 256 -> 128 channels), not the inverse STFT (22 -> 1, under 1 ms).
-MIN_UPSAMPLE_CHANNELS = 64
-
-
-@dataclass
-class Upsample:
-    """One 1-D, ungrouped ConvTranspose with constant weight [Cin, Cout, k] and bias [Cout]."""
-
-    x: str
-    y: str
-    weight: np.ndarray
-    bias: np.ndarray
-    stride: int
-    pad_lo: int
-    pad_hi: int
-    output_padding: int
-    nodes: list = field(repr=False, default_factory=list)
-
-    @property
-    def inputs(self) -> list[str]:
-        return [self.x]
-
-    @property
-    def outputs(self) -> list[str]:
-        return [self.y]
-
-    def out_length(self, t_in: int) -> int:
-        """ONNX's output length for ``t_in`` input frames (no dilation)."""
-        k = self.weight.shape[2]
-        return self.stride * (t_in - 1) + self.output_padding + k - self.pad_lo - self.pad_hi
-
-
-def _match_upsample(g: Any, node: Any) -> Upsample:
-    attrs = _attrs(node)
-    weight = g.const(node.input[1]).astype(np.float32)
-    if weight.ndim != 3 or attrs.get("group", 1) != 1 or list(attrs.get("dilations", [1])) != [1]:
-        raise ValueError("not a 1-D ungrouped ConvTranspose")
-    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or "output_shape" in attrs:
-        raise ValueError("auto_pad / output_shape not handled")
-    if weight.shape[0] < MIN_UPSAMPLE_CHANNELS:
-        raise ValueError("too small to be worth it")
-    bias = g.const(node.input[2]).astype(np.float32).reshape(-1) if len(node.input) > 2 and node.input[2] \
-        else np.zeros(weight.shape[1], np.float32)
-    if bias.size != weight.shape[1]:
-        raise ValueError("bias size is not Cout")
-    pads = list(attrs.get("pads", [0, 0]))
-    stride = list(attrs.get("strides", [1]))
-    output_padding = list(attrs.get("output_padding", [0]))
-    if len(pads) != 2 or len(stride) != 1 or len(output_padding) != 1 or min(pads) < 0 or stride[0] < 1:
-        raise ValueError("unexpected pads/strides")
-    return Upsample(x=node.input[0], y=node.output[0], weight=weight, bias=bias, stride=int(stride[0]),
-                    pad_lo=int(pads[0]), pad_hi=int(pads[1]), output_padding=int(output_padding[0]), nodes=[node])
-
-
-def find_upsamples(graph: Any, prefix: str = GENERATOR_PREFIX) -> list[Upsample]:
-    """Every fusable ConvTranspose under ``prefix`` (node names), in graph order."""
-    from cosyedge.engines.kokoro.fused_runtime import _Index
-
-    g = _Index(graph)
-    found = []
-    for node in graph.node:
-        if node.op_type == "ConvTranspose" and node.name.startswith(prefix):
-            try:
-                found.append(_match_upsample(g, node))
-            except (ValueError, StopIteration) as exc:
-                logger.debug("%s: not a fusable ConvTranspose (%s)", node.name, exc)
-    return found
-
-
-class UpsampleStep:
-    """An ``Upsample`` as onnxruntime's multi-threaded float MatMul of the transposed weight
-    [k * Cout, Cin] with the input (onnxruntime's ConvTranspose kernel runs the same GEMM on one
-    thread), written into a reused buffer, then ``kernels.overlap_add`` (the col2im: each output
-    sample sums its k / stride taps, plus the bias) on channel ranges over the runner's pool."""
-
-    def __init__(self, up: Upsample, pool: Any, parts: int, threads: int) -> None:
-        import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
-
-        from cosyedge.engines.kokoro.fused_runtime import _session_options
-
-        self.up, self.pool, self.parts = up, pool, max(1, parts)
-        self.inputs = up.inputs
-        self.outputs = up.outputs
-        cin, cout, k = up.weight.shape
-        # row j * Cout + c holds the weights of output channel c at kernel tap j
-        w_t = np.ascontiguousarray(up.weight.transpose(2, 1, 0).reshape(k * cout, cin))
-        graph = helper.make_graph([helper.make_node("MatMul", ["w_t", "x"], ["col"])], "upsample",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, None])],
-                                  [helper.make_tensor_value_info("col", TensorProto.FLOAT, [1, k * cout, None])],
-                                  [numpy_helper.from_array(w_t, "w_t")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        self.session = ort.InferenceSession(model.SerializeToString(), _session_options(threads),
-                                            providers=["CPUExecutionProvider"])
-
-    def _spread(self, fn, channels: int, *args) -> None:
-        bounds = np.linspace(0, channels, self.parts + 1).astype(int)
-        ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        futures = [self.pool.submit(fn, *args, a, b) for a, b in ranges[1:]] if self.pool else []
-        for a, b in ranges[:1] if self.pool else ranges:
-            fn(*args, a, b)
-        for future in futures:
-            future.result()
-
-    def run(self, tensors: dict[str, np.ndarray], state: Any) -> dict[str, np.ndarray]:
-        from cosyedge.engines.kokoro import kernels
-
-        up = self.up
-        x = tensors[up.x]
-        cin, cout, k = up.weight.shape
-        if x.ndim != 3 or x.shape[0] != 1 or x.shape[1] != cin or x.dtype != np.float32:
-            raise EngineError(f"ConvTranspose input {up.x!r} has shape {x.shape} {x.dtype}; expected [1, {cin}, T] float32")
-        x = np.ascontiguousarray(x)
-        t_in = x.shape[2]
-        t_out = up.out_length(t_in)
-        if t_out < 1:
-            raise EngineError(f"ConvTranspose input of {t_in} frames gives no output")
-        col, col_raw = state.buffers.take("upsample", (1, k * cout, t_in), np.float32)
-        binding = self.session.io_binding()
-        binding.bind_cpu_input("x", x)
-        binding.bind_output("col", "cpu", 0, np.float32, list(col.shape), col.ctypes.data)
-        self.session.run_with_iobinding(binding, state.run_options)
-        y = np.empty((1, cout, t_out), np.float32)
-        self._spread(kernels.overlap_add, cout, col[0], up.bias, up.stride, up.pad_lo, y[0])
-        state.largest = max(state.largest, col.nbytes)
-        state.buffers.give("upsample", col_raw)
-        return {up.y: y}
-
-
 # --- dispatch -------------------------------------------------------------------------------------
 
 
-KINDS = ("stft", "upsample")  # every pattern kind of this module, in the order they were added
+KINDS = ("stft",)  # every pattern kind of this module, in the order they were added
 
 
 def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
@@ -329,8 +197,6 @@ def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
     found: list[Any] = []
     if "stft" in kinds:
         found += find_spectra(graph)
-    if "upsample" in kinds:
-        found += find_upsamples(graph)
     return found
 
 
@@ -338,6 +204,4 @@ def make_step(pattern: Any, pool: Any, threads: int) -> Any:
     """The fused step that runs ``pattern`` (``pool``: the runner's helper threads, or None)."""
     if isinstance(pattern, Spectrum):
         return SpectrumStep(pattern)
-    if isinstance(pattern, Upsample):
-        return UpsampleStep(pattern, pool, threads, threads)
     raise TypeError(f"no fused step for {type(pattern).__name__}")

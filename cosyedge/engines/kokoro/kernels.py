@@ -166,7 +166,6 @@ def compile_kernels() -> float:
     padded = np.empty((2, 10), np.int8)
     quantize_pad(y, np.float32(1.0), 128, 1, padded, 0, 2)
     frame_dft(np.zeros((2, 4), np.float32), np.ones((3, 4), np.float32), np.empty((3, 2), np.float32), 0, 3)
-    overlap_add(np.ones((4, 3), np.float32), np.zeros(2, np.float32), 2, 1, np.empty((2, 4), np.float32), 0, 2)
     seconds = time.perf_counter() - start
     logger.info("fused-chain kernels ready in %.2f s (numba compile or cache load)", seconds)
     return seconds
@@ -191,27 +190,3 @@ def frame_dft(phases: np.ndarray, basis: np.ndarray, out: np.ndarray, r0: int, r
                 for f in range(frames):
                     row[f] += c * src[f + q]
 
-
-@numba.njit(nogil=True, cache=True, fastmath={"nnan", "ninf", "nsz"})
-def overlap_add(col: np.ndarray, bias: np.ndarray, stride: int, pad_lo: int, y: np.ndarray,
-                c0: int, c1: int) -> None:
-    """Channels ``c0:c1`` of a 1-D transposed conv's output from its GEMM result: ``col``
-    [k * Cout, T_in] (row ``j * Cout + c``: channel ``c``, tap ``j``) is added at output sample
-    ``t * stride + j - pad_lo`` (samples outside ``y`` [Cout, T_out] dropped), taps in order, then
-    the channel's bias, as onnxruntime's col2im + bias Add do."""
-    cout, t_out = y.shape
-    taps = col.shape[0] // cout
-    t_in = col.shape[1]
-    for c in range(c0, c1):
-        row = y[c]
-        row[:] = 0.0
-        for j in range(taps):
-            src = col[j * cout + c]
-            # input frames whose sample t * stride + j - pad_lo lands inside the output
-            first = max(0, (pad_lo - j + stride - 1) // stride)
-            last = min(t_in, (t_out - 1 + pad_lo - j) // stride + 1)
-            for t in range(first, last):
-                row[t * stride + j - pad_lo] += src[t]
-        b = bias[c]
-        for t in range(t_out):
-            row[t] += b
