@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/kokoro_fused_ops.py --reps 5
     .venv/bin/python bench/kokoro_fused_ops.py --reps 5 --write docs/benchmarks.md
+    .venv/bin/python bench/kokoro_fused_ops.py --stft-check   # the fused STFT vs onnxruntime's node
 
 One ``FusedSession`` per row and thread count, all in one process: the chain runner alone
 (``ops=()``, main's runner), then each ``fused_ops`` kind added in turn; run interleaved on the
@@ -75,6 +76,71 @@ def run(model_dir: Path, reps: int) -> dict:
     return {"rows": out, "reps": reps, "phonemes": n_phonemes, "audio_s": shipped.size / 24_000}
 
 
+def _exact_dft_basis(hop: int, window: np.ndarray) -> np.ndarray:
+    """The textbook windowed DFT basis, imaginary rows of the DC and Nyquist bins exactly 0."""
+    angle = np.arange(window.size // 2 + 1)[:, None] * np.arange(window.size)[None] * 2 * np.pi / window.size
+    imag = -np.sin(angle) * window
+    imag[[0, -1]] = 0.0
+    return np.concatenate([np.cos(angle) * window, imag]).astype(np.float32)
+
+
+def stft_check(model_dir: Path) -> str:
+    """The fused STFT against onnxruntime's node on the real source of the levers input, with
+    onnxruntime's impulse basis (what the step uses) and with an exact DFT basis: max abs
+    difference, phase flips (the graph's atan/Where phase) on the DC and Nyquist bins of frames
+    where that bin is negative, and the runner's band distance from the shipped graph."""
+    from unittest import mock
+
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from cosyedge.engines.kokoro import kernels
+    from cosyedge.engines.kokoro.engine import make_session
+    from cosyedge.engines.kokoro.fused_runtime import FusedSession
+
+    path = model_dir / "kokoro-v1.0.int8.conv-as-matmul.onnx"
+    feeds, _ = variant_feeds(model_dir)
+    model = onnx.load(str(path))
+    (spec,) = fused_ops.find_spectra(model.graph)
+    for name in (spec.signal, spec.real, spec.imag):
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    signal, real_ref, imag_ref = ort.InferenceSession(model.SerializeToString(), opts).run(
+        [spec.signal, spec.real, spec.imag], feeds)
+    del model
+    shipped = make_session(model_dir / model_files.ONNX_NAME, 1, "all").run(None, feeds)[0].reshape(-1)
+    kernels.compile_kernels()
+
+    def phase(real, imag):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            base = np.arctan(imag / real)
+        return np.where(real < 0, np.where(imag > 0, base + np.pi, base - np.pi), base)
+
+    lines = [f"STFT input: {signal.shape[-1]} samples, {real_ref.shape[-1]} frames; values up to "
+             f"{np.abs(real_ref).max():.2f}.", "",
+             "| basis | max abs diff real / imag | phase flips on negative DC / Nyquist bins | band distance vs shipped |",
+             "|---|---|---|---|"]
+    for label, basis in (("onnxruntime's impulse basis (the step)", fused_ops.onnxruntime_stft_basis),
+                         ("exact DFT, exact zeros on DC/Nyquist", _exact_dft_basis)):
+        with mock.patch.object(fused_ops, "onnxruntime_stft_basis", basis):
+            out = fused_ops.SpectrumStep(spec).run({spec.signal: signal}, None)
+            runner = FusedSession(path, 1)
+            audio = runner.run(None, feeds)[0].reshape(-1)
+            runner.close()
+        real, imag = out[spec.real][0], out[spec.imag][0]
+        flips = []
+        for b in (0, spec.bins - 1):
+            negative = real_ref[0, b] < 0
+            moved = np.abs(phase(real[b], imag[b]) - phase(real_ref[0, b], imag_ref[0, b])) > 1
+            flips.append(f"{np.count_nonzero(moved & negative)} of {np.count_nonzero(negative)}")
+        lines.append(f"| {label} | {np.abs(real - real_ref[0]).max():.1e} / {np.abs(imag - imag_ref[0]).max():.1e} "
+                     f"| {' / '.join(flips)} | {optimize.spectral_distance_db(shipped, audio):.3f} dB |")
+    return "\n".join(lines)
+
+
 def table(res: dict) -> str:
     lines = [f"Input: {VARIANT_TEXT[1]} {VARIANT_TEXT[0]} text, {res['phonemes']} phonemes -> {res['audio_s']:.2f} s "
              f"of audio; {res['reps']} interleaved repetitions, medians (best in brackets); CPU = process CPU time "
@@ -93,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", default=str(ROOT / "models"))
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions per row and thread count")
     parser.add_argument("--write", metavar="DOC", help="update the generated block in this markdown file")
+    parser.add_argument("--stft-check", action="store_true",
+                        help="only the fused STFT against onnxruntime's node (impulse vs exact DFT basis)")
     args = parser.parse_args(argv)
+    if args.stft_check:
+        print(stft_check(Path(args.models_dir) / model_files.MODEL_ID))
+        return 0
     command = "python bench/kokoro_fused_ops.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started, before = dt.datetime.now(dt.timezone.utc), load_average()
     body = table(run(Path(args.models_dir) / model_files.MODEL_ID, args.reps))
