@@ -366,7 +366,7 @@ def test_real_runner_partitions_exactly_and_fuses_within_tolerance(runtime_graph
     exact = fused_runtime.FusedSession(path, 1, chains="ort")
     np.testing.assert_array_equal(exact.run(None, feeds)[0], whole)
     fused = fused_runtime.FusedSession(path, 2)
-    assert fused.chains == 48 and fused.fused_ops == ["Spectrum"]
+    assert fused.chains == 48 and fused.fused_ops == ["Spectrum"] + ["BiasResidual"] * 24
     a, b = fused.run(None, feeds)[0], fused.run(None, feeds)[0]
     np.testing.assert_array_equal(a, b)
     shipped = make_session(model_dir / model_files.ONNX_NAME, 1, "all").run(None, feeds)[0]
@@ -566,3 +566,68 @@ def test_real_stft_step_matches_the_onnxruntime_node_on_the_real_source(runtime_
     flipped = np.abs(graph_phase(real[0, edges], imag[0, edges]) - graph_phase(real_ref[0, edges], imag_ref[0, edges])) > 1
     assert np.count_nonzero(negative) > 100
     assert np.count_nonzero(flipped & negative) < 0.02 * np.count_nonzero(negative)
+
+
+def test_a_chain_reading_a_fused_patterns_output_runs_after_it(tmp_path):
+    """The chain's instance norm reads the STFT step's real part directly (no node in between):
+    the step must be placed before the chain kernel."""
+    model = chain_model(11, 3, 1, norm=True)
+    nodes, inits = stft_nodes()
+    graph = model.graph
+    rest = list(graph.node)
+    for node in rest:
+        node.input[:] = [G + "real" if name == "x" else name for name in node.input]
+    del graph.node[:]
+    graph.node.extend([*nodes, *rest])
+    graph.initializer.extend(inits)
+    kept = [i for i in graph.input if i.name != "x"]
+    del graph.input[:]
+    graph.input.extend([helper.make_tensor_value_info("signal", TensorProto.FLOAT, [1, None]), *kept])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    feeds = {"signal": source_signal(6000)} | {k: v for k, v in feeds_for(11, 10, True).items() if k != "x"}
+    ref = ort_session(model).run(None, feeds)
+    fused = fused_runtime.FusedSession(path, threads=2)
+    assert fused.fused_ops == ["Spectrum"] and fused.chains == 1 and fused.segments == 0
+    col, scale, zp = fused.run(None, feeds)
+    assert np.array_equal(zp, ref[2]) and np.isclose(scale, ref[1], rtol=1e-4)
+    assert np.abs(col.astype(np.int16) - ref[0].astype(np.int16)).max() <= 1
+
+
+# --- conv bias + residual Add (fused_ops.BiasResidual) -------------------------------------------------
+
+
+def residual_model(channels: int, extra_reader: bool = False) -> onnx.ModelProto:
+    """``y = (mm + bias) + r`` as the generator writes it (bias [C, 1]); ``extra_reader``: the
+    biased tensor is also a graph output (then the pair must not be fused)."""
+    bias = RNG.normal(0, 1, (channels, 1)).astype(np.float32)
+    nodes = [helper.make_node("Add", ["mm", G + "bias"], [G + "biased"], name=G + "convs2.0/Conv/as_matmul/Add_bias"),
+             helper.make_node("Add", ["r", G + "biased"], ["y"], name=G + "resblocks.0/Add_2")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        outputs.append(helper.make_tensor_value_info(G + "biased", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "residual",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, channels, None]) for n in ("mm", "r")],
+                              outputs, [numpy_helper.from_array(bias, G + "bias")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_bias_residual_step_is_bit_identical_to_onnxruntimes_two_adds():
+    from cosyedge.engines.kokoro import fused_ops, kernels
+    from concurrent.futures import ThreadPoolExecutor
+
+    kernels.compile_kernels()
+    model = residual_model(13)
+    (pattern,) = fused_ops.find_bias_residuals(model.graph)
+    assert (pattern.x, pattern.residual, pattern.y, pattern.bias.shape) == ("mm", "r", "y", (13,))
+    rng = np.random.default_rng(1)
+    feeds = {"mm": rng.normal(0, 3, (1, 13, 999)).astype(np.float32), "r": rng.normal(0, 1, (1, 13, 999)).astype(np.float32)}
+    ref = ort_session(model).run(None, feeds)[0]
+    with ThreadPoolExecutor(1) as pool:
+        for step in (fused_ops.BiasResidualStep(pattern, None, 1), fused_ops.BiasResidualStep(pattern, pool, 2)):
+            np.testing.assert_array_equal(step.run(feeds, None)["y"], ref)
+    # a broadcast residual takes numpy's path: the same additions
+    feeds["r"] = feeds["r"][:, :, :1].copy()
+    np.testing.assert_array_equal(fused_ops.BiasResidualStep(pattern, None, 1).run(feeds, None)["y"],
+                                  ort_session(model).run(None, feeds)[0])
+    assert fused_ops.find_bias_residuals(residual_model(13, extra_reader=True).graph) == []

@@ -183,10 +183,100 @@ class SpectrumStep:
         return result
 
 
+# --- conv bias + residual Add --------------------------------------------------------------------
+
+RESIDUAL_PREFIX = "/decoder/decoder/generator/"  # the vocoder's full-rate tensors; the decoder's are small
+
+
+@dataclass
+class BiasResidual:
+    """``(x + bias) + residual``: a conv's per-channel bias Add read only by a residual Add."""
+
+    x: str
+    residual: str
+    y: str
+    bias: np.ndarray  # [C] float32
+    nodes: list = field(repr=False, default_factory=list)
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.x, self.residual]
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.y]
+
+
+def _match_bias_residual(g: Any, add: Any) -> BiasResidual:
+    graph_outputs = {o.name for o in g.graph.output}
+    for k, name in enumerate(add.input):
+        bias_add = g.producer.get(name)
+        if bias_add is None or bias_add.op_type != "Add" or len(g.users(name)) != 1 or name in graph_outputs:
+            continue
+        consts = [i for i in bias_add.input if i in g.inits]
+        if len(consts) != 1 or add.input[1 - k] in g.inits:
+            continue
+        bias = g.const(consts[0])
+        if bias.ndim < 2 or bias.shape[-1] != 1 or bias.size != bias.shape[-2]:  # [C, 1] or [1, C, 1]
+            continue
+        x = next(i for i in bias_add.input if i != consts[0])
+        return BiasResidual(x=x, residual=add.input[1 - k], y=add.output[0],
+                            bias=bias.astype(np.float32).reshape(-1), nodes=[bias_add, add])
+    raise ValueError("not a bias Add followed by a residual Add")
+
+
+def find_bias_residuals(graph: Any, prefix: str = RESIDUAL_PREFIX) -> list[BiasResidual]:
+    """Every bias + residual Add pair under ``prefix`` (node names), in graph order."""
+    from cosyedge.engines.kokoro.fused_runtime import _Index
+
+    g = _Index(graph)
+    found = []
+    for node in graph.node:
+        if node.op_type == "Add" and node.name.startswith(prefix):
+            try:
+                found.append(_match_bias_residual(g, node))
+            except (ValueError, StopIteration) as exc:
+                logger.debug("%s: not a bias + residual pair (%s)", node.name, exc)
+    return found
+
+
+class BiasResidualStep:
+    """``(x + bias) + residual`` in one pass (``kernels.bias_residual``, the same additions in the
+    same order: bit-identical) on channel ranges over the runner's pool, instead of two
+    onnxruntime passes."""
+
+    def __init__(self, pattern: BiasResidual, pool: Any, parts: int) -> None:
+        self.pattern, self.pool, self.parts = pattern, pool, max(1, parts)
+        self.inputs = pattern.inputs
+        self.outputs = pattern.outputs
+
+    def run(self, tensors: dict[str, np.ndarray], state: Any) -> dict[str, np.ndarray]:
+        from cosyedge.engines.kokoro import kernels
+
+        pat = self.pattern
+        x, residual = tensors[pat.x], tensors[pat.residual]
+        if x.shape != residual.shape or x.ndim != 3 or x.shape[0] != 1 or x.shape[1] != pat.bias.size \
+                or x.dtype != np.float32 or residual.dtype != np.float32:
+            # anything but the plain case: numpy's broadcasting, same arithmetic
+            return {pat.y: (x + pat.bias.reshape(-1, 1)) + residual}
+        x, residual = np.ascontiguousarray(x[0]), np.ascontiguousarray(residual[0])
+        y = np.empty((1, *x.shape), np.float32)
+        channels = x.shape[0]
+        bounds = np.linspace(0, channels, self.parts + 1).astype(int)
+        ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        futures = [self.pool.submit(kernels.bias_residual, x, pat.bias, residual, y[0], a, b)
+                   for a, b in ranges[1:]] if self.pool else []
+        for a, b in ranges[:1] if self.pool else ranges:
+            kernels.bias_residual(x, pat.bias, residual, y[0], a, b)
+        for future in futures:
+            future.result()
+        return {pat.y: y}
+
+
 # --- dispatch -------------------------------------------------------------------------------------
 
 
-KINDS = ("stft",)  # every pattern kind of this module, in the order they were added
+KINDS = ("stft", "bias_residual")  # every pattern kind of this module, in the order they were added
 
 
 def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
@@ -197,6 +287,8 @@ def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
     found: list[Any] = []
     if "stft" in kinds:
         found += find_spectra(graph)
+    if "bias_residual" in kinds:
+        found += find_bias_residuals(graph)
     return found
 
 
@@ -204,4 +296,6 @@ def make_step(pattern: Any, pool: Any, threads: int) -> Any:
     """The fused step that runs ``pattern`` (``pool``: the runner's helper threads, or None)."""
     if isinstance(pattern, Spectrum):
         return SpectrumStep(pattern)
+    if isinstance(pattern, BiasResidual):
+        return BiasResidualStep(pattern, pool, threads)
     raise TypeError(f"no fused step for {type(pattern).__name__}")

@@ -503,18 +503,18 @@ class FusedSession:
         ready: dict[str, Any] = {}  # output name -> pattern whose nodes have all been passed
         groups: list[Any] = []  # node lists (segments) and patterns
         for node in _depth_first_order(graph, [p.nodes for p in others]):
+            for name in node.input:  # a pattern whose outputs this node (or its own pattern) reads
+                if name in ready:
+                    due = ready[name]
+                    for out in due.outputs:
+                        ready.pop(out, None)
+                    groups.append(due)
             chain = owner.get(id(node))
             if chain is not None:
                 remaining[id(chain)] -= 1
                 if not remaining[id(chain)]:
                     ready.update(dict.fromkeys(chain.outputs, chain))
                 continue
-            for name in node.input:
-                if name in ready:
-                    due = ready[name]
-                    for out in due.outputs:
-                        ready.pop(out, None)
-                    groups.append(due)
             if not groups or not isinstance(groups[-1], list):
                 groups.append([])
             groups[-1].append(node)

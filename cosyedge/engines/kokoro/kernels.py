@@ -166,6 +166,7 @@ def compile_kernels() -> float:
     padded = np.empty((2, 10), np.int8)
     quantize_pad(y, np.float32(1.0), 128, 1, padded, 0, 2)
     frame_dft(np.zeros((2, 4), np.float32), np.ones((3, 4), np.float32), np.empty((3, 2), np.float32), 0, 3)
+    bias_residual(x, ones, x, y, 0, 2)
     seconds = time.perf_counter() - start
     logger.info("fused-chain kernels ready in %.2f s (numba compile or cache load)", seconds)
     return seconds
@@ -190,3 +191,15 @@ def frame_dft(phases: np.ndarray, basis: np.ndarray, out: np.ndarray, r0: int, r
                 for f in range(frames):
                     row[f] += c * src[f + q]
 
+
+@numba.njit(nogil=True, cache=True)
+def bias_residual(x: np.ndarray, bias: np.ndarray, residual: np.ndarray, y: np.ndarray, c0: int, c1: int) -> None:
+    """Channels ``c0:c1`` of ``y = (x + bias[:, None]) + residual`` ([C, T] float32), added in
+    that order as onnxruntime's two Adds do (no fastmath: bit-identical)."""
+    for c in range(c0, c1):
+        b = bias[c]
+        xr = x[c]
+        rr = residual[c]
+        out = y[c]
+        for t in range(x.shape[1]):
+            out[t] = (xr[t] + b) + rr[t]
