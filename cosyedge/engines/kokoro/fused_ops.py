@@ -17,6 +17,14 @@ on, and has a step that computes those outputs with numpy (multi-threaded BLAS w
     impulse basis carries it and gives onnxruntime's sign on 99-99.9 % of those frames, where an
     exact DFT basis flips the phase by 2 pi on most of them (an earlier Conv rewrite moved the
     audio 2.5-3.3 dB that way).
+``BiasResidual``
+    a conv's per-channel bias Add read only by a residual Add, in the generator: one pass
+    ``(x + b) + r`` on channel ranges instead of two single-threaded onnxruntime passes; the same
+    additions in the same order (bit-identical).
+
+Each pattern is optional: one not found at load leaves its nodes in the onnxruntime segments.
+The generator's ConvTransposes are not here: onnxruntime already runs their GEMM on its thread
+pool, and the same GEMM + a numba col2im was no faster (docs/benchmarks.md, round 4).
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ depth-first order, so parallel branches run one after the other and fewer tensor
 once. ``run`` walks the steps in order, passing only live tensors and dropping each after its last
 consumer; a long call gives its big kernel buffers and the arena's free regions back at its end.
 
+The ``fused_ops`` patterns (the harmonic source's STFT, the generator's bias + residual Adds) are
+taken out the same way and run as their own steps; a pattern with several outputs is placed as
+one block in the order, and a pattern is always placed before any step that reads it.
+
 Each chain runs as ``kernels.snake_minmax`` + ``kernels.quantize_pad`` + ``im2col`` on channel ranges
 split over a small thread pool (the calling thread takes one range). With ``chains="ort"`` the
 chains run as onnxruntime segments of their own nodes instead: bit-identical to the whole graph,
