@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -573,7 +574,8 @@ class FusedSession:
         trim_heap()
         self.load_s = time.perf_counter() - start
         logger.info("fused Kokoro runtime: %d chains + %s (%s), %d onnxruntime segments, loaded in %.2f s "
-                    "(kernels %.2f s)", self.chains, ", ".join(self.fused_ops) or "no other ops", chains,
+                    "(kernels %.2f s)", self.chains,
+                    ", ".join(f"{n} {kind}" for kind, n in Counter(self.fused_ops).items()) or "no other ops", chains,
                     self.segments, self.load_s, self.compile_s)
 
     @staticmethod
