@@ -598,15 +598,18 @@ def test_a_chain_reading_a_fused_patterns_output_runs_after_it(tmp_path):
 # --- conv bias + residual Add (fused_ops.BiasResidual) -------------------------------------------------
 
 
-def residual_model(channels: int, extra_reader: bool = False) -> onnx.ModelProto:
-    """``y = (mm + bias) + r`` as the generator writes it (bias [C, 1]); ``extra_reader``: the
-    biased tensor is also a graph output (then the pair must not be fused)."""
+def residual_model(channels: int, extra_reader: bool = False, sum_is_output: bool = False) -> onnx.ModelProto:
+    """``out = Relu((mm + bias) + r)`` as the generator writes it (bias [C, 1]); ``extra_reader``:
+    the biased tensor is also a graph output, ``sum_is_output``: so is the sum (then the pair must
+    not be fused)."""
     bias = RNG.normal(0, 1, (channels, 1)).astype(np.float32)
     nodes = [helper.make_node("Add", ["mm", G + "bias"], [G + "biased"], name=G + "convs2.0/Conv/as_matmul/Add_bias"),
-             helper.make_node("Add", ["r", G + "biased"], ["y"], name=G + "resblocks.0/Add_2")]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    if extra_reader:
-        outputs.append(helper.make_tensor_value_info(G + "biased", TensorProto.FLOAT, None))
+             helper.make_node("Add", ["r", G + "biased"], [G + "sum"], name=G + "resblocks.0/Add_2"),
+             helper.make_node("Relu", [G + "sum"], ["out"], name=G + "next")]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
+    for name, wanted in ((G + "biased", extra_reader), (G + "sum", sum_is_output)):
+        if wanted:
+            outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     graph = helper.make_graph(nodes, "residual",
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, channels, None]) for n in ("mm", "r")],
                               outputs, [numpy_helper.from_array(bias, G + "bias")])
@@ -614,21 +617,28 @@ def residual_model(channels: int, extra_reader: bool = False) -> onnx.ModelProto
 
 
 def test_bias_residual_step_is_bit_identical_to_onnxruntimes_two_adds():
-    from cosyedge.engines.kokoro import fused_ops, kernels
     from concurrent.futures import ThreadPoolExecutor
+
+    from cosyedge.engines.kokoro import fused_ops, kernels
 
     kernels.compile_kernels()
     model = residual_model(13)
     (pattern,) = fused_ops.find_bias_residuals(model.graph)
-    assert (pattern.x, pattern.residual, pattern.y, pattern.bias.shape) == ("mm", "r", "y", (13,))
+    assert (pattern.x, pattern.residual, pattern.y, pattern.bias.shape) == ("mm", "r", G + "sum", (13,))
     rng = np.random.default_rng(1)
     feeds = {"mm": rng.normal(0, 3, (1, 13, 999)).astype(np.float32), "r": rng.normal(0, 1, (1, 13, 999)).astype(np.float32)}
-    ref = ort_session(model).run(None, feeds)[0]
+    session = ort_session(model)
+    ref = session.run(None, feeds)[0]  # Relu of onnxruntime's sum: compared bit for bit below
+    state = fused_runtime._RunState(fused_runtime._Buffers())
     with ThreadPoolExecutor(1) as pool:
-        for step in (fused_ops.BiasResidualStep(pattern, None, 1), fused_ops.BiasResidualStep(pattern, pool, 2)):
-            np.testing.assert_array_equal(step.run(feeds, None)["y"], ref)
+        for step, st in ((fused_ops.BiasResidualStep(pattern, None, 1), None),
+                         (fused_ops.BiasResidualStep(pattern, pool, 2), state)):
+            np.testing.assert_array_equal(np.maximum(0, step.run(feeds, st)[G + "sum"]), ref)
+    assert G + "sum" in state.owned  # in a kept buffer, given back when the runner drops it
     # a broadcast residual takes numpy's path: the same additions
     feeds["r"] = feeds["r"][:, :, :1].copy()
-    np.testing.assert_array_equal(fused_ops.BiasResidualStep(pattern, None, 1).run(feeds, None)["y"],
-                                  ort_session(model).run(None, feeds)[0])
+    np.testing.assert_array_equal(np.maximum(0, fused_ops.BiasResidualStep(pattern, None, 1).run(feeds, None)[G + "sum"]),
+                                  session.run(None, feeds)[0])
     assert fused_ops.find_bias_residuals(residual_model(13, extra_reader=True).graph) == []
+    assert fused_ops.find_bias_residuals(residual_model(13, sum_is_output=True).graph) == []
+

@@ -217,6 +217,8 @@ class BiasResidual:
 
 def _match_bias_residual(g: Any, add: Any) -> BiasResidual:
     graph_outputs = {o.name for o in g.graph.output}
+    if add.output[0] in graph_outputs:  # the step writes into a buffer the runner reuses
+        raise ValueError("the sum is a graph output")
     for k, name in enumerate(add.input):
         bias_add = g.producer.get(name)
         if bias_add is None or bias_add.op_type != "Add" or len(g.users(name)) != 1 or name in graph_outputs:
@@ -268,7 +270,12 @@ class BiasResidualStep:
             # anything but the plain case: numpy's broadcasting, same arithmetic
             return {pat.y: (x + pat.bias.reshape(-1, 1)) + residual}
         x, residual = np.ascontiguousarray(x[0]), np.ascontiguousarray(residual[0])
-        y = np.empty((1, *x.shape), np.float32)
+        if state is not None:  # a kept buffer: a fresh 16 MB array costs as much in page faults as the pass
+            y, raw = state.buffers.take("residual", (1, *x.shape), np.float32)
+            state.owned[pat.y] = ("residual", raw)  # given back when the runner drops the tensor
+            state.largest = max(state.largest, y.nbytes)
+        else:
+            y = np.empty((1, *x.shape), np.float32)
         channels = x.shape[0]
         bounds = np.linspace(0, channels, self.parts + 1).astype(int)
         ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]

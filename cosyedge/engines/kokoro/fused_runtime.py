@@ -305,7 +305,7 @@ class _RunState:
     """What one ``run`` call uses: the shared buffers, and which of its live tensors sit in one."""
 
     buffers: _Buffers
-    owned: dict[str, np.ndarray] = field(default_factory=dict)  # im2col tensor name -> its raw buffer
+    owned: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # tensor name -> (role, raw buffer)
     largest: int = 0  # bytes of the largest kernel buffer this call used
     run_options: Any = None  # onnxruntime RunOptions for the next segment (None: the defaults)
 
@@ -356,7 +356,7 @@ class _Kernel:
         state.largest = max(state.largest, y.nbytes, col.nbytes)
         state.buffers.give("snake", y_raw)
         state.buffers.give("padded", padded_raw)
-        state.owned[chain.col] = col_raw
+        state.owned[chain.col] = ("im2col", col_raw)
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
                 chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
 
@@ -609,12 +609,12 @@ class FusedSession:
                 for name in drop:
                     tensors.pop(name, None)
                     if name in state.owned:
-                        state.buffers.give("im2col", state.owned.pop(name))
+                        state.buffers.give(*state.owned.pop(name))
             return [tensors[name] for name in (output_names or self.output_names)]
         finally:
             tensors.clear()
-            for raw in state.owned.values():  # after a failed step: free to reuse
-                state.buffers.give("im2col", raw)
+            for role, raw in state.owned.values():  # after a failed step: free to reuse
+                state.buffers.give(role, raw)
             if state.largest > self.keep_bytes:
                 dropped = state.buffers.release_above(self.keep_bytes)
                 logger.debug("long call: dropped %.0f MB of kernel buffers", dropped / 2 ** 20)
