@@ -482,7 +482,14 @@ class FusedSession:
         found = find_chains(graph)
         if not found:
             raise EngineError(f"{Path(onnx_path).name} has no fusable conv-input chains")
-        others = fused_ops.find_patterns(graph, ops)  # STFT, ...: fused too, or left in the segments if absent
+        taken = {id(node) for chain in found for node in chain.nodes}
+        others = []  # fused_ops patterns (STFT, bias + residual): fused too, or left in the segments if absent
+        for pattern in fused_ops.find_patterns(graph, ops):
+            if any(id(node) in taken for node in pattern.nodes):  # a node is claimed once, chains first
+                logger.debug("%s overlaps another fused step; left in onnxruntime", type(pattern).__name__)
+                continue
+            taken.update(id(node) for node in pattern.nodes)
+            others.append(pattern)
         types = _elem_types(model)
         _register_shared_arena()
         self.threads = max(1, int(threads))
@@ -570,7 +577,7 @@ class FusedSession:
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
         # return the freed heap: building the segments parses and copies the weights a few times,
         # which left ~70 MB of freed but held heap (measured).
-        del model, graph, inits, groups, owner, ready, nodes, group, node, patterns, others
+        del model, graph, inits, groups, owner, ready, nodes, group, node, patterns, others, taken
         trim_heap()
         self.load_s = time.perf_counter() - start
         logger.info("fused Kokoro runtime: %d chains + %s (%s), %d onnxruntime segments, loaded in %.2f s "
