@@ -459,6 +459,7 @@ def test_spectrum_step_matches_the_onnxruntime_stft_and_its_phase_signs(monkeypa
         imag[[0, -1]] = 0.0  # exactly 0 in arithmetic
         return np.concatenate([np.cos(k) * window, imag]).astype(np.float32)
 
+    # onnxruntime 1.32's (pinned) Bluestein STFT leaves a signed error on those bins; exact zeros lose it
     monkeypatch.setattr(fused_ops, "onnxruntime_stft_basis", exact_basis)
     assert phase_flips(fused_ops.SpectrumStep(spec)) > 0.2
 
