@@ -65,10 +65,11 @@ class Chain:
     zero_point: str
     zero_point_shape: tuple[int, ...] = ()  # the graph's shift constant broadcasts the scalar zero point
     nodes: list = field(repr=False, default_factory=list)
+    weights: str | None = None  # per-frame weights of the norm's statistics (crop.py), if cropped
 
     @property
     def inputs(self) -> list[str]:
-        return [self.x] + ([self.gamma, self.beta] if self.gamma else [])
+        return [self.x] + ([self.gamma, self.beta] if self.gamma else []) + ([self.weights] if self.weights else [])
 
     @property
     def outputs(self) -> list[str]:
@@ -340,8 +341,15 @@ class _Kernel:
         y, y_raw = state.buffers.take("snake", x.shape, np.float32)
         mins = np.empty(channels, np.float32)
         maxs = np.empty(channels, np.float32)
-        self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
-                     chain.alpha, chain.inv_alpha, y, mins, maxs)
+        if chain.weights:
+            from cosyedge.engines.kokoro.crop import frame_weights
+
+            weights = frame_weights(tensors[chain.weights], t_len)
+            self._spread(kernels.snake_minmax_weighted, channels, x, weights, gamma, beta, chain.eps,
+                         chain.alpha, chain.inv_alpha, y, mins, maxs)
+        else:
+            self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
+                         chain.alpha, chain.inv_alpha, y, mins, maxs)
         scale, zero_point = kernels.quant_params(mins, maxs)
         t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
         padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
@@ -353,6 +361,35 @@ class _Kernel:
         state.owned[chain.col] = col_raw
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
                 chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
+
+
+class _HostStep:
+    """A node of the ``crop.HOST_DOMAIN`` domain, run in Python (``crop.CropInputs``/``CropOutput``)."""
+
+    def __init__(self, node: Any, host: Any) -> None:
+        self.nodes = [node]
+        self.host = host
+        self.inputs = list(host.inputs)
+        self.outputs = list(host.outputs)
+        if list(node.input) != self.inputs or list(node.output) != self.outputs:
+            raise EngineError(f"host step {node.name} does not match its implementation")
+
+    def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
+        return self.host.run(tensors, state)
+
+
+def _host_steps(graph: Any, source: Any) -> list[_HostStep]:
+    """The crop's host steps in ``graph`` (see crop.prepare_graph)."""
+    from cosyedge.engines.kokoro import crop
+
+    makers = {"CropInputs": lambda: crop.CropInputs(source), "CropOutput": crop.CropOutput}
+    steps = []
+    for node in graph.node:
+        if node.domain == crop.HOST_DOMAIN:
+            if node.op_type not in makers:
+                raise EngineError(f"unknown host step {node.op_type}")
+            steps.append(_HostStep(node, makers[node.op_type]()))
+    return steps
 
 
 def _quantize_im2col(y: np.ndarray, scale: np.float32, zero_point: int, chain: Chain, padded: np.ndarray,
@@ -447,9 +484,13 @@ class FusedSession:
     """The runtime graph as segments + fused chains; ``run(None, feeds)`` like an InferenceSession.
 
     ``chains="numba"`` runs the chains on ``kernels``; ``"ort"`` as onnxruntime segments (exact).
+    ``crop=True`` runs the vocoder on a cropped input (crop.py): less edge silence rendered, the
+    output cut to speech + margins, and a second output ``crop.OFFSET_OUTPUT`` (its sample offset
+    in the uncropped audio).
     """
 
-    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES) -> None:
+    def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES,
+                 crop: bool = False) -> None:
         import onnx
         import onnxruntime as ort
 
@@ -458,9 +499,18 @@ class FusedSession:
         start = time.perf_counter()
         model = onnx.load(str(onnx_path))
         graph = model.graph
+        source = None
+        if crop:
+            from cosyedge.engines.kokoro import crop as crop_graph
+
+            source = crop_graph.prepare_graph(model, weight_instance_norms=chains == "ort")
         found = find_chains(graph)
         if not found:
             raise EngineError(f"{Path(onnx_path).name} has no fusable conv-input chains")
+        if crop and chains == "numba":
+            crop_graph.mark_weighted_chains(found)
+        hosts = _host_steps(graph, source)
+        self.crop = crop
         types = _elem_types(model)
         _register_shared_arena()
         self.threads = max(1, int(threads))
@@ -480,10 +530,10 @@ class FusedSession:
         # The steps in graph order, except that a chain runs just before the first node that reads
         # its outputs (all its inputs exist by then): its im2col then lives as briefly as possible,
         # so one call holds one at a time. Other nodes are grouped into segments.
-        owner = {id(node): chain for chain in found for node in chain.nodes}
-        remaining = {id(chain): len(chain.nodes) for chain in found}
-        ready: dict[str, Chain] = {}  # output name -> chain whose nodes have all been passed
-        groups: list[Chain | list] = []
+        owner = {id(node): chain for chain in [*found, *hosts] for node in chain.nodes}
+        remaining = {id(chain): len(chain.nodes) for chain in [*found, *hosts]}
+        ready: dict[str, Chain | _HostStep] = {}  # output name -> chain whose nodes have all been passed
+        groups: list[Chain | _HostStep | list] = []
         for node in _depth_first_order(graph):
             chain = owner.get(id(node))
             if chain is not None:
@@ -497,7 +547,7 @@ class FusedSession:
                     for out in due.outputs:
                         ready.pop(out, None)
                     groups.append(due)
-            if not groups or isinstance(groups[-1], Chain):
+            if not groups or not isinstance(groups[-1], list):
                 groups.append([])
             groups[-1].append(node)
         groups += list({id(c): c for c in ready.values()}.values())  # chains read only as graph outputs
@@ -507,7 +557,7 @@ class FusedSession:
         needs: list[list[str]] = []
         makes: list[list[str]] = []
         for group in groups:
-            nodes = group.nodes if isinstance(group, Chain) else group
+            nodes = group if isinstance(group, list) else group.nodes
             made = {out for node in nodes for out in node.output if out}
             used = {name for node in nodes for name in node.input if name}
             needs.append(sorted(name for name in used - made if name not in inits))
@@ -517,14 +567,17 @@ class FusedSession:
         for i in range(len(groups) - 1, -1, -1):  # outputs a step must hand on = read later
             wanted[i] = [name for name in makes[i] if name in later]
             later |= set(needs[i])
-        self.steps: list[_Segment | _Kernel] = []
+        self.steps: list[_Segment | _Kernel | _HostStep] = []
         for i, group in enumerate(groups):
+            if isinstance(group, _HostStep):
+                self.steps.append(group)
+                continue
             if isinstance(group, Chain) and chains == "numba":
                 self.steps.append(_Kernel(group, self._pool, self.threads))
                 continue
             nodes = group.nodes if isinstance(group, Chain) else group
             self.steps.append(self._segment(model, nodes, needs[i], wanted[i], types, inits, threads, ort))
-        for chain in found:  # a kept NodeProto would keep the whole parsed model (~150 MB) alive
+        for chain in [*found, *hosts]:  # a kept NodeProto would keep the whole parsed model (~150 MB) alive
             chain.nodes = []
         # Liveness: after step i, drop what no later step reads (graph outputs stay).
         last_use: dict[str, int] = {}
