@@ -53,6 +53,7 @@ PHASE_SHIFT = "crop/phase_shift"
 SPAN = "crop/span"
 OFFSET_OUTPUT = "crop_offset"
 
+SAMPLE_RATE = 24_000
 ENERGY_THRESHOLD = -6.0  # N above this: speech (silence sits at -8 to -10)
 MARGIN = 6
 LEAD_ISLAND, LEAD_EDGE = 8, 4
@@ -400,3 +401,28 @@ def frame_weights(weights: np.ndarray, length: int) -> np.ndarray:
     if length < w.size:
         raise EngineError(f"crop: a tensor of {length} steps is shorter than its {w.size} frames")
     return w[(np.arange(length, dtype=np.int64) * w.size) // length]
+
+
+def check_cropped_audio(reference: np.ndarray, audio: np.ndarray, offset: int,
+                        tolerance_db: float | None = None) -> float:
+    """Raise RuntimeError unless the cropped ``audio`` (starting ``offset`` samples into the
+    uncropped output) holds the reference's whole spoken span (what ``trim_silence`` keeps) and
+    is within ``tolerance_db`` (default: optimize.SPECTRAL_TOLERANCE_DB) of the reference over the
+    samples it has. Returns the spectral distance."""
+    from cosyedge.engines.kokoro.engine import EDGE_PAD_S, SILENCE_THRESHOLD
+    from cosyedge.engines.kokoro.optimize import SPECTRAL_TOLERANCE_DB, spectral_distance_db
+
+    tolerance_db = SPECTRAL_TOLERANCE_DB if tolerance_db is None else tolerance_db
+    if not np.all(np.isfinite(audio)):
+        raise RuntimeError("the cropped runner gives non-finite samples on the check input")
+    loud = np.flatnonzero(np.abs(reference) > SILENCE_THRESHOLD)
+    pad = int(EDGE_PAD_S * SAMPLE_RATE)
+    first, last = max(0, int(loud[0]) - pad), min(reference.size, int(loud[-1]) + pad)
+    if offset < 0 or offset > first or offset + audio.size < last:
+        raise RuntimeError(f"the crop cuts speech: it returns samples {offset}-{offset + audio.size}, "
+                           f"the spoken span is {first}-{last}")
+    distance = spectral_distance_db(reference[offset:offset + audio.size], audio)
+    if not distance <= tolerance_db:
+        raise RuntimeError(f"the cropped runner is {distance:.2f} dB from the shipped graph on the check "
+                           f"input (tolerance {tolerance_db} dB)")
+    return distance
