@@ -25,6 +25,7 @@ import datetime as dt
 import resource
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -88,21 +89,23 @@ def feeds_for(ids: list[int], pack: np.ndarray, scale: float = 1.0) -> dict[str,
             "speed": np.array([1.0], np.float32)}
 
 
-def measure(models_dir: Path, threads: int, rounds: int, every: bool, png: Path | None) -> dict:
+def measure(models_dir: Path, threads: int, rounds: int, every: bool, png: Path | None, voice: str) -> dict:
     model_dir = models_dir / "kokoro-int8"
     graph = model_dir / read_manifest(model_dir, model_files.FIX_HINT)["runtime_graph"]["file"]
     engine = KokoroEngine.load(model_dir, from_env(onnx_threads=threads))  # frontend and packs
-    pack = engine.style_pack(VOICE)
+    pack = engine.style_pack(voice)
     full = fused_runtime.FusedSession(graph, threads)
     cropped = fused_runtime.FusedSession(graph, threads, crop=True)
     rows = []
     for lang, size, ids in calls(engine, every):
         feeds = feeds_for(ids, pack)
         cpu = {"full": [], "crop": []}
+        wall = {"full": [], "crop": []}
         for _ in range(rounds):
             for name, session in (("full", full), ("crop", cropped)):
-                start = _cpu()
+                start, t0 = _cpu(), time.perf_counter()
                 outs = session.run(None, feeds)
+                wall[name].append(time.perf_counter() - t0)
                 cpu[name].append(_cpu() - start)
                 if name == "full":
                     reference = outs[0].reshape(-1)
@@ -113,7 +116,8 @@ def measure(models_dir: Path, threads: int, rounds: int, every: bool, png: Path 
         row = {"lang": lang, "size": size, "phonemes": len(ids), "rendered_s": reference.size / SR,
                "cropped_s": audio.size / SR, "spoken_s": (hi - lo) / SR,
                "lead_margin": (lo - offset) / HOP, "tail_margin": (offset + audio.size - hi) / HOP,
-               "cpu_full": statistics.median(cpu["full"]), "cpu_crop": statistics.median(cpu["crop"])}
+               "cpu_full": statistics.median(cpu["full"]), "cpu_crop": statistics.median(cpu["crop"]),
+               "wall_full": statistics.median(wall["full"]), "wall_crop": statistics.median(wall["crop"])}
         if inside:
             row |= compare(reference[lo:hi], audio[lo - offset:hi - offset])
         else:
@@ -127,7 +131,7 @@ def measure(models_dir: Path, threads: int, rounds: int, every: bool, png: Path 
     full.close()
     cropped.close()
     engine.close()
-    return {"threads": threads, "rounds": rounds, "rows": rows}
+    return {"threads": threads, "rounds": rounds, "rows": rows, "voice": voice}
 
 
 def write_png(path: Path, reference: np.ndarray, audio: np.ndarray) -> None:
@@ -156,17 +160,20 @@ def write_png(path: Path, reference: np.ndarray, audio: np.ndarray) -> None:
 
 
 def table(res: dict) -> str:
-    lines = [f"{res['threads']} intra-op thread(s), voice `{VOICE}`, speed 1.0; uncropped vs cropped fused runner "
-             f"interleaved, {res['rounds']} rounds, median process CPU per call.",
+    lines = [f"{res['threads']} intra-op thread(s), voice `{res['voice']}`, speed 1.0; uncropped vs cropped fused runner "
+             f"interleaved, {res['rounds']} rounds, median process CPU and wall time per call (wall: only "
+             f"meaningful on a quiet machine).",
              "",
              "| lang | text | phonemes | rendered s | cropped s | spoken s | lead / tail margin (frames) "
-             "| CPU ms full | CPU ms crop | CPU change | distance dB | floor dB | level dB | F0 cents |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| CPU ms full | CPU ms crop | CPU change | wall ms full / crop | distance dB | floor dB | level dB "
+             "| F0 cents |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['lang']} | {r['size']} | {r['phonemes']} | {r['rendered_s']:.2f} | {r['cropped_s']:.2f} "
                      f"| {r['spoken_s']:.2f} | {r['lead_margin']:.1f} / {r['tail_margin']:.1f} "
                      f"| {r['cpu_full'] * 1000:.0f} | {r['cpu_crop'] * 1000:.0f} "
-                     f"| {100 * (r['cpu_crop'] / r['cpu_full'] - 1):+.0f} % | {r['db']:.2f} | {r['floor_db']:.2f} "
+                     f"| {100 * (r['cpu_crop'] / r['cpu_full'] - 1):+.0f} % "
+                     f"| {r['wall_full'] * 1000:.0f} / {r['wall_crop'] * 1000:.0f} | {r['db']:.2f} | {r['floor_db']:.2f} "
                      f"| {r['level_db']:+.2f} | {r['cents']:.0f} |")
     rows = res["rows"]
     full, crop = sum(r["cpu_full"] for r in rows), sum(r["cpu_crop"] for r in rows)
@@ -175,6 +182,7 @@ def table(res: dict) -> str:
                  f"| {sum(r['spoken_s'] for r in rows):.1f} "
                  f"| min {min(r['lead_margin'] for r in rows):.1f} / {min(r['tail_margin'] for r in rows):.1f} "
                  f"| {full * 1000:.0f} | {crop * 1000:.0f} | {100 * (crop / full - 1):+.0f} % "
+                 f"| {sum(r['wall_full'] for r in rows) * 1000:.0f} / {sum(r['wall_crop'] for r in rows) * 1000:.0f} "
                  f"| max {max(r['db'] for r in rows):.2f} | max {max(r['floor_db'] for r in rows):.2f} "
                  f"| max {max(abs(r['level_db']) for r in rows):.2f} | max {max(r['cents'] for r in rows):.0f} |")
     return "\n".join(lines)
@@ -186,16 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--all", action="store_true", help="every call of the bench texts, not only first sentences")
+    parser.add_argument("--voice", default=VOICE)
     parser.add_argument("--png", type=Path, help="spectrogram PNG of the first call (uncropped / cropped / |diff|)")
     parser.add_argument("--write", type=Path, help="replace the kokoro_crop block of this markdown file")
     args = parser.parse_args(argv)
     started, load_before = dt.datetime.now(dt.timezone.utc), load_average()
-    res = measure(Path(args.models_dir), args.threads, args.rounds, args.all, args.png)
+    res = measure(Path(args.models_dir), args.threads, args.rounds, args.all, args.png, args.voice)
     body = measured_header(started, "python bench/kokoro_crop.py " + " ".join(argv or sys.argv[1:]), load_before) \
         + "\n\n" + table(res)
     print(body)
     if args.write:
-        write_section(args.write, "calls", body, tool="kokoro_crop")
+        write_section(args.write, "calls" if args.voice == VOICE else f"calls-{args.voice}", body, tool="kokoro_crop")
     return 0
 
 
