@@ -44,6 +44,19 @@ def test_plan_keeps_speech_and_margins_and_islands_that_stand_for_the_removed_fr
     assert (start - crop.LEAD_ISLAND) % 2 == 0 and (frames - crop.TAIL_ISLAND - end) % 2 == 0
 
 
+def test_speech_bounds_keep_a_quiet_tail_but_not_a_quiet_lead():
+    """The tail threshold is lower than the lead's: a call's speech may end in a quiet decay (some
+    voices' energy sits near -4.5 there) that must not be cut; before the speech such a level is
+    still silence."""
+    energy = np.full(100, -9.0, np.float32)
+    energy[10:20] = -4.5  # lead bump: silence
+    energy[20:60] = 1.0
+    energy[60:75] = -4.5  # quiet tail: kept
+    assert crop.speech_bounds(energy) == (20, 75)
+    assert crop.speech_bounds(energy, lead=-6.0, tail=-4.0) == (10, 60)
+    assert crop.speech_bounds(np.full(50, -9.0, np.float32)) is None
+
+
 def test_short_edges_and_silent_calls_are_not_cropped():
     plan = crop.plan_crop(energy_curve(10, 50, 20))  # less silence than island + margin on both sides
     assert plan.segments == ((0, 80),) and plan.main == (0, 80) and np.all(plan.weights == 1)
