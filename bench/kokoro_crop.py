@@ -134,6 +134,66 @@ def measure(models_dir: Path, threads: int, rounds: int, every: bool, png: Path 
     return {"threads": threads, "rounds": rounds, "rows": rows, "voice": voice}
 
 
+BOUNDS_VOICES = ("female_1", "female_2", "male_1", "male_2", "child", "jf_gongitsune", "jf_tebukuro")  # 7 distinct packs
+BOUNDS_SPEEDS = (0.8, 1.0, 1.25)
+EXTRA_TEXTS = {"en": ["Yes.", "Stop!", "Is it ready?", "Fish", "Thanks, bye.", "Sss."],
+               "zh": ["好。", "你好吗？", "是吗"], "ja": ["はい。", "すし", "え？"]}
+
+
+def bounds(models_dir: Path) -> dict:
+    """The crop rule on many calls: every voice x speed x (first sentence of each bench text + short
+    extras, some without final punctuation): does the cropped output hold the whole spoken span, how
+    much is cut, and the distance over the spoken span (1 thread, one run each)."""
+    model_dir = models_dir / "kokoro-int8"
+    graph = model_dir / read_manifest(model_dir, model_files.FIX_HINT)["runtime_graph"]["file"]
+    engine = KokoroEngine.load(model_dir, from_env(onnx_threads=1))
+    full = fused_runtime.FusedSession(graph, 1)
+    cropped = fused_runtime.FusedSession(graph, 1, crop=True)
+    texts = [(lang, text) for lang in TEXTS for text in [*TEXTS[lang].values(), *EXTRA_TEXTS[lang]]]
+    rows = []
+    for voice in BOUNDS_VOICES:
+        pack = engine.style_pack(voice)
+        row = {"voice": voice, "calls": 0, "cut": 0, "lead": [], "tail": [], "db": [], "rendered": 0.0, "returned": 0.0}
+        for speed in BOUNDS_SPEEDS:
+            for lang, text in texts:
+                ids = engine.frontend.token_ids(engine.frontend.sentences(text, lang)[0].phonemes)
+                feeds = feeds_for(ids, pack) | {"speed": np.array([speed], np.float32)}
+                reference = full.run(None, feeds)[0].reshape(-1)
+                audio, offset = cropped.run(None, feeds)
+                audio, offset = audio.reshape(-1), int(offset)
+                lo, hi = spoken_span(reference)
+                row["calls"] += 1
+                row["rendered"] += reference.size / SR
+                row["returned"] += audio.size / SR
+                if offset > lo or hi > offset + audio.size:
+                    row["cut"] += 1
+                    continue
+                row["lead"].append((lo - offset) / HOP)
+                row["tail"].append((offset + audio.size - hi) / HOP)
+                row["db"].append(spectral_distance_db(reference[lo:hi], audio[lo - offset:hi - offset]))
+        rows.append(row)
+        print(f"{voice}: {row['calls']} calls, {row['cut']} cut", file=sys.stderr, flush=True)
+    full.close()
+    cropped.close()
+    engine.close()
+    return {"rows": rows, "texts": len(texts)}
+
+
+def bounds_table(res: dict) -> str:
+    lines = [f"1 thread; per voice {len(BOUNDS_SPEEDS)} speeds ({', '.join(map(str, BOUNDS_SPEEDS))}) x {res['texts']} "
+             f"first sentences (the 9 bench texts + {sum(map(len, EXTRA_TEXTS.values()))} short extras, some without "
+             "final punctuation). cut = calls whose cropped output misses part of the uncropped output's spoken span "
+             "(must be 0); margins: frames (12.5 ms) between the cut and that span; returned = audio the cropped "
+             "runner returns (without its islands) against the uncropped output.",
+             "", "| voice | calls | cut | lead margin min / median | tail margin min / median | returned / rendered s "
+             "| distance dB median / max |", "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['voice']} | {r['calls']} | {r['cut']} | {min(r['lead']):.1f} / {np.median(r['lead']):.1f} "
+                     f"| {min(r['tail']):.1f} / {np.median(r['tail']):.1f} | {r['returned']:.1f} / {r['rendered']:.1f} "
+                     f"| {np.median(r['db']):.2f} / {max(r['db']):.2f} |")
+    return "\n".join(lines)
+
+
 def write_png(path: Path, reference: np.ndarray, audio: np.ndarray) -> None:
     """Log-mel spectrograms (80 bands, 60 dB range) of ``reference`` over ``audio``, and |difference|."""
     from PIL import Image
@@ -196,9 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every call of the bench texts, not only first sentences")
     parser.add_argument("--voice", default=VOICE)
     parser.add_argument("--png", type=Path, help="spectrogram PNG of the first call (uncropped / cropped / |diff|)")
+    parser.add_argument("--bounds", action="store_true", help="only the crop-rule table over voices and speeds (~6 min)")
     parser.add_argument("--write", type=Path, help="replace the kokoro_crop block of this markdown file")
     args = parser.parse_args(argv)
     started, load_before = dt.datetime.now(dt.timezone.utc), load_average()
+    if args.bounds:
+        body = measured_header(started, "python bench/kokoro_crop.py " + " ".join(argv or sys.argv[1:]), load_before) \
+            + "\n\n" + bounds_table(bounds(Path(args.models_dir)))
+        print(body)
+        if args.write:
+            write_section(args.write, "bounds", body, tool="kokoro_crop")
+        return 0
     res = measure(Path(args.models_dir), args.threads, args.rounds, args.all, args.png, args.voice)
     body = measured_header(started, "python bench/kokoro_crop.py " + " ".join(argv or sys.argv[1:]), load_before) \
         + "\n\n" + table(res)
