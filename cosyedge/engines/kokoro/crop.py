@@ -7,8 +7,8 @@ runs. Three things make the cropped audio match the full run's (see docs/benchma
 input crop" for the measurements behind each):
 
 * **Which frames.** The speech span comes from the predicted energy curve ``N`` (known before the
-  decoder; from the first frame above ``LEAD_THRESHOLD`` to the last above ``TAIL_THRESHOLD``), plus ``MARGIN`` frames each side (the vocoder's
-  receptive field). Of the silence outside, two *islands* are kept: the first ``LEAD_ISLAND`` frames
+  decoder): from the first frame above ``LEAD_THRESHOLD`` to the last above ``TAIL_THRESHOLD``,
+  plus ``MARGIN`` frames each side (the vocoder's receptive field). Of the silence outside, two *islands* are kept: the first ``LEAD_ISLAND`` frames
   and the last ``TAIL_ISLAND`` frames of the call. Their outermost frames (``LEAD_EDGE``,
   ``TAIL_EDGE``) reproduce the full run's own boundary frames, which are 2-3x larger than the
   interior silence; the rest of each island is interior silence. Seams keep the frame parity (the
@@ -105,8 +105,8 @@ def plan_crop(energy: np.ndarray, margin: int = MARGIN, lead: tuple[int, int] = 
         return _whole(frames)
     (lead_keep, lead_edge), (tail_keep, tail_edge) = lead, tail
     start, end = max(0, bounds[0] - margin), min(frames, bounds[1] + margin)
-    start -= (start - lead_keep) % 2  # the seam continues the 2-frame pattern
-    end += (frames - tail_keep - end) % 2
+    start = max(0, start - (start - lead_keep) % 2)  # the seam continues the 2-frame pattern
+    end = min(frames, end + (frames - tail_keep - end) % 2)
     segments: list[tuple[int, int]] = []
     weights: list[np.ndarray] = []
     if start > lead_keep:
@@ -172,7 +172,7 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
 
     ``weight_instance_norms``: also rewrite the generator's InstanceNormalization nodes into weighted
     onnxruntime subgraphs (when the chains run on onnxruntime); otherwise the fused chain kernels
-    weight them (``weighted_chain_norms``). Raises EngineError if the graph is not the expected
+    weight them (``mark_weighted_chains``). Raises EngineError if the graph is not the expected
     export (then the runner runs uncropped)."""
     from onnx import TensorProto, helper
 
@@ -387,8 +387,9 @@ class CropInputs:
 class CropOutput:
     """Host step: the audio of the main span only, and its sample offset in the uncropped output."""
 
-    inputs = ["audio/uncut", SPAN]
-    outputs = ["audio", OFFSET_OUTPUT]
+    def __init__(self) -> None:
+        self.inputs = ["audio/uncut", SPAN]
+        self.outputs = ["audio", OFFSET_OUTPUT]
 
     def run(self, tensors: dict[str, np.ndarray], state: Any = None) -> dict[str, np.ndarray]:
         audio = tensors["audio/uncut"]
