@@ -261,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started, load_before = dt.datetime.now(dt.timezone.utc), load_average()
     if args.bounds:
+        text = bounds_table(bounds(Path(args.models_dir)))  # before the header: it takes the end time and load
         body = measured_header(started, "python bench/kokoro_crop.py " + " ".join(argv or sys.argv[1:]), load_before) \
-            + "\n\n" + bounds_table(bounds(Path(args.models_dir)))
+            + "\n\n" + text
         print(body)
         if args.write:
             write_section(args.write, "bounds", body, tool="kokoro_crop")
