@@ -599,8 +599,9 @@ class FusedSession:
         del model, graph, inits, groups, owner, ready, nodes, group, node
         trim_heap()
         self.load_s = time.perf_counter() - start
-        logger.info("fused Kokoro runtime: %d chains (%s), %d onnxruntime segments, loaded in %.2f s "
-                    "(kernels %.2f s)", self.chains, chains, self.segments, self.load_s, self.compile_s)
+        logger.info("fused Kokoro runtime: %d chains (%s), %d onnxruntime segments%s, loaded in %.2f s "
+                    "(kernels %.2f s)", self.chains, chains, self.segments,
+                    ", generator input crop" if crop else "", self.load_s, self.compile_s)
 
     @staticmethod
     def _segment(model: Any, nodes: list, inputs: list[str], outputs: list[str], types: dict[str, int],
