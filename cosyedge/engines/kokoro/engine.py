@@ -111,10 +111,23 @@ def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all")
     return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+def _crop_checked(runner: dict) -> bool:
+    """Whether setup checked the generator input crop with this code's version of it."""
+    from cosyedge.engines.kokoro import crop
+
+    checked = runner.get("crop") or {}
+    if checked and checked.get("version") != crop.CROP_VERSION:
+        logger.warning("the generator input crop was checked by another version (%s, this is %s): rendering "
+                       "whole calls; %s", checked.get("version"), crop.CROP_VERSION, model_files.FIX_HINT)
+        return False
+    return bool(checked)
+
+
 def open_runtime(model_dir: Path, graph: dict, threads: int) -> Session:
     """The session for the manifest's ``runtime_graph``: the fused runner when setup checked it
-    (``runner``, same version as this code), else the graph in one onnxruntime session. A fused
-    runner that fails to load falls back to the plain session with a warning."""
+    (``runner``, same version as this code; with the generator input crop when setup checked that
+    too, ``runner["crop"]``), else the graph in one onnxruntime session. A cropped runner that fails
+    to load falls back to the uncropped one, a fused runner to the plain session, with a warning."""
     from cosyedge.engines.kokoro import fused_runtime
 
     path = Path(model_dir) / graph["file"]
@@ -125,6 +138,11 @@ def open_runtime(model_dir: Path, graph: dict, threads: int) -> Session:
                            "session; %s", runner.get("version"), fused_runtime.RUNNER_VERSION, path.name,
                            model_files.FIX_HINT)
         else:
+            if _crop_checked(runner):
+                try:
+                    return fused_runtime.FusedSession(path, threads, crop=True)
+                except Exception as exc:  # noqa: BLE001 - the uncropped runner computes the same speech
+                    logger.warning("the generator input crop did not load (%s): rendering whole calls", exc)
             try:
                 return fused_runtime.FusedSession(path, threads)
             except Exception as exc:  # noqa: BLE001 - the plain graph computes the same audio

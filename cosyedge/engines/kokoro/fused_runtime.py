@@ -71,10 +71,11 @@ class Chain:
     zero_point: str
     zero_point_shape: tuple[int, ...] = ()  # the graph's shift constant broadcasts the scalar zero point
     nodes: list = field(repr=False, default_factory=list)
+    weights: str | None = None  # per-frame weights of the norm's statistics (crop.py), if cropped
 
     @property
     def inputs(self) -> list[str]:
-        return [self.x] + ([self.gamma, self.beta] if self.gamma else [])
+        return [self.x] + ([self.gamma, self.beta] if self.gamma else []) + ([self.weights] if self.weights else [])
 
     @property
     def outputs(self) -> list[str]:
@@ -346,8 +347,15 @@ class _Kernel:
         y, y_raw = state.buffers.take("snake", x.shape, np.float32)
         mins = np.empty(channels, np.float32)
         maxs = np.empty(channels, np.float32)
-        self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
-                     chain.alpha, chain.inv_alpha, y, mins, maxs)
+        if chain.weights:
+            from cosyedge.engines.kokoro.crop import frame_weights
+
+            weights = frame_weights(tensors[chain.weights], t_len)
+            self._spread(kernels.snake_minmax_weighted, channels, x, weights, gamma, beta, chain.eps,
+                         chain.alpha, chain.inv_alpha, y, mins, maxs)
+        else:
+            self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
+                         chain.alpha, chain.inv_alpha, y, mins, maxs)
         scale, zero_point = kernels.quant_params(mins, maxs)
         t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
         padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
@@ -359,6 +367,35 @@ class _Kernel:
         state.owned[chain.col] = ("im2col", col_raw)
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
                 chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
+
+
+class _HostStep:
+    """A node of the ``crop.HOST_DOMAIN`` domain, run in Python (``crop.CropInputs``/``CropOutput``)."""
+
+    def __init__(self, node: Any, host: Any) -> None:
+        self.nodes = [node]
+        self.host = host
+        self.inputs = list(host.inputs)
+        self.outputs = list(host.outputs)
+        if list(node.input) != self.inputs or list(node.output) != self.outputs:
+            raise EngineError(f"host step {node.name} does not match its implementation")
+
+    def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
+        return self.host.run(tensors, state)
+
+
+def _host_steps(graph: Any, source: Any) -> list[_HostStep]:
+    """The crop's host steps in ``graph`` (see crop.prepare_graph)."""
+    from cosyedge.engines.kokoro import crop
+
+    makers = {"CropInputs": lambda: crop.CropInputs(source), "CropOutput": crop.CropOutput}
+    steps = []
+    for node in graph.node:
+        if node.domain == crop.HOST_DOMAIN:
+            if node.op_type not in makers:
+                raise EngineError(f"unknown host step {node.op_type}")
+            steps.append(_HostStep(node, makers[node.op_type]()))
+    return steps
 
 
 def _quantize_im2col(y: np.ndarray, scale: np.float32, zero_point: int, chain: Chain, padded: np.ndarray,
@@ -467,10 +504,13 @@ class FusedSession:
 
     ``chains="numba"`` runs the chains on ``kernels`` and the ``fused_ops`` patterns of ``ops`` on their
     steps; ``"ort"`` runs all of them as onnxruntime segments of their own nodes (exact).
+    ``crop=True`` runs the vocoder on a cropped input (crop.py): less edge silence rendered, the
+    output cut to speech + margins, and a second output ``crop.OFFSET_OUTPUT`` (its sample offset
+    in the uncropped audio).
     """
 
     def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES,
-                 ops: Sequence[str] = fused_ops.KINDS) -> None:
+                 ops: Sequence[str] = fused_ops.KINDS, crop: bool = False) -> None:
         import onnx
         import onnxruntime as ort
 
@@ -479,10 +519,19 @@ class FusedSession:
         start = time.perf_counter()
         model = onnx.load(str(onnx_path))
         graph = model.graph
+        source = None
+        if crop:
+            from cosyedge.engines.kokoro import crop as crop_graph
+
+            source = crop_graph.prepare_graph(model, weight_instance_norms=chains == "ort")
         found = find_chains(graph)
         if not found:
             raise EngineError(f"{Path(onnx_path).name} has no fusable conv-input chains")
-        taken = {id(node) for chain in found for node in chain.nodes}
+        if crop and chains == "numba":
+            crop_graph.mark_weighted_chains(found)
+        hosts = _host_steps(graph, source)
+        self.crop = crop
+        taken = {id(node) for unit in [*found, *hosts] for node in unit.nodes}
         others = []  # fused_ops patterns (STFT, bias + residual): fused too, or left in the segments if absent
         for pattern in fused_ops.find_patterns(graph, ops):
             if any(id(node) in taken for node in pattern.nodes):  # a node is claimed once, chains first
@@ -509,12 +558,12 @@ class FusedSession:
         # The steps in graph order, except that a chain runs just before the first node that reads
         # its outputs (all its inputs exist by then): its im2col then lives as briefly as possible,
         # so one call holds one at a time. Other nodes are grouped into segments.
-        patterns: list[Any] = [*found, *others]
+        patterns: list[Any] = [*found, *others, *hosts]
         owner = {id(node): chain for chain in patterns for node in chain.nodes}
         remaining = {id(chain): len(chain.nodes) for chain in patterns}
         ready: dict[str, Any] = {}  # output name -> pattern whose nodes have all been passed
         groups: list[Any] = []  # node lists (segments) and patterns
-        for node in _depth_first_order(graph, [p.nodes for p in others]):
+        for node in _depth_first_order(graph, [p.nodes for p in [*others, *hosts]]):
             for name in node.input:  # a pattern whose outputs this node (or its own pattern) reads
                 if name in ready:
                     due = ready[name]
@@ -547,8 +596,11 @@ class FusedSession:
         for i in range(len(groups) - 1, -1, -1):  # outputs a step must hand on = read later
             wanted[i] = [name for name in makes[i] if name in later]
             later |= set(needs[i])
-        self.steps: list[Any] = []  # _Segment, _Kernel and fused_ops steps
+        self.steps: list[Any] = []  # _Segment, _Kernel, fused_ops and crop host steps
         for i, group in enumerate(groups):
+            if isinstance(group, _HostStep):
+                self.steps.append(group)
+                continue
             if isinstance(group, Chain) and chains == "numba":
                 self.steps.append(_Kernel(group, self._pool, self.threads))
                 continue
@@ -580,10 +632,10 @@ class FusedSession:
         del model, graph, inits, groups, owner, ready, nodes, group, node, patterns, others, taken
         trim_heap()
         self.load_s = time.perf_counter() - start
-        logger.info("fused Kokoro runtime: %d chains + %s (%s), %d onnxruntime segments, loaded in %.2f s "
+        logger.info("fused Kokoro runtime: %d chains + %s (%s), %d onnxruntime segments%s, loaded in %.2f s "
                     "(kernels %.2f s)", self.chains,
                     ", ".join(f"{n} {kind}" for kind, n in Counter(self.fused_ops).items()) or "no other ops", chains,
-                    self.segments, self.load_s, self.compile_s)
+                    self.segments, ", generator input crop" if crop else "", self.load_s, self.compile_s)
 
     @staticmethod
     def _segment(model: Any, nodes: list, inputs: list[str], outputs: list[str], types: dict[str, int],

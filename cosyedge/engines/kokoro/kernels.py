@@ -11,7 +11,9 @@ on their own threads (``nogil``; no numba ``parallel=True``: its work-queue laye
 thread-safe and two jobs may run at once):
 
 ``snake_minmax``
-    instance-norm statistics (optional), Snake, per-channel min/max into a float buffer;
+    instance-norm statistics (optional), Snake, per-channel min/max into a float buffer
+    (``snake_minmax_weighted``: the same with per-step weights in the statistics, for the
+    generator input crop);
 ``quantize_pad`` + ``im2col``
     onnxruntime's DynamicQuantizeLinear arithmetic (divide by the scale, clamp, round half to
     even, add the zero point), the shift to int8 and the zero-point padding; then the
@@ -57,6 +59,33 @@ def _sin_squared(z: float) -> float:
     return s * s
 
 
+@numba.njit(nogil=True, cache=True, fastmath=_FLAGS, inline="always")
+def _snake_row(row: np.ndarray, scale: float, shift: float, a: float, ra: float, out: np.ndarray,
+               lo: np.ndarray, hi: np.ndarray) -> tuple[float, float]:
+    """``out = n + ra * sin(a * n)^2`` with ``n = row * scale + shift``; returns (min, max) of ``out``."""
+    t_len = row.shape[0]
+    # min/max in _LANES independent lanes: a loop LLVM vectorizes (one running min does not)
+    lo[:] = np.inf
+    hi[:] = -np.inf
+    body = t_len - t_len % _LANES
+    for t0 in range(0, body, _LANES):
+        for lane in range(_LANES):
+            n = row[t0 + lane] * scale + shift
+            v = n + ra * _sin_squared(a * n)
+            out[t0 + lane] = v
+            lo[lane] = min(lo[lane], v)
+            hi[lane] = max(hi[lane], v)
+    low = lo.min()
+    high = hi.max()
+    for t in range(body, t_len):
+        n = row[t] * scale + shift
+        v = n + ra * _sin_squared(a * n)
+        out[t] = v
+        low = min(low, v)
+        high = max(high, v)
+    return low, high
+
+
 @numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
 def snake_minmax(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, normalize: bool,
                  alpha: np.ndarray, inv_alpha: np.ndarray, y: np.ndarray, mins: np.ndarray,
@@ -85,30 +114,38 @@ def snake_minmax(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
             inv_std = 1.0 / np.sqrt(var + eps)
             scale = np.float32(gamma[c] * inv_std)
             shift = np.float32(beta[c] - (ref + mean_d) * gamma[c] * inv_std)
-        a = alpha[c]
-        ra = inv_alpha[c]
-        out = y[c]
-        # min/max in _LANES independent lanes: a loop LLVM vectorizes (one running min does not)
-        lo[:] = np.inf
-        hi[:] = -np.inf
-        body = t_len - t_len % _LANES
-        for t0 in range(0, body, _LANES):
-            for lane in range(_LANES):
-                n = row[t0 + lane] * scale + shift
-                v = n + ra * _sin_squared(a * n)
-                out[t0 + lane] = v
-                lo[lane] = min(lo[lane], v)
-                hi[lane] = max(hi[lane], v)
-        low = lo.min()
-        high = hi.max()
-        for t in range(body, t_len):
-            n = row[t] * scale + shift
-            v = n + ra * _sin_squared(a * n)
-            out[t] = v
-            low = min(low, v)
-            high = max(high, v)
-        mins[c] = low
-        maxs[c] = high
+        mins[c], maxs[c] = _snake_row(row, scale, shift, alpha[c], inv_alpha[c], y[c], lo, hi)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
+def snake_minmax_weighted(x: np.ndarray, weights: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+                          eps: float, alpha: np.ndarray, inv_alpha: np.ndarray, y: np.ndarray,
+                          mins: np.ndarray, maxs: np.ndarray, c0: int, c1: int) -> None:
+    """``snake_minmax`` with the instance norm's mean and variance weighted per time step by
+    ``weights`` [T] (the generator input crop, engines/kokoro/crop.py: kept frames 1, frames that
+    stand for removed silence more). With all weights 1 the sums are the plain norm's, bit for bit."""
+    t_len = x.shape[1]
+    lo = np.empty(_LANES, np.float32)
+    hi = np.empty(_LANES, np.float32)
+    total = 0.0
+    for t in range(t_len):
+        total += np.float64(weights[t])
+    for c in range(c0, c1):
+        row = x[c]
+        ref = row[0]
+        s = 0.0
+        ss = 0.0
+        for t in range(t_len):
+            w = np.float64(weights[t])
+            d = np.float64(row[t] - ref)
+            s += w * d
+            ss += w * d * d
+        mean_d = s / total
+        var = max(ss / total - mean_d * mean_d, 0.0)
+        inv_std = 1.0 / np.sqrt(var + eps)
+        scale = np.float32(gamma[c] * inv_std)
+        shift = np.float32(beta[c] - (ref + mean_d) * gamma[c] * inv_std)
+        mins[c], maxs[c] = _snake_row(row, scale, shift, alpha[c], inv_alpha[c], y[c], lo, hi)
 
 
 def quant_params(mins: np.ndarray, maxs: np.ndarray) -> tuple[np.float32, int]:
@@ -163,6 +200,7 @@ def compile_kernels() -> float:
     y = np.empty_like(x)
     mins, maxs = np.empty(2, np.float32), np.empty(2, np.float32)
     snake_minmax(x, ones, ones, 1e-5, True, ones, ones, y, mins, maxs, 0, 2)
+    snake_minmax_weighted(x, np.ones(8, np.float32), ones, ones, 1e-5, ones, ones, y, mins, maxs, 0, 2)
     padded = np.empty((2, 10), np.int8)
     quantize_pad(y, np.float32(1.0), 128, 1, padded, 0, 2)
     frame_dft(np.zeros((2, 4), np.float32), np.ones((3, 4), np.float32), np.empty((3, 2), np.float32), 0, 3)

@@ -20,6 +20,11 @@ the files with their hashes and names the one to load in ``runtime_graph``.
    numba kernels for the vocoder's conv-input chains) must likewise keep the length and stay
    within the tolerance of the shipped graph's audio; then ``runtime_graph["runner"]`` names it
    with its version, else the engine runs the graph in one onnxruntime session as before.
+4. With the runner checked, the generator input crop (``crop``: the vocoder renders the speech +
+   margins and small islands of the edge silence, output cut to the speech + margins) must keep the
+   whole spoken span of the shipped graph's check audio and stay within the same tolerance of it
+   over the samples it returns; then ``runner["crop"]`` names it with its version, else the runner
+   renders the whole call.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ RUNTIME_NAME = "kokoro-v1.0.int8.conv-as-matmul.onnx"
 EXACT_PASSES = ("conv_as_matmul", "square")
 APPROX_PASSES = ("float_tail", "instance_norm")
 RUNTIME_PASSES = EXACT_PASSES + APPROX_PASSES
-RUNTIME_VERSION = 4  # bump when the passes or the runner change, so `setup-model` re-derives and re-checks
+RUNTIME_VERSION = 5  # bump when the passes or the runner change, so `setup-model` re-derives and re-checks
 SAMPLE_RATE = 24_000
 FIX_HINT = "run `python -m cosyedge setup-model` (after `pip install -r requirements.txt`)"
 
@@ -148,7 +153,8 @@ def _derive_runtime_graph(staging: Path) -> dict | None:
                                        f"(tolerance {optimize.SPECTRAL_TOLERANCE_DB} dB)")
     runner = _check_fused_runner(target, reference, voices)
     if runner is not None:
-        graph["runner"] = runner
+        crop = _check_crop(target, reference, voices)
+        graph["runner"] = runner if crop is None else runner | {"crop": crop}
     # Loaded with graph optimizations off: the shipped file is already optimized offline, and
     # onnxruntime's transpose/layout passes would only reorder float rounding (and cost load time).
     return graph | {"graph_optimization": "disable", "version": RUNTIME_VERSION}
@@ -174,3 +180,23 @@ def _check_fused_runner(graph: Path, reference, voices: Path) -> dict | None:
             "chains": session.chains,
             "output_vs_shipped": f"same length, spectral distance {distance:.2f} dB on the check input "
                                  f"(tolerance {optimize.SPECTRAL_TOLERANCE_DB} dB)"}
+
+
+def _check_crop(graph: Path, reference, voices: Path) -> dict | None:
+    """Step 4: the fused runner with the generator input crop against the shipped graph's check
+    audio (over the span it returns); its manifest entry, or None (the runner renders whole calls)."""
+    from cosyedge.engines.kokoro import crop, fused_runtime, optimize
+
+    try:
+        session = fused_runtime.FusedSession(graph, threads=1, crop=True)
+        try:
+            audio, offset = session.run(None, optimize.check_feeds(voices))
+        finally:
+            session.close()
+        distance = crop.check_cropped_audio(reference, audio.reshape(-1), int(offset))
+    except Exception as exc:  # noqa: BLE001 - an optional speed-up; the uncropped runner always works
+        logger.warning("the fused runner renders whole calls: the generator input crop is not usable here (%s)", exc)
+        return None
+    return {"version": crop.CROP_VERSION,
+            "output_vs_shipped": f"spoken span kept, spectral distance {distance:.2f} dB on the check input "
+                                 f"over the returned span (tolerance {optimize.SPECTRAL_TOLERANCE_DB} dB)"}
