@@ -117,9 +117,9 @@ def test_two_calls_in_flight_give_the_sequential_chunks(kokoro_engine):
             "At noon everyone sits on the grass.")
     options = SynthesisOptions(language="en")
     sequential = dataclasses.replace(kokoro_engine, parallel_runs=1)
-    # its own run slots (so the peak below is its own), and a policy that always overlaps
-    pipelined = dataclasses.replace(kokoro_engine, overlap=Overlap(first=True))
-    assert pipelined.parallel_runs == 2  # the fixture's 2 threads allow two runs at once
+    # its own run slots (so the peak below is its own), two runs at once (the fused runner's engine
+    # runs one by default) and a policy that always overlaps
+    pipelined = dataclasses.replace(kokoro_engine, parallel_runs=2, overlap=Overlap(first=True))
     one = list(sequential.synthesize(text, "female_1", options))
     two = list(pipelined.synthesize(text, "female_1", options))
     assert pipelined.runs.peak == 2 and sequential.runs.peak == 1
@@ -139,3 +139,17 @@ def test_a_one_thread_engine_runs_one_call_at_a_time(kokoro_models_dir):
         assert engine.parallel_runs == 1 and engine.runs.slots == 1
     finally:
         engine.close()
+
+
+def test_the_fused_runner_runs_one_call_at_a_time(kokoro_engine):
+    # its calls keep both cores busy: a second run beside one only costs CPU (docs/benchmarks.md)
+    import dataclasses
+
+    from cosyedge.engines.kokoro.fused_runtime import FusedSession
+
+    assert isinstance(kokoro_engine.session, FusedSession)
+    engine = dataclasses.replace(kokoro_engine)  # its own run slots, so the peak below is this job's
+    assert engine.parallel_runs == 1 and engine.runs.slots == 1
+    text = "Every spring, the school organizes a trip. The children walk along the river."
+    chunks = list(engine.synthesize(text, "female_1", SynthesisOptions(language="en")))
+    assert len(chunks) >= 3 and engine.runs.peak == 1

@@ -37,10 +37,12 @@ WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
 #: gap, a Chinese or Japanese comma ~0.43 s (longer than our 0.26 s sentence gap), so English gets
 #: a short pause and zh/ja one a little below the sentence pause.
 CLAUSE_PAUSE_S = {"en": 0.03, "zh": 0.15, "ja": 0.15}
-#: Model runs at once, engine-wide (all jobs together), and so also one job's calls in flight. Two
-#: runs fill the 2 cores that one run at 2 intra-op threads uses only partly (docs/benchmarks.md,
-#: "Two sentences in flight"); a third would add memory and no core. ``load`` caps it at the
-#: session's thread count, so the thermal governor's 1-thread setting also turns the overlap off.
+#: Model runs at once, engine-wide (all jobs together), and so also one job's calls in flight, for
+#: a session that leaves a core idle: the plain onnxruntime session at 2 threads does, and two runs
+#: fill both cores ("Two sentences in flight" in docs/benchmarks.md); a third would add memory and
+#: no core. ``load`` caps it at the session's thread count (the thermal governor's 1-thread setting
+#: turns the overlap off) and uses 1 for a session that keeps all its threads busy by itself (the
+#: fused runner: a second run beside it costs 10-13 % more CPU and 3-9 % more wall time, measured).
 MAX_PARALLEL_RUNS = 2
 #: A look-ahead call may start next to running ones only while their phonemes / speed together stay
 #: within one longest call: the vocoder's activation memory grows with the audio, so two calls in
@@ -205,7 +207,10 @@ class KokoroEngine:
         frontend = KokoroFrontend(vocab)
         # Load jieba's dictionary, OpenJTalk and the espeak-ng worker now (~2 s), not in the first job.
         frontend.sentences(WARM_UP_TEXT)
-        parallel_runs = max(1, min(MAX_PARALLEL_RUNS, settings.threads))
+        if getattr(session, "keeps_cores_busy", False):
+            parallel_runs = 1
+        else:
+            parallel_runs = max(1, min(MAX_PARALLEL_RUNS, settings.threads))
         logger.info("loaded Kokoro %s from %s with %d threads, %d runs at once (%s)", graph["file"], model_dir,
                     settings.threads, parallel_runs, type(session).__name__)
         return cls(session=session, packs=packs, frontend=frontend,

@@ -509,6 +509,10 @@ class FusedSession:
     in the uncropped audio).
     """
 
+    #: One call at 2 threads keeps both cores busy (1.8x over 1 thread on the levers input), so the
+    #: engine runs one model call at a time on it (``KokoroEngine.load``), not a second one beside it.
+    keeps_cores_busy = True
+
     def __init__(self, onnx_path: Path, threads: int, chains: str = "numba", keep_bytes: int = KEEP_BYTES,
                  ops: Sequence[str] = fused_ops.KINDS, crop: bool = False) -> None:
         import onnx
