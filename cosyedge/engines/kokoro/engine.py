@@ -42,7 +42,7 @@ CLAUSE_PAUSE_S = {"en": 0.03, "zh": 0.15, "ja": 0.15}
 #: fill both cores ("Two sentences in flight" in docs/benchmarks.md); a third would add memory and
 #: no core. ``load`` caps it at the session's thread count (the thermal governor's 1-thread setting
 #: turns the overlap off) and uses 1 for a session that keeps all its threads busy by itself (the
-#: fused runner: a second run beside it costs 10-13 % more CPU and 3-9 % more wall time, measured).
+#: fused runner: a second run beside it costs 9-14 % more CPU and 3-10 % more wall time, measured).
 MAX_PARALLEL_RUNS = 2
 #: A look-ahead call may start next to running ones only while their phonemes / speed together stay
 #: within one longest call: the vocoder's activation memory grows with the audio, so two calls in
