@@ -112,17 +112,9 @@ def _match_spectrum(g: Any, stft: Any) -> Spectrum:
 
 def find_spectra(graph: Any, prefix: str = GENERATOR_PREFIX) -> list[Spectrum]:
     """Every fusable STFT under ``prefix`` (node names), in graph order."""
-    from cosyedge.engines.kokoro.fused_runtime import _Index
+    from cosyedge.engines.kokoro.fused_runtime import find_matches
 
-    g = _Index(graph)
-    found = []
-    for node in graph.node:
-        if node.op_type == "STFT" and node.name.startswith(prefix):
-            try:
-                found.append(_match_spectrum(g, node))
-            except (ValueError, StopIteration) as exc:
-                logger.debug("%s: not a fusable STFT (%s)", node.name, exc)
-    return found
+    return find_matches(graph, "STFT", prefix, _match_spectrum, "a fusable STFT")
 
 
 def onnxruntime_stft_basis(hop: int, window: np.ndarray) -> np.ndarray:
@@ -237,17 +229,9 @@ def _match_bias_residual(g: Any, add: Any) -> BiasResidual:
 
 def find_bias_residuals(graph: Any, prefix: str = RESIDUAL_PREFIX) -> list[BiasResidual]:
     """Every bias + residual Add pair under ``prefix`` (node names), in graph order."""
-    from cosyedge.engines.kokoro.fused_runtime import _Index
+    from cosyedge.engines.kokoro.fused_runtime import find_matches
 
-    g = _Index(graph)
-    found = []
-    for node in graph.node:
-        if node.op_type == "Add" and node.name.startswith(prefix):
-            try:
-                found.append(_match_bias_residual(g, node))
-            except (ValueError, StopIteration) as exc:
-                logger.debug("%s: not a bias + residual pair (%s)", node.name, exc)
-    return found
+    return find_matches(graph, "Add", prefix, _match_bias_residual, "a bias + residual pair")
 
 
 class BiasResidualStep:

@@ -32,7 +32,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -219,17 +219,23 @@ def _skip_channel_bias(g: _Index, x: str, norm: Any, channels: int, nodes: list)
     return next(name for name in add.input if name != consts[0])
 
 
+def find_matches(graph: Any, op_type: str, prefix: str, match: Callable[[_Index, Any], Any], what: str) -> list:
+    """``match(index, node)`` for every ``op_type`` node under ``prefix`` (node names), in graph
+    order; a node it rejects (ValueError/StopIteration: the pattern is not there) is logged and skipped."""
+    g = _Index(graph)
+    found = []
+    for node in graph.node:
+        if node.op_type == op_type and node.name.startswith(prefix):
+            try:
+                found.append(match(g, node))
+            except (ValueError, StopIteration) as exc:
+                logger.debug("%s: not %s (%s)", node.name, what, exc)
+    return found
+
+
 def find_chains(graph: Any, prefix: str = CHAIN_PREFIX) -> list[Chain]:
     """Every conv-input chain under ``prefix`` (node names), in graph order."""
-    g = _Index(graph)
-    chains = []
-    for node in graph.node:
-        if node.op_type == "DynamicQuantizeLinear" and node.name.startswith(prefix):
-            try:
-                chains.append(_match_chain(g, node))
-            except (ValueError, StopIteration) as exc:
-                logger.debug("%s: not a fusable chain (%s)", node.name, exc)
-    return chains
+    return find_matches(graph, "DynamicQuantizeLinear", prefix, _match_chain, "a fusable chain")
 
 
 # --- steps ------------------------------------------------------------------------------------
