@@ -211,8 +211,8 @@ class KokoroEngine:
             parallel_runs = 1
         else:
             parallel_runs = max(1, min(MAX_PARALLEL_RUNS, settings.threads))
-        logger.info("loaded Kokoro %s from %s with %d threads, %d runs at once (%s)", graph["file"], model_dir,
-                    settings.threads, parallel_runs, type(session).__name__)
+        logger.info("loaded Kokoro %s from %s with %d threads, model runs at once: %d (%s)", graph["file"],
+                    model_dir, settings.threads, parallel_runs, type(session).__name__)
         return cls(session=session, packs=packs, frontend=frontend,
                    model_id=manifest.get("model_id", model_files.MODEL_ID), parallel_runs=parallel_runs)
 
