@@ -8,8 +8,9 @@ input crop" for the measurements behind each):
 
 * **Which frames.** The speech span comes from the predicted energy curve ``N`` (known before the
   decoder): from the first frame above ``LEAD_THRESHOLD`` to the last above ``TAIL_THRESHOLD``,
-  plus ``MARGIN`` frames each side (the vocoder's receptive field). Of the silence outside, two *islands* are kept: the first ``LEAD_ISLAND`` frames
-  and the last ``TAIL_ISLAND`` frames of the call. Their outermost frames (``LEAD_EDGE``,
+  plus ``MARGIN`` frames each side (the vocoder's receptive field). Of the silence outside, two
+  *islands* are kept: the first ``LEAD_ISLAND`` frames and the last ``TAIL_ISLAND`` frames of the
+  call. Their outermost frames (``LEAD_EDGE``,
   ``TAIL_EDGE``) reproduce the full run's own boundary frames, which are 2-3x larger than the
   interior silence; the rest of each island is interior silence. Seams keep the frame parity (the
   decoder's 2x upsampling leaves a 2-frame pattern in the silence).
