@@ -198,6 +198,17 @@ def test_reduce_mean_over_channels_is_refused():
 
 # --- checks and fallbacks ------------------------------------------------------------------------------
 
+def test_speech_at_cut_looks_only_at_edges_that_were_cut():
+    audio = np.zeros(3000, np.float32)
+    audio[1000:2000] = 0.2  # speech well inside
+    assert not crop.speech_at_cut(audio, 300, lead_cut=True, tail_cut=True)
+    audio[-100:] = 0.01  # still sounding at the end
+    assert crop.speech_at_cut(audio, 300, lead_cut=False, tail_cut=True)
+    assert not crop.speech_at_cut(audio, 300, lead_cut=True, tail_cut=False)  # the tail is the call's own end
+    audio[:5] = -0.01
+    assert crop.speech_at_cut(audio, 300, lead_cut=True, tail_cut=False)
+
+
 def test_check_refuses_a_crop_that_cuts_speech_or_moves_it():
     t = np.arange(24_000, dtype=np.float32)
     reference = np.where((t > 6000) & (t < 18_000), 0.3 * np.sin(t / 9), 1e-4).astype(np.float32)
@@ -292,4 +303,30 @@ def test_real_crop_renders_less_and_keeps_the_speech_within_tolerance(runtime_gr
             assert crop.check_cropped_audio(reference, audio, offset) < 1.6
             assert abs(trim_silence(audio, 24_000).size - trim_silence(reference, 24_000).size) < 0.01 * 24_000
     for session in (full, cropped, exact):
+        session.close()
+
+
+@pytest.mark.slow
+def test_real_crop_that_cuts_speech_renders_the_call_whole(runtime_graph, monkeypatch, caplog):
+    """A bounds rule that cuts into the speech (here: margins of -20 frames) is caught by the
+    cut-edge check, and the call comes back rendered whole, like the uncropped runner's."""
+    model_dir, graph = runtime_graph
+    path = model_dir / graph["file"]
+    plan = crop.plan_crop
+    monkeypatch.setattr(crop, "plan_crop", lambda energy: plan(energy, margin=-20))
+    full = fused_runtime.FusedSession(path, 2)
+    cropped = fused_runtime.FusedSession(path, 2, crop=True)
+    with np.load(model_dir / model_files.VOICES_NAME) as packs:
+        pack = packs["jf_alpha"]
+    ids = optimize.CHECK_TOKENS
+    feeds = {"tokens": np.array([[0, *ids, 0]], np.int64), "style": pack[len(ids) - 1].reshape(1, 256),
+             "speed": np.array([1.0], np.float32)}
+    reference = full.run(None, feeds)[0].reshape(-1)
+    with caplog.at_level(logging.INFO, logger="cosyedge.engines.kokoro.fused_runtime"):
+        audio, offset = cropped.run(None, feeds)
+    assert "rendering this call whole" in caplog.text
+    audio = audio.reshape(-1)
+    assert int(offset) == 0 and audio.size == reference.size
+    assert optimize.spectral_distance_db(reference, audio) < optimize.SPECTRAL_TOLERANCE_DB
+    for session in (full, cropped):
         session.close()

@@ -25,6 +25,9 @@ input crop" for the measurements behind each):
 
 The output is cut to the main span (speech + margins): the islands' audio is dropped, and the
 runner reports where the cut audio sits in the uncropped output (``OFFSET_OUTPUT``, for checks).
+The bounds rule is measured, not proven: if the returned audio is still loud at an edge that was
+cut (``CUT_SPEECH``), the runner renders that call again whole (``WHOLE``), so an unusual voice or
+speed costs time, never the end of a word.
 
 ``prepare_graph`` rewrites a runtime graph in place for this (host steps ``CropInputs`` and
 ``CropOutput`` in the ``HOST_DOMAIN`` domain, which ``fused_runtime.FusedSession`` runs in Python).
@@ -53,6 +56,12 @@ WEIGHTS = "crop/weights"
 PHASE_SHIFT = "crop/phase_shift"
 SPAN = "crop/span"
 OFFSET_OUTPUT = "crop_offset"
+#: Optional feed: render this call whole (the runner's second try when a cut edge is not silent).
+WHOLE = "crop/whole"
+#: CropOutput's flag: the returned audio is loud within ``CUT_CHECK_FRAMES`` of an edge that was cut,
+#: i.e. the speech may go on past the cut; the runner then renders the call whole.
+CUT_SPEECH = "crop/cut_speech"
+CUT_CHECK_FRAMES = 1
 
 SAMPLE_RATE = 24_000
 # Predicted energy N above these: speech (silence sits at -5 to -10 depending on the voice). Lower
@@ -204,7 +213,7 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     crop_in = helper.make_node("CropInputs", [X_INPUT, F0_INPUT, ENERGY_INPUT],
                                [X_INPUT + "/cropped", F0_INPUT + "/cropped", WEIGHTS, PHASE_SHIFT, SPAN],
                                name="crop/CropInputs", domain=HOST_DOMAIN)
-    crop_out = helper.make_node("CropOutput", ["audio/uncut", SPAN], ["audio", OFFSET_OUTPUT],
+    crop_out = helper.make_node("CropOutput", ["audio/uncut", SPAN], ["audio", OFFSET_OUTPUT, CUT_SPEECH],
                                 name="crop/CropOutput", domain=HOST_DOMAIN)
     rewritten: list = [crop_in]
     inits: list = []
@@ -226,7 +235,8 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     graph.initializer.extend(inits + _constants())
     graph.output.append(helper.make_tensor_value_info(OFFSET_OUTPUT, TensorProto.INT64, []))
     host_types = {X_INPUT + "/cropped": TensorProto.FLOAT, F0_INPUT + "/cropped": TensorProto.FLOAT,
-                  WEIGHTS: TensorProto.FLOAT, PHASE_SHIFT: TensorProto.FLOAT, SPAN: TensorProto.INT64}
+                  WEIGHTS: TensorProto.FLOAT, PHASE_SHIFT: TensorProto.FLOAT, SPAN: TensorProto.INT64,
+                  CUT_SPEECH: TensorProto.BOOL}
     graph.value_info.extend(helper.make_tensor_value_info(name, kind, None) for name, kind in host_types.items())
     model.opset_import.append(helper.make_opsetid(HOST_DOMAIN, 1))  # for shape inference; never run by onnxruntime
     logger.debug("crop: generator input cut, %s weighted", counts)
@@ -376,9 +386,9 @@ class CropInputs:
         frames = x.shape[-1]
         if f0.shape[-1] != frames or energy.shape[-1] != frames:
             raise EngineError(f"crop: x has {frames} frames, F0 {f0.shape[-1]}, energy {energy.shape[-1]}")
-        plan = plan_crop(energy)
+        plan = _whole(frames) if WHOLE in tensors else plan_crop(energy)
         start, end = plan.main
-        span = np.array([plan.main_at, plan.main_at + end - start, start, plan.kept], np.int64)
+        span = np.array([plan.main_at, plan.main_at + end - start, start, plan.kept, frames], np.int64)
         return {X_INPUT + "/cropped": take_frames(x, plan), F0_INPUT + "/cropped": take_frames(f0, plan),
                 WEIGHTS: plan.weights.reshape(1, 1, -1),
                 PHASE_SHIFT: phase_shift(f0, plan, self.source.harmonics, self.source.sample_rate),
@@ -386,20 +396,33 @@ class CropInputs:
 
 
 class CropOutput:
-    """Host step: the audio of the main span only, and its sample offset in the uncropped output."""
+    """Host step: the audio of the main span only, its sample offset in the uncropped output, and
+    whether it is loud next to an edge that was cut (``CUT_SPEECH``)."""
 
     def __init__(self) -> None:
         self.inputs = ["audio/uncut", SPAN]
-        self.outputs = ["audio", OFFSET_OUTPUT]
+        self.outputs = ["audio", OFFSET_OUTPUT, CUT_SPEECH]
 
     def run(self, tensors: dict[str, np.ndarray], state: Any = None) -> dict[str, np.ndarray]:
         audio = tensors["audio/uncut"]
-        first, last, offset_frames, kept = (int(v) for v in tensors[SPAN])
+        first, last, offset_frames, kept, frames = (int(v) for v in tensors[SPAN])
         hop = audio.shape[-1] // kept
         if hop * kept != audio.shape[-1]:
             raise EngineError(f"crop: {audio.shape[-1]} samples are not a whole number of {kept} frames")
-        return {"audio": np.ascontiguousarray(audio[..., first * hop:last * hop]),
-                OFFSET_OUTPUT: np.array(offset_frames * hop, np.int64)}
+        main = np.ascontiguousarray(audio[..., first * hop:last * hop])
+        cut = speech_at_cut(main.reshape(-1), hop * CUT_CHECK_FRAMES, lead_cut=offset_frames > 0,
+                            tail_cut=offset_frames + last - first < frames)
+        return {"audio": main, OFFSET_OUTPUT: np.array(offset_frames * hop, np.int64),
+                CUT_SPEECH: np.array(cut)}
+
+
+def speech_at_cut(audio: np.ndarray, edge: int, lead_cut: bool, tail_cut: bool) -> bool:
+    """Whether ``audio`` has a sample ``trim_silence`` would count as sound within ``edge`` samples
+    of a side that was cut (``lead_cut``/``tail_cut``)."""
+    from cosyedge.engines.kokoro.engine import SILENCE_THRESHOLD
+
+    return bool((lead_cut and np.any(np.abs(audio[:edge]) > SILENCE_THRESHOLD))
+                or (tail_cut and np.any(np.abs(audio[-edge:]) > SILENCE_THRESHOLD)))
 
 
 def frame_weights(weights: np.ndarray, length: int) -> np.ndarray:

@@ -541,6 +541,7 @@ class FusedSession:
             crop_graph.mark_weighted_chains(found)
         hosts = _host_steps(graph, source)
         self.crop = crop
+        self._cut_flag = crop_graph.CUT_SPEECH if crop else None  # CropOutput's cut-speech flag
         taken = {id(node) for unit in [*found, *hosts] for node in unit.nodes}
         others = []  # fused_ops patterns (STFT, bias + residual): fused too, or left in the segments if absent
         for pattern in fused_ops.find_patterns(graph, ops):
@@ -667,7 +668,20 @@ class FusedSession:
         return _Segment(session, inputs, outputs)
 
     def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Run all steps in order on ``feeds``; return the requested graph outputs (all if None)."""
+        """Run all steps in order on ``feeds``; return the requested graph outputs (all if None).
+        With the crop, a call whose audio is loud at a cut edge is rendered again whole."""
+        outputs, cut_speech = self._run_steps(output_names, feeds)
+        if cut_speech:
+            from cosyedge.engines.kokoro import crop
+
+            logger.info("generator input crop: speech reaches a cut edge; rendering this call whole")
+            outputs, _ = self._run_steps(output_names, {**feeds, crop.WHOLE: np.array(True)})
+        return outputs
+
+    def _run_steps(self, output_names: Sequence[str] | None,
+                   feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray], bool]:
+        """One pass over the steps: the requested outputs, and the crop's cut-speech flag (False
+        without the crop)."""
         tensors = dict(feeds)
         state = _RunState(self._buffers)
         try:
@@ -679,7 +693,8 @@ class FusedSession:
                     tensors.pop(name, None)
                     if name in state.owned:
                         state.buffers.give(*state.owned.pop(name))
-            return [tensors[name] for name in (output_names or self.output_names)]
+            cut_speech = self._cut_flag is not None and bool(tensors.get(self._cut_flag, False))
+            return [tensors[name] for name in (output_names or self.output_names)], cut_speech
         finally:
             tensors.clear()
             for role, raw in state.owned.values():  # after a failed step: free to reuse
