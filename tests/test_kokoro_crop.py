@@ -170,7 +170,7 @@ def test_onnxruntime_weighted_norms_match_the_plain_ones(op):
     node = graph.node[0]
     inits: list = []
     rewrite = crop._weighted_instance_norm(node, inits) if op == "InstanceNormalization" \
-        else crop._weighted_reduce_mean(node, graph)
+        else crop._weighted_reduce_mean(node, fused_runtime._Index(graph))
     del graph.node[:]
     graph.node.extend(rewrite)
     graph.initializer.extend(inits + crop._constants())
@@ -193,7 +193,7 @@ def test_reduce_mean_over_channels_is_refused():
     model = _norm_model("ReduceMean")
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([1], np.int64), "axes"))
     with pytest.raises(Exception, match="not a time-axis mean"):
-        crop._weighted_reduce_mean(model.graph.node[0], model.graph)
+        crop._weighted_reduce_mean(model.graph.node[0], fused_runtime._Index(model.graph))
 
 
 # --- checks and fallbacks ------------------------------------------------------------------------------

@@ -186,14 +186,17 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     export (then the runner runs uncropped)."""
     from onnx import TensorProto, helper
 
+    from cosyedge.engines.kokoro.fused_runtime import _Index
+
     graph = model.graph
-    producer = {out: node for node in graph.node for out in node.output if out}
+    index = _Index(graph)  # built before the rewrite below: producers and constants as exported
+    producer = index.producer
     for name in (X_INPUT, F0_INPUT, ENERGY_INPUT):
         if name not in producer:
             raise EngineError(f"crop: the graph has no {name!r}")
     if [o.name for o in graph.output] != ["audio"]:
         raise EngineError("crop: the graph's outputs are not just 'audio'")
-    source = _sine_source(graph, producer)
+    source = _sine_source(graph, index)
     readers = 0
     for node in graph.node:
         if node.name.startswith(GENERATOR):
@@ -220,7 +223,7 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     counts = {"reduce_mean": 0, "instance_norm": 0}
     for node in nodes:
         if node.name.startswith(GENERATOR) and node.op_type == "ReduceMean":
-            rewritten += _weighted_reduce_mean(node, graph)
+            rewritten += _weighted_reduce_mean(node, index)
             counts["reduce_mean"] += 1
         elif node.name.startswith(GENERATOR) and node.op_type == "InstanceNormalization" and weight_instance_norms:
             rewritten += _weighted_instance_norm(node, inits)
@@ -243,20 +246,9 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     return source
 
 
-def _sine_source(graph: Any, producer: dict) -> Source:
+def _sine_source(graph: Any, index: Any) -> Source:
     """Harmonic multipliers and sample rate from the source's Mul -> Div before its CumSum."""
-    from onnx import numpy_helper
-
-    inits = {t.name: t for t in graph.initializer}
-    consts = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
-
-    def value(name: str) -> np.ndarray | None:
-        if name in inits:
-            return numpy_helper.to_array(inits[name])
-        if name in consts:
-            return numpy_helper.to_array(consts[name].attribute[0].t)
-        return None
-
+    value, producer = index.value, index.producer
     cumsums = [n for n in graph.node if n.op_type == "CumSum" and n.name.startswith(GENERATOR)]
     if len(cumsums) != 1:
         raise EngineError(f"crop: expected one CumSum in the generator, found {len(cumsums)}")
@@ -301,26 +293,18 @@ def _weighted_mean(x: str, w: str, w_sum: str, out: str, tag: str) -> list:
             helper.make_node("Div", [f"{tag}/sum", w_sum], [out])]
 
 
-def _time_axis_only(node: Any, graph: Any) -> None:
-    from onnx import numpy_helper
-
-    inits = {t.name: t for t in graph.initializer}
-    consts = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
-    axes_name = node.input[1] if len(node.input) > 1 else ""
-    if axes_name in inits:
-        axes = numpy_helper.to_array(inits[axes_name])
-    elif axes_name in consts:
-        axes = numpy_helper.to_array(consts[axes_name].attribute[0].t)
-    else:
+def _time_axis_only(node: Any, index: Any) -> None:
+    axes = index.value(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if axes is None:
         raise EngineError(f"crop: {node.name} has no constant axes")
     keep = {a.name: a.i for a in node.attribute}.get("keepdims", 1)
     if axes.reshape(-1).tolist() not in ([2], [-1]) or keep != 1:
         raise EngineError(f"crop: {node.name} is not a time-axis mean")
 
 
-def _weighted_reduce_mean(node: Any, graph: Any) -> list:
+def _weighted_reduce_mean(node: Any, index: Any) -> list:
     """ReduceMean over time -> sum(w * x) / sum(w)."""
-    _time_axis_only(node, graph)
+    _time_axis_only(node, index)
     tag = "crop/" + node.name
     nodes, w, total = _upsampled_weights(node.input[0], tag)
     return nodes + _weighted_mean(node.input[0], w, total, node.output[0], tag)

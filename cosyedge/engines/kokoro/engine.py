@@ -1,8 +1,8 @@
 """KokoroEngine: the embedded engine (Kokoro-82M int8 ONNX), one sentence per model call.
 
 Responsible for turning phoneme ids + a 256-d style vector into audio; language handling lives in
-the frontend, voice packs in ``presets``, and the calls in flight (up to two at once, engine-wide,
-chunks in order) in ``pipeline``. It cannot clone or follow instructions natively and its
+the frontend, voice packs in ``presets``, and the calls in flight (an engine-wide limit on runs at
+once, chunks in order) in ``pipeline``. It cannot clone or follow instructions natively and its
 Capabilities say so; ``encode_prompt`` delegates to the approximate voice match.
 """
 

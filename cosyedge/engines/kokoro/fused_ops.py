@@ -260,15 +260,7 @@ class BiasResidualStep:
             state.largest = max(state.largest, y.nbytes)
         else:
             y = np.empty((1, *x.shape), np.float32)
-        channels = x.shape[0]
-        bounds = np.linspace(0, channels, self.parts + 1).astype(int)
-        ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        futures = [self.pool.submit(kernels.bias_residual, x, pat.bias, residual, y[0], a, b)
-                   for a, b in ranges[1:]] if self.pool else []
-        for a, b in ranges[:1] if self.pool else ranges:
-            kernels.bias_residual(x, pat.bias, residual, y[0], a, b)
-        for future in futures:
-            future.result()
+        kernels.spread_channels(self.pool, self.parts, kernels.bias_residual, x.shape[0], x, pat.bias, residual, y[0])
         return {pat.y: y}
 
 

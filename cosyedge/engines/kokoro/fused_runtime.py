@@ -112,6 +112,15 @@ class _Index:
             raise ValueError(f"{name!r} is not an initializer")
         return self._to_array(self.inits[name])
 
+    def value(self, name: str) -> np.ndarray | None:
+        """An initializer's or a Constant node's value; None for a computed tensor."""
+        if name in self.inits:
+            return self._to_array(self.inits[name])
+        node = self.producer.get(name)
+        if node is not None and node.op_type == "Constant":
+            return self._to_array(node.attribute[0].t)
+        return None
+
 
 def _match_chain(g: _Index, dql: Any) -> Chain:
     """The chain ending in ``dql``'s consumers, or ValueError saying why this DQL is not one."""
@@ -315,6 +324,7 @@ class _RunState:
     owned: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # tensor name -> (role, raw buffer)
     largest: int = 0  # bytes of the largest kernel buffer this call used
     run_options: Any = None  # onnxruntime RunOptions for the next segment (None: the defaults)
+    frame_weights: dict[int, np.ndarray] = field(default_factory=dict)  # the crop's weights by tensor length
 
 
 class _Kernel:
@@ -324,15 +334,6 @@ class _Kernel:
         self.chain, self.pool, self.parts = chain, pool, parts
         self.inputs = chain.inputs
         self.outputs = chain.outputs
-
-    def _spread(self, fn, channels: int, *args) -> None:
-        bounds = np.linspace(0, channels, self.parts + 1).astype(int)
-        ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        futures = [self.pool.submit(fn, *args, a, b) for a, b in ranges[1:]] if self.pool else []
-        for a, b in ranges[:1] if self.pool else ranges:
-            fn(*args, a, b)
-        for future in futures:
-            future.result()
 
     def run(self, tensors: dict[str, np.ndarray], state: _RunState) -> dict[str, np.ndarray]:
         """The chain's three outputs; the im2col sits in one of ``state``'s buffers (``state.owned``
@@ -353,20 +354,26 @@ class _Kernel:
         y, y_raw = state.buffers.take("snake", x.shape, np.float32)
         mins = np.empty(channels, np.float32)
         maxs = np.empty(channels, np.float32)
+
+        def spread(kernel, *args) -> None:
+            kernels.spread_channels(self.pool, self.parts, kernel, channels, *args)
+
         if chain.weights:
             from cosyedge.engines.kokoro.crop import frame_weights
 
-            weights = frame_weights(tensors[chain.weights], t_len)
-            self._spread(kernels.snake_minmax_weighted, channels, x, weights, gamma, beta, chain.eps,
-                         chain.alpha, chain.inv_alpha, y, mins, maxs)
+            weights = state.frame_weights.get(t_len)  # 42 chains share a handful of lengths
+            if weights is None:
+                weights = state.frame_weights[t_len] = frame_weights(tensors[chain.weights], t_len)
+            spread(kernels.snake_minmax_weighted, x, weights, gamma, beta, chain.eps, chain.alpha, chain.inv_alpha,
+                   y, mins, maxs)
         else:
-            self._spread(kernels.snake_minmax, channels, x, gamma, beta, chain.eps, chain.gamma is not None,
-                         chain.alpha, chain.inv_alpha, y, mins, maxs)
+            spread(kernels.snake_minmax, x, gamma, beta, chain.eps, chain.gamma is not None, chain.alpha,
+                   chain.inv_alpha, y, mins, maxs)
         scale, zero_point = kernels.quant_params(mins, maxs)
         t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
         padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
         col, col_raw = state.buffers.take("im2col", (chain.taps * channels, t_out), np.int8)
-        self._spread(_quantize_im2col, channels, y, scale, zero_point, chain, padded, col)
+        spread(_quantize_im2col, y, scale, zero_point, chain, padded, col)
         state.largest = max(state.largest, y.nbytes, col.nbytes)
         state.buffers.give("snake", y_raw)
         state.buffers.give("padded", padded_raw)

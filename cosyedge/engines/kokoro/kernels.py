@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any, Callable
 
 import numba
 import numpy as np
@@ -241,3 +242,16 @@ def bias_residual(x: np.ndarray, bias: np.ndarray, residual: np.ndarray, y: np.n
         out = y[c]
         for t in range(x.shape[1]):
             out[t] = (xr[t] + b) + rr[t]
+
+
+def spread_channels(pool: Any, parts: int, kernel: Callable[..., None], channels: int, *args: Any) -> None:
+    """Run ``kernel(*args, c0, c1)`` on ``parts`` channel ranges: all but the first on ``pool``
+    (the runner's helper threads, or None: all on this thread), the first on the calling thread,
+    then wait for the rest."""
+    bounds = np.linspace(0, channels, max(1, parts) + 1).astype(int)
+    ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    futures = [pool.submit(kernel, *args, a, b) for a, b in ranges[1:]] if pool else []
+    for a, b in ranges[:1] if pool else ranges:
+        kernel(*args, a, b)
+    for future in futures:
+        future.result()
