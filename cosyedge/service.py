@@ -34,7 +34,7 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
                              StorageFullError, TextError)
-from cosyedge.heap import trim_heap
+from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
@@ -316,8 +316,10 @@ class Service:
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        """Remove crash leftovers, start the idle-unload thread (the engine loads on the first job)."""
+        """Remove crash leftovers, keep large buffers out of the C heap so an unload gives them
+        back, start the idle-unload thread (the engine loads on the first job)."""
         self.remove_partial_outputs()
+        return_large_blocks()
         if self.holder.idle_seconds <= 0 or self._idle_thread is not None:
             return
         interval = min(30.0, max(0.05, self.holder.idle_seconds / 4))
