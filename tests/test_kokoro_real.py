@@ -141,6 +141,26 @@ def test_a_one_thread_engine_runs_one_call_at_a_time(kokoro_models_dir):
         engine.close()
 
 
+def test_engine_load_readies_the_language_detector(kokoro_models_dir, monkeypatch):
+    # langdetect loads its 55 profiles on first use (~0.3 s): at load, not in the first English job
+    import langdetect.detector_factory as factory
+
+    from cosyedge import config
+    from cosyedge.engines import load_engine
+    from cosyedge.text import langid
+
+    monkeypatch.setattr(factory, "_factory", None)
+    monkeypatch.setattr(langid, "_detector_ready", False)
+    engine = load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=1))
+    try:
+        assert factory._factory is not None
+        monkeypatch.setattr(factory.DetectorFactory, "load_profile",
+                            lambda *a, **k: pytest.fail("profiles loaded in a job"))
+        engine.frontend.sentences("The first English request of the day, long enough to be checked.")
+    finally:
+        engine.close()
+
+
 def test_the_fused_runner_runs_one_call_at_a_time(kokoro_engine):
     # its calls keep both cores busy: a second run beside one only costs CPU (docs/benchmarks.md)
     import dataclasses

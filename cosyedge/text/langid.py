@@ -173,6 +173,21 @@ _detector_lock = threading.Lock()
 _detector_ready = False
 
 
+def load_detector() -> None:
+    """Seed langdetect and load its 55 language profiles (0.25-0.35 s, once per process). The
+    engines call it at load, so the first Latin-only request does not pay it (measured: the first
+    English job's text frontend took 374 ms instead of ~20)."""
+    global _detector_ready
+    with _detector_lock:
+        if _detector_ready:
+            return
+        from langdetect import DetectorFactory, detector_factory
+
+        DetectorFactory.seed = 0
+        detector_factory.init_factory()
+        _detector_ready = True
+
+
 def detect_language(text: str) -> str | None:
     """Best guess of the main language of ``text`` (ISO code such as "zh", "ja", "en", "fr").
 
@@ -190,14 +205,10 @@ def detect_language(text: str) -> str | None:
         return "zh"
     if not counts[LATIN]:
         return None
-    global _detector_ready
-    from langdetect import DetectorFactory, detect
+    from langdetect import detect
     from langdetect.lang_detect_exception import LangDetectException
 
-    with _detector_lock:
-        if not _detector_ready:
-            DetectorFactory.seed = 0
-            _detector_ready = True
+    load_detector()
     try:
         return detect(text[:2000])
     except LangDetectException:

@@ -24,6 +24,7 @@ from cosyedge.engines.kokoro import model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
 from cosyedge.manifest import read_manifest, verify_files
+from cosyedge.text import langid
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +206,10 @@ class KokoroEngine:
             packs = {k: npz[k].astype(np.float32) for k in npz.files}
         session = open_runtime(Path(model_dir), graph, settings.threads)
         frontend = KokoroFrontend(vocab)
-        # Load jieba's dictionary, OpenJTalk and the espeak-ng worker now (~2 s), not in the first job.
+        # Load jieba's dictionary, OpenJTalk, the espeak-ng worker and langdetect's profiles now
+        # (~2 s), not in the first job.
         frontend.sentences(WARM_UP_TEXT)
+        langid.load_detector()
         if getattr(session, "keeps_cores_busy", False):
             parallel_runs = 1
         else:
