@@ -456,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--graph", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from cosyedge.heap import return_large_blocks
+
+    return_large_blocks()  # as the server does (Service.start): the product's memory behaviour
     model_dir = Path(args.models_dir) / model_files.MODEL_ID
 
     if args.worker == "engine":
