@@ -24,6 +24,7 @@ LARGE_BLOCK_BYTES = 1 << 20
 
 @functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
+    """The process's C library, or None when it cannot be opened."""
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
@@ -54,7 +55,7 @@ def return_large_blocks(threshold: int = LARGE_BLOCK_BYTES) -> bool:
     32 MB): after the first long sentence, the model's multi-megabyte buffers come from the heap,
     where the small blocks allocated between them pin their pages. Measured with the Kokoro engine
     (load, two sentences, unload; eight cycles, texts alternating): resident after unload drifted
-    449 -> 528 MB with the adaptive threshold and held at 436 MB with a fixed 1 MiB one, peak RSS
+    449 -> 528 MB with the adaptive threshold and stayed at 420-436 MB with a fixed 1 MiB one, peak RSS
     fell ~140 MB, and speed was unchanged within noise. A fixed value also stops the adaptation.
     Process-wide; call once at start (the server does). False where mallopt is missing (not glibc).
     """
