@@ -175,8 +175,8 @@ _detector_ready = False
 
 def load_detector() -> None:
     """Seed langdetect and load its 55 language profiles (0.25-0.35 s, once per process). The
-    engines call it at load, so the first Latin-only request does not pay it (measured: the first
-    English job's text frontend took 374 ms instead of ~20)."""
+    Kokoro engine calls it at load, so the first Latin-only request does not pay it (measured: the
+    text frontend on the first English text after load took 332 ms before, 3 ms after)."""
     global _detector_ready
     with _detector_lock:
         if _detector_ready:
