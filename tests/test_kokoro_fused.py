@@ -647,3 +647,37 @@ def test_bias_residual_step_is_bit_identical_to_onnxruntimes_two_adds():
     assert fused_ops.find_bias_residuals(residual_model(13, extra_reader=True).graph) == []
     assert fused_ops.find_bias_residuals(residual_model(13, sum_is_output=True).graph) == []
 
+
+
+KERNEL_CACHE_PROBE = """
+import sys
+from pathlib import Path
+from cosyedge.engines.kokoro import fused_runtime as fr
+
+package = Path(fr.__file__).resolve().parent / "__pycache__"
+if sys.argv[2] == "read-only":  # as if the checkout belonged to another user
+    real = fr._writable_dir
+    fr._writable_dir = lambda path: False if Path(path) == package else real(path)
+fr.keep_kernel_cache_local(Path(sys.argv[1]))
+from cosyedge.engines.kokoro import kernels
+kernels.compile_kernels()
+"""
+
+
+@pytest.mark.parametrize("package_dir", ["read-only", "writable"])
+def test_kernel_cache_goes_to_the_model_dir_only_when_the_package_dir_is_read_only(tmp_path, package_dir):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    root = Path(fused_runtime.__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", KERNEL_CACHE_PROBE, str(tmp_path), package_dir], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    cached = list((tmp_path / fused_runtime.NUMBA_CACHE_NAME).rglob("*.nbi"))
+    if package_dir == "read-only":
+        assert {p.name.split("-")[0] for p in cached} >= {"kernels.snake_minmax", "kernels.quantize_pad"}
+    else:
+        assert cached == []

@@ -485,6 +485,40 @@ def _depth_first_order(graph: Any, units: Sequence[list] = ()) -> list:
 _shared_arena: list[bool] = []  # process-wide onnxruntime state: registered once per process
 
 
+NUMBA_CACHE_NAME = "numba-cache"  # in the model directory, when the package directory is read-only
+
+
+def _writable_dir(path: Path) -> bool:
+    """Whether ``path`` exists or can be made, and a file can be written in it (numba's own test)."""
+    import tempfile
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+        return True
+    except OSError:
+        return False
+
+
+def keep_kernel_cache_local(model_dir: Path) -> None:
+    """Where numba caches the compiled kernels: next to kernels.py when that ``__pycache__`` is
+    writable (a checkout), else ``<model_dir>/numba-cache`` rather than numba's fallback under
+    ``~/.cache`` (an install owned by another user). Left alone when NUMBA_CACHE_DIR is set, or when
+    neither directory is writable (numba then uses its user-wide cache). Call before the first
+    import of ``kernels``: numba picks the location when a cached function is defined."""
+    import numba
+
+    if numba.config.CACHE_DIR or _writable_dir(Path(__file__).resolve().parent / "__pycache__"):
+        return
+    local = Path(model_dir) / NUMBA_CACHE_NAME
+    if _writable_dir(local):
+        numba.config.CACHE_DIR = str(local)
+        logger.info("package directory is read-only: numba caches the kernels in %s", local)
+    else:
+        logger.warning("neither the package directory nor %s is writable: numba uses its user-wide cache",
+                       local)
+
+
 def _register_shared_arena() -> None:
     """Register one CPU arena in onnxruntime's process environment for the segments to share.
 
@@ -567,6 +601,7 @@ class FusedSession:
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
             if self.threads > 1 and chains == "numba" else None
         if chains == "numba":
+            keep_kernel_cache_local(Path(onnx_path).parent)
             from cosyedge.engines.kokoro import kernels
 
             self.compile_s = kernels.compile_kernels()

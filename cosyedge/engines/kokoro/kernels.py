@@ -25,9 +25,10 @@ onnxruntime's formula. The result is not bit-identical: the instance-norm sums a
 range-reduced odd polynomial, float32 rounding) round differently, so an element whose
 value sits on a rounding boundary can land one quantization step away.
 
-Compiled on first use and cached on disk (``cache=True``: next to this file, or numba's user-wide
-cache when this directory is read-only; with neither, importing this module raises and the engine
-runs the plain graph); ``compile_kernels`` does it at engine load, ahead of the first request.
+Compiled on first use and cached on disk (``cache=True``: next to this file, or in the model
+directory when this one is read-only, see ``fused_runtime.keep_kernel_cache_local``; with no
+writable place at all, importing this module raises and the engine runs the plain graph);
+``compile_kernels`` does it at engine load, ahead of the first request.
 """
 
 from __future__ import annotations
