@@ -10,6 +10,23 @@ dev=0
 
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+# Free disk needed before a first install (measured on a fresh clone, 2026-11-30: .venv 1.9 GB,
+# models 0.7 GB, .venv-ref 1.5 GB, plus pip's unpacking room). Checked up front so a full disk
+# stops here with the figure instead of in the middle of pip with "[Errno 28]".
+# COSYEDGE_SETUP_NEED_MB overrides the figure (0 skips the check).
+need_mb=0
+[ -x .venv/bin/python ] || need_mb=$(( dev == 1 ? 3500 : 3000 ))
+[ "$dev" = 1 ] && [ ! -x .venv-ref/bin/python ] && need_mb=$(( need_mb + 2000 ))
+need_mb=${COSYEDGE_SETUP_NEED_MB:-$need_mb}
+if [ "$need_mb" -gt 0 ]; then
+  free_mb=$(df -Pm . | awk 'NR == 2 { print $4 }')
+  if [ -n "$free_mb" ] && [ "$free_mb" -lt "$need_mb" ]; then
+    echo "error: setup needs about $need_mb MB free on $(pwd) but only $free_mb MB are free;" \
+      "free some space (old clones, ~/.cache, /tmp) and run it again" >&2
+    exit 1
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
