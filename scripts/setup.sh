@@ -10,8 +10,8 @@ dev=0
 
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-# Free disk needed before a first install (measured on a fresh clone, 2026-11-30: .venv 1.9 GB,
-# models 0.7 GB, .venv-ref 1.5 GB, plus pip's unpacking room). Checked up front so a full disk
+# Free disk needed before a first install (measured on a fresh clone, 2026-11-30: .venv 1.7 GB,
+# models 0.2 GB, .venv-ref 2.3 GB, plus room for pip to unpack). Checked up front so a full disk
 # stops here with the figure instead of in the middle of pip with "[Errno 28]".
 # COSYEDGE_SETUP_NEED_MB overrides the figure (0 skips the check).
 need_mb=0
