@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -125,6 +126,15 @@ def write_wav_atomic(path: str | os.PathLike[str], audio: np.ndarray, sample_rat
 PROMPT_RATE = 24000
 MIN_SOURCE_RATE = 16000
 PROMPT_MIN_S = 3.0
+#: The length to ask people for. 3 s is the enforced minimum; 10 s is the upper end of the CosyVoice
+#: prompt encoder's advice (a longer prompt also lengthens every flow step's input) and of the peers'
+#: (shared/research/peers.md: GPT-SoVITS enforces 3-10 s); the voice-match bench used 8-9.5 s
+#: prompts (docs/benchmarks.md "Voice match"). Takes up to PROMPT_MAX_S are used whole, longer
+#: ones (up to PROMPT_MAX_SOURCE_S) are cut to their best PROMPT_KEEP_S.
+PROMPT_BEST_S = (3, 10)
+#: The one piece of length advice in every message about prompt length (the UI label says the same).
+PROMPT_ADVICE = f"{PROMPT_BEST_S[0]}-{PROMPT_BEST_S[1]} s of one speaker works best"
+PROMPT_ADVICE_ZH = f"单人 {PROMPT_BEST_S[0]}-{PROMPT_BEST_S[1]} 秒的录音效果最好"
 PROMPT_MAX_S = 30.0
 PROMPT_KEEP_S = 12.0
 #: Recordings longer than this are refused before any processing (a prompt is a few seconds).
@@ -138,7 +148,7 @@ _SILENT_DBFS = -60.0  # speech frames quieter than this do not count as speech a
 _LOW_LEVEL_DBFS = -40.0  # speech RMS below this earns a "very low level" warning
 _CLIP_LEVEL = 0.999
 _CLIP_FRACTION = 0.001
-_FORMATS = "WAV, FLAC, OGG or MP3"
+_FORMATS = "WAV, FLAC, OGG, MP3"
 
 
 @dataclass
@@ -191,6 +201,18 @@ def _check_wav_complete(data: bytes) -> None:
     raise AudioError("The WAV file is truncated or damaged: it has no audio data chunk.")
 
 
+def _unreadable(label: str, exc: Exception) -> str:
+    """What is wrong with a file libsndfile refused, in the user's terms (its own message names a
+    Python object and says nothing a person can act on; it goes to the debug log)."""
+    detail = str(getattr(exc, "error_string", "") or exc)
+    logger.debug("libsndfile refused %s: %s", label, detail)
+    if "format not recognised" in detail.lower() or not detail:
+        return (f"{label} is not a recognised audio file (formats accepted: {_FORMATS}). / "
+                "无法识别的音频文件（支持 WAV、FLAC、OGG、MP3）。")
+    return (f"{label} looks like an audio file but could not be read: it is damaged or cut off "
+            f"(formats accepted: {_FORMATS}). / 音频文件已损坏或不完整。")
+
+
 def _decode(data: bytes, filename: str | None) -> tuple[np.ndarray, int]:
     """Decode with libsndfile (WAV/FLAC/OGG/MP3 since 1.1); returns (frames x channels, rate)."""
     import soundfile as sf
@@ -200,18 +222,17 @@ def _decode(data: bytes, filename: str | None) -> tuple[np.ndarray, int]:
     try:
         info = sf.info(io.BytesIO(data))
     except Exception as exc:  # libsndfile raises its own error types for every unreadable input
-        raise AudioError(f"{label} is not a readable audio file ({_FORMATS} expected): "
-                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise AudioError(_unreadable(label, exc)) from None
     if info.samplerate < MIN_SOURCE_RATE:
         raise AudioError(f"{label} is sampled at {info.samplerate} Hz; prompts need at least "
                          f"{MIN_SOURCE_RATE} Hz (telephone-quality audio is too narrow to clone from).")
     if info.frames > 0 and info.frames / info.samplerate > PROMPT_MAX_SOURCE_S:
         raise AudioError(f"{label} is {info.frames / info.samplerate:.0f} s long; prompts may be at most "
-                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean 5-15 s clip of one speaker.")
+                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.")
     try:
         audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except Exception as exc:
-        raise AudioError(f"{label} could not be decoded ({_FORMATS} expected): {exc}") from None
+        raise AudioError(_unreadable(label, exc)) from None
     return audio, int(rate)
 
 
@@ -224,7 +245,8 @@ def condition_prompt(data: bytes, *, max_bytes: int, filename: str | None = None
     """
     if len(data) > max_bytes:
         raise PayloadTooLargeError(f"The prompt file is {len(data) / 1e6:.1f} MB; the limit is "
-                                   f"{max_bytes / 1e6:.1f} MB. Upload a 5-15 s clip instead.")
+                                   f"{max_bytes / 1e6:.1f} MB. Upload a short clip instead: "
+                                   f"{PROMPT_ADVICE}.")
     if not data:
         raise AudioError("The prompt file is empty (0 bytes).")
     audio, rate = _decode(data, filename)
@@ -258,7 +280,7 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
                          f"{MIN_SOURCE_RATE} Hz.")
     if x.size / sample_rate > PROMPT_MAX_SOURCE_S:
         raise AudioError(f"The prompt is {x.size / sample_rate:.0f} s long; prompts may be at most "
-                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean 5-15 s clip of one speaker.")
+                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.")
     notes: list[str] = []
     if np.mean(np.abs(x) >= _CLIP_LEVEL) > _CLIP_FRACTION:
         notes.append("clipping detected: the recording is distorted; record a little further from "
@@ -285,8 +307,10 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
 
     duration = x.size / rate
     if duration < PROMPT_MIN_S:
-        raise AudioError(f"The prompt has only {duration:.1f} s of speech after trimming silence; "
-                         f"at least {PROMPT_MIN_S:.0f} s are needed (5-15 s works best).")
+        shown = _seconds_below(duration)
+        raise AudioError(f"The prompt is only {shown} s long once the silence at its ends is trimmed; "
+                         f"at least {PROMPT_MIN_S:.0f} s are needed ({PROMPT_ADVICE}). / 参考音频去掉"
+                         f"首尾静音后只有 {shown} 秒，至少需要 {PROMPT_MIN_S:.0f} 秒（{PROMPT_ADVICE_ZH}）。")
     if duration > PROMPT_MAX_S:
         x, db, active = _best_window(x, db, active, rate, PROMPT_KEEP_S)
         notes.append(f"trimmed to the best {PROMPT_KEEP_S:.1f} s of {duration:.1f} s "
@@ -301,6 +325,12 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
         logger.info("prompt: %s", note)
     return ConditionedPrompt(pcm=x.astype(np.float32), sample_rate=rate, source_rate=sample_rate,
                              notes=notes)
+
+
+def _seconds_below(seconds: float) -> str:
+    """``seconds`` with two decimals, rounded *down*: a length just under a limit never reads as
+    the limit itself (2.996 s is "2.99", not "3.0")."""
+    return f"{math.floor(seconds * 100) / 100:.2f}"
 
 
 def _frame_db(x: np.ndarray, rate: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from cosyedge.audio import ConditionedPrompt, condition_prompt, write_wav_atomic
+from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
@@ -383,7 +383,7 @@ class Service:
                    overwrite: bool = False) -> VoiceInfo:
         """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``)."""
         if not prompt_audio:
-            raise AudioError("no prompt audio to save: record or upload 3-10 s first")
+            raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})")
         prompt = self._condition(prompt_audio)
         return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, overwrite=overwrite)

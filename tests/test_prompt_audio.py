@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from cosyedge.audio import (PROMPT_KEEP_S, PROMPT_RATE, PROMPT_TARGET_DBFS, condition_prompt,
-                            condition_prompt_array)
+from cosyedge.audio import (PROMPT_ADVICE, PROMPT_KEEP_S, PROMPT_MIN_S, PROMPT_RATE,
+                            PROMPT_TARGET_DBFS, condition_prompt, condition_prompt_array)
 from cosyedge.errors import AudioError, PayloadTooLargeError
 
 LIMIT = 20 * 1024 * 1024
@@ -65,8 +66,30 @@ def test_8khz_is_refused():
 
 def test_one_second_of_speech():
     data = encode(with_silence(speechlike(1.0), 24000, 1.0, 1.0), 24000)
-    with pytest.raises(AudioError, match=r"only 1\.\d s of speech"):
+    with pytest.raises(AudioError, match=r"only 1\.\d\d s long"):
         condition_prompt(data, max_bytes=LIMIT)
+
+
+def test_a_prompt_just_under_the_limit_says_so_without_rounding_up():
+    # 2.75 s of signal + the 0.1 s kept at each edge: just under the 3 s minimum after trimming
+    data = encode(with_silence(speechlike(2.75), 24000, 0.2, 0.25), 24000)
+    with pytest.raises(AudioError) as info:
+        condition_prompt(data, max_bytes=LIMIT)
+    message = str(info.value)
+    shown = float(re.search(r"only (\d+\.\d+) s long", message).group(1))
+    assert 2.9 <= shown < PROMPT_MIN_S, message  # "3.0" would contradict "at least 3 s are needed"
+    assert f"at least {PROMPT_MIN_S:.0f} s" in message and PROMPT_ADVICE in message
+
+
+def test_length_advice_is_the_same_in_every_length_message():
+    too_long = encode(speechlike(130.0, rate=16000), 16000)
+    with pytest.raises(AudioError) as long_info:
+        condition_prompt(too_long, max_bytes=LIMIT)
+    with pytest.raises(PayloadTooLargeError) as big_info:
+        condition_prompt(b"\x00" * 2048, max_bytes=1024)
+    for message in (str(long_info.value), str(big_info.value)):
+        assert PROMPT_ADVICE in message, message
+        assert "5-15" not in message
 
 
 def test_five_minutes_is_refused():
@@ -82,8 +105,18 @@ def test_all_silence():
 
 
 def test_non_audio_bytes_named_wav():
-    with pytest.raises(AudioError, match="'notes.wav' is not a readable audio file"):
+    with pytest.raises(AudioError, match="'notes.wav' is not a recognised audio file"):
         condition_prompt(b"this is a text file, not audio\n" * 100, max_bytes=LIMIT, filename="notes.wav")
+
+
+@pytest.mark.parametrize("data", [b"this is a text file, not audio\n" * 100, b"%PDF-1.4\n" + bytes(4000),
+                                  b"\x89PNG\r\n\x1a\n" + bytes(4000)])
+def test_unreadable_upload_is_named_in_user_terms(data):
+    with pytest.raises(AudioError) as info:
+        condition_prompt(data, max_bytes=LIMIT)
+    message = str(info.value)
+    assert "WAV, FLAC, OGG, MP3" in message, message
+    assert "BytesIO" not in message and "0x" not in message and "Error opening" not in message, message
 
 
 def test_nan_samples():

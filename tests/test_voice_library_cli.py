@@ -34,7 +34,7 @@ def test_library_errors_are_one_line_exit_2(tmp_path, capsys, monkeypatch):
     bad.write_bytes(b"not audio")
     assert main(["library", "save", "../x", str(bad), *common]) == 2
     assert main(["library", "save", "ok", str(bad), *common]) == 2
-    assert "not a readable audio file" in capsys.readouterr().err
+    assert "not a recognised audio file" in capsys.readouterr().err
     big = tmp_path / "big.wav"
     big.write_bytes(b"\0" * 2_000_000)
     monkeypatch.setenv("COSYEDGE_MAX_UPLOAD_MB", "1")
