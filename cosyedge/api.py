@@ -10,7 +10,9 @@
 * ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
   page's live player; the token is the stream's own, never listed).
 
-Every error is ``{"error": {"type", "message"}}`` with its 4xx/5xx code (429 carries Retry-After).
+Every error is ``{"error": {"type", "message"}}`` with its 4xx/5xx code (429 carries Retry-After),
+including a body that is not a JSON object, a wrong method on a REST path (405 with Allow) and an
+unknown path (404), though the page is mounted at "/" (:class:`RouteErrorMiddleware`).
 A request whose client disconnects while its job waits or runs cancels that job.
 """
 
@@ -31,6 +33,7 @@ import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
@@ -430,12 +433,42 @@ def _job_info(service: Service, job: Any) -> dict[str, Any]:
             "progress": {"done": job.done_steps, "total": job.total_steps}}
 
 
-def _validation_message(exc: RequestValidationError) -> str:
+JSON_ADVICE = "send a JSON object with the header Content-Type: application/json"
+
+
+def _body_problem(err: dict[str, Any], content_type: str) -> str | None:
+    """The message for an error about the body as a whole (not one field), or None."""
+    kind, loc = err.get("type"), tuple(err.get("loc", ()))
+    if kind == "json_invalid":
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        reason = (err.get("ctx") or {}).get("error")
+        return f"the body is invalid JSON{where}" + (f" ({reason})" if reason else "")
+    if loc != ("body",):
+        return None
+    if kind == "missing":
+        return f"the request has no body: {JSON_ADVICE}"
+    value = err.get("input")
+    if isinstance(value, (bytes, bytearray)):  # FastAPI only parses JSON when the header says JSON
+        sent = f"Content-Type: {content_type}" if content_type else "no Content-Type header"
+        return f"the body was not read as JSON because the request has {sent}: {JSON_ADVICE}"
+    if kind in ("model_attributes_type", "dict_type", "model_type"):
+        what = {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+            type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+        return f"the body is {what} in JSON, not an object: {JSON_ADVICE}, e.g. {{\"text\": \"...\"}}"
+    return None
+
+
+def _validation_message(exc: RequestValidationError, content_type: str = "") -> str:
+    """One line naming every problem; body-level problems (not JSON, wrong header, not an object)
+    in words a curl user can act on instead of pydantic's."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+        problem = _body_problem(err, content_type)
+        if problem is None:
+            loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+            problem = f"{loc}: {err.get('msg', 'invalid')}"
+        parts.append(problem)
+    return "; ".join(dict.fromkeys(parts)) or "invalid request"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -449,13 +482,88 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.http_status, exc.kind, exc.message, headers)
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, "invalid_request", _validation_message(exc))
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        content_type = request.headers.get("content-type", "")
+        return error_response(400, "invalid_request", _validation_message(exc, content_type))
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            return _no_route(request.method, request.url.path)
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            return _wrong_method(request.method, request.url.path, allowed.split(", ") if allowed else [])
         kind = "payload_too_large" if exc.status_code == 413 else "http_error"
         return error_response(exc.status_code, kind, str(exc.detail), exc.headers)
+
+
+#: Listed in the 404 for an unknown path (the page itself is at "/").
+REST_ROUTES = ("POST /tts", "POST /v1/audio/speech", "GET /health", "GET /voices", "GET /jobs",
+               "GET /jobs/{id}", "DELETE /jobs/{id}")
+
+
+def _no_route(method: str, path: str) -> JSONResponse:
+    return error_response(404, "not_found", f"no route {method} {path}; the REST routes are "
+                          f"{', '.join(REST_ROUTES)} (the page is at /)")
+
+
+def _wrong_method(method: str, path: str, allowed: list[str]) -> JSONResponse:
+    verbs = " or ".join(allowed) or "another method"
+    return error_response(405, "method_not_allowed", f"{method} is not allowed on {path}; use {verbs}",
+                          {"Allow": ", ".join(allowed)})
+
+
+class RouteErrorMiddleware:
+    """The REST error shape for requests no route takes, on an app whose "/" is Gradio's.
+
+    The page is mounted at "/", so a wrong method on a REST path (GET /tts) falls through to the
+    page's router and comes back a bare 404. Here a path that a REST route matches, asked with a
+    method none of them allows, is answered 405 with ``Allow``; and a bare ``{"detail":"Not Found"}``
+    404 from any router is rewritten to ``{"error": {...}}``. Everything else, the page's routes
+    included, passes through untouched.
+    """
+
+    NOT_FOUND_BODY = b'{"detail":"Not Found"}'
+
+    def __init__(self, app: Any, routes: list[APIRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    def allowed_methods(self, path: str) -> list[str] | None:
+        """Methods the REST routes allow on ``path``; None when no REST route has that path."""
+        methods = [m for r in self.routes if r.path_regex.match(path) for m in sorted(r.methods or ())]
+        return list(dict.fromkeys(methods)) if methods else None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope.get("path", "")
+        allowed = self.allowed_methods(path)
+        if allowed is not None and method not in allowed:
+            await _wrong_method(method, path, allowed)(scope, receive, send)
+            return
+        held: list[dict] = []
+
+        async def rewriting_send(message: dict) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                held.append(message)
+                return
+            if held and message["type"] == "http.response.body":
+                held.append(message)
+                if message.get("more_body"):
+                    return
+                body = b"".join(m.get("body", b"") for m in held[1:])
+                if body == self.NOT_FOUND_BODY:
+                    await _no_route(method, path)(scope, receive, send)
+                else:
+                    for kept in held:
+                        await send(kept)
+                held.clear()
+                return
+            await send(message)
+
+        await self.app(scope, receive, rewriting_send)
 
 
 class BodyLimitMiddleware:
@@ -521,7 +629,9 @@ def create_api(service: Service) -> FastAPI:
                   description="Offline text to speech: seed-compatible /tts and OpenAI-style speech.",
                   docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
     install_error_handlers(app)
-    app.include_router(build_router(service))
+    router = build_router(service)
+    app.include_router(router)
+    app.add_middleware(RouteErrorMiddleware, routes=[r for r in router.routes if isinstance(r, APIRoute)])
     limit = int(service.settings.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(PartialFileGuard)

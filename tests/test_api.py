@@ -145,3 +145,41 @@ def test_auth_applies_to_rest_when_set(make_service, web_settings, live_server):
     audio = client.audio.speech.create(model="tts-1", voice="female_1", input="Hi.",
                                        response_format="wav")
     assert audio.content[:4] == b"RIFF"
+
+
+@pytest.mark.parametrize("content, content_type, expected", [
+    (b'{"text": "hi"}', "application/x-www-form-urlencoded", "Content-Type: application/json"),
+    (b'{"text": "hi"}', "text/plain", "Content-Type: application/json"),
+    (b'{"text": "hi",,}', "application/json", "invalid JSON at character 14"),
+    (b'["hi"]', "application/json", "not an object"),
+    (b"", "application/json", "no body"),
+])
+def test_a_body_that_is_not_a_json_object_is_named(server, content, content_type, expected):
+    r = httpx.post(f"{server.url}/tts", content=content, headers={"content-type": content_type})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert expected in message, message
+    assert "valid dictionary" not in message and "JSON decode error" not in message, message
+
+
+def test_wrong_method_and_unknown_route_keep_the_error_shape_next_to_the_page(make_service,
+                                                                               live_server):
+    server = live_server(make_service(), with_ui=True)  # the page is mounted at "/"
+    for method, path, allow in [("GET", "/tts", "POST"), ("PUT", "/tts", "POST"),
+                                ("GET", "/v1/audio/speech", "POST"), ("POST", "/health", "GET"),
+                                ("POST", "/jobs/some-id", "GET, DELETE")]:
+        r = httpx.request(method, f"{server.url}{path}")
+        assert r.status_code == 405, (method, path, r.status_code, r.text)
+        assert r.headers["allow"] == allow
+        assert r.json()["error"]["type"] == "method_not_allowed", r.text
+    for path in ("/v1/models", "/no/such/route"):
+        r = httpx.get(f"{server.url}{path}")
+        assert r.status_code == 404, r.text
+        assert r.json()["error"]["type"] == "not_found" and path in r.json()["error"]["message"]
+    # the page and Gradio's own routes are untouched
+    page = httpx.get(f"{server.url}/")
+    assert page.status_code == 200 and "<html" in page.text.lower()
+    info = httpx.get(f"{server.url}/gradio_api/info")
+    assert info.status_code == 200 and "/clone" in info.json()["named_endpoints"]
+    assert httpx.get(f"{server.url}/config").json()["api_prefix"] == "/gradio_api"
+    assert httpx.get(f"{server.url}/health").status_code == 200
