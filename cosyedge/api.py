@@ -94,6 +94,11 @@ class TTSResponse(BaseModel):
     voice_match: str
     similarity: float | None = Field(None, description="Speaker similarity to prompt_audio, if measured")
     instruct: dict[str, Any]
+    notes: list[str] = Field(default_factory=list,
+                             description="Request fields that had no effect, each with the reason")
+    skipped: list[str] = Field(default_factory=list,
+                               description="Text not read aloud (other languages' tags, unsupported "
+                                           "scripts), one line per tag or script")
 
 
 class SpeechBody(BaseModel):
@@ -334,8 +339,8 @@ async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
 
 def _report_header(result: TTSResult) -> str:
     return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
-                       "similarity": result.similarity, "instruct": result.instruct},
-                      ensure_ascii=True)
+                       "similarity": result.similarity, "instruct": result.instruct,
+                       "notes": result.notes, "skipped": result.skipped}, ensure_ascii=True)
 
 
 def build_router(service: Service) -> APIRouter:
@@ -358,7 +363,8 @@ def build_router(service: Service) -> APIRouter:
                            duration=round(result.duration, 4), sample_rate=result.sample_rate,
                            job_id=result.job_id, engine=result.engine, model=result.model_id,
                            voice=result.voice, voice_match=result.voice_match,
-                           similarity=result.similarity, instruct=result.instruct)
+                           similarity=result.similarity, instruct=result.instruct,
+                           notes=result.notes, skipped=result.skipped)
 
     @router.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}},
                                                 **errors}, response_class=Response, tags=["openai"])

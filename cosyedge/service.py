@@ -23,7 +23,7 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -32,8 +32,8 @@ import numpy as np
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
-from cosyedge.errors import (AudioError, CancelledError, NameError_, NotFoundError, ParameterError,
-                             StorageFullError, TextError)
+from cosyedge.errors import (AudioError, CancelledError, CosyedgeError, NameError_, NotFoundError,
+                             ParameterError, StorageFullError, TextError)
 from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
@@ -104,6 +104,8 @@ class TTSResult:
     seconds: float  # wall time of the synthesis
     path: Path | None = None
     similarity: float | None = None  # see VoiceChoice.similarity
+    notes: list[str] = field(default_factory=list)  # request fields ignored, and why (ignored_inputs)
+    skipped: list[str] = field(default_factory=list)  # text not read aloud (unread_text)
 
     @property
     def duration(self) -> float:
@@ -114,7 +116,7 @@ class TTSResult:
         return {"job_id": self.job_id, "engine": self.engine, "model": self.model_id,
                 "voice": self.voice, "voice_match": self.voice_match,
                 "similarity": self.similarity, "instruct": self.instruct,
-                "sentences": self.sentences, "duration": round(self.duration, 3),
+                "notes": list(self.notes), "skipped": list(self.skipped), "sentences": self.sentences, "duration": round(self.duration, 3),
                 "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3)}
 
 
@@ -492,6 +494,8 @@ class Service:
             choice = self._resolve_voice(engine, request)
             options = SynthesisOptions(speed=float(request.speed), language=request.language)
             plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
+            notes = ignored_inputs(request, engine)
+            skipped = unread_text(engine, request.text, options.language)
             job.set_phase("synthesizing")
 
             def progress(done: int, total: int) -> None:
@@ -509,7 +513,8 @@ class Service:
                 job.stream.start(StreamInfo(sample_rate=sample_rate, engine=engine.name,
                                             model_id=engine.model_id,
                                             report={"voice": choice.name, "voice_match": choice.match,
-                                                    "instruct": instruct_report(plan)}))
+                                                    "instruct": instruct_report(plan),
+                                                    "notes": notes, "skipped": skipped}))
                 audio, sentences = self._stream(job, job.stream, engine, request.text, choice.voice,
                                                 options, plan, progress)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
@@ -525,7 +530,8 @@ class Service:
                                engine=engine.name, model_id=engine.model_id, voice=choice.name,
                                voice_match=choice.match, similarity=similarity,
                                instruct=instruct_report(plan),
-                               sentences=sentences, seconds=time.monotonic() - started)
+                               sentences=sentences, seconds=time.monotonic() - started,
+                               notes=notes, skipped=skipped)
         if request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
         return result
@@ -586,7 +592,10 @@ class Service:
             prompt, transcript, info = self.library.load(request.voice_id)
             name = f"saved voice {info.name}"
         else:
-            prompt, transcript = self._condition(request.prompt_audio), request.prompt_text or None
+            # an engine that cannot clone matches from the sound alone: the transcript would only
+            # split the prompt cache (a new match for the same audio); ignored_inputs says so
+            transcript = (request.prompt_text or None) if engine.capabilities.native_clone else None
+            prompt = self._condition(request.prompt_audio)
             name = "prompt audio"
         encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt)
@@ -609,6 +618,46 @@ class Service:
                                          match=f"preset {applied.voice}, asked for by the instruction "
                                                f"(instead of {choice.name})", similarity=None)
         return applied.plan, applied.options, choice
+
+
+def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
+    """The request's fields that had no effect, each with the reason (no error: the job still runs).
+
+    The voice comes from ``voice_id``, else ``prompt_audio``, else ``speaker``; ``prompt_text`` is
+    the prompt's transcript, used only by an engine that clones natively."""
+    notes: list[str] = []
+    source = None
+    if request.voice_id is not None:
+        source = f"the saved voice {request.voice_id!r} (voice_id)"
+        if request.prompt_audio is not None:
+            notes.append(f"prompt_audio ignored: {source} was used instead")
+    elif request.prompt_audio is not None:
+        source = "prompt_audio"
+    if request.speaker not in (None, "", "default") and source is not None:
+        notes.append(f"speaker {request.speaker!r} ignored: the voice comes from {source}")
+    if request.prompt_text and request.prompt_text.strip():
+        if request.voice_id is not None:
+            notes.append("prompt_text ignored: the saved voice keeps its own transcript")
+        elif request.prompt_audio is None:
+            notes.append("prompt_text ignored: it is the transcript of prompt_audio, and no "
+                         "prompt_audio was sent")
+        elif not engine.capabilities.native_clone:
+            notes.append(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
+                         "the voice from the sound of prompt_audio alone, without its transcript")
+    return notes
+
+
+def unread_text(engine: Engine, text: str, language: str) -> list[str]:
+    """What the engine will not read aloud in ``text``, from an engine that can tell (an optional
+    ``unread_text(text, language)`` method, e.g. Kokoro's: other languages' tags, unsupported
+    scripts); empty otherwise. Text with nothing readable at all fails in synthesis with a 400."""
+    probe = getattr(engine, "unread_text", None)
+    if probe is None:
+        return []
+    try:
+        return list(probe(text, language))
+    except CosyedgeError:
+        return []  # the synthesis names the problem itself
 
 
 def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:

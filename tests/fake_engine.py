@@ -82,6 +82,14 @@ class FakeEngine:
             with self._lock:
                 self.active -= 1
 
+    def unread_text(self, text: str, language: str = "auto") -> list[str]:
+        """Like the Kokoro engine's: what the shared text rules (cosyedge.text.langid) do not read."""
+        from cosyedge.text import langid
+
+        unread = langid.Unread()
+        langid.segment(text, language, "zh", unread)
+        return unread.notes()
+
     def close(self) -> None:
         self.closed = True
         self.ballast = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import json
 
 import httpx
 import numpy as np
@@ -183,3 +184,38 @@ def test_wrong_method_and_unknown_route_keep_the_error_shape_next_to_the_page(ma
     assert info.status_code == 200 and "/clone" in info.json()["named_endpoints"]
     assert httpx.get(f"{server.url}/config").json()["api_prefix"] == "/gradio_api"
     assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def test_text_not_read_aloud_is_reported_in_skipped(server):
+    r = httpx.post(f"{server.url}/tts", json={"text": "[fr]Bonjour. [ko]안녕하세요 class. Привет!"},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+    skipped = r.json()["skipped"]
+    assert any("[fr]" in s for s in skipped) and any("[ko]" in s for s in skipped), skipped
+    assert any("Hangul" in s and "안녕하세요" in s for s in skipped), skipped
+    assert any("Cyrillic" in s and "Привет" in s for s in skipped), skipped
+    r = httpx.post(f"{server.url}/tts", json={"text": "[zh]你好[en]Hello [it] works."}, timeout=30)
+    assert r.status_code == 200 and r.json()["skipped"] == []
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    speech = client.audio.speech.with_raw_response.create(model="tts-1", voice="male_1",
+                                                          input="Hello. Привет.", response_format="wav")
+    report = json.loads(speech.headers["x-cosyedge-report"])
+    assert any("Cyrillic" in s for s in report["skipped"]), report
+
+
+def test_ignored_fields_are_named_in_notes(server):
+    r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "prompt_text": "hello there"}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["notes"] == ["prompt_text ignored: it is the transcript of prompt_audio, and no "
+                                 "prompt_audio was sent"]
+    r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "speaker": "male_1",
+                                              "prompt_audio": wav_b64(4.0), "prompt_text": "hi"},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+    notes = r.json()["notes"]
+    assert any(n.startswith("speaker 'male_1' ignored") for n in notes), notes
+    assert any(n.startswith("prompt_text ignored") and "cannot clone" in n for n in notes), notes
+    r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "speaker": "male_1"}, timeout=30)
+    assert r.json()["notes"] == [] and r.json()["voice"] == "male_1"

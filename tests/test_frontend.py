@@ -136,6 +136,14 @@ def test_token_ids(frontend):
     assert len(frontend.token_ids("a" * 600)) == MAX_PHONEMES
 
 
+def test_unread_names_what_sentences_leave_out(frontend):
+    out = frontend.sentences("[fr]Bonjour. [ko]안녕하세요 class.")
+    assert "fr" not in " ".join(s.text for s in out).lower()  # the tag is not read as letters
+    notes = frontend.unread("[fr]Bonjour. [ko]안녕하세요 class.")
+    assert [n.split(" not read")[0] for n in notes] == ["tag [fr]", "tag [ko]", "5 Hangul characters"]
+    assert frontend.unread("[zh]今天天气真好[en]It's sunny today") == []
+
+
 def test_runs_without_model_files_from_injected_vocab():
     vocab = {"a": 1, "b": 2, " ": 3}
     f = KokoroFrontend(vocab=vocab)

@@ -69,3 +69,20 @@ def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
     with pytest.raises(AudioError):
         service.save_voice("empty", None, "")
     build_ui(service)  # the page builds with saved voices present
+
+
+def test_prompt_text_is_noted_as_ignored_only_where_the_engine_cannot_use_it(make_service):
+    from tests.fake_engine import FakeFactory
+
+    prompt = encode(speechlike(4.0), 24000)
+    matcher = make_service()  # the fake engine, like Kokoro, cannot clone
+    first = run(matcher, text="Hello.", prompt_audio=prompt, prompt_text="hello there")
+    again = run(matcher, text="Hello.", prompt_audio=prompt, prompt_text="a different transcript")
+    assert any(n.startswith("prompt_text ignored") for n in first.notes), first.notes
+    # ignored for real: a new transcript does not make the same audio a new (slow) voice match
+    assert (matcher.prompt_cache.misses, matcher.prompt_cache.hits) == (1, 1)
+    assert again.report()["notes"] == first.notes
+    cloner = make_service(factory=FakeFactory(native_clone=True))
+    cloned = run(cloner, text="Hello.", prompt_audio=prompt, prompt_text="hello there",
+                 speaker="male_1")
+    assert cloned.notes == ["speaker 'male_1' ignored: the voice comes from prompt_audio"]

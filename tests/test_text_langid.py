@@ -1,7 +1,7 @@
 """Language segmentation: seed tags, script rules, neutral characters, langdetect."""
 
 
-from cosyedge.text.langid import Run, char_class, detect_language, parse_tags, segment
+from cosyedge.text.langid import Run, Unread, char_class, detect_language, parse_tags, segment
 
 
 def langs(text, language="auto"):
@@ -87,3 +87,34 @@ def test_detect_language_is_deterministic_and_uses_scripts_first():
 
 def test_parse_tags_yields_blocks_in_order():
     assert list(parse_tags("a[en]b[/en]c", "zh")) == [("zh", "a"), ("en", "b"), ("zh", "c")]
+
+
+def test_other_languages_tags_are_markup_not_text():
+    unread = Unread()
+    assert [(r.language, r.text.strip()) for r in segment("[fr]Bonjour", unread=unread)] == \
+        [("en", "Bonjour")]  # not "fr Bonjour"
+    assert unread.tags == ["[fr]"]
+    assert langs("[de-DE]Hallo [/de-DE]你好") == [("en", "Hallo"), ("zh", "你好")]
+    # a region on our own languages still selects them
+    assert langs("[en-US]Hello [zh-CN]你好") == [("en", "Hello"), ("zh", "你好")]
+
+
+def test_bracketed_words_that_are_no_tag_stay_text():
+    unread = Unread()
+    assert langs("He said [it] was fine [sic].") == [("en", "He said [it] was fine [sic].")]
+    segment("He said [it] was fine [sic] [xy].", unread=unread)
+    assert unread.tags == [] and unread.notes() == []
+    assert langs("[it-IT]Ciao") == [("en", "Ciao")]
+
+
+def test_unread_records_dropped_scripts_with_their_words():
+    unread = Unread()
+    segment("[ko]안녕하세요 class. Привет, мир! 😀", unread=unread)
+    notes = unread.notes()
+    assert notes[0].startswith("tag [ko] not read aloud")
+    assert any(n.startswith("5 Hangul characters not read (안녕하세요)") for n in notes), notes
+    assert any(n.startswith("9 Cyrillic characters not read (Привет, мир)") for n in notes), notes
+    assert "1 emoji not read (😀)" in notes
+    plain = Unread()
+    segment("[zh]今天天气真好[en]It's 25°C today. 2024年", unread=plain)
+    assert plain.notes() == []

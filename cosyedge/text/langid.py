@@ -2,10 +2,13 @@
 
 Rules, in order of strength:
 
-1. **Tags.** ``[zh]``, ``[en]``, ``[ja]`` (any case) set the language of the text that follows, up to
-   the next tag; ``[/zh]`` etc. return to the caller's language. The seed's ``[mul]...[/mul]`` (and
-   ``[auto]``) mean "detect". Tags for languages we cannot speak (``[ko]``, ``[yue]``) are removed and
-   their text is detected. A tag boundary is also a sentence boundary.
+1. **Tags.** ``[zh]``, ``[en]``, ``[ja]`` (any case, with or without a region: ``[en-US]``) set the
+   language of the text that follows, up to the next tag; ``[/zh]`` etc. return to the caller's
+   language. The seed's ``[mul]...[/mul]`` (and ``[auto]``) mean "detect". Tags for other languages
+   (``[fr]``, ``[ko]``, ``[yue]``: any ISO 639-1 code, a few Chinese 639-3 ones) are markup, never
+   read aloud: removed, their text detected, and reported in :class:`Unread`. A bracketed code that
+   is also a common English word (``[it]``, ``[no]``) counts as a tag only with a region
+   (``[it-IT]``), so editorial brackets keep their word. A tag boundary is also a sentence boundary.
 2. **Scripts.** Kana is always Japanese and Latin letters are always read by the English G2P (no other
    G2P can read them). Han characters follow the tag; without one they are Japanese when the same
    sentence contains any kana, otherwise Chinese.
@@ -16,7 +19,8 @@ Rules, in order of strength:
    is read with the English G2P. It is seeded (``DetectorFactory.seed = 0``) on first use, so results
    are reproducible, and never at import.
 
-Characters of scripts we do not speak (Hangul, Cyrillic, emoji, ...) are dropped with a debug log.
+Characters of scripts we do not speak (Hangul, Cyrillic, emoji, ...) are dropped; :func:`segment`
+records them, by script, in an :class:`Unread` so the caller can say what was not read.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
+import unicodedata
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from .units import UNIT_AFTER_NUMBER
@@ -34,7 +39,18 @@ logger = logging.getLogger(__name__)
 LANGUAGES = ("zh", "en", "ja")
 AUTO = "auto"
 
-_TAG = re.compile(r"\[(/?)(zh|en|ja|mul|auto|ko|yue)\]", re.IGNORECASE)
+#: ISO 639-1 codes, and a few 639-3 codes for Chinese languages: a bracketed one is a language tag.
+ISO_LANGUAGES = frozenset("""
+aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv
+dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig
+ii ik io is it iu ja jv ka kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh
+mi mk ml mn mr ms mt my na nb nd ne ng nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru
+rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug
+uk ur uz ve vi vo wa wo xh yi yo za zh zu yue cmn wuu nan hak
+""".split())
+#: Codes that are also common English words: a tag only with a region ("[it-IT]"), else plain text.
+WORD_CODES = frozenset("am an as be he hi is it my no or so to".split())
+_TAG = re.compile(r"\[(/?)([a-z]{2,3}|mul|auto)((?:[-_][a-z0-9]{2,8})*)\]", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[。．！？!?\n])")
 
 HAN, KANA, LATIN, DIGIT, NEUTRAL, OTHER = "han", "kana", "latin", "digit", "neutral", "other"
@@ -74,32 +90,90 @@ def _is_pictograph(code: int) -> bool:
     return 0x1F000 <= code <= 0x1FAFF or 0x2600 <= code <= 0x27BF or code in (0xFE0F, 0x20E3)
 
 
-def parse_tags(text: str, language: str = AUTO) -> Iterator[tuple[str, str]]:
-    """Yield ``(language_or_auto, block_text)`` for the stretches between seed tags."""
+@dataclass
+class Unread:
+    """What :func:`segment` did not read aloud: language tags it removed as markup (other than
+    zh/en/ja/mul/auto) and words in scripts no G2P here reads, by script name."""
+
+    tags: list[str] = field(default_factory=list)
+    words: dict[str, list[str]] = field(default_factory=dict)  # script -> dropped words, in order
+    chars: dict[str, int] = field(default_factory=dict)  # script -> dropped characters
+    _last: str = field(default="", repr=False)  # script of the last dropped character
+
+    SHOWN = 3  # words quoted per script; the count covers all characters
+
+    def add_char(self, ch: str, continues: bool) -> None:
+        """Record a dropped character; ``continues``: it directly follows the last dropped one."""
+        script = script_name(ch)
+        words = self.words.setdefault(script, [])
+        self.chars[script] = self.chars.get(script, 0) + 1
+        if continues and words and self._last == script:
+            words[-1] += ch
+        else:
+            words.append(ch)
+        self._last = script
+
+    def notes(self) -> list[str]:
+        """One short line per tag and per script, e.g. "tag [fr] not read aloud: ..."."""
+        out = [f"tag {tag} not read aloud: this engine speaks zh, en and ja; the text after it was "
+               "read by its script (Latin letters as English)" for tag in self.tags]
+        for script, words in self.words.items():
+            unique = list(dict.fromkeys(words))
+            shown = ", ".join(unique[:self.SHOWN]) + (", …" if len(unique) > self.SHOWN else "")
+            count = self.chars[script]
+            if script == "emoji":
+                out.append(f"{count} emoji not read ({shown})")
+            else:
+                out.append(f"{count} {script} character{'s' if count > 1 else ''} not read ({shown}): "
+                           "this engine reads Chinese, English and Japanese only")
+        return out
+
+
+def script_name(ch: str) -> str:
+    """The script of a character, as a name for people ("Hangul", "Cyrillic", "emoji")."""
+    if _is_pictograph(ord(ch)):
+        return "emoji"
+    words = unicodedata.name(ch, "").split()
+    while words and words[0] in ("HALFWIDTH", "FULLWIDTH", "SMALL", "CAPITAL", "MODIFIER"):
+        words = words[1:]
+    return words[0].capitalize() if words else f"U+{ord(ch):04X}"
+
+
+def parse_tags(text: str, language: str = AUTO, unread: Unread | None = None) -> Iterator[tuple[str, str]]:
+    """Yield ``(language_or_auto, block_text)`` for the stretches between seed tags; tags for other
+    languages are removed (listed in ``unread``), bracketed words that are no tag stay text."""
     pos = 0
     current = language
     for match in _TAG.finditer(text):
+        closing, code, region = match.group(1), match.group(2).lower(), match.group(3)
+        if code not in (*LANGUAGES, "mul", "auto"):
+            if code not in ISO_LANGUAGES or (code in WORD_CODES and not region):
+                continue  # "[sic]", "[it]": ordinary text
         if match.start() > pos:
             yield current, text[pos:match.start()]
-        closing, code = match.group(1), match.group(2).lower()
         if closing:
             current = language
         elif code in LANGUAGES:
             current = code
         else:
-            if code in ("ko", "yue"):
-                logger.info("tag [%s] names a language this engine cannot speak; detecting instead", code)
+            if code not in ("mul", "auto"):
+                logger.info("tag %s names a language this engine cannot speak; detecting instead",
+                            match.group(0))
+                if unread is not None and match.group(0) not in unread.tags:
+                    unread.tags.append(match.group(0))
             current = AUTO
         pos = match.end()
     if pos < len(text):
         yield current, text[pos:]
 
 
-def segment(text: str, language: str = AUTO, default: str = "zh") -> list[Run]:
-    """Split ``text`` (tags allowed) into runs of one language each, in order."""
+def segment(text: str, language: str = AUTO, default: str = "zh",
+            unread: Unread | None = None) -> list[Run]:
+    """Split ``text`` (tags allowed) into runs of one language each, in order; what is not read
+    (other languages' tags, unsupported scripts) is recorded in ``unread`` when given."""
     runs: list[Run] = []
-    for block_language, block in parse_tags(text, language):
-        block_runs = _segment_block(block, block_language, default)
+    for block_language, block in parse_tags(text, language, unread):
+        block_runs = _segment_block(block, block_language, default, unread)
         if block_runs:
             first = block_runs[0]
             block_runs[0] = Run(first.language, first.text, new_block=bool(runs))
@@ -107,11 +181,12 @@ def segment(text: str, language: str = AUTO, default: str = "zh") -> list[Run]:
     return runs
 
 
-def _segment_block(block: str, tag: str, default: str) -> list[Run]:
+def _segment_block(block: str, tag: str, default: str, unread: Unread | None = None) -> list[Run]:
     """Runs for one tag block; see the module rules 2 and 3."""
     labels: list[str | None] = []  # a language, or None for neutral characters
     chars: list[str] = []
     dropped = 0
+    previous_other = False
     # unit names glued to numbers ("100km") are read with the number, in the number's language
     unit_chars = {i for m in UNIT_AFTER_NUMBER.finditer(block) for i in range(*m.span(2))}
     offset = 0
@@ -123,7 +198,12 @@ def _segment_block(block: str, tag: str, default: str) -> list[Run]:
             offset += 1
             if cls == OTHER:
                 dropped += 1
+                if unread is not None:
+                    unread.add_char(ch, continues=bool(labels) and chars[-1] == " " and previous_other)
+                previous_other = True
                 ch, cls = " ", NEUTRAL
+            else:
+                previous_other = False
             chars.append(ch)
             labels.append({HAN: han_language, KANA: "ja", LATIN: "en"}.get(cls))
     if dropped:

@@ -280,6 +280,12 @@ class KokoroEngine:
         return AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
                           text=sentence.text, index=index, total=total, pause_after_s=pause)
 
+    def unread_text(self, text: str, language: str = "auto") -> list[str]:
+        """Notes on what :meth:`synthesize` will not read aloud in ``text`` (other languages' tags,
+        unsupported scripts), from the frontend; the service puts them in the result's ``skipped``."""
+        unread = getattr(self.frontend, "unread", None)
+        return list(unread(text, language)) if unread is not None else []
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
         """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
         from cosyedge.engines.kokoro import voice_match

@@ -119,6 +119,17 @@ class KokoroFrontend:
             raise TextError(self._why_nothing(cleaned))
         return out
 
+    def unread(self, text: str, language: str = "auto") -> list[str]:
+        """What :meth:`sentences` will not read aloud in ``text``, one note per tag or script
+        ("tag [fr] not read aloud: ...", "5 Hangul characters not read (안녕하세요): ..."); empty
+        when everything is read. Cheap: cleanup and language runs only, no normalization or G2P."""
+        if not isinstance(text, str):
+            return []
+        unread = langid.Unread()
+        langid.segment(cleanup.clean(text), self._check_language(language), self.default_language,
+                       unread)
+        return unread.notes()
+
     def token_ids(self, phonemes: str) -> list[int]:
         """Model ids for ``phonemes`` (unknown symbols dropped, at most ``max_phonemes`` kept).
 
