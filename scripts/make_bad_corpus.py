@@ -230,6 +230,16 @@ def cases() -> list[Case]:
                  else "/tts", body, expect) for cid, body, expect in js]
     out.append(Case("json-wrong_content_type", "json", "POST", "/tts", _tts(),
                     (400, 415), content_type="text/plain"))
+    out.append(Case("json-form_encoded", "json", "POST", "/tts", _tts(), (400, 415),
+                    content_type="application/x-www-form-urlencoded"))  # curl -d without -H
+    # the request line itself: a wrong method on a REST path, a path no route has (page at "/")
+    for cid, method, path, expect, kind in [
+            ("wrong_method_get_tts", "GET", "/tts", (405,), "method_not_allowed"),
+            ("wrong_method_put_tts", "PUT", "/tts", (405,), "method_not_allowed"),
+            ("wrong_method_get_speech", "GET", "/v1/audio/speech", (405,), "method_not_allowed"),
+            ("wrong_method_post_health", "POST", "/health", (405,), "method_not_allowed"),
+            ("unknown_route_models", "GET", "/v1/models", (404,), "not_found")]:
+        out.append(Case(f"json-{cid}", "json", method, path, lambda: b"", expect, kind))
 
     names = [
         ("job_id_traversal", _tts(job_id="../../etc/passwd"), (400,), "invalid_name"),
