@@ -208,8 +208,8 @@ def test_text_not_read_aloud_is_reported_in_skipped(server):
 def test_ignored_fields_are_named_in_notes(server):
     r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "prompt_text": "hello there"}, timeout=30)
     assert r.status_code == 200, r.text
-    assert r.json()["notes"] == ["prompt_text ignored: it is the transcript of prompt_audio, and no "
-                                 "prompt_audio was sent"]
+    assert r.json()["notes"] == [("prompt_text ignored: it is the transcript of prompt_audio, and no "
+                                  "prompt_audio was sent")]
     r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "speaker": "male_1",
                                               "prompt_audio": wav_b64(4.0), "prompt_text": "hi"},
                    timeout=30)

@@ -1,7 +1,8 @@
 """Language segmentation: seed tags, script rules, neutral characters, langdetect."""
 
 
-from cosyedge.text.langid import Run, Unread, char_class, detect_language, parse_tags, segment
+from cosyedge.text.langid import (Run, Unread, char_class, detect_language, parse_tags,
+                                  segment)
 
 
 def langs(text, language="auto"):

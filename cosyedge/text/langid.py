@@ -47,9 +47,9 @@ ii ik io is it iu ja jv ka kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li
 mi mk ml mn mr ms mt my na nb nd ne ng nl nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru
 rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug
 uk ur uz ve vi vo wa wo xh yi yo za zh zu yue cmn wuu nan hak
-""".split())
+""".split())  # noqa: SIM905 - a block of codes reads better than 189 quoted strings
 #: Codes that are also common English words: a tag only with a region ("[it-IT]"), else plain text.
-WORD_CODES = frozenset("am an as be he hi is it my no or so to".split())
+WORD_CODES = frozenset(("am", "an", "as", "be", "he", "hi", "is", "it", "my", "no", "or", "so", "to"))
 _TAG = re.compile(r"\[(/?)([a-z]{2,3}|mul|auto)((?:[-_][a-z0-9]{2,8})*)\]", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[。．！？!?\n])")
 
@@ -146,9 +146,9 @@ def parse_tags(text: str, language: str = AUTO, unread: Unread | None = None) ->
     current = language
     for match in _TAG.finditer(text):
         closing, code, region = match.group(1), match.group(2).lower(), match.group(3)
-        if code not in (*LANGUAGES, "mul", "auto"):
-            if code not in ISO_LANGUAGES or (code in WORD_CODES and not region):
-                continue  # "[sic]", "[it]": ordinary text
+        if code not in (*LANGUAGES, "mul", "auto") and (
+                code not in ISO_LANGUAGES or (code in WORD_CODES and not region)):
+            continue  # "[sic]", "[it]": ordinary text
         if match.start() > pos:
             yield current, text[pos:match.start()]
         if closing:
