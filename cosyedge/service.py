@@ -116,7 +116,8 @@ class TTSResult:
         return {"job_id": self.job_id, "engine": self.engine, "model": self.model_id,
                 "voice": self.voice, "voice_match": self.voice_match,
                 "similarity": self.similarity, "instruct": self.instruct,
-                "notes": list(self.notes), "skipped": list(self.skipped), "sentences": self.sentences, "duration": round(self.duration, 3),
+                "notes": list(self.notes), "skipped": list(self.skipped),
+                "sentences": self.sentences, "duration": round(self.duration, 3),
                 "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3)}
 
 

@@ -199,7 +199,7 @@ def _segment_block(block: str, tag: str, default: str, unread: Unread | None = N
             if cls == OTHER:
                 dropped += 1
                 if unread is not None:
-                    unread.add_char(ch, continues=bool(labels) and chars[-1] == " " and previous_other)
+                    unread.add_char(ch, continues=previous_other)
                 previous_other = True
                 ch, cls = " ", NEUTRAL
             else:
