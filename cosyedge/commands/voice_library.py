@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     save = actions.add_parser("save", help="condition a recording and save it as a named voice")
     save.add_argument("name", help="voice name (letters, digits, space . _ -, or a Chinese name)")
-    save.add_argument("audio", type=Path, help="WAV, FLAC, OGG or MP3 recording, 3-10 s of one speaker works best (up to 30 s is used whole)")
+    save.add_argument("audio", type=Path, help="WAV, FLAC, OGG or MP3 recording; 3-10 s of one speaker "
+                      "works best (up to 30 s is used whole)")
     save.add_argument("--transcript", default="", help="what is said in the recording (helps CosyVoice)")
     save.add_argument("--encode", action="store_true",
                       help="also encode it now for the configured model (approximate voice match on "
