@@ -14,6 +14,7 @@ the session's jobs in the JobQueue, which stops synthesis between sentences.
 # No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
 # to inject gr.Request and gr.Progress, so they must be real objects, not strings.
 import asyncio
+import html
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
@@ -72,10 +73,13 @@ SIMILARITY_SCALE = ("cosine of voice embeddings, 1.00 = same; measured: the same
 
 def ui_error(message: str, title: str = CANNOT_GENERATE) -> "gr.Error":
     """A toast that stays until it is closed: a reason that vanishes after 10 s leaves a teacher
-    with only the red "Error" badges and no idea what went wrong."""
+    with only the red "Error" badges and no idea what went wrong. The page's Gradio (6.x) heads
+    every error toast "Error" and does not show ``title``, so the bilingual title also leads the
+    message: a service reason (English) still comes with the page's Chinese. The toast renders its
+    text as HTML, and reasons quote user input (a voice name, an SSML tag), so it is escaped."""
     import gradio as gr
 
-    return gr.Error(message, title=title, duration=None)
+    return gr.Error(html.escape(f"{title}: {message}", quote=False), title=title, duration=None)
 
 
 def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
@@ -474,7 +478,7 @@ def build_ui(service: Service) -> "gr.Blocks":
 
         def save_voice(prompt_path: str | None, prompt_text: str, name: str):
             value, confirmation = save_prompt(service, prompt_path, prompt_text, name)
-            gr.Info(confirmation)
+            gr.Info(html.escape(confirmation, quote=False))  # a toast renders HTML; the name is user text
             return (gr.update(choices=voice_choices(service, with_presets=False), value=value),
                     gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
 

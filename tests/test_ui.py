@@ -100,7 +100,7 @@ def test_save_refusals_name_the_reason_and_stay(make_service, tmp_path, prompt_s
     prompt = wav_path(tmp_path, prompt_s) if prompt_s else None
     with pytest.raises(gr.Error) as info:
         save_prompt(service, prompt, "", name)
-    assert reason in info.value.message and info.value.title == CANNOT_SAVE
+    assert reason in info.value.message and info.value.message.startswith(CANNOT_SAVE)
     assert info.value.duration is None  # stays until closed
     assert service.voices()["saved"] == []
 
@@ -119,9 +119,11 @@ def test_errors_stay_until_closed_and_empty_text_is_bilingual(make_service):
     import gradio as gr
 
     from cosyedge.errors import BusyError, TextError
-    from cosyedge.ui import EMPTY_TEXT, _ui_error, stream_request
+    from cosyedge.ui import CANNOT_GENERATE, EMPTY_TEXT, _ui_error, stream_request
 
     assert _ui_error(TextError("text is empty")).duration is None
+    # the toast renders HTML: a reason quoting the user's markup must show it, not drop it
+    assert "(&lt;speak&gt;)" in _ui_error(TextError("text contains markup (<speak>)")).message
     busy = _ui_error(BusyError("the queue is full", retry_after=5))
     assert busy.duration is None and "约 5 秒后重试" in busy.message
 
@@ -131,7 +133,7 @@ def test_errors_stay_until_closed_and_empty_text_is_bilingual(make_service):
 
     with pytest.raises(gr.Error) as info:
         asyncio.run(empty())
-    assert info.value.message == EMPTY_TEXT and info.value.duration is None
+    assert info.value.message == f"{CANNOT_GENERATE}: {EMPTY_TEXT}" and info.value.duration is None
 
 
 def result_with(**fields):
