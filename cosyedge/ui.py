@@ -6,9 +6,13 @@ waits for its job while reporting the queue position or per-sentence progress th
 script in the page (Web Audio) reading ``GET /jobs/{id}/audio?token=...`` (a WAV stream of the job's
 pieces as they are made), so the browser plays the first sentence while the rest is synthesized.
 Gradio's own streaming audio output was not used: it re-encodes every chunk to AAC through an
-ffmpeg process, and ffmpeg is not part of the install. Cancel comes from the cancel button,
-from Gradio cancelling the event, or from the page being closed (``demo.unload``); all three cancel
-the session's jobs in the JobQueue, which stops synthesis between sentences.
+ffmpeg process, and ffmpeg is not part of the install. Cancel comes from the cancel button
+(which cancels the session's jobs; the waiting handler then ends with "Cancelled / 已取消"), from
+the page being closed (``demo.unload``), or from Gradio cancelling the event; each cancels the jobs
+in the JobQueue, which stops synthesis between sentences.
+
+Feedback: errors are toasts that stay until closed, led by a bilingual title (this Gradio shows no
+toast titles) and HTML-escaped (toasts render HTML); user text in the result panel is escaped too.
 """
 
 # No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
@@ -412,8 +416,11 @@ def build_ui(service: Service) -> "gr.Blocks":
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
         """``out``: download player, panel, live player (last; Cancel empties it)."""
-        event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
-        stop.click(cancel, inputs=None, outputs=[out[-1], out[1]], cancels=[event], queue=False)
+        go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
+        # The job is cancelled in the JobQueue; the generate event then ends by itself with
+        # "Cancelled / 已取消". Gradio's own ``cancels=[event]`` is not used: a Gradio-cancelled
+        # event often left red "Error" badges on the three outputs (seen 2 of 3 times on fac32b1).
+        stop.click(cancel, inputs=None, outputs=[out[-1], out[1]], queue=False)
 
     # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
     with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
@@ -477,7 +484,13 @@ def build_ui(service: Service) -> "gr.Blocks":
                     gr.update(choices=choices, value=choices[0][1]))
 
         def save_voice(prompt_path: str | None, prompt_text: str, name: str):
-            value, confirmation = save_prompt(service, prompt_path, prompt_text, name)
+            try:
+                value, confirmation = save_prompt(service, prompt_path, prompt_text, name)
+            except gr.Error as exc:
+                # A lasting warning toast rather than a failed event: a failed event also puts red
+                # "Error" badges on the three voice dropdowns it updates, two of them on other tabs.
+                gr.Warning(exc.message, duration=None, title=CANNOT_SAVE)
+                return gr.skip(), gr.skip(), gr.skip()
             gr.Info(html.escape(confirmation, quote=False))  # a toast renders HTML; the name is user text
             return (gr.update(choices=voice_choices(service, with_presets=False), value=value),
                     gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
@@ -486,7 +499,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         # Queued: only a queued event delivers gr.Error / gr.Info to the page. Unqueued, every
         # refusal was a bare HTTP 500 and a red badge on the dropdown, and success said nothing.
         save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name],
-                       outputs=[saved_c, voice_i, voice_p])
+                       outputs=[saved_c, voice_i, voice_p], show_progress="hidden")
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
                                         show_progress="hidden")
 
