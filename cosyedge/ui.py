@@ -95,17 +95,27 @@ def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
     return ui_error(exc.message, title=title)
 
 
-#: ASCII characters that Markdown or HTML could read as markup; user text in the panel gets them
-#: as character references, which both render literally.
-#: ``:``, ``.`` and ``@`` included so that no URL or address becomes an automatic link.
-_MARKUP_CHARS = set("\\`*_{}[]()<>#+-.!|~&\"'$:/=@")
+#: Characters that Markdown or HTML read as markup wherever they stand (the panel's user text never
+#: starts a line, so line-start syntax such as "#" or "-" cannot apply); "[" and "]" cover links and
+#: images, "@" e-mail autolinks.
+_MARKUP_CHARS = set("\\`*[]<>&~$|@")
 
 
 def plain(text: object) -> str:
     """``text`` made inert for a gr.Markdown panel: no tags, links, images or emphasis from it, on
-    one line. The page renders it as the same text; the Markdown source is not meant to be read."""
-    return "".join(f"&#{ord(c)};" if c in _MARKUP_CHARS else c
-                   for c in " ".join(str(text).splitlines()))
+    one line. Markup characters become character references, which the page shows as themselves;
+    ordinary names ("female_1", "fake-sine") stay as they are."""
+    line = " ".join(str(text).splitlines())
+    out = []
+    for i, char in enumerate(line):
+        before = line[i - 1] if i else " "
+        after = line[i + 1] if i + 1 < len(line) else " "
+        markup = (char in _MARKUP_CHARS
+                  or (char == "_" and not (before.isalnum() and after.isalnum()))  # _emphasis_
+                  or (char == ":" and line.startswith("//", i + 1))  # http://... autolinks
+                  or (char == "." and line[max(0, i - 3):i].lower() == "www"))  # www.... autolinks
+        out.append(f"&#{ord(char)};" if markup else char)
+    return "".join(out)
 
 
 def describe(result: TTSResult) -> str:

@@ -48,7 +48,7 @@ def test_progress_reports_position_then_sentences(make_service, web_settings, fa
     assert any("position 1" in d for d in descs)
     assert any("sentence" in d for d in descs)
     assert path and path.endswith(".wav")
-    assert "3 sentence(s)" in panel and "female_1" in html.unescape(panel)  # the page shows it unescaped
+    assert "3 sentence(s)" in panel and "female_1" in panel
 
 
 def test_page_builds_and_queue_agrees_with_jobqueue(make_service):
@@ -154,11 +154,11 @@ def test_panel_shows_user_text_as_text():
     from cosyedge.engines.base import Capabilities
     from cosyedge.ui import describe
 
-    hostile = "<img src=x onerror=alert(1)> **bold** [click](http://example.com)"
+    hostile = "<img src=x onerror=alert(1)> **bold** _it_ [click](http://example.com) www.example.com"
     caps = Capabilities(native_clone=False, native_instruct=False, languages=("auto",), sample_rate=24000)
     panel = describe(result_with(voice=f"saved voice {hostile}", instruct=plan(hostile, caps).to_dict()))
     user = _user_part(panel)
-    for markup in ("<img", "<", "**", "](", "http://"):
+    for markup in ("<img", "<", "**", "_it_", "](", "http://", "www."):
         assert markup not in user, f"{markup!r} reaches the page as markup"
     assert hostile in html.unescape(panel)  # still all there, as text
 
