@@ -103,6 +103,8 @@ class InstructPlan:
             return "passed to the engine, which follows instructions natively"
         if not self.instruction:
             return "no instruction given"
+        if not self.applied:
+            return "nothing applied: this engine has no native instruct and understood none of it"
         if self.not_supported:
             return "applied as explicit controls where this engine can; the rest is listed as not supported"
         return "applied as explicit controls (this engine has no native instruct)"

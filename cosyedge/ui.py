@@ -6,14 +6,19 @@ waits for its job while reporting the queue position or per-sentence progress th
 script in the page (Web Audio) reading ``GET /jobs/{id}/audio?token=...`` (a WAV stream of the job's
 pieces as they are made), so the browser plays the first sentence while the rest is synthesized.
 Gradio's own streaming audio output was not used: it re-encodes every chunk to AAC through an
-ffmpeg process, and ffmpeg is not part of the install. Cancel comes from the cancel button,
-from Gradio cancelling the event, or from the page being closed (``demo.unload``); all three cancel
-the session's jobs in the JobQueue, which stops synthesis between sentences.
+ffmpeg process, and ffmpeg is not part of the install. Cancel comes from the cancel button
+(which cancels the session's jobs; the waiting handler then ends with "Cancelled / 已取消"), from
+the page being closed (``demo.unload``), or from Gradio cancelling the event; each cancels the jobs
+in the JobQueue, which stops synthesis between sentences.
+
+Feedback: errors are toasts that stay until closed, led by a bilingual title (this Gradio shows no
+toast titles) and HTML-escaped (toasts render HTML); user text in the result panel is escaped too.
 """
 
 # No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
 # to inject gr.Request and gr.Progress, so they must be real objects, not strings.
 import asyncio
+import html
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
@@ -55,40 +60,105 @@ def _session(request: "gr.Request | None") -> str:
     return f"ui:{getattr(request, 'session_hash', None) or 'anonymous'}"
 
 
-def _ui_error(exc: CosyedgeError) -> "gr.Error":
-    """Map the project's errors to a Gradio error with a title naming the kind."""
+#: Title of the toasts a failed generate raises (the page's language: English / 中文).
+CANNOT_GENERATE = "Cannot generate / 无法生成"
+CANNOT_SAVE = "Cannot save the voice / 无法保存音色"
+CANCELLED = "Cancelled / 已取消"
+NOTHING_TO_CANCEL = "Nothing to cancel / 没有正在进行的任务"
+EMPTY_TEXT = "Type some text to read / 请输入要合成的文本"
+NO_PROMPT_TO_SAVE = "Record or upload 3-10 s of a voice first / 请先录制或上传 3-10 秒参考音频"
+NO_SAVE_NAME = "Type a name to save the voice as / 请输入音色名称"
+#: What the similarity numbers mean, from the checks measured when the encoder was adopted
+#: (cosyedge/speaker.py): a hint on the scale, not a quality claim.
+SIMILARITY_SCALE = ("cosine of voice embeddings, 1.00 = same; measured: the same voice on other "
+                    "sentences 0.88-0.93, a male vs a female voice 0.10-0.48 / 声纹余弦相似度，"
+                    "1.00 为相同；实测同一人不同句子 0.88-0.93，男女声之间 0.10-0.48")
+
+
+def ui_error(message: str, title: str = CANNOT_GENERATE) -> "gr.Error":
+    """A toast that stays until it is closed: a reason that vanishes after 10 s leaves a teacher
+    with only the red "Error" badges and no idea what went wrong. The page's Gradio (6.x) heads
+    every error toast "Error" and does not show ``title``, so the bilingual title also leads the
+    message: a service reason (English) still comes with the page's Chinese. The toast renders its
+    text as HTML, and reasons quote user input (a voice name, an SSML tag), so it is escaped."""
     import gradio as gr
 
-    title = "Busy / 繁忙" if isinstance(exc, BusyError) else "Cannot generate / 无法生成"
+    return gr.Error(html.escape(f"{title}: {message}", quote=False), title=title, duration=None)
+
+
+def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
+    """Map the project's errors to a lasting Gradio error with a title naming the kind. The message
+    is the service's own (English); the title and the retry hint are the page's (bilingual)."""
     if isinstance(exc, BusyError):
-        message = f"{exc.message} (retry in about {exc.retry_after} s)"
-    else:
-        message = exc.message
-    return gr.Error(message, title=title)
+        return ui_error(f"{exc.message} (retry in about {exc.retry_after} s / 约 {exc.retry_after} 秒后重试)",
+                        title="Busy / 繁忙")
+    return ui_error(exc.message, title=title)
+
+
+#: Characters that Markdown or HTML read as markup wherever they stand (the panel's user text never
+#: starts a line, so line-start syntax such as "#" or "-" cannot apply); "[" and "]" cover links and
+#: images, "@" e-mail autolinks.
+_MARKUP_CHARS = set("\\`*[]<>&~$|@")
+
+
+def plain(text: object) -> str:
+    """``text`` made inert for a gr.Markdown panel: no tags, links, images or emphasis from it, on
+    one line. Markup characters become character references, which the page shows as themselves;
+    ordinary names ("female_1", "fake-sine") stay as they are."""
+    line = " ".join(str(text).splitlines())
+    out = []
+    for i, char in enumerate(line):
+        before = line[i - 1] if i else " "
+        after = line[i + 1] if i + 1 < len(line) else " "
+        markup = (char in _MARKUP_CHARS
+                  or (char == "_" and not (before.isalnum() and after.isalnum()))  # _emphasis_
+                  or (char == ":" and line.startswith("//", i + 1))  # http://... autolinks
+                  or (char == "." and line[max(0, i - 3):i].lower() == "www"))  # www.... autolinks
+        out.append(f"&#{ord(char)};" if markup else char)
+    return "".join(out)
 
 
 def describe(result: TTSResult) -> str:
-    """The "what the engine did" panel, as Markdown."""
+    """The "what the engine did" panel, as Markdown. Everything that can carry user text (voice
+    names, the instruction) goes through :func:`plain`."""
     instruct = result.instruct
-    lines = [f"**Engine / 引擎**: {result.engine} ({result.model_id})",
-             f"**Voice / 音色**: {result.voice} — {result.voice_match}"]
+    voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(result.voice_match)}"
+    if "similarity" in result.voice_match:  # the voice search's own figures, before synthesis
+        voice += (" (the voice search's estimate on its own test sentences, not this audio / "
+                  "音色搜索在其测试句上的估计，并非本次音频)")
+    lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
     if result.similarity is not None:
-        lines.append(f"**Similarity to the prompt / 与参考音频的相似度**: {result.similarity:.2f}")
+        lines.append(f"**Similarity of this audio to the prompt (measured) / 本次音频与参考音频的相似度"
+                     f"（实测）**: {result.similarity:.2f} ({SIMILARITY_SCALE})")
     if instruct.get("applied") or instruct.get("not_supported"):
-        applied = "; ".join(instruct.get("applied") or []) or "none / 无"
-        missing = "; ".join(instruct.get("not_supported") or []) or "none / 无"
-        lines.append(f"**Instruction applied / 已执行指令**: {applied}")
-        lines.append(f"**Not supported / 不支持**: {missing} — {instruct.get('message', '')}")
+        applied = "; ".join(instruct.get("applied") or [])
+        missing = "; ".join(instruct.get("not_supported") or [])
+        lines.append(f"**Instruction / 指令**: {plain(instruct.get('message', ''))}")
+        lines.append(f"**Applied / 已执行**: {plain(applied) if applied else 'nothing / 无'}")
+        if missing:
+            lines.append(f"**Not supported / 不支持**: {plain(missing)}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
                  f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
     return "\n\n".join(f"- {line}" for line in lines)
+
+
+#: Progress text while a job has started but not yet reached synthesis. With a prompt that is when
+#: the voice is prepared (on an engine that cannot clone, a new prompt's voice match: ~13 s, see
+#: docs/benchmarks.md); the service reports no finer stage there (its phase stays "starting").
+PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
+
+
+def starting_text(tts: TTSRequest) -> str | None:
+    """What the progress bar says before synthesis starts: the voice preparation for a prompt or a
+    saved voice, the service's own phase otherwise (None)."""
+    return PREPARING_VOICE if tts.prompt_audio is not None or tts.voice_id is not None else None
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
                       progress: Any) -> tuple[str | None, str]:
     """Submit one request, report position/progress while it runs, return (wav path, panel)."""
     job = await _submit(service, tts, request, stream=False)
-    return await _follow(service, job, progress)
+    return await _follow(service, job, progress, starting_text(tts))
 
 
 async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
@@ -97,9 +167,11 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
     panel, live player) twice: at once with the player reading the job's stream, then the result."""
     import gradio as gr
 
+    if not (tts.text or "").strip():  # the commonest mistake gets the page's own bilingual words
+        raise ui_error(EMPTY_TEXT)
     job = await _submit(service, tts, request, stream=True)
     yield None, "", live_player(job)
-    path, panel = await _follow(service, job, progress)
+    path, panel = await _follow(service, job, progress, starting_text(tts))
     yield path, panel, gr.skip()  # the live player keeps playing what it has
 
 
@@ -184,8 +256,10 @@ async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None
         raise _ui_error(exc) from exc
 
 
-async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str]:
-    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error."""
+async def _follow(service: Service, job: Job, progress: Any,
+                  starting: str | None = None) -> tuple[str | None, str]:
+    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error.
+    ``starting``: the progress text while the job's phase is still "starting"."""
     import gradio as gr
 
     waiter = asyncio.ensure_future(job.wait_async())
@@ -201,11 +275,11 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
                 progress((job.done_steps, job.total_steps),
                          desc=f"{job.phase} / 第 {job.done_steps}/{job.total_steps} 句")
             else:
-                progress(0.0, desc=job.phase)
+                progress(0.0, desc=starting if starting and job.phase == "starting" else job.phase)
         result: TTSResult = waiter.result()
     except CancelledError:
-        gr.Info("Cancelled / 已取消")
-        return None, "Cancelled / 已取消"
+        gr.Info(CANCELLED)
+        return None, CANCELLED
     except CosyedgeError as exc:
         raise _ui_error(exc) from exc
     finally:
@@ -238,6 +312,55 @@ def _read_prompt(path: str | None) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
+def capability_notes(service: Service) -> tuple[str, str]:
+    """(clone tab note, instruct tab note): what the engine can truly do, from its capabilities as
+    the service knows them (known once the engine has loaded; kept across idle unloads)."""
+    engine = plain(service.model_engine_name())
+    voices = service.voices()
+    clone, instruct = voices["native_clone"], voices["native_instruct"]
+    if clone is None:
+        unknown = (f"Engine / 引擎: **{engine}**. What it can do is shown once the model has loaded "
+                   "(the first Generate) / 模型加载后（首次生成）显示其能力")
+        return unknown, unknown
+    if clone:
+        clone_note = f"**{engine}** clones the prompt's voice / 该引擎可克隆参考音频的音色"
+    else:
+        clone_note = (f"**{engine}** cannot clone a voice: the prompt is matched to the closest mix of "
+                      "its bundled voices (approximate), and the first use of a new prompt takes "
+                      "longer / 该引擎不能真正克隆：参考音频只会匹配到最接近的内置音色组合（近似），"
+                      "新的参考音频首次使用较慢")
+    if instruct:
+        instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
+    else:
+        instruct_note = (f"**{engine}** cannot follow instructions itself: speed, pitch, volume and the "
+                         "choice of voice are read from it and applied as controls; the rest is listed "
+                         "as not supported / 该引擎不能直接理解指令：只从中读取语速、音高、音量和音色"
+                         "并作为参数执行，其余会列为不支持")
+    return clone_note, instruct_note
+
+
+def cancel_session(service: Service, request: "gr.Request | None") -> str:
+    """Cancel this browser session's jobs; the confirmation shown in the panel."""
+    count = service.cancel_owner(_session(request))
+    logger.info("UI session cancelled %d job(s)", count)
+    return CANCELLED if count else NOTHING_TO_CANCEL
+
+
+def save_prompt(service: Service, prompt_path: str | None, prompt_text: str | None,
+                name: str | None) -> tuple[str, str]:
+    """Save the clone tab's prompt as a voice; (dropdown value of the saved voice, confirmation).
+    Raises a lasting gr.Error naming the problem (the button must be queued for it to be shown)."""
+    if not prompt_path:
+        raise ui_error(NO_PROMPT_TO_SAVE, title=CANNOT_SAVE)
+    if not (name or "").strip():
+        raise ui_error(NO_SAVE_NAME, title=CANNOT_SAVE)
+    try:
+        info = service.save_voice(name or "", _read_prompt(prompt_path), (prompt_text or "").strip())
+    except CosyedgeError as exc:
+        raise _ui_error(exc, title=CANNOT_SAVE) from exc
+    return SAVED_PREFIX + info.id, f"Saved / 已保存: {info.name}"
+
+
 def build_ui(service: Service) -> "gr.Blocks":
     """The Blocks for mounting with ``gr.mount_gradio_app`` (see app.py)."""
     import gradio as gr
@@ -245,17 +368,16 @@ def build_ui(service: Service) -> "gr.Blocks":
     presets = service.presets()
     low, high = SPEED_RANGE
 
-    def status(request: gr.Request) -> tuple[str, str, str]:
+    def status(request: gr.Request) -> tuple[str, str, str, str, str]:
         line = f"<small>{service.status(_session(request)).line()}</small>"
-        return line, line, line
+        return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
                     language: str, request: gr.Request, progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt_bytes is None and not saved:
-            raise gr.Error("Record or upload 3-10 s of a voice, or choose a saved voice / "
-                           "请录制或上传 3-10 秒参考音频，或选择已保存的音色",
-                           title="Cannot generate / 无法生成")
+            raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
+                           "请录制或上传 3-10 秒参考音频，或选择已保存的音色")
         voice = voice_fields(saved) if prompt_bytes is None else {}
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
@@ -277,10 +399,10 @@ def build_ui(service: Service) -> "gr.Blocks":
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    def cancel(request: gr.Request) -> str:
-        count = service.cancel_owner(_session(request))
-        logger.info("UI session cancelled %d job(s)", count)
-        return ""  # empties the live player: what it had scheduled stops at once
+    def cancel(request: gr.Request) -> tuple[str, str]:
+        # An empty live player: what it had scheduled stops at once. Unqueued (it must not wait
+        # behind the synthesis it cancels), so the confirmation goes to the panel, not a toast.
+        return "", cancel_session(service, request)
 
     def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
         with gr.Row():
@@ -304,8 +426,11 @@ def build_ui(service: Service) -> "gr.Blocks":
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
         """``out``: download player, panel, live player (last; Cancel empties it)."""
-        event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
-        stop.click(cancel, inputs=None, outputs=[out[-1]], cancels=[event], queue=False)
+        go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
+        # The job is cancelled in the JobQueue; the generate event then ends by itself with
+        # "Cancelled / 已取消". Gradio's own ``cancels=[event]`` is not used: a Gradio-cancelled
+        # event often left red "Error" badges on the three outputs (seen 2 of 3 times on fac32b1).
+        stop.click(cancel, inputs=None, outputs=[out[-1], out[1]], queue=False)
 
     # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
     with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
@@ -313,6 +438,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         with gr.Tabs():
             with gr.Tab("3s quick clone / 3秒极速复刻", id="clone"):
                 status_clone = gr.Markdown(elem_id="clone-status")
+                ability_clone = gr.Markdown(elem_id="clone-ability")
                 prompt = gr.Audio(sources=["upload", "microphone"], type="filepath",
                                   label="Prompt audio, 3-10 s / 参考音频（3-10 秒）", elem_id="clone-prompt",
                                   buttons=["download"])
@@ -333,6 +459,7 @@ def build_ui(service: Service) -> "gr.Blocks":
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
                 status_instruct = gr.Markdown(elem_id="instruct-status")
+                ability_instruct = gr.Markdown(elem_id="instruct-ability")
                 instruction = gr.Textbox(label="Instruction / 指令", elem_id="instruct-instruction")
                 gr.Examples([[e] for e in INSTRUCT_EXAMPLES], inputs=[instruction],
                             label="Examples (click) / 示例（点击）")
@@ -355,7 +482,7 @@ def build_ui(service: Service) -> "gr.Blocks":
                 wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
                      [audio_p, panel_p, live_p])
 
-        statuses = [status_clone, status_instruct, status_preset]
+        statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]
         demo.load(status, inputs=None, outputs=statuses, queue=False)
 
         def voices() -> tuple[dict, dict, dict]:
@@ -368,17 +495,21 @@ def build_ui(service: Service) -> "gr.Blocks":
 
         def save_voice(prompt_path: str | None, prompt_text: str, name: str):
             try:
-                info = service.save_voice(name, _read_prompt(prompt_path), (prompt_text or "").strip())
-            except CosyedgeError as exc:
-                raise _ui_error(exc) from exc
-            gr.Info(f"Saved / 已保存: {info.name} (id {info.id})")
-            return (gr.update(choices=voice_choices(service, with_presets=False),
-                              value=SAVED_PREFIX + info.id),
+                value, confirmation = save_prompt(service, prompt_path, prompt_text, name)
+            except gr.Error as exc:
+                # A lasting warning toast rather than a failed event: a failed event also puts red
+                # "Error" badges on the three voice dropdowns it updates, two of them on other tabs.
+                gr.Warning(exc.message, duration=None, title=CANNOT_SAVE)
+                return gr.skip(), gr.skip(), gr.skip()
+            gr.Info(html.escape(confirmation, quote=False))  # a toast renders HTML; the name is user text
+            return (gr.update(choices=voice_choices(service, with_presets=False), value=value),
                     gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
 
         demo.load(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
+        # Queued: only a queued event delivers gr.Error / gr.Info to the page. Unqueued, every
+        # refusal was a bare HTTP 500 and a red badge on the dropdown, and success said nothing.
         save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name],
-                       outputs=[saved_c, voice_i, voice_p], queue=False)
+                       outputs=[saved_c, voice_i, voice_p], show_progress="hidden")
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
                                         show_progress="hidden")
 

@@ -246,7 +246,7 @@ def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_serv
         data, panel = generate(page, "clone", "[zh]今天天气真好[en]It's sunny today", timeout_ms=300_000)
         assert data[:4] == b"RIFF" and len(data) > 24000, "no real speech came back"
         assert "approximate voice match" in panel and "nearest preset" in panel and "kokoro" in panel
-        assert "Similarity to the prompt" in panel
+        assert "Similarity of this audio to the prompt (measured)" in panel and "estimate" in panel
         page.screenshot(path=str(ARTIFACTS / "clone-kokoro.png"), full_page=True)
         data, panel = generate(page, "preset", "Hello from the classroom. 你好，同学们。")
         assert data[:4] == b"RIFF"
@@ -316,3 +316,90 @@ def test_closing_the_page_cancels_its_job(browser, make_service, live_server, fa
         assert time.monotonic() < deadline, "job still running 30 s after the page closed"
         time.sleep(0.1)
     assert fake_factory.engine.sentences_done < 40
+
+
+def toast_texts(page) -> list[str]:
+    """The texts of the toasts now on the page."""
+    return page.locator(".toast-body").all_inner_texts()
+
+
+def test_save_voice_tells_why_not_and_confirms(browser, make_service, live_server, tmp_path):
+    """Save with no prompt, then with an empty name: a toast each with the reason; then saved."""
+    import numpy as np
+    import soundfile as sf
+
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    prompt = tmp_path / "prompt.wav"
+    sf.write(prompt, 0.2 * np.sin(2 * np.pi * 200 * np.arange(64000) / 16000), 16000)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        page.locator("#clone-save-name textarea, #clone-save-name input").first.fill("Ms Lee")
+        page.locator("#clone-save").click()
+        page.locator(".toast-body", has_text="Record or upload 3-10 s").wait_for(timeout=15_000)
+        assert any("Cannot save the voice / 无法保存音色" in t for t in toast_texts(page)), toast_texts(page)
+        # a refused save is a warning toast, not a failed event marking the voice dropdowns "Error"
+        assert page.get_by_text("Error", exact=True).count() == 0
+        page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
+        page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
+        page.locator("#clone-save-name textarea, #clone-save-name input").first.fill("")
+        page.locator("#clone-save").click()
+        page.locator(".toast-body", has_text="Type a name").wait_for(timeout=15_000)
+        page.locator("#clone-save-name textarea, #clone-save-name input").first.fill("Ms Lee")
+        page.locator("#clone-save").click()
+        page.locator(".toast-body", has_text="Saved / 已保存: Ms Lee").wait_for(timeout=15_000)
+        assert [v["name"] for v in service.voices()["saved"]] == ["Ms Lee"]
+        page.screenshot(path=str(ARTIFACTS / "clone-saved.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def test_an_error_reason_stays_on_the_page(browser, make_service, live_server):
+    """Gradio's toasts go after 10 s by default; the reason must still be there after that."""
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        generate_preset(page, "<speak>Hello</speak>")
+        reason = page.locator(".toast-body", has_text="SSML tags are not supported")
+        reason.wait_for(timeout=15_000)
+        page.wait_for_timeout(11_000)
+        assert reason.is_visible(), "the reason disappeared"
+    finally:
+        context.close()
+
+
+def test_panel_shows_instruction_as_text_and_cancel_confirms(browser, make_service, live_server,
+                                                              fake_factory):
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    hostile = "<img src=x onerror=alert(1)> **bold** [click](http://example.com)"
+    try:
+        page.get_by_role("tab", name=TABS["instruct"]).click()
+        page.locator("#instruct-instruction textarea").fill(hostile)
+        _, panel = generate(page, "instruct", "Hello.")
+        assert hostile in panel and "nothing applied" in panel
+        assert page.locator("#instruct-panel img, #instruct-panel a, #instruct-panel strong",
+                            has_text="bold").count() == 0
+        assert page.locator("#instruct-panel img").count() == 0
+        assert page.locator("#instruct-panel a").count() == 0
+        from playwright.sync_api import expect
+
+        # known once the engine has loaded (the first job): the status refresh brings it
+        expect(page.locator("#instruct-ability")).to_contain_text("cannot follow instructions",
+                                                                  timeout=10_000)
+
+        fake_factory.engine.delay = 0.4
+        generate_preset(page, " ".join(f"Sentence {i}." for i in range(30)))
+        deadline = time.monotonic() + 30
+        while fake_factory.engine.sentences_done < 2 + 1:
+            assert time.monotonic() < deadline, "generation never started"
+            page.wait_for_timeout(50)
+        page.locator("#preset-cancel").click()
+        page.locator("#preset-panel", has_text="Cancelled / 已取消").wait_for(timeout=10_000)
+        page.wait_for_timeout(500)
+        assert page.get_by_text("Error", exact=True).count() == 0, "cancel left red Error badges"
+        page.screenshot(path=str(ARTIFACTS / "cancelled.png"), full_page=True)
+    finally:
+        context.close()
