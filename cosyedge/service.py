@@ -492,6 +492,8 @@ class Service:
         with self.holder.use(on_loading=lambda: job.set_phase("loading model…")) as engine:
             if job.is_cancelled():
                 raise CancelledError("cancelled before synthesis started")
+            if request.prompt_audio is not None or request.voice_id is not None:
+                job.set_phase("preparing the voice…")  # a new prompt's voice match takes seconds
             choice = self._resolve_voice(engine, request)
             options = SynthesisOptions(speed=float(request.speed), language=request.language)
             plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)

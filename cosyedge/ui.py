@@ -137,6 +137,10 @@ def describe(result: TTSResult) -> str:
         lines.append(f"**Applied / 已执行**: {plain(applied) if applied else 'nothing / 无'}")
         if missing:
             lines.append(f"**Not supported / 不支持**: {plain(missing)}")
+    if result.skipped:
+        lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
+    if result.notes:
+        lines.append(f"**Ignored / 已忽略**: {plain('; '.join(result.notes))}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
                  f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
     return "\n\n".join(f"- {line}" for line in lines)
@@ -144,7 +148,7 @@ def describe(result: TTSResult) -> str:
 
 #: Progress text while a job has started but not yet reached synthesis. With a prompt that is when
 #: the voice is prepared (on an engine that cannot clone, a new prompt's voice match: ~13 s, see
-#: docs/benchmarks.md); the service reports no finer stage there (its phase stays "starting").
+#: docs/benchmarks.md); the job's own phase then says "preparing the voice…" (status line).
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
 
 

@@ -117,6 +117,26 @@ def test_prompt_audio_on_an_engine_without_cloning_is_an_approximate_match(make_
     assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
 
 
+def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, monkeypatch):
+    """A new prompt's voice match takes seconds; the job's phase (status line, progress) says so."""
+    from tests.fake_engine import FakeEngine
+
+    phases: list[str] = []
+    encode = FakeEngine.encode_prompt
+
+    def slow_encode(self, audio, sample_rate, transcript):
+        time.sleep(0.3)
+        return encode(self, audio, sample_rate, transcript)
+
+    monkeypatch.setattr(FakeEngine, "encode_prompt", slow_encode)
+    service = make_service()
+    job = service.submit(TTSRequest(text="Hello.", prompt_audio=wav_file(4.0)))
+    while not job.wait(0.02):
+        phases.append(job.phase)
+    assert "preparing the voice…" in phases
+    job.outcome()
+
+
 def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):
     fake_factory.engine_kwargs["native_clone"] = True
     service = make_service()

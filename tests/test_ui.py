@@ -183,6 +183,20 @@ def test_panel_says_which_similarity_was_measured_on_this_audio():
     assert "estimate" not in describe(result_with())  # a preset has no search figures
 
 
+def test_panel_lists_text_not_read_and_fields_ignored():
+    from cosyedge.ui import describe
+
+    skipped = ["5 Hangul characters not read (<b>안녕하세요</b>)"]
+    notes = ["prompt_text ignored: this engine matches the voice from the sound alone"]
+    panel = describe(result_with(skipped=skipped, notes=notes))
+    not_read = next(line for line in panel.split("\n\n") if "Not read aloud / 未朗读" in line)
+    ignored = next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line)
+    assert "<b>" not in not_read and "안녕하세요" in not_read  # user text, shown as text
+    assert notes[0] in ignored
+    plain_panel = describe(result_with())
+    assert "Not read aloud" not in plain_panel and "Ignored" not in plain_panel
+
+
 def test_unknown_instruction_panel_says_one_thing():
     from cosyedge.engines.base import Capabilities
     from cosyedge.instruct import plan
