@@ -31,6 +31,7 @@ import numpy as np
 
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
+from cosyedge.engines import NATIVE_ABILITIES
 from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import (AudioError, CancelledError, CosyedgeError, NameError_, NotFoundError,
                              ParameterError, StorageFullError, TextError)
@@ -375,12 +376,14 @@ class Service:
     def voices(self) -> dict[str, Any]:
         """Presets and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
         caps = self.holder.capabilities
+        # before the first load: what the manifest's engine is known to do (None: unknown engine)
+        clone, instruct = ((caps.native_clone, caps.native_instruct) if caps is not None
+                           else NATIVE_ABILITIES.get(self.model_engine_name(), (None, None)))
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s} for v in self.library.list()]
         return {"presets": self.presets(), "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
-                "native_clone": None if caps is None else caps.native_clone,
-                "native_instruct": None if caps is None else caps.native_instruct}
+                "native_clone": clone, "native_instruct": instruct}
 
     def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
                    overwrite: bool = False) -> VoiceInfo:

@@ -318,7 +318,8 @@ def _read_prompt(path: str | None) -> bytes | None:
 
 def capability_notes(service: Service) -> tuple[str, str]:
     """(clone tab note, instruct tab note): what the engine can truly do, from its capabilities as
-    the service knows them (known once the engine has loaded; kept across idle unloads)."""
+    the service knows them (the loaded engine's, or before the first load what the manifest's
+    engine is known to do; unknown only for an engine without an entry in NATIVE_ABILITIES)."""
     engine = plain(service.model_engine_name())
     voices = service.voices()
     clone, instruct = voices["native_clone"], voices["native_instruct"]

@@ -33,6 +33,14 @@ def test_speech_is_non_silent_and_plausibly_long(kokoro_engine, text, lo, hi):
     assert np.abs(result.audio).max() <= 1.0
 
 
+def test_declared_abilities_match_the_engine(kokoro_engine):
+    """What the page says before the engine loads (by the manifest's engine name) is what it can do."""
+    from cosyedge.engines import NATIVE_ABILITIES
+
+    caps = kokoro_engine.capabilities
+    assert NATIVE_ABILITIES[kokoro_engine.name] == (caps.native_clone, caps.native_instruct)
+
+
 def test_output_is_deterministic(kokoro_engine):
     a = speak(kokoro_engine, "The same words, twice.").audio
     b = speak(kokoro_engine, "The same words, twice.").audio

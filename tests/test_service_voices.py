@@ -37,6 +37,26 @@ def test_same_prompt_twice_encodes_once(make_service, fake_factory):
     assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
 
 
+def test_abilities_are_known_from_the_manifest_before_the_first_load(make_service, web_settings,
+                                                                      fake_factory):
+    """The page's capability notes need no model load: the manifest names the engine."""
+    import json
+
+    from cosyedge.ui import capability_notes
+
+    service = make_service()
+    assert service.voices()["native_clone"] is None  # no manifest: unknown
+    web_settings.model_path.mkdir(parents=True, exist_ok=True)
+    (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "kokoro"}))
+    voices = service.voices()
+    assert (voices["native_clone"], voices["native_instruct"]) == (False, False)
+    clone_note, instruct_note = capability_notes(service)
+    assert "cannot clone" in clone_note and "cannot follow instructions" in instruct_note
+    assert fake_factory.loads == 0
+    (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "cosyvoice2"}))
+    assert "clones the prompt" in capability_notes(service)[0]
+
+
 def test_saved_voice_by_id(make_service, fake_factory):
     fake_factory.engine_kwargs["native_clone"] = True
     service = make_service()

@@ -11,6 +11,11 @@ from cosyedge.manifest import read_manifest
 
 logger = logging.getLogger(__name__)
 
+#: What each engine does natively, (clone, instruct), by the manifest's engine name: known before
+#: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
+#: (tests/test_kokoro_real.py, tests/cosyvoice/test_engine.py).
+NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True)}
+
 
 def load_engine(settings: Settings) -> Engine:
     """Load the engine named by ``models/<settings.model>/manifest.json`` (heavy: sessions, weights)."""

@@ -106,6 +106,10 @@ def test_engine_protocol_and_capabilities(engine):
     assert isinstance(engine, Engine)
     assert engine.name == "cosyvoice2" and engine.model_id == MODEL_ID
     assert engine.capabilities.native_clone and engine.capabilities.native_instruct
+    from cosyedge.engines import NATIVE_ABILITIES  # what the page says before the engine loads
+
+    assert NATIVE_ABILITIES[engine.name] == (engine.capabilities.native_clone,
+                                             engine.capabilities.native_instruct)
     assert engine.capabilities.sample_rate == 24000
     assert engine.presets() == sorted(PRESET_NAMES)
 
