@@ -306,6 +306,10 @@ class Service:
         self._leases: dict[Path, float] = {}
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
+        # Per owner, one flag per submission still being checked (a prompt is conditioned before it
+        # is queued): a cancel in that moment sets them, and the job is cancelled once queued.
+        self._submitting: dict[str, set[threading.Event]] = {}
+        self._submitting_lock = threading.Lock()
 
     def engine_settings(self) -> Settings:
         """Settings for the next engine load: fewer ONNX threads while the thermal governor asks.
@@ -479,15 +483,36 @@ class Service:
         """
         if job_id is not None and not JOB_ID_RE.match(job_id):
             raise NameError_("job id must be 1-64 letters, digits, '-' or '_'")
-        self.validate(request)
-        return self.queue.submit(lambda job: self._run(job, request), owner=owner, job_id=job_id,
-                                 stream=AudioStream() if stream else None)
+        cancelled = threading.Event()
+        if owner is not None:
+            with self._submitting_lock:
+                self._submitting.setdefault(owner, set()).add(cancelled)
+        try:
+            self.validate(request)
+            job = self.queue.submit(lambda job: self._run(job, request), owner=owner, job_id=job_id,
+                                    stream=AudioStream() if stream else None)
+        finally:
+            if owner is not None:
+                with self._submitting_lock:
+                    pending = self._submitting[owner]
+                    pending.discard(cancelled)
+                    if not pending:
+                        del self._submitting[owner]
+        if cancelled.is_set():  # the owner cancelled while this request was being checked
+            self.queue.cancel(job.id)
+        return job
 
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
 
     def cancel_owner(self, owner: str) -> int:
-        return self.queue.cancel_owner(owner)
+        """Cancel an owner's (a UI session's) jobs, queued or running, and the ones it is submitting
+        right now (their check runs before they are queued); returns how many."""
+        with self._submitting_lock:
+            pending = list(self._submitting.get(owner, ()))
+            for flag in pending:
+                flag.set()
+        return self.queue.cancel_owner(owner) + len(pending)
 
     # --- the work itself (a worker thread) ------------------------------------------------
     def _run(self, job: Job, request: TTSRequest) -> TTSResult:

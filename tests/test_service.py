@@ -137,6 +137,38 @@ def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, 
     job.outcome()
 
 
+def test_cancel_while_a_request_is_still_being_checked_cancels_its_job(make_service, monkeypatch):
+    """A UI Cancel can come while the Generate's request is being checked (a prompt is conditioned
+    before it is queued); the job must not run anyway."""
+    import threading
+
+    service = make_service()
+    checking = threading.Event()
+    validate = Service.validate
+
+    def slow_validate(self, request):
+        checking.set()
+        time.sleep(0.3)
+        return validate(self, request)
+
+    monkeypatch.setattr(Service, "validate", slow_validate)
+    jobs = []
+    submitter = threading.Thread(
+        target=lambda: jobs.append(service.submit(TTSRequest(text="Hello."), owner="ui:a")))
+    submitter.start()
+    assert checking.wait(5)
+    assert service.cancel_owner("ui:b") == 0  # another session's cancel does not touch it
+    assert service.cancel_owner("ui:a") == 1
+    submitter.join(5)
+    (job,) = jobs
+    assert job.wait(10)
+    with pytest.raises(CancelledError):
+        job.outcome()
+    assert service._submitting == {}  # nothing left behind per owner
+    later = service.submit(TTSRequest(text="Hello."), owner="ui:a")  # the next job is not affected
+    assert later.wait(10) and later.outcome().duration > 0
+
+
 def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):
     fake_factory.engine_kwargs["native_clone"] = True
     service = make_service()
