@@ -108,6 +108,29 @@ def test_bracketed_words_that_are_no_tag_stay_text():
     assert langs("[it-IT]Ciao") == [("en", "Ciao")]
 
 
+def test_units_abbreviations_and_hyphenated_words_in_brackets_stay_text():
+    for text in ("latency [ms] is low", "GET /users/[id] returns one", "[to-do] buy milk",
+                 "a [no-go] area", "the [co-op] shop", "[no_reply] mail", "colour [UK]", "Henry [VI]",
+                 "[NB] read this", "3 [kg] of rice", "an [en-dash] here", "[Hz] and [kW]"):
+        unread = Unread()
+        runs = segment(text, unread=unread)
+        assert "".join(r.text for r in runs) == text, text  # nothing removed
+        assert unread.tags == [], text
+    # the forced language is kept around it (a tag would have switched to detection: zh for Han)
+    assert "zh" not in {r.language for r in segment("漢字の[ms]漢字", "ja")}
+
+
+def test_language_tags_with_regions_and_bare_common_codes():
+    for tag in ("[fr]", "[FR]", "[de]", "[ko]", "[yue]", "[de-DE]", "[pt-BR]", "[it-IT]", "[es-419]",
+                "[sr-Latn-RS]"):
+        unread = Unread()
+        runs = segment(f"{tag}Bonjour", unread=unread)
+        assert "".join(r.text for r in runs).strip() == "Bonjour", tag
+        assert unread.tags == [tag], tag
+    assert langs("[zh-cn]你好[en-us]Hello[zh-Hant-TW]再見") == [("zh", "你好"), ("en", "Hello"),
+                                                                ("zh", "再見")]
+
+
 def test_unread_records_dropped_scripts_with_their_words():
     unread = Unread()
     segment("[ko]안녕하세요 class. Привет, мир! 😀", unread=unread)

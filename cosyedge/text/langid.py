@@ -39,7 +39,8 @@ logger = logging.getLogger(__name__)
 LANGUAGES = ("zh", "en", "ja")
 AUTO = "auto"
 
-#: ISO 639-1 codes, and a few 639-3 codes for Chinese languages: a bracketed one is a language tag.
+#: ISO 639-1 codes, and a few 639-3 codes for Chinese languages: with a region ("[pt-BR]",
+#: "[it-IT]") a bracketed one is a language tag.
 ISO_LANGUAGES = frozenset("""
 aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv
 dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig
@@ -48,9 +49,26 @@ mi mk ml mn mr ms mt my na nb nd ne ng nl nn no nr nv ny oc oj om or os pa pi pl
 rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug
 uk ur uz ve vi vo wa wo xh yi yo za zh zu yue cmn wuu nan hak
 """.split())  # noqa: SIM905 - a block of codes reads better than 189 quoted strings
-#: Codes that are also common English words: a tag only with a region ("[it-IT]"), else plain text.
-WORD_CODES = frozenset(("am", "an", "as", "be", "he", "hi", "is", "it", "my", "no", "or", "so", "to"))
-_TAG = re.compile(r"\[(/?)([a-z]{2,3}|mul|auto)((?:[-_][a-z0-9]{2,8})*)\]", re.IGNORECASE)
+#: Other languages' codes that are a tag without a region: common in TTS markup, and not a unit
+#: ("[ms]", "[kg]"), an abbreviation ("[NB]", "[UK]", "[VI]") or an English word ("[it]") in brackets.
+BARE_TAG_CODES = frozenset(("fr", "de", "es", "ru", "ko", "yue", "cmn", "wuu", "nan", "hak"))
+_TAG = re.compile(r"\[(/?)([A-Za-z]{2,4})((?:[-_][A-Za-z0-9]{2,8})*)\]")
+#: BCP-47 region / script subtags as written: "-US", "-Hans", "-419" ("[to-do]", "[co-op]" are text).
+_REGION = re.compile(r"(?:[-_](?:[A-Z]{2}|[A-Z][a-z]{3}|[0-9]{3}))+")
+#: On our own languages a lower-case region is common too ("[zh-cn]", "[en-us]").
+_OWN_REGION = re.compile(r"(?:[-_](?:[A-Za-z]{2}|[A-Z][a-z]{3}|[0-9]{3}))+")
+
+
+def is_language_tag(code: str, region: str) -> bool:
+    """Whether a bracketed ``code`` + ``region`` ("fr", "-FR") is a language tag, not text."""
+    code = code.lower()
+    if code in (*LANGUAGES, "mul", "auto"):
+        return not region or _OWN_REGION.fullmatch(region) is not None
+    if not region:
+        return code in BARE_TAG_CODES
+    return code in ISO_LANGUAGES and _REGION.fullmatch(region) is not None
+
+
 _SENTENCE_END = re.compile(r"(?<=[。．！？!?\n])")
 
 HAN, KANA, LATIN, DIGIT, NEUTRAL, OTHER = "han", "kana", "latin", "digit", "neutral", "other"
@@ -146,9 +164,8 @@ def parse_tags(text: str, language: str = AUTO, unread: Unread | None = None) ->
     current = language
     for match in _TAG.finditer(text):
         closing, code, region = match.group(1), match.group(2).lower(), match.group(3)
-        if code not in (*LANGUAGES, "mul", "auto") and (
-                code not in ISO_LANGUAGES or (code in WORD_CODES and not region)):
-            continue  # "[sic]", "[it]": ordinary text
+        if not is_language_tag(code, region):
+            continue  # "[sic]", "[it]", "[ms]", "[to-do]": ordinary text
         if match.start() > pos:
             yield current, text[pos:match.start()]
         if closing:
