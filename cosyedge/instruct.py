@@ -88,6 +88,7 @@ class InstructPlan:
     not_supported: tuple[str, ...] = ()
     native: bool = False
     native_instruction: str | None = None
+    understood: bool = True  # False: no word of the instruction was recognised
 
     @property
     def controls(self) -> dict:
@@ -103,8 +104,10 @@ class InstructPlan:
             return "passed to the engine, which follows instructions natively"
         if not self.instruction:
             return "no instruction given"
-        if not self.applied:
+        if not self.applied and not self.understood:
             return "nothing applied: this engine has no native instruct and understood none of it"
+        if not self.applied:
+            return "nothing applied: what it asks for is not supported by this engine (listed below)"
         if self.not_supported:
             return "applied as explicit controls where this engine can; the rest is listed as not supported"
         return "applied as explicit controls (this engine has no native instruct)"
@@ -468,7 +471,8 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
         result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
                               voice=draft.voice, emotions=tuple(name for name, _ in draft.emotions),
                               language=draft.language if draft.language_ok else None,
-                              applied=tuple(draft.applied), not_supported=tuple(draft.not_supported))
+                              applied=tuple(draft.applied), not_supported=tuple(draft.not_supported),
+                              understood=bool(hits))
     logger.debug("instruct plan for %r: %s", original, result.to_dict())
     return result
 

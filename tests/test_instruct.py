@@ -157,6 +157,14 @@ def test_applied_lines_are_readable():
     assert p.applied == ("emotion 'happy' ('开心') approximated by speed ×1.08, pitch +1.0 st",)
 
 
+def test_summary_tells_not_understood_from_not_supported():
+    for understood_but_unsupported in ("用四川话说", "sing it"):
+        message = plan(understood_but_unsupported, EMBEDDED).message
+        assert message.startswith("nothing applied: what it asks for is not supported"), message
+    assert "understood none of it" in plan("asdfgh", EMBEDDED).message
+    assert plan("read it slowly", EMBEDDED).message.startswith("applied as explicit controls")
+
+
 def test_each_emotion_name_is_understood():
     for name in EMOTION_EFFECTS:
         assert plan(name, EMBEDDED).emotions == (name,)
