@@ -64,7 +64,6 @@ def _session(request: "gr.Request | None") -> str:
 CANNOT_GENERATE = "Cannot generate / 无法生成"
 CANNOT_SAVE = "Cannot save the voice / 无法保存音色"
 CANCELLED = "Cancelled / 已取消"
-NOTHING_TO_CANCEL = "Nothing to cancel / 没有正在进行的任务"
 EMPTY_TEXT = "Type some text to read / 请输入要合成的文本"
 NO_PROMPT_TO_SAVE = "Record or upload 3-10 s of a voice first / 请先录制或上传 3-10 秒参考音频"
 NO_SAVE_NAME = "Type a name to save the voice as / 请输入音色名称"
@@ -344,11 +343,12 @@ def capability_notes(service: Service) -> tuple[str, str]:
     return clone_note, instruct_note
 
 
-def cancel_session(service: Service, request: "gr.Request | None") -> str:
-    """Cancel this browser session's jobs; the confirmation shown in the panel."""
+def cancel_session(service: Service, request: "gr.Request | None") -> str | None:
+    """Cancel this browser session's jobs; the confirmation for the panel, or None when nothing
+    was running (the panel then keeps the last result's report)."""
     count = service.cancel_owner(_session(request))
     logger.info("UI session cancelled %d job(s)", count)
-    return CANCELLED if count else NOTHING_TO_CANCEL
+    return CANCELLED if count else None
 
 
 def save_prompt(service: Service, prompt_path: str | None, prompt_text: str | None,
@@ -404,10 +404,12 @@ def build_ui(service: Service) -> "gr.Blocks":
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    def cancel(request: gr.Request) -> tuple[str, str]:
+    def cancel(request: gr.Request) -> tuple[Any, Any]:
         # An empty live player: what it had scheduled stops at once. Unqueued (it must not wait
         # behind the synthesis it cancels), so the confirmation goes to the panel, not a toast.
-        return "", cancel_session(service, request)
+        # With nothing running, both stay: the panel is the report of the audio still in the player.
+        confirmation = cancel_session(service, request)
+        return ("", confirmation) if confirmation else (gr.skip(), gr.skip())
 
     def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
         with gr.Row():

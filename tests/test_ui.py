@@ -208,15 +208,18 @@ def test_unknown_instruction_panel_says_one_thing():
 
 
 def test_cancel_confirms(make_service, fake_factory):
-    from cosyedge.ui import CANCELLED, NOTHING_TO_CANCEL, cancel_session
+    from cosyedge.errors import CancelledError
+    from cosyedge.ui import CANCELLED, cancel_session
 
     fake_factory.engine_kwargs["delay"] = 0.3
     service = make_service()
     request = SimpleNamespace(session_hash="c")
-    assert cancel_session(service, request) == NOTHING_TO_CANCEL
+    assert cancel_session(service, request) is None  # nothing running: the panel is left as it is
     job = service.submit(TTSRequest(text="One. Two. Three. Four."), owner="ui:c")
     assert cancel_session(service, request) == CANCELLED
     assert job.wait(10)
+    with pytest.raises(CancelledError):
+        job.outcome()
 
 
 @pytest.mark.parametrize("native", [False, True])
