@@ -309,7 +309,7 @@ class Service:
         # Per owner, one flag per submission still being checked (a prompt is conditioned before it
         # is queued): a cancel in that moment sets them, and the job is cancelled once queued.
         self._submitting: dict[str, set[threading.Event]] = {}
-        self._submitting_lock = threading.Lock()
+        self._submitting_lock = threading.RLock()
 
     def engine_settings(self) -> Settings:
         """Settings for the next engine load: fewer ONNX threads while the thermal governor asks.
@@ -489,18 +489,30 @@ class Service:
                 self._submitting.setdefault(owner, set()).add(cancelled)
         try:
             self.validate(request)
-            job = self.queue.submit(lambda job: self._run(job, request), owner=owner, job_id=job_id,
-                                    stream=AudioStream() if stream else None)
-        finally:
-            if owner is not None:
-                with self._submitting_lock:
-                    pending = self._submitting[owner]
-                    pending.discard(cancelled)
-                    if not pending:
-                        del self._submitting[owner]
-        if cancelled.is_set():  # the owner cancelled while this request was being checked
-            self.queue.cancel(job.id)
+        except BaseException:
+            self._submitted(owner, cancelled)
+            raise
+        # Queued under the same lock as cancel_owner: a cancel counts this request either as
+        # being checked (its flag) or as a queued job, never both.
+        with self._submitting_lock:
+            try:
+                job = self.queue.submit(lambda job: self._run(job, request), owner=owner,
+                                        job_id=job_id, stream=AudioStream() if stream else None)
+            finally:
+                self._submitted(owner, cancelled)
+            if cancelled.is_set():  # the owner cancelled while this request was being checked
+                self.queue.cancel(job.id)
         return job
+
+    def _submitted(self, owner: str | None, flag: threading.Event) -> None:
+        """Drop a submission's cancel flag (the lock is reentrant: called with or without it)."""
+        if owner is None:
+            return
+        with self._submitting_lock:
+            pending = self._submitting[owner]
+            pending.discard(flag)
+            if not pending:
+                del self._submitting[owner]
 
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
@@ -512,7 +524,7 @@ class Service:
             pending = list(self._submitting.get(owner, ()))
             for flag in pending:
                 flag.set()
-        return self.queue.cancel_owner(owner) + len(pending)
+            return self.queue.cancel_owner(owner) + len(pending)
 
     # --- the work itself (a worker thread) ------------------------------------------------
     def _run(self, job: Job, request: TTSRequest) -> TTSResult:

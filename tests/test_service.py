@@ -169,6 +169,35 @@ def test_cancel_while_a_request_is_still_being_checked_cancels_its_job(make_serv
     assert later.wait(10) and later.outcome().duration > 0
 
 
+def test_a_cancelled_submission_is_counted_once(make_service, fake_factory, monkeypatch):
+    """A cancel that lands while the request is being queued counts it once, not as a flag and a job."""
+    import threading
+
+    from cosyedge.jobs import JobQueue
+
+    fake_factory.engine_kwargs["delay"] = 0.5  # the job is still running when the cancel comes
+    service = make_service()
+    queued = JobQueue.submit
+
+    def slow_queue(self, fn, **kwargs):
+        job = queued(self, fn, **kwargs)
+        time.sleep(0.3)  # the job is in the queue, the submission not yet finished
+        return job
+
+    monkeypatch.setattr(JobQueue, "submit", slow_queue)
+    jobs = []
+    submitter = threading.Thread(
+        target=lambda: jobs.append(service.submit(TTSRequest(text="One. Two. Three."), owner="ui:a")))
+    submitter.start()
+    time.sleep(0.1)
+    assert service.cancel_owner("ui:a") == 1
+    submitter.join(5)
+    assert jobs[0].wait(10)
+    with pytest.raises(CancelledError):
+        jobs[0].outcome()
+    assert service._submitting == {}
+
+
 def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):
     fake_factory.engine_kwargs["native_clone"] = True
     service = make_service()
