@@ -379,15 +379,21 @@ class Service:
 
     def voices(self) -> dict[str, Any]:
         """Presets and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
-        caps = self.holder.capabilities
-        # before the first load: what the manifest's engine is known to do (None: unknown engine)
-        clone, instruct = ((caps.native_clone, caps.native_instruct) if caps is not None
-                           else NATIVE_ABILITIES.get(self.model_engine_name(), (None, None)))
+        clone, instruct = self.abilities()
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s} for v in self.library.list()]
         return {"presets": self.presets(), "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct}
+
+    def abilities(self) -> tuple[bool | None, bool | None]:
+        """(native clone, native instruct): the loaded engine's, or before the first load what the
+        manifest's engine is known to do; (None, None) for an unknown engine. Cheap (no library
+        listing): the page's status timer asks every few seconds."""
+        caps = self.holder.capabilities
+        if caps is not None:
+            return caps.native_clone, caps.native_instruct
+        return NATIVE_ABILITIES.get(self.model_engine_name(), (None, None))
 
     def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
                    overwrite: bool = False) -> VoiceInfo:

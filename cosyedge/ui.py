@@ -320,8 +320,7 @@ def capability_notes(service: Service) -> tuple[str, str]:
     the service knows them (the loaded engine's, or before the first load what the manifest's
     engine is known to do; unknown only for an engine without an entry in NATIVE_ABILITIES)."""
     engine = plain(service.model_engine_name())
-    voices = service.voices()
-    clone, instruct = voices["native_clone"], voices["native_instruct"]
+    clone, instruct = service.abilities()
     if clone is None:
         unknown = (f"Engine / 引擎: **{engine}**. What it can do is shown once the model has loaded "
                    "(the first Generate) / 模型加载后（首次生成）显示其能力")

@@ -38,7 +38,7 @@ def test_same_prompt_twice_encodes_once(make_service, fake_factory):
 
 
 def test_abilities_are_known_from_the_manifest_before_the_first_load(make_service, web_settings,
-                                                                      fake_factory):
+                                                                      fake_factory, monkeypatch):
     """The page's capability notes need no model load: the manifest names the engine."""
     import json
 
@@ -53,6 +53,10 @@ def test_abilities_are_known_from_the_manifest_before_the_first_load(make_servic
     clone_note, instruct_note = capability_notes(service)
     assert "cannot clone" in clone_note and "cannot follow instructions" in instruct_note
     assert fake_factory.loads == 0
+    listed = []
+    monkeypatch.setattr(service.library, "list", lambda: listed.append(1) or [])
+    capability_notes(service)
+    assert listed == []  # the status timer's notes do not list the saved voices every tick
     (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "cosyvoice2"}))
     assert "clones the prompt" in capability_notes(service)[0]
 
