@@ -460,7 +460,7 @@ def _body_problem(err: dict[str, Any], content_type: str) -> str | None:
     if kind in ("model_attributes_type", "dict_type", "model_type"):
         what = {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
             type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
-        return f"the body is {what} in JSON, not an object: {JSON_ADVICE}, e.g. {{\"text\": \"...\"}}"
+        return f"the body is {what} in JSON, not an object: {JSON_ADVICE}, e.g. {{\"text\": \"...\"}} (\"input\" on /v1/audio/speech)"
     return None
 
 
@@ -505,7 +505,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 #: Listed in the 404 for an unknown path (the page itself is at "/").
 REST_ROUTES = ("POST /tts", "POST /v1/audio/speech", "GET /health", "GET /voices", "GET /jobs",
-               "GET /jobs/{id}", "DELETE /jobs/{id}")
+               "GET /jobs/{id}", "GET /jobs/{id}/audio", "DELETE /jobs/{id}")
 
 
 def _no_route(method: str, path: str) -> JSONResponse:

@@ -330,7 +330,7 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
 def _seconds_below(seconds: float) -> str:
     """``seconds`` with two decimals, rounded *down*: a length just under a limit never reads as
     the limit itself (2.996 s is "2.99", not "3.0")."""
-    return f"{math.floor(seconds * 100) / 100:.2f}"
+    return f"{math.floor(seconds * 100 + 1e-9) / 100:.2f}"  # 1e-9: 1.13 is 1.1299999... in binary
 
 
 def _frame_db(x: np.ndarray, rate: int) -> np.ndarray:

@@ -108,6 +108,16 @@ def test_bracketed_words_that_are_no_tag_stay_text():
     assert langs("[it-IT]Ciao") == [("en", "Ciao")]
 
 
+def test_unread_calls_signs_symbols_and_keeps_quotes_short():
+    unread = Unread()
+    segment("x² + y² = ① and 5 µ", unread=unread)
+    assert unread.notes() == ["4 symbols not read (², ①, µ)"]  # no language named: they are signs
+    unread = Unread()
+    segment("Hello there. " + "안녕하세요" * 60, unread=unread)
+    (note,) = unread.notes()
+    assert note.startswith("300 Hangul characters not read (") and len(note) < 120, note
+
+
 def test_units_abbreviations_and_hyphenated_words_in_brackets_stay_text():
     for text in ("latency [ms] is low", "GET /users/[id] returns one", "[to-do] buy milk",
                  "a [no-go] area", "the [co-op] shop", "[no_reply] mail", "colour [UK]", "Henry [VI]",

@@ -72,6 +72,7 @@ def is_language_tag(code: str, region: str) -> bool:
 _SENTENCE_END = re.compile(r"(?<=[。．！？!?\n])")
 
 HAN, KANA, LATIN, DIGIT, NEUTRAL, OTHER = "han", "kana", "latin", "digit", "neutral", "other"
+SYMBOLS = "symbols"  # Unread's name for dropped characters that are no letters (digits, signs)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class Unread:
     _last: str = field(default="", repr=False)  # script of the last dropped character
 
     SHOWN = 3  # words quoted per script; the count covers all characters
+    QUOTE_CHARS = 20  # a quoted word is cut after this many characters (the report is a header too)
 
     def add_char(self, ch: str, continues: bool) -> None:
         """Record a dropped character; ``continues``: it directly follows the last dropped one."""
@@ -136,11 +138,14 @@ class Unread:
         out = [f"tag {tag} not read aloud: this engine speaks zh, en and ja; the text after it was "
                "read by its script (Latin letters as English)" for tag in self.tags]
         for script, words in self.words.items():
-            unique = list(dict.fromkeys(words))
+            unique = list(dict.fromkeys(
+                w if len(w) <= self.QUOTE_CHARS else w[:self.QUOTE_CHARS] + "…" for w in words))
             shown = ", ".join(unique[:self.SHOWN]) + (", …" if len(unique) > self.SHOWN else "")
             count = self.chars[script]
             if script == "emoji":
                 out.append(f"{count} emoji not read ({shown})")
+            elif script == SYMBOLS:
+                out.append(f"{count} symbol{'s' if count > 1 else ''} not read ({shown})")
             else:
                 out.append(f"{count} {script} character{'s' if count > 1 else ''} not read ({shown}): "
                            "this engine reads Chinese, English and Japanese only")
@@ -151,6 +156,8 @@ def script_name(ch: str) -> str:
     """The script of a character, as a name for people ("Hangul", "Cyrillic", "emoji")."""
     if _is_pictograph(ord(ch)):
         return "emoji"
+    if not unicodedata.category(ch).startswith("L") or " SIGN" in unicodedata.name(ch, ""):
+        return SYMBOLS  # "²", "①", "µ" (MICRO SIGN): not a language's script
     words = unicodedata.name(ch, "").split()
     while words and words[0] in ("HALFWIDTH", "FULLWIDTH", "SMALL", "CAPITAL", "MODIFIER"):
         words = words[1:]
