@@ -29,6 +29,9 @@ from cosyedge.thermal import ThermalSnapshot
 
 logger = logging.getLogger(__name__)
 
+#: A running job's phase until its work function sets its own.
+PHASE_STARTING = "starting"
+
 #: How often idle workers re-read the thermal snapshot (a hot box may cool down with no new event).
 THERMAL_POLL_S = 1.0
 #: Retry-After guess (seconds) before any job has finished.
@@ -161,7 +164,7 @@ class Job:
     def _run(self) -> None:
         self.state = JobState.RUNNING
         self.started_at = time.monotonic()
-        self.phase = "starting"
+        self.phase = PHASE_STARTING
         try:
             if self._cancel.is_set():
                 raise CancelledError("cancelled before it started")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
-from cosyedge.jobs import Job
+from cosyedge.jobs import PHASE_STARTING, Job
 from cosyedge.service import SPEED_RANGE, Service, TTSRequest, TTSResult
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
@@ -278,7 +278,7 @@ async def _follow(service: Service, job: Job, progress: Any,
                 progress((job.done_steps, job.total_steps),
                          desc=f"{job.phase} / 第 {job.done_steps}/{job.total_steps} 句")
             else:
-                progress(0.0, desc=starting if starting and job.phase == "starting" else job.phase)
+                progress(0.0, desc=starting if starting and job.phase == PHASE_STARTING else job.phase)
         result: TTSResult = waiter.result()
     except CancelledError:
         gr.Info(CANCELLED)
