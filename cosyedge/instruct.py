@@ -107,7 +107,7 @@ class InstructPlan:
         if not self.applied and not self.understood:
             return "nothing applied: this engine has no native instruct and understood none of it"
         if not self.applied:
-            return "nothing applied: what it asks for is not supported by this engine (listed below)"
+            return "nothing applied: what it asks for is not supported by this engine"
         if self.not_supported:
             return "applied as explicit controls where this engine can; the rest is listed as not supported"
         return "applied as explicit controls (this engine has no native instruct)"
