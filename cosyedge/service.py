@@ -47,6 +47,9 @@ from cosyedge.voices import PromptCache, VoiceInfo, VoiceLibrary
 
 logger = logging.getLogger(__name__)
 
+#: A job's phase while its prompt or saved voice is conditioned and encoded (cache miss: seconds).
+PHASE_PREPARING_VOICE = "preparing the voice…"
+
 #: Speed range accepted before the engine is loaded (every engine supports at least this).
 SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=(),
                            sample_rate=0).speed_range
@@ -539,7 +542,7 @@ class Service:
             if job.is_cancelled():
                 raise CancelledError("cancelled before synthesis started")
             if request.prompt_audio is not None or request.voice_id is not None:
-                job.set_phase("preparing the voice…")  # a new prompt's voice match takes seconds
+                job.set_phase(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
             choice = self._resolve_voice(engine, request)
             options = SynthesisOptions(speed=float(request.speed), language=request.language)
             plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)

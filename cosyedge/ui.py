@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
-from cosyedge.jobs import PHASE_STARTING, Job
-from cosyedge.service import SPEED_RANGE, Service, TTSRequest, TTSResult
+from cosyedge.jobs import Job
+from cosyedge.service import PHASE_PREPARING_VOICE, SPEED_RANGE, Service, TTSRequest, TTSResult
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
     import gradio as gr
@@ -145,23 +145,17 @@ def describe(result: TTSResult) -> str:
     return "\n\n".join(f"- {line}" for line in lines)
 
 
-#: Progress text while a job has started but not yet reached synthesis. With a prompt that is when
-#: the voice is prepared (on an engine that cannot clone, a new prompt's voice match: ~13 s, see
-#: docs/benchmarks.md); the job's own phase then says "preparing the voice…" (status line).
+#: The page's bilingual words for service phases that take long enough to be read (a new prompt's
+#: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
-
-
-def starting_text(tts: TTSRequest) -> str | None:
-    """What the progress bar says before synthesis starts: the voice preparation for a prompt or a
-    saved voice, the service's own phase otherwise (None)."""
-    return PREPARING_VOICE if tts.prompt_audio is not None or tts.voice_id is not None else None
+PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE}
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
                       progress: Any) -> tuple[str | None, str]:
     """Submit one request, report position/progress while it runs, return (wav path, panel)."""
     job = await _submit(service, tts, request, stream=False)
-    return await _follow(service, job, progress, starting_text(tts))
+    return await _follow(service, job, progress)
 
 
 async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
@@ -174,7 +168,7 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
         raise ui_error(EMPTY_TEXT)
     job = await _submit(service, tts, request, stream=True)
     yield None, "", live_player(job)
-    path, panel = await _follow(service, job, progress, starting_text(tts))
+    path, panel = await _follow(service, job, progress)
     yield path, panel, gr.skip()  # the live player keeps playing what it has
 
 
@@ -259,10 +253,8 @@ async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None
         raise _ui_error(exc) from exc
 
 
-async def _follow(service: Service, job: Job, progress: Any,
-                  starting: str | None = None) -> tuple[str | None, str]:
-    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error.
-    ``starting``: the progress text while the job's phase is still "starting"."""
+async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str]:
+    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error."""
     import gradio as gr
 
     waiter = asyncio.ensure_future(job.wait_async())
@@ -278,7 +270,7 @@ async def _follow(service: Service, job: Job, progress: Any,
                 progress((job.done_steps, job.total_steps),
                          desc=f"{job.phase} / 第 {job.done_steps}/{job.total_steps} 句")
             else:
-                progress(0.0, desc=starting if starting and job.phase == PHASE_STARTING else job.phase)
+                progress(0.0, desc=PHASE_LABELS.get(job.phase, job.phase))
         result: TTSResult = waiter.result()
     except CancelledError:
         gr.Info(CANCELLED)

@@ -15,7 +15,7 @@ import soundfile as sf
 from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
                              ParameterError, PayloadTooLargeError, TextError)
 from cosyedge.engines.base import VoicePrompt
-from cosyedge.service import SEED_PRESETS, Service, TTSRequest
+from cosyedge.service import PHASE_PREPARING_VOICE, SEED_PRESETS, Service, TTSRequest
 
 
 def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
@@ -133,7 +133,7 @@ def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, 
     job = service.submit(TTSRequest(text="Hello.", prompt_audio=wav_file(4.0)))
     while not job.wait(0.02):
         phases.append(job.phase)
-    assert "preparing the voice…" in phases
+    assert PHASE_PREPARING_VOICE in phases
     job.outcome()
 
 

@@ -236,24 +236,23 @@ def test_capabilities_shown_from_the_engine(make_service, fake_factory, native):
     assert ("cannot follow instructions" in instruct_note) is not native
 
 
-def test_progress_says_the_voice_is_being_prepared(make_service, fake_factory, tmp_path):
+def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monkeypatch):
+    """The service's own phase while the prompt is matched shows in the page's words."""
+    import time
     from pathlib import Path
 
     from cosyedge.ui import PREPARING_VOICE
+    from tests.fake_engine import FakeEngine
 
+    encode = FakeEngine.encode_prompt
+
+    def slow_encode(self, audio, sample_rate, transcript):  # a voice match takes seconds
+        time.sleep(0.6)
+        return encode(self, audio, sample_rate, transcript)
+
+    monkeypatch.setattr(FakeEngine, "encode_prompt", slow_encode)
     service = make_service()
     progress = Progress()
     tts = TTSRequest(text="One.", prompt_audio=Path(wav_path(tmp_path, 4.0)).read_bytes())
-    real_submit = service.queue.submit
-
-    def slow_start(work, **kwargs):  # hold the job in "starting" for a moment, as a voice match does
-        import time
-
-        def held(job):
-            time.sleep(0.6)
-            return work(job)
-        return real_submit(held, **kwargs)
-
-    service.queue.submit = slow_start
     asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="p"), progress))
     assert PREPARING_VOICE in [d for _, d in progress.calls]

@@ -283,8 +283,7 @@ class KokoroEngine:
     def unread_text(self, text: str, language: str = "auto") -> list[str]:
         """Notes on what :meth:`synthesize` will not read aloud in ``text`` (other languages' tags,
         unsupported scripts), from the frontend; the service puts them in the result's ``skipped``."""
-        unread = getattr(self.frontend, "unread", None)
-        return list(unread(text, language)) if unread is not None else []
+        return self.frontend.unread(text, language)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
         """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
