@@ -460,7 +460,8 @@ def _body_problem(err: dict[str, Any], content_type: str) -> str | None:
     if kind in ("model_attributes_type", "dict_type", "model_type"):
         what = {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
             type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
-        return f"the body is {what} in JSON, not an object: {JSON_ADVICE}, e.g. {{\"text\": \"...\"}} (\"input\" on /v1/audio/speech)"
+        example = '{"text": "..."} ("input" on /v1/audio/speech)'
+        return f"the body is {what} in JSON, not an object: {JSON_ADVICE}, e.g. {example}"
     return None
 
 
