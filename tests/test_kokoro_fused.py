@@ -147,6 +147,31 @@ def test_kernel_matches_the_onnxruntime_chain(tmp_path, channels, frames, taps, 
     fused.close()
 
 
+def test_quantize_pad_is_onnxruntimes_dynamic_quantize_bit_for_bit():
+    """The quantize step alone, given onnxruntime's own scale and zero point, must give exactly its
+    DynamicQuantizeLinear values (shifted to int8) and the zero point in the padding, including
+    values half-way between two steps (round half to even) and the range's two ends."""
+    from cosyedge.engines.kokoro import kernels
+
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["y"], ["q", "scale", "zp"])], "dql",
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(n, t, None) for n, t in
+         (("q", TensorProto.UINT8), ("scale", TensorProto.FLOAT), ("zp", TensorProto.UINT8))])
+    session = ort_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    rng = np.random.default_rng(3)
+    for low, high in ((-2.0, 5.0), (0.5, 3.0), (-4.0, -1.0)):
+        y = rng.uniform(low, high, (5, 301)).astype(np.float32)
+        q, scale, zp = session.run(None, {"y": y})
+        y[1, :40] = (np.arange(40, dtype=np.float32) + np.float32(0.5)) * scale  # half-way points
+        y[2, :2] = (y.min(), y.max())
+        q, scale, zp = session.run(None, {"y": y})
+        padded = np.full((5, 3 + 301 + 2), 99, np.int8)
+        kernels.quantize_pad(y, np.float32(scale), int(zp), 3, padded, 0, 5)
+        assert np.array_equal(padded[:, 3:-2], (q.astype(np.int16) - 128).astype(np.int8))
+        assert (padded[:, :3] == int(zp) - 128).all() and (padded[:, -2:] == int(zp) - 128).all()
+
+
 def test_kernel_handles_uneven_padding_and_a_constant_input(tmp_path):
     model = chain_model(6, 3, 2, norm=False, pads=(4, 0))
     path = tmp_path / "chain.onnx"
