@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kokoro_rtf import TEXTS, VOICE, load_average, measured_header, write_section  # noqa: E402
+from bench.machine_speed import speed_line  # noqa: E402
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
@@ -179,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     for key in SECTION_KEYS:
         if args.only not in (None, key):
             continue
-        started, before = dt.datetime.now(dt.timezone.utc), load_average()
+        started, before, speed_before = dt.datetime.now(dt.timezone.utc), load_average(), speed_line()
         if key == "engine":
             body = engine_table(engine_rows(args.threads, args.limits, args.reps), args.threads, args.reps)
         else:
             body = http_table(http_rows(args.threads, args.reps), args.threads, args.reps)
-        blocks[key] = f"{measured_header(started, command, before)}\n\n{body}"
+        blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():

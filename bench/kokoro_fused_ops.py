@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cosyedge.engines.kokoro import fused_ops, model_files, optimize  # noqa: E402
 from kokoro_rtf import VARIANT_TEXT, load_average, measured_header, variant_feeds, write_section  # noqa: E402
+from bench.machine_speed import speed_line  # noqa: E402
 
 
 def variants() -> list[tuple[str, tuple[str, ...]]]:
@@ -166,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         print(stft_check(Path(args.models_dir) / model_files.MODEL_ID))
         return 0
     command = "python bench/kokoro_fused_ops.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    started, before = dt.datetime.now(dt.timezone.utc), load_average()
+    started, before, speed_before = dt.datetime.now(dt.timezone.utc), load_average(), speed_line()
     body = table(run(Path(args.models_dir) / model_files.MODEL_ID, args.reps))
-    text = f"{measured_header(started, command, before)}\n\n{body}"
+    text = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
     print(text)
     if args.write:
         write_section(Path(args.write), "fused-ops", text)

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kokoro_rtf import TEXTS, VOICE, load_average, log_mel_db, measured_header, write_section  # noqa: E402
+from bench.machine_speed import speed_line  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import model_files  # noqa: E402
@@ -357,14 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     for key in SECTION_KEYS:
         if args.only and key not in args.only:
             continue
-        started, before = dt.datetime.now(dt.timezone.utc), load_average()
+        started, before, speed_before = dt.datetime.now(dt.timezone.utc), load_average(), speed_line()
         if key == "calls":
             body = calls_table(calls_rows(args.threads))
         elif key == "options":
             body = options_table(options_rows(args.rounds))
         else:
             body = edges_table(edges_rows(args.caps))
-        blocks[key] = f"{measured_header(started, command, before)}\n\n{body}"
+        blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():

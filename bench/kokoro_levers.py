@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cosyedge.engines.kokoro import model_files, optimize  # noqa: E402
 from kokoro_rtf import VARIANT_TEXT, compare, load_average, measured_header, variant_feeds, write_section  # noqa: E402
+from bench.machine_speed import speed_line  # noqa: E402
 
 LEVERS: list[tuple[str, tuple[str, ...] | None]] = [
     ("shipped int8 graph", None),
@@ -150,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model_dir = Path(args.models_dir) / model_files.MODEL_ID
     command = "python bench/kokoro_levers.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    started, before = dt.datetime.now(dt.timezone.utc), load_average()
+    started, before, speed_before = dt.datetime.now(dt.timezone.utc), load_average(), speed_line()
     body = levers_table(run_levers(model_dir, args.reps, Path(args.cache), args.previous, args.fused_only))
-    text = f"{measured_header(started, command, before)}\n\n{body}"
+    text = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
     print(text)
     if args.write:
         write_section(Path(args.write), "levers-fused" if args.fused_only else "levers", text)

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.kokoro_rtf import (TEXTS, VOICE, _run_worker, long_sentence_ids, load_average,  # noqa: E402
                               measured_header, peak_rss_mb, rss_mb, write_section)
+from bench.machine_speed import speed_line  # noqa: E402
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in SECTION_KEYS:
         if args.only not in (None, key):
             continue
-        started, before = dt.datetime.now(dt.timezone.utc), load_average()
+        started, before, speed_before = dt.datetime.now(dt.timezone.utc), load_average(), speed_line()
         if key == "pipeline":
             texts = [tuple(t.split(":", 1)) for t in args.texts]
             body = side_by_side_table(side_by_side(args.threads, args.reps, texts))
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = [json.loads(_run_worker(["--worker", case, "--threads", str(args.threads)], script=__file__))
                     for case in MEMORY_CASES]
             body = memory_table(rows, args.threads)
-        blocks[key] = f"{measured_header(started, command, before)}\n\n{body}"
+        blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():

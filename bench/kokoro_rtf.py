@@ -384,12 +384,17 @@ def load_average() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def measured_header(started: dt.datetime, command: str, load_before: str) -> str:
-    """The first lines of every generated block: when (UTC), on what, with which command, and the
-    load average before and now (a shared 2-core box makes wall-clock figures load-dependent)."""
+def measured_header(started: dt.datetime, command: str, load_before: str, speed_before: str | None = None) -> str:
+    """The first lines of every generated block: when (UTC), on what, with which command, the load
+    average before and now (a shared 2-core box makes wall-clock figures load-dependent) and the
+    machine speed probe (bench/machine_speed.py: the VM's cores drift with its host, which the load
+    average does not see) after the run, and before it where the caller took it."""
+    from bench.machine_speed import speed_line
+
+    speed = f"before: {speed_before}; after: {speed_line()}" if speed_before else f"after the run: {speed_line()}"
     return (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
             f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {load_before}; "
-            f"after: {load_average()}.")
+            f"after: {load_average()}.  \nMachine speed probe {speed}.")
 
 
 def engine_table(results: list[dict]) -> str:
@@ -472,13 +477,16 @@ def main(argv: list[str] | None = None) -> int:
     blocks = {}
     started = dt.datetime.now(dt.timezone.utc)
     before = load_average()
+    from bench.machine_speed import speed_line
+
+    speed_before = speed_line()
     if not args.variants or args.all:
         results = [json.loads(_run_worker(["--worker", "engine", "--threads", str(t), "--reps", str(args.reps),
                                            "--models-dir", args.models_dir])) for t in args.threads]
         blocks["engine"] = engine_table(results)
     if args.variants or args.all:
         blocks["variants"] = variants_table(variants_run(model_dir, args.variant_reps, Path(args.cache)))
-    header = measured_header(started, command, before)
+    header = measured_header(started, command, before, speed_before)
     for key, body in blocks.items():
         text = f"{header}\n\n{body}"
         print(text + "\n")
