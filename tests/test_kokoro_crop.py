@@ -109,13 +109,12 @@ def test_frame_weights_upsample_like_a_floor_nearest_resize(frames, length):
 # --- weighted statistics ---------------------------------------------------------------------------
 
 def _snake(x, gamma, beta, alpha, weights=None):
-    y = np.empty_like(x)
-    mins, maxs = np.empty(x.shape[0], np.float32), np.empty(x.shape[0], np.float32)
-    if weights is None:
-        kernels.snake_minmax(x, gamma, beta, 1e-5, True, alpha, 1 / alpha, y, mins, maxs, 0, x.shape[0])
-    else:
-        kernels.snake_minmax_weighted(x, weights, gamma, beta, 1e-5, alpha, 1 / alpha, y, mins, maxs, 0, x.shape[0])
-    return y, mins, maxs
+    """Pass 1 of the chain kernel: per-channel norm scale/shift and the Snake output's extremes."""
+    scales, shifts, mins, maxs = np.empty((4, x.shape[0]), np.float32)
+    weighted = weights is not None
+    kernels.snake_stats(x, weights if weighted else alpha, weighted, gamma, beta, 1e-5, True, alpha, 1 / alpha,
+                        scales, shifts, mins, maxs, 0, x.shape[0])
+    return scales, shifts, mins, maxs
 
 
 def test_weighted_kernel_with_unit_weights_is_the_plain_norm_bit_for_bit():
@@ -136,11 +135,12 @@ def test_weighted_kernel_counts_a_frame_of_weight_k_as_k_copies():
     repeats = np.concatenate([np.repeat(x[:, :20], 3, axis=1), x[:, 20:]], axis=1)
     gamma, beta = RNG.uniform(0.5, 2, 5).astype(np.float32), RNG.normal(0, 1, 5).astype(np.float32)
     alpha = RNG.uniform(0.5, 1.5, 5).astype(np.float32)
-    y, _, _ = _snake(x, gamma, beta, alpha, weights)
-    y_rep, _, _ = _snake(np.ascontiguousarray(repeats), gamma, beta, alpha)
-    np.testing.assert_allclose(y[:, 20:], y_rep[:, 60:], rtol=1e-4, atol=1e-5)
-    unweighted, _, _ = _snake(x, gamma, beta, alpha)
-    assert np.max(np.abs(unweighted - y)) > 1e-2  # the weights do change the statistics
+    scales, shifts, _, _ = _snake(x, gamma, beta, alpha, weights)
+    scales_rep, shifts_rep, _, _ = _snake(np.ascontiguousarray(repeats), gamma, beta, alpha)
+    np.testing.assert_allclose(scales, scales_rep, rtol=1e-5)
+    np.testing.assert_allclose(shifts, shifts_rep, rtol=1e-5, atol=1e-6)
+    unweighted, _, _, _ = _snake(x, gamma, beta, alpha)
+    assert np.max(np.abs(unweighted / scales - 1)) > 1e-3  # the weights do change the statistics
 
 
 def _norm_model(op: str) -> onnx.ModelProto:

@@ -13,7 +13,7 @@ The ``fused_ops`` patterns (the harmonic source's STFT, the generator's bias + r
 taken out the same way and run as their own steps; a pattern with several outputs is placed as
 one block in the order, and a pattern is always placed before any step that reads it.
 
-Each chain runs as ``kernels.snake_minmax`` + ``kernels.quantize_pad`` + ``im2col`` on channel ranges
+Each chain runs as ``kernels.snake_stats`` + ``kernels.snake_quantize_im2col`` on channel ranges
 split over a small thread pool (the calling thread takes one range). With ``chains="ort"`` the
 chains run as onnxruntime segments of their own nodes instead: bit-identical to the whole graph,
 which is how the partitioning itself is tested.
@@ -266,8 +266,8 @@ class _Buffers:
 
     Fresh buffers cost page faults on every call: buffers made per call cost ~8 % of the whole
     graph's CPU time on the levers input against buffers kept between calls (measured, interleaved).
-    The buffers of a short call (the Snake output, the padded int8 signal and the im2col of the
-    largest chain, ~2 KB per output frame of the last stage) stay for the next call; a long call
+    The buffers of a short call (the chains' im2col, up to 1.4 KB per time step of the last stage,
+    and the fused ops' outputs) stay for the next call; a long call
     drops those above ``FusedSession.keep_bytes`` when it ends (``release_above``: ~300 MB after a
     510-phoneme sentence, twice with two calls at once). Each role has its own free list (a shared one ends up holding only
     im2col-sized buffers); ``take`` hands out the smallest free buffer of the role that fits (or a
@@ -351,32 +351,26 @@ class _Kernel:
             beta = np.ascontiguousarray(tensors[chain.beta], np.float32).reshape(-1)
         else:
             gamma = beta = chain.alpha  # unused
-        y, y_raw = state.buffers.take("snake", x.shape, np.float32)
-        mins = np.empty(channels, np.float32)
-        maxs = np.empty(channels, np.float32)
-
-        def spread(kernel, *args) -> None:
-            kernels.spread_channels(self.pool, self.parts, kernel, channels, *args)
-
+        weights = chain.alpha  # unused unless the norm is weighted
         if chain.weights:
             from cosyedge.engines.kokoro.crop import frame_weights
 
             weights = state.frame_weights.get(t_len)  # 42 chains share a handful of lengths
             if weights is None:
                 weights = state.frame_weights[t_len] = frame_weights(tensors[chain.weights], t_len)
-            spread(kernels.snake_minmax_weighted, x, weights, gamma, beta, chain.eps, chain.alpha, chain.inv_alpha,
-                   y, mins, maxs)
-        else:
-            spread(kernels.snake_minmax, x, gamma, beta, chain.eps, chain.gamma is not None, chain.alpha,
-                   chain.inv_alpha, y, mins, maxs)
+        scales, shifts, mins, maxs = np.empty((4, channels), np.float32)
+
+        def spread(kernel, *args) -> None:
+            kernels.spread_channels(self.pool, self.parts, kernel, channels, *args)
+
+        spread(kernels.snake_stats, x, weights, chain.weights is not None, gamma, beta, chain.eps,
+               chain.gamma is not None, chain.alpha, chain.inv_alpha, scales, shifts, mins, maxs)
         scale, zero_point = kernels.quant_params(mins, maxs)
         t_out = t_len + chain.pad_lo + chain.pad_hi - chain.dilation * (chain.taps - 1)
-        padded, padded_raw = state.buffers.take("padded", (channels, t_len + chain.pad_lo + chain.pad_hi), np.int8)
         col, col_raw = state.buffers.take("im2col", (chain.taps * channels, t_out), np.int8)
-        spread(_quantize_im2col, y, scale, zero_point, chain, padded, col)
-        state.largest = max(state.largest, y.nbytes, col.nbytes)
-        state.buffers.give("snake", y_raw)
-        state.buffers.give("padded", padded_raw)
+        spread(kernels.snake_quantize_im2col, x, scales, shifts, chain.alpha, chain.inv_alpha, scale, zero_point,
+               chain.pad_lo, chain.pad_hi, chain.taps, chain.dilation, col)
+        state.largest = max(state.largest, col.nbytes)
         state.owned[chain.col] = ("im2col", col_raw)
         return {chain.col: col[None], chain.scale: np.array(scale, np.float32),
                 chain.zero_point: np.full(chain.zero_point_shape, zero_point - 128, np.int8)}
@@ -409,14 +403,6 @@ def _host_steps(graph: Any, source: Any) -> list[_HostStep]:
                 raise EngineError(f"unknown host step {node.op_type}")
             steps.append(_HostStep(node, makers[node.op_type]()))
     return steps
-
-
-def _quantize_im2col(y: np.ndarray, scale: np.float32, zero_point: int, chain: Chain, padded: np.ndarray,
-                     col: np.ndarray, c0: int, c1: int) -> None:
-    from cosyedge.engines.kokoro import kernels
-
-    kernels.quantize_pad(y, scale, zero_point, chain.pad_lo, padded, c0, c1)
-    kernels.im2col(padded, chain.taps, chain.dilation, col, c0, c1)
 
 
 def _elem_types(model: Any) -> dict[str, int]:

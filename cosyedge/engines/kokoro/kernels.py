@@ -8,22 +8,26 @@ In the runtime graph every vocoder conv reads its input through the same chain o
 about ten full passes over a tensor of up to 4 M floats, all memory-bound and (except the Concat)
 single-threaded in onnxruntime. Here the chain is two passes over channel ranges that callers run
 on their own threads (``nogil``; no numba ``parallel=True``: its work-queue layer is not
-thread-safe and two jobs may run at once):
+thread-safe and two jobs may run at once), each working one channel row at a time:
 
-``snake_minmax``
-    instance-norm statistics (optional), Snake, per-channel min/max into a float buffer
-    (``snake_minmax_weighted``: the same with per-step weights in the statistics, for the
-    generator input crop);
-``quantize_pad`` + ``im2col``
-    onnxruntime's DynamicQuantizeLinear arithmetic (divide by the scale, clamp, round half to
-    even, add the zero point), the shift to int8 and the zero-point padding; then the
-    channel-first im2col rows (numpy slice copies, which run at memcpy speed; numba's byte loops
-    did not vectorize).
+``snake_stats``
+    instance-norm statistics (optional; with per-step weights for the generator input crop),
+    then the Snake of the row and its min/max; the Snake output is not kept. Each channel's
+    norm scale and shift go to ``scales``/``shifts``.
+``snake_quantize_im2col``
+    the Snake of the row again (the same arithmetic, so the same values), onnxruntime's
+    DynamicQuantizeLinear arithmetic (``quantize_row``: divide by the scale, clamp, round half to
+    even, add the zero point), the shift to int8 and the zero-point padding into a row-sized
+    scratch buffer, then that row's ``taps`` windows into the channel-first im2col.
 
 Between them ``quant_params`` turns the channel extremes into the scale and zero point with
-onnxruntime's formula. The result is not bit-identical: the instance-norm sums and the sine (a
-range-reduced odd polynomial, float32 rounding) round differently, so an element whose
-value sits on a rounding boundary can land one quantization step away.
+onnxruntime's formula (the quantization is per tensor, so pass 2 needs every channel's pass 1).
+Computing the Snake twice costs less than writing it out and reading it back: no [C, T] float
+buffer (up to 77 MB per chain on a 510-phoneme sentence) and one full memory pass fewer; 7 % less
+CPU on a 5 s call, and the same audio bit for bit (docs/benchmarks.md, round 6). The result is not
+bit-identical to onnxruntime's chain: the instance-norm sums and the sine (a range-reduced odd
+polynomial, float32 rounding) round differently, so an element whose value sits on a rounding
+boundary can land one quantization step away.
 
 Compiled on first use and cached on disk (``cache=True``: next to this file, or in the model
 directory when this one is read-only, see ``fused_runtime.keep_kernel_cache_local``; with no
@@ -49,7 +53,7 @@ _S1, _S3, _S5, _S7, _S9 = (np.float32(c) for c in (
     3.14159258, -5.16770687, 2.55003119, -0.59804419, 0.07721839))
 _LANES = 16
 _ROUND = np.float32(1.5 * 2 ** 23)  # adding and removing it rounds to an integer
-_FLAGS = {"nnan", "ninf", "nsz", "contract", "reassoc"}  # the Snake pass; quantize_pad has its own
+_FLAGS = {"nnan", "ninf", "nsz", "contract", "reassoc"}  # the Snake; quantize_row has its own
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FLAGS, inline="always")
@@ -62,42 +66,30 @@ def _sin_squared(z: float) -> float:
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FLAGS, inline="always")
-def _snake_row(row: np.ndarray, scale: float, shift: float, a: float, ra: float, out: np.ndarray,
-               lo: np.ndarray, hi: np.ndarray) -> tuple[float, float]:
-    """``out = n + ra * sin(a * n)^2`` with ``n = row * scale + shift``; returns (min, max) of ``out``."""
-    t_len = row.shape[0]
-    # min/max in _LANES independent lanes: a loop LLVM vectorizes (one running min does not)
-    lo[:] = np.inf
-    hi[:] = -np.inf
-    body = t_len - t_len % _LANES
-    for t0 in range(0, body, _LANES):
-        for lane in range(_LANES):
-            n = row[t0 + lane] * scale + shift
-            v = n + ra * _sin_squared(a * n)
-            out[t0 + lane] = v
-            lo[lane] = min(lo[lane], v)
-            hi[lane] = max(hi[lane], v)
-    low = lo.min()
-    high = hi.max()
-    for t in range(body, t_len):
-        n = row[t] * scale + shift
-        v = n + ra * _sin_squared(a * n)
-        out[t] = v
-        low = min(low, v)
-        high = max(high, v)
-    return low, high
+def _snake(n: float, a: float, ra: float) -> float:
+    """Snake of the normalized value ``n``: ``n + ra * sin(a * n)^2`` (``ra = 1 / a``). Both passes
+    call this one function, so they compute the same float32 value."""
+    return n + ra * _sin_squared(a * n)
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
-def snake_minmax(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, normalize: bool,
-                 alpha: np.ndarray, inv_alpha: np.ndarray, y: np.ndarray, mins: np.ndarray,
-                 maxs: np.ndarray, c0: int, c1: int) -> None:
-    """Channels ``c0:c1`` of ``y = n + inv_alpha * sin(alpha * n)^2`` with ``n`` the instance norm
-    ``gamma * (x - mean) / sqrt(var + eps) + beta`` (or ``x`` itself unless ``normalize``); each
-    channel's min and max of ``y`` go to ``mins``/``maxs``. ``x``, ``y``: [C, T] float32."""
+def snake_stats(x: np.ndarray, weights: np.ndarray, weighted: bool, gamma: np.ndarray, beta: np.ndarray,
+                eps: float, normalize: bool, alpha: np.ndarray, inv_alpha: np.ndarray, scales: np.ndarray,
+                shifts: np.ndarray, mins: np.ndarray, maxs: np.ndarray, c0: int, c1: int) -> None:
+    """Pass 1, channels ``c0:c1`` of ``x`` [C, T] float32: the instance norm as a per-channel
+    ``scale``/``shift`` (``gamma * (x - mean) / sqrt(var + eps) + beta``; 1 and 0 unless
+    ``normalize``), and the min and max of ``Snake(x * scale + shift)``. With ``weighted`` the mean
+    and variance weigh time step ``t`` by ``weights[t]`` (the generator input crop,
+    engines/kokoro/crop.py: kept frames 1, frames that stand for removed silence more); with all
+    weights 1 the sums are the plain norm's, bit for bit."""
     t_len = x.shape[1]
     lo = np.empty(_LANES, np.float32)
     hi = np.empty(_LANES, np.float32)
+    total = np.float64(t_len)
+    if weighted:
+        total = 0.0
+        for t in range(t_len):
+            total += np.float64(weights[t])
     for c in range(c0, c1):
         row = x[c]
         scale = np.float32(1.0)
@@ -107,47 +99,43 @@ def snake_minmax(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
             ref = row[0]
             s = 0.0
             ss = 0.0
-            for t in range(t_len):
-                d = np.float64(row[t] - ref)
-                s += d
-                ss += d * d
-            mean_d = s / t_len
-            var = max(ss / t_len - mean_d * mean_d, 0.0)
+            if weighted:
+                for t in range(t_len):
+                    w = np.float64(weights[t])
+                    d = np.float64(row[t] - ref)
+                    s += w * d
+                    ss += w * d * d
+            else:
+                for t in range(t_len):
+                    d = np.float64(row[t] - ref)
+                    s += d
+                    ss += d * d
+            mean_d = s / total
+            var = max(ss / total - mean_d * mean_d, 0.0)
             inv_std = 1.0 / np.sqrt(var + eps)
             scale = np.float32(gamma[c] * inv_std)
             shift = np.float32(beta[c] - (ref + mean_d) * gamma[c] * inv_std)
-        mins[c], maxs[c] = _snake_row(row, scale, shift, alpha[c], inv_alpha[c], y[c], lo, hi)
-
-
-@numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
-def snake_minmax_weighted(x: np.ndarray, weights: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
-                          eps: float, alpha: np.ndarray, inv_alpha: np.ndarray, y: np.ndarray,
-                          mins: np.ndarray, maxs: np.ndarray, c0: int, c1: int) -> None:
-    """``snake_minmax`` with the instance norm's mean and variance weighted per time step by
-    ``weights`` [T] (the generator input crop, engines/kokoro/crop.py: kept frames 1, frames that
-    stand for removed silence more). With all weights 1 the sums are the plain norm's, bit for bit."""
-    t_len = x.shape[1]
-    lo = np.empty(_LANES, np.float32)
-    hi = np.empty(_LANES, np.float32)
-    total = 0.0
-    for t in range(t_len):
-        total += np.float64(weights[t])
-    for c in range(c0, c1):
-        row = x[c]
-        ref = row[0]
-        s = 0.0
-        ss = 0.0
-        for t in range(t_len):
-            w = np.float64(weights[t])
-            d = np.float64(row[t] - ref)
-            s += w * d
-            ss += w * d * d
-        mean_d = s / total
-        var = max(ss / total - mean_d * mean_d, 0.0)
-        inv_std = 1.0 / np.sqrt(var + eps)
-        scale = np.float32(gamma[c] * inv_std)
-        shift = np.float32(beta[c] - (ref + mean_d) * gamma[c] * inv_std)
-        mins[c], maxs[c] = _snake_row(row, scale, shift, alpha[c], inv_alpha[c], y[c], lo, hi)
+        scales[c] = scale
+        shifts[c] = shift
+        a = alpha[c]
+        ra = inv_alpha[c]
+        # min/max in _LANES independent lanes: a loop LLVM vectorizes (one running min does not)
+        lo[:] = np.inf
+        hi[:] = -np.inf
+        body = t_len - t_len % _LANES
+        for t0 in range(0, body, _LANES):
+            for lane in range(_LANES):
+                v = _snake(row[t0 + lane] * scale + shift, a, ra)
+                lo[lane] = min(lo[lane], v)
+                hi[lane] = max(hi[lane], v)
+        low = lo.min()
+        high = hi.max()
+        for t in range(body, t_len):
+            v = _snake(row[t] * scale + shift, a, ra)
+            low = min(low, v)
+            high = max(high, v)
+        mins[c] = low
+        maxs[c] = high
 
 
 def quant_params(mins: np.ndarray, maxs: np.ndarray) -> tuple[np.float32, int]:
@@ -162,41 +150,60 @@ def quant_params(mins: np.ndarray, maxs: np.ndarray) -> tuple[np.float32, int]:
 
 
 @numba.njit(nogil=True, cache=True, fastmath={"nnan", "ninf", "nsz"})
-def quantize_pad(y: np.ndarray, scale: float, zero_point: int, pad_lo: int, padded: np.ndarray,
-                 c0: int, c1: int) -> None:
-    """Channels ``c0:c1``: quantize ``y`` [C, T] to uint8 as DynamicQuantizeLinear does (divide by
-    the scale, clamp, round half to even, add the zero point), shift to int8 (``q - 128``) and
-    write it into ``padded`` [C, pad_lo + T + pad_hi] with the shifted zero point around it.
+def quantize_row(v: np.ndarray, scale: float, zero_point: int, out: np.ndarray) -> None:
+    """``out`` (int8) = ``v`` quantized to uint8 as DynamicQuantizeLinear does (divide by the
+    scale, clamp, round half to even, add the zero point), shifted to int8 (``q - 128``).
 
     Written so LLVM vectorizes the loop (7x faster than with ``min``/``max`` and an integer add
     before the int8 store, measured): comparisons for the clamp, and the shift added while the
     value is still a float (both operands are whole numbers below 2^8, so the sum is exact)."""
-    t_len = y.shape[1]
     sc = np.float32(scale)
     lo_clip = np.float32(-zero_point)
     hi_clip = np.float32(255 - zero_point)
-    fill = np.int8(zero_point - 128)
     shift = np.float32(zero_point - 128)
-    for c in range(c0, c1):
-        src = y[c]
-        row = padded[c, pad_lo:pad_lo + t_len]
-        padded[c, :pad_lo] = fill
-        padded[c, pad_lo + t_len:] = fill
-        for t in range(t_len):
-            v = src[t] / sc
-            v = v if v > lo_clip else lo_clip
-            v = v if v < hi_clip else hi_clip
-            v = (v + _ROUND) - _ROUND  # round half to even (the default mode): exact for |v| < 2^22
-            row[t] = np.int8(np.int32(v + shift))
+    for t in range(v.shape[0]):
+        q = v[t] / sc
+        q = q if q > lo_clip else lo_clip
+        q = q if q < hi_clip else hi_clip
+        q = (q + _ROUND) - _ROUND  # round half to even (the default mode): exact for |q| < 2^22
+        out[t] = np.int8(np.int32(q + shift))
 
 
-def im2col(padded: np.ndarray, taps: int, dilation: int, col: np.ndarray, c0: int, c1: int) -> None:
-    """Channels ``c0:c1``: row ``j * C + c`` of ``col`` [taps * C, T_out] is the padded row of
-    channel ``c`` from ``j * dilation`` (numpy copies: memcpy speed, without the GIL)."""
-    channels = padded.shape[0]
+@numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
+def _snake_row(row: np.ndarray, scale: float, shift: float, a: float, ra: float, out: np.ndarray) -> None:
+    for t in range(row.shape[0]):
+        out[t] = _snake(row[t] * scale + shift, a, ra)
+
+
+@numba.njit(nogil=True, cache=True)
+def _copy(src: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[:] = src`` for two contiguous 1-D views: a loop LLVM vectorizes (a 2-D slice
+    assignment in numba does not: 21 vs 3.7 ms for a last-stage im2col, measured)."""
+    for t in range(dst.shape[0]):
+        dst[t] = src[t]
+
+
+@numba.njit(nogil=True, cache=True)
+def snake_quantize_im2col(x: np.ndarray, scales: np.ndarray, shifts: np.ndarray, alpha: np.ndarray,
+                          inv_alpha: np.ndarray, scale: float, zero_point: int, pad_lo: int, pad_hi: int,
+                          taps: int, dilation: int, col: np.ndarray, c0: int, c1: int) -> None:
+    """Pass 2, channels ``c0:c1``: each row's Snake (with pass 1's ``scales``/``shifts``),
+    quantized with the tensor's ``scale``/``zero_point``, padded with the shifted zero point, into
+    rows ``j * C + c`` of ``col`` [taps * C, T_out] from step ``j * dilation`` of the padded row.
+    One row's float and padded int8 scratch (~130 KB for a last-stage row) stay in cache."""
+    channels, t_len = x.shape
     t_out = col.shape[1]
-    for j in range(taps):
-        col[j * channels + c0: j * channels + c1] = padded[c0:c1, j * dilation: j * dilation + t_out]
+    snake = np.empty(t_len, np.float32)
+    padded = np.empty(pad_lo + t_len + pad_hi, np.int8)
+    fill = np.int8(zero_point - 128)
+    padded[:pad_lo] = fill
+    padded[pad_lo + t_len:] = fill
+    inner = padded[pad_lo:pad_lo + t_len]
+    for c in range(c0, c1):
+        _snake_row(x[c], scales[c], shifts[c], alpha[c], inv_alpha[c], snake)
+        quantize_row(snake, scale, zero_point, inner)
+        for j in range(taps):
+            _copy(padded[j * dilation:j * dilation + t_out], col[j * channels + c])
 
 
 def compile_kernels() -> float:
@@ -206,11 +213,12 @@ def compile_kernels() -> float:
     x = np.zeros((2, 8), np.float32)
     ones = np.ones(2, np.float32)
     y = np.empty_like(x)
+    scales, shifts = np.empty(2, np.float32), np.empty(2, np.float32)
     mins, maxs = np.empty(2, np.float32), np.empty(2, np.float32)
-    snake_minmax(x, ones, ones, 1e-5, True, ones, ones, y, mins, maxs, 0, 2)
-    snake_minmax_weighted(x, np.ones(8, np.float32), ones, ones, 1e-5, ones, ones, y, mins, maxs, 0, 2)
-    padded = np.empty((2, 10), np.int8)
-    quantize_pad(y, np.float32(1.0), 128, 1, padded, 0, 2)
+    for weights, weighted in ((ones, False), (np.ones(8, np.float32), True)):  # the runner's two calls
+        snake_stats(x, weights, weighted, ones, ones, 1e-5, True, ones, ones, scales, shifts, mins, maxs, 0, 2)
+    col = np.empty((4, 8), np.int8)
+    snake_quantize_im2col(x, scales, shifts, ones, ones, np.float32(1.0), 128, 1, 1, 2, 2, col, 0, 2)
     frame_dft(np.zeros((2, 4), np.float32), np.ones((3, 4), np.float32), np.empty((3, 2), np.float32), 0, 3)
     bias_residual(x, ones, x, y, 0, 2)
     seconds = time.perf_counter() - start
