@@ -390,11 +390,11 @@ def test_real_runner_partitions_exactly_and_fuses_within_tolerance(runtime_graph
     exact = fused_runtime.FusedSession(path, 1, chains="ort")
     np.testing.assert_array_equal(exact.run(None, feeds)[0], whole)
     fused = fused_runtime.FusedSession(path, 2)
-    assert fused.chains == 48 and fused.fused_ops == ["Spectrum"] + ["BiasResidual"] * 24
+    assert fused.chains == 48 and fused.fused_ops == ["Spectrum"] + ["BiasResidual"] * 24 + ["Upsampler"] * 2
     a, b = fused.run(None, feeds)[0], fused.run(None, feeds)[0]
     np.testing.assert_array_equal(a, b)
     # the bias + residual steps are exact: the same audio as the runner without them
-    without = fused_runtime.FusedSession(path, 2, ops=("stft",))
+    without = fused_runtime.FusedSession(path, 2, ops=("stft", "upsampler"))
     np.testing.assert_array_equal(without.run(None, feeds)[0], a)
     without.close()
     shipped = make_session(model_dir / model_files.ONNX_NAME, 1, "all").run(None, feeds)[0]
@@ -671,6 +671,71 @@ def test_bias_residual_step_is_bit_identical_to_onnxruntimes_two_adds():
     assert fused_ops.find_bias_residuals(residual_model(13, extra_reader=True).graph) == []
     assert fused_ops.find_bias_residuals(residual_model(13, sum_is_output=True).graph) == []
 
+
+
+# --- int8 upsamplers (fused_ops.Upsampler) ----------------------------------------------------------
+
+
+def upsampler_model(c_in: int, c_out: int, stride: int, kernel: int | None = None,
+                    pads: int | None = None) -> onnx.ModelProto:
+    """``y = ConvTranspose(x)`` named like the generator's ``ups.N`` (kernel 2 x stride and padding
+    stride / 2 unless given otherwise)."""
+    kernel = 2 * stride if kernel is None else kernel
+    pads = stride // 2 if pads is None else pads
+    weight = RNG.normal(0, 0.2, (c_in, c_out, kernel)).astype(np.float32)
+    bias = RNG.normal(0, 0.1, c_out).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name=G + "ups.0/ConvTranspose",
+                            strides=[stride], kernel_shape=[kernel], pads=[pads, pads], dilations=[1], group=1)
+    graph = helper.make_graph([node], "ups", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("c_in, c_out, stride, frames", [(16, 8, 10, 37), (12, 6, 6, 50), (8, 4, 2, 1)])
+def test_overlap_add_places_both_taps_of_every_step_like_conv_transpose(c_in, c_out, stride, frames):
+    """With float taps (no quantization) the overlap-add must give onnxruntime's ConvTranspose to
+    float rounding: this pins the tap order, the seams between input steps and the padding."""
+    from cosyedge.engines.kokoro import fused_ops, kernels
+
+    model = upsampler_model(c_in, c_out, stride)
+    (pattern,) = fused_ops.find_upsamplers(model.graph)
+    x = RNG.normal(0, 1, (1, c_in, frames)).astype(np.float32)
+    ref = ort_session(model).run(None, {"x": x})[0]
+    rows = pattern.weight.transpose(2, 1, 0).reshape(2 * stride * c_out, c_in)  # row j * C_out + o
+    taps = (rows.astype(np.float64) @ x[0].astype(np.float64)).astype(np.float32)
+    y = np.empty((c_out, frames * stride), np.float32)
+    kernels.overlap_add(taps, pattern.bias, stride, y, 0, c_out)
+    assert y.shape == ref.shape[1:]
+    np.testing.assert_allclose(y, ref[0], rtol=1e-5, atol=1e-5)
+
+
+def test_upsampler_step_is_the_conv_transpose_within_int8_rounding():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cosyedge.engines.kokoro import fused_ops
+
+    model = upsampler_model(32, 16, 6)
+    (pattern,) = fused_ops.find_upsamplers(model.graph)
+    x = np.maximum(RNG.normal(0, 1, (1, 32, 300)), -0.1).astype(np.float32)  # LeakyRelu-like: one-sided
+    ref = ort_session(model).run(None, {"x": x})[0]
+    with ThreadPoolExecutor(1) as pool:
+        for step in (fused_ops.UpsamplerStep(pattern, None, 1, 1), fused_ops.UpsamplerStep(pattern, pool, 2, 2)):
+            y = step.run({"x": x}, None)["y"]
+            assert y.shape == ref.shape and y.dtype == np.float32
+            relative = np.sqrt(np.mean((y - ref) ** 2) / np.mean(ref ** 2))
+            assert 1e-4 < relative < 0.02, relative  # 8-bit rounding of the input and the taps, no more
+    weight_u8, scale = fused_ops.quantize_weight(pattern.weight)
+    rows = pattern.weight.transpose(2, 1, 0).reshape(weight_u8.shape)
+    assert np.abs((weight_u8.astype(np.float32) - 128) * scale - rows).max() <= scale / 2 + 1e-7
+
+
+def test_only_two_tap_upsamplers_are_taken():
+    from cosyedge.engines.kokoro import fused_ops
+
+    assert len(fused_ops.find_upsamplers(upsampler_model(8, 4, 10).graph)) == 1
+    for kwargs in ({"stride": 10, "kernel": 16}, {"stride": 10, "pads": 3}, {"stride": 5, "kernel": 10, "pads": 2}):
+        assert fused_ops.find_upsamplers(upsampler_model(8, 4, **kwargs).graph) == []
 
 
 KERNEL_CACHE_PROBE = """

@@ -22,9 +22,15 @@ on, and has a step that computes those outputs with numba kernels (``kernels``; 
     ``(x + b) + r`` on channel ranges instead of two single-threaded onnxruntime passes; the same
     additions in the same order (bit-identical).
 
+``Upsampler``
+    the generator's two ``ConvTranspose`` upsamplers (kernel 2 x stride, padding stride / 2) as an
+    int8 GEMM: the input quantized per tensor, the taps per tensor and symmetrically, onnxruntime's
+    uint8 x int8 ``MatMulIntegerToFloat``, then a numba overlap-add of each step's two taps + bias.
+    Not exact: the 8-bit rounding moves the check audio ~0.2 dB (1.07 -> 1.27 dB from the shipped
+    graph), about what a 1e-6 change of the style vector does; ~4 % of a call's CPU saved. (The
+    float GEMM + a numba col2im was bit-identical but no faster, docs/benchmarks.md round 4.)
+
 Each pattern is optional: one not found at load leaves its nodes in the onnxruntime segments.
-The generator's ConvTransposes are not here: onnxruntime already runs their GEMM on its thread
-pool, and the same GEMM + a numba col2im was no faster (docs/benchmarks.md, round 4).
 """
 
 from __future__ import annotations
@@ -264,10 +270,135 @@ class BiasResidualStep:
         return {pat.y: y}
 
 
+# --- int8 upsamplers ------------------------------------------------------------------------------
+
+UPSAMPLER_PREFIX = "/decoder/decoder/generator/ups."
+
+
+@dataclass
+class Upsampler:
+    """A generator upsampler ``ConvTranspose(x, weight, bias)`` whose kernel is twice its stride and
+    whose padding is half the stride, so every output step is the sum of exactly two taps and the
+    output is ``stride`` times as long as the input."""
+
+    x: str
+    y: str
+    weight: np.ndarray  # [C_in, C_out, 2 * stride] float32
+    bias: np.ndarray  # [C_out] float32
+    stride: int
+    nodes: list = field(repr=False, default_factory=list)
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.x]
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.y]
+
+
+def _match_upsampler(g: Any, node: Any) -> Upsampler:
+    attrs = _attrs(node)
+    if len(node.input) != 3 or node.input[1] not in g.inits or node.input[2] not in g.inits:
+        raise ValueError("weight and bias must be constants")
+    weight = g.const(node.input[1]).astype(np.float32)
+    bias = g.const(node.input[2]).astype(np.float32).reshape(-1)
+    stride = int(attrs.get("strides", [0])[0])
+    if (weight.ndim != 3 or attrs.get("group", 1) != 1 or list(attrs.get("dilations", [1])) != [1]
+            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or any(attrs.get("output_padding", []))
+            or stride < 2 or stride % 2 or weight.shape[2] != 2 * stride
+            or list(attrs.get("pads", [])) != [stride // 2, stride // 2] or bias.size != weight.shape[1]):
+        raise ValueError(f"not a kernel = 2 x stride, padding = stride / 2 upsampler: {attrs}")
+    return Upsampler(x=node.input[0], y=node.output[0], weight=weight, bias=bias, stride=stride, nodes=[node])
+
+
+def find_upsamplers(graph: Any, prefix: str = UPSAMPLER_PREFIX) -> list[Upsampler]:
+    """Every two-tap upsampler ConvTranspose under ``prefix`` (node names), in graph order."""
+    from cosyedge.engines.kokoro.fused_runtime import find_matches
+
+    return find_matches(graph, "ConvTranspose", prefix, _match_upsampler, "a two-tap upsampler")
+
+
+def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.float32]:
+    """The upsampler's taps as the left operand of a uint8 x int8 GEMM: row ``j * C_out + o``,
+    column ``i`` holds ``weight[i, o, j]``, quantized per tensor and symmetrically (zero point
+    128, scale ``max |w| / 127``). Returns (uint8 [2 * stride * C_out, C_in], scale)."""
+    c_in, c_out, taps = weight.shape
+    rows = weight.transpose(2, 1, 0).reshape(taps * c_out, c_in)
+    scale = np.float32(max(float(np.abs(rows).max()), 1e-30) / 127.0)
+    q = np.clip(np.rint(rows / scale), -127, 127).astype(np.int16) + 128
+    return q.astype(np.uint8), scale
+
+
+def _gemm_model(weight_u8: np.ndarray, weight_scale: np.float32) -> bytes:
+    """One ``MatMulIntegerToFloat``: the constant uint8 taps [M, C_in] times the int8 input
+    [C_in, T] (VNNI's u8 x s8 path) -> float [M, T]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("MatMulIntegerToFloat", ["w", "x", "w_scale", "x_scale", "w_zero", "x_zero"], ["z"],
+                            domain="com.microsoft")
+    graph = helper.make_graph(
+        [node], "upsampler_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [weight_u8.shape[1], None]),
+         helper.make_tensor_value_info("x_scale", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("x_zero", TensorProto.INT8, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight_u8, "w"), numpy_helper.from_array(np.array(weight_scale, np.float32), "w_scale"),
+         numpy_helper.from_array(np.array(128, np.uint8), "w_zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return model.SerializeToString()
+
+
+class UpsamplerStep:
+    """The upsampler as an int8 GEMM: the input quantized per tensor as DynamicQuantizeLinear does
+    (``kernels.row_extremes``, ``kernels.quantize_rows`` on channel ranges), the taps applied by
+    onnxruntime's uint8 x int8 ``MatMulIntegerToFloat`` on the runner's threads, and the two taps
+    of every output step added with the bias (``kernels.overlap_add``). onnxruntime runs the float
+    ConvTranspose as a float GEMM + col2im, ~4x the CPU time of the int8 GEMM; the price is the
+    rounding of the input and the taps to 8 bits (docs/benchmarks.md, round 6)."""
+
+    def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int) -> None:
+        import onnxruntime as ort
+
+        from cosyedge.engines.kokoro.fused_runtime import _session_options
+
+        self.pattern, self.pool, self.parts = pattern, pool, max(1, parts)
+        self.inputs = pattern.inputs
+        self.outputs = pattern.outputs
+        weight_u8, weight_scale = quantize_weight(pattern.weight)
+        self.session = ort.InferenceSession(_gemm_model(weight_u8, weight_scale), _session_options(threads),
+                                            providers=["CPUExecutionProvider"])
+
+    def run(self, tensors: dict[str, np.ndarray], state: Any) -> dict[str, np.ndarray]:
+        from cosyedge.engines.kokoro import kernels
+
+        pat = self.pattern
+        x = tensors[pat.x]
+        c_in, c_out = pat.weight.shape[:2]
+        if x.ndim != 3 or x.shape[0] != 1 or x.shape[1] != c_in or x.dtype != np.float32:
+            raise EngineError(f"upsampler input {pat.x!r} has shape {x.shape} {x.dtype}; expected [1, {c_in}, T] float32")
+        x = np.ascontiguousarray(x[0])
+        frames = x.shape[1]
+
+        def spread(kernel, channels, *args) -> None:
+            kernels.spread_channels(self.pool, self.parts, kernel, channels, *args)
+
+        mins, maxs = np.empty((2, c_in), np.float32)
+        spread(kernels.row_extremes, c_in, x, mins, maxs)
+        scale, zero_point = kernels.quant_params(mins, maxs)
+        quantized = np.empty((c_in, frames), np.int8)
+        spread(kernels.quantize_rows, c_in, x, scale, zero_point, quantized)
+        taps = self.session.run(None, {"x": quantized, "x_scale": np.array(scale, np.float32),
+                                       "x_zero": np.array(zero_point - 128, np.int8)})[0]
+        y = np.empty((1, c_out, frames * pat.stride), np.float32)
+        spread(kernels.overlap_add, c_out, taps, pat.bias, pat.stride, y[0])
+        return {pat.y: y}
+
+
 # --- dispatch -------------------------------------------------------------------------------------
 
 
-KINDS = ("stft", "bias_residual")  # every pattern kind of this module, in the order they were added
+KINDS = ("stft", "bias_residual", "upsampler")  # every pattern kind of this module, in the order they were added
 
 
 def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
@@ -280,6 +411,8 @@ def find_patterns(graph: Any, kinds: Sequence[str] = KINDS) -> list[Any]:
         found += find_spectra(graph)
     if "bias_residual" in kinds:
         found += find_bias_residuals(graph)
+    if "upsampler" in kinds:
+        found += find_upsamplers(graph)
     return found
 
 
@@ -289,4 +422,6 @@ def make_step(pattern: Any, pool: Any, threads: int) -> Any:
         return SpectrumStep(pattern)
     if isinstance(pattern, BiasResidual):
         return BiasResidualStep(pattern, pool, threads)
+    if isinstance(pattern, Upsampler):
+        return UpsamplerStep(pattern, pool, threads, threads)
     raise TypeError(f"no fused step for {type(pattern).__name__}")

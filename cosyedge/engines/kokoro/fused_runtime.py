@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 CHAIN_PREFIX = "/decoder/"
 RUNNER_KIND = "fused_chains"
-RUNNER_VERSION = 2  # bump when the kernels or the partitioning change (2: the fused STFT); with RUNTIME_VERSION
+RUNNER_VERSION = 3  # bump when the kernels or the partitioning change (2: the fused STFT; 3: int8 upsamplers); with RUNTIME_VERSION
 # A call whose largest kernel buffer is above this many bytes (the levers input, 6.6 s of audio,
 # needs 45 MB) gives its memory back when it ends: kernel buffers above it are dropped and
 # onnxruntime's shared arena is shrunk. Shorter calls keep both, which saves their page faults.

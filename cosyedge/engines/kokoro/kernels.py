@@ -206,6 +206,65 @@ def snake_quantize_im2col(x: np.ndarray, scales: np.ndarray, shifts: np.ndarray,
             _copy(padded[j * dilation:j * dilation + t_out], col[j * channels + c])
 
 
+@numba.njit(nogil=True, cache=True, fastmath=_FLAGS)
+def row_extremes(x: np.ndarray, mins: np.ndarray, maxs: np.ndarray, c0: int, c1: int) -> None:
+    """Rows ``c0:c1`` of ``x`` [C, T] float32: each row's min and max (the upsamplers' quantization range)."""
+    t_len = x.shape[1]
+    lo = np.empty(_LANES, np.float32)
+    hi = np.empty(_LANES, np.float32)
+    body = t_len - t_len % _LANES
+    for c in range(c0, c1):
+        row = x[c]
+        lo[:] = np.inf
+        hi[:] = -np.inf
+        for t0 in range(0, body, _LANES):
+            for lane in range(_LANES):
+                v = row[t0 + lane]
+                lo[lane] = min(lo[lane], v)
+                hi[lane] = max(hi[lane], v)
+        low = lo.min()
+        high = hi.max()
+        for t in range(body, t_len):
+            low = min(low, row[t])
+            high = max(high, row[t])
+        mins[c] = low
+        maxs[c] = high
+
+
+@numba.njit(nogil=True, cache=True)
+def quantize_rows(x: np.ndarray, scale: float, zero_point: int, out: np.ndarray, c0: int, c1: int) -> None:
+    """Rows ``c0:c1``: ``out`` (int8) = ``x`` quantized as DynamicQuantizeLinear does, shifted to int8."""
+    for c in range(c0, c1):
+        quantize_row(x[c], scale, zero_point, out[c])
+
+
+@numba.njit(nogil=True, cache=True)
+def overlap_add(taps: np.ndarray, bias: np.ndarray, stride: int, y: np.ndarray, c0: int, c1: int) -> None:
+    """Output channels ``c0:c1`` of a two-tap upsampler (``fused_ops.Upsampler``: kernel 2 x
+    stride, padding stride / 2). ``taps`` [2 * stride * C, T] holds tap ``j`` of channel ``o`` at
+    input step ``m`` in row ``j * C + o``; full-length output step ``m * stride + p`` is tap ``p``
+    of step ``m`` plus tap ``p + stride`` of step ``m - 1``; ``y`` [C, T * stride] is that signal
+    from step ``stride / 2`` on, plus the bias."""
+    channels = y.shape[0]
+    frames = taps.shape[1]
+    pad = stride // 2
+    length = y.shape[1]
+    for o in range(c0, c1):
+        b = bias[o]
+        out = y[o]
+        for m in range(frames + 1):
+            for p in range(stride):
+                k = m * stride + p - pad
+                if k < 0 or k >= length:
+                    continue
+                v = np.float32(0.0)
+                if m < frames:
+                    v += taps[p * channels + o, m]
+                if m > 0:
+                    v += taps[(p + stride) * channels + o, m - 1]
+                out[k] = v + b
+
+
 def compile_kernels() -> float:
     """Compile (or load from numba's cache) the kernels for the dtypes the runner passes; return
     the seconds it took. Called when the fused runtime loads, never inside a request."""
@@ -221,6 +280,9 @@ def compile_kernels() -> float:
     snake_quantize_im2col(x, scales, shifts, ones, ones, np.float32(1.0), 128, 1, 1, 2, 2, col, 0, 2)
     frame_dft(np.zeros((2, 4), np.float32), np.ones((3, 4), np.float32), np.empty((3, 2), np.float32), 0, 3)
     bias_residual(x, ones, x, y, 0, 2)
+    row_extremes(x, mins, maxs, 0, 2)
+    quantize_rows(x, np.float32(1.0), 128, np.empty((2, 8), np.int8), 0, 2)
+    overlap_add(np.zeros((8, 8), np.float32), ones, 2, np.empty((2, 16), np.float32), 0, 2)
     seconds = time.perf_counter() - start
     logger.info("fused-chain kernels ready in %.2f s (numba compile or cache load)", seconds)
     return seconds

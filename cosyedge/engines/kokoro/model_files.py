@@ -54,7 +54,7 @@ RUNTIME_NAME = "kokoro-v1.0.int8.conv-as-matmul.onnx"
 EXACT_PASSES = ("conv_as_matmul", "square")
 APPROX_PASSES = ("float_tail", "instance_norm")
 RUNTIME_PASSES = EXACT_PASSES + APPROX_PASSES
-RUNTIME_VERSION = 5  # bump when the passes or the runner change, so `setup-model` re-derives and re-checks
+RUNTIME_VERSION = 6  # bump when the passes or the runner change, so `setup-model` re-derives and re-checks (6: int8 upsamplers)
 SAMPLE_RATE = 24_000
 FIX_HINT = "run `python -m cosyedge setup-model` (after `pip install -r requirements.txt`)"
 
