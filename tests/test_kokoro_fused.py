@@ -705,7 +705,7 @@ def test_overlap_add_places_both_taps_of_every_step_like_conv_transpose(c_in, c_
     rows = pattern.weight.transpose(2, 1, 0).reshape(2 * stride * c_out, c_in)  # row j * C_out + o
     taps = (rows.astype(np.float64) @ x[0].astype(np.float64)).astype(np.float32)
     y = np.empty((c_out, frames * stride), np.float32)
-    kernels.overlap_add(taps, pattern.bias, stride, y, 0, c_out)
+    kernels.overlap_add(taps, 0, 0, frames + 1, frames, pattern.bias, stride, y, 0, c_out)
     assert y.shape == ref.shape[1:]
     np.testing.assert_allclose(y, ref[0], rtol=1e-5, atol=1e-5)
 
@@ -719,12 +719,16 @@ def test_upsampler_step_is_the_conv_transpose_within_int8_rounding():
     (pattern,) = fused_ops.find_upsamplers(model.graph)
     x = np.maximum(RNG.normal(0, 1, (1, 32, 300)), -0.1).astype(np.float32)  # LeakyRelu-like: one-sided
     ref = ort_session(model).run(None, {"x": x})[0]
+    outputs = []
     with ThreadPoolExecutor(1) as pool:
-        for step in (fused_ops.UpsamplerStep(pattern, None, 1, 1), fused_ops.UpsamplerStep(pattern, pool, 2, 2)):
+        for step in (fused_ops.UpsamplerStep(pattern, None, 1, 1), fused_ops.UpsamplerStep(pattern, pool, 2, 2),
+                     fused_ops.UpsamplerStep(pattern, pool, 2, 2, tile=7)):  # 43 tiles, one short
             y = step.run({"x": x}, None)["y"]
             assert y.shape == ref.shape and y.dtype == np.float32
             relative = np.sqrt(np.mean((y - ref) ** 2) / np.mean(ref ** 2))
             assert 1e-4 < relative < 0.02, relative  # 8-bit rounding of the input and the taps, no more
+            outputs.append(y)
+    np.testing.assert_array_equal(outputs[2], outputs[1])  # the tiles' seams are exact
     weight_u8, scale = fused_ops.quantize_weight(pattern.weight)
     rows = pattern.weight.transpose(2, 1, 0).reshape(weight_u8.shape)
     assert np.abs((weight_u8.astype(np.float32) - 128) * scale - rows).max() <= scale / 2 + 1e-7

@@ -273,6 +273,9 @@ class BiasResidualStep:
 # --- int8 upsamplers ------------------------------------------------------------------------------
 
 UPSAMPLER_PREFIX = "/decoder/decoder/generator/ups."
+#: Input steps per GEMM: the taps of a whole 510-phoneme call would be a [1536, ~24000] float
+#: tensor (150 MB); tiles of 2048 steps keep them under 13 MB at the same GEMM speed.
+TILE_STEPS = 2048
 
 
 @dataclass
@@ -352,17 +355,18 @@ def _gemm_model(weight_u8: np.ndarray, weight_scale: np.float32) -> bytes:
 class UpsamplerStep:
     """The upsampler as an int8 GEMM: the input quantized per tensor as DynamicQuantizeLinear does
     (``kernels.row_extremes``, ``kernels.quantize_rows`` on channel ranges), the taps applied by
-    onnxruntime's uint8 x int8 ``MatMulIntegerToFloat`` on the runner's threads, and the two taps
-    of every output step added with the bias (``kernels.overlap_add``). onnxruntime runs the float
+    onnxruntime's uint8 x int8 ``MatMulIntegerToFloat`` on the runner's threads (``tile`` input
+    steps at a time), and the two taps of every output step added with the bias
+    (``kernels.overlap_add``). onnxruntime runs the float
     ConvTranspose as a float GEMM + col2im, ~4x the CPU time of the int8 GEMM; the price is the
     rounding of the input and the taps to 8 bits (docs/benchmarks.md, round 6)."""
 
-    def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int) -> None:
+    def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int, tile: int = TILE_STEPS) -> None:
         import onnxruntime as ort
 
         from cosyedge.engines.kokoro.fused_runtime import _session_options
 
-        self.pattern, self.pool, self.parts = pattern, pool, max(1, parts)
+        self.pattern, self.pool, self.parts, self.tile = pattern, pool, max(1, parts), max(1, int(tile))
         self.inputs = pattern.inputs
         self.outputs = pattern.outputs
         weight_u8, weight_scale = quantize_weight(pattern.weight)
@@ -388,8 +392,6 @@ class UpsamplerStep:
         scale, zero_point = kernels.quant_params(mins, maxs)
         quantized = np.empty((c_in, frames), np.int8)
         spread(kernels.quantize_rows, c_in, x, scale, zero_point, quantized)
-        taps = self.session.run(None, {"x": quantized, "x_scale": np.array(scale, np.float32),
-                                       "x_zero": np.array(zero_point - 128, np.int8)})[0]
         shape = (1, c_out, frames * pat.stride)
         if state is not None:  # a kept buffer: fresh pages cost page faults on every call
             y, raw = state.buffers.take("upsampled", shape, np.float32)
@@ -397,7 +399,14 @@ class UpsamplerStep:
             state.largest = max(state.largest, y.nbytes)
         else:
             y = np.empty(shape, np.float32)
-        spread(kernels.overlap_add, c_out, taps, pat.bias, pat.stride, y[0])
+        feeds = {"x_scale": np.array(scale, np.float32), "x_zero": np.array(zero_point - 128, np.int8)}
+        for m_start in range(0, frames, self.tile):  # the taps of ``tile`` steps at a time (+1 to the left)
+            m_stop = min(frames, m_start + self.tile)
+            first = max(0, m_start - 1)
+            feeds["x"] = np.ascontiguousarray(quantized[:, first:m_stop])
+            taps = self.session.run(None, feeds)[0]
+            last = frames + 1 if m_stop == frames else m_stop  # the last step's second tap ends the signal
+            spread(kernels.overlap_add, c_out, taps, first, m_start, last, frames, pat.bias, pat.stride, y[0])
         return {pat.y: y}
 
 

@@ -239,29 +239,31 @@ def quantize_rows(x: np.ndarray, scale: float, zero_point: int, out: np.ndarray,
 
 
 @numba.njit(nogil=True, cache=True)
-def overlap_add(taps: np.ndarray, bias: np.ndarray, stride: int, y: np.ndarray, c0: int, c1: int) -> None:
+def overlap_add(taps: np.ndarray, first: int, m_start: int, m_stop: int, frames: int, bias: np.ndarray,
+                stride: int, y: np.ndarray, c0: int, c1: int) -> None:
     """Output channels ``c0:c1`` of a two-tap upsampler (``fused_ops.Upsampler``: kernel 2 x
-    stride, padding stride / 2). ``taps`` [2 * stride * C, T] holds tap ``j`` of channel ``o`` at
-    input step ``m`` in row ``j * C + o``; full-length output step ``m * stride + p`` is tap ``p``
-    of step ``m`` plus tap ``p + stride`` of step ``m - 1``; ``y`` [C, T * stride] is that signal
-    from step ``stride / 2`` on, plus the bias."""
+    stride, padding stride / 2) for input steps ``m_start:m_stop`` of ``frames``. ``taps``
+    [2 * stride * C, n] holds tap ``j`` of channel ``o`` at input step ``first + i`` in row
+    ``j * C + o``, column ``i``; full-length output step ``m * stride + p`` is tap ``p`` of step
+    ``m`` plus tap ``p + stride`` of step ``m - 1`` (so ``first`` must be ``m_start - 1`` unless
+    ``m_start`` is 0, and step ``frames`` adds only the second term); ``y`` [C, frames * stride]
+    is that signal from step ``stride / 2`` on, plus the bias."""
     channels = y.shape[0]
-    frames = taps.shape[1]
     pad = stride // 2
     length = y.shape[1]
     for o in range(c0, c1):
         b = bias[o]
         out = y[o]
-        for m in range(frames + 1):
+        for m in range(m_start, m_stop):
             for p in range(stride):
                 k = m * stride + p - pad
                 if k < 0 or k >= length:
                     continue
                 v = np.float32(0.0)
                 if m < frames:
-                    v += taps[p * channels + o, m]
+                    v += taps[p * channels + o, m - first]
                 if m > 0:
-                    v += taps[(p + stride) * channels + o, m - 1]
+                    v += taps[(p + stride) * channels + o, m - 1 - first]
                 out[k] = v + b
 
 
@@ -282,7 +284,7 @@ def compile_kernels() -> float:
     bias_residual(x, ones, x, y, 0, 2)
     row_extremes(x, mins, maxs, 0, 2)
     quantize_rows(x, np.float32(1.0), 128, np.empty((2, 8), np.int8), 0, 2)
-    overlap_add(np.zeros((8, 8), np.float32), ones, 2, np.empty((2, 16), np.float32), 0, 2)
+    overlap_add(np.zeros((8, 8), np.float32), 0, 0, 9, 8, ones, 2, np.empty((2, 16), np.float32), 0, 2)
     seconds = time.perf_counter() - start
     logger.info("fused-chain kernels ready in %.2f s (numba compile or cache load)", seconds)
     return seconds
