@@ -250,21 +250,26 @@ def overlap_add(taps: np.ndarray, first: int, m_start: int, m_stop: int, frames:
     is that signal from step ``stride / 2`` on, plus the bias."""
     channels = y.shape[0]
     pad = stride // 2
-    length = y.shape[1]
     for o in range(c0, c1):
         b = bias[o]
         out = y[o]
-        for m in range(m_start, m_stop):
-            for p in range(stride):
-                k = m * stride + p - pad
-                if k < 0 or k >= length:
-                    continue
-                v = np.float32(0.0)
-                if m < frames:
-                    v += taps[p * channels + o, m - first]
-                if m > 0:
-                    v += taps[(p + stride) * channels + o, m - 1 - first]
-                out[k] = v + b
+        for p in range(stride):
+            now = taps[p * channels + o]  # tap p of step m, at column m - first
+            before = taps[(p + stride) * channels + o]  # tap p + stride of step m - 1
+            # output step m * stride + p - pad exists for m >= 1 (m >= 0 once p reaches the padding)
+            # and up to m = frames (frames - 1 once p reaches it)
+            lo = max(m_start, 0 if p >= pad else 1)
+            hi = min(m_stop, frames if p >= pad else frames + 1)
+            m = lo
+            if m == 0 and m < hi:  # the first step has no step before it
+                out[p - pad] = now[-first] + b
+                m = 1
+            inner_end = min(hi, frames)
+            base = p - pad
+            for i in range(m, inner_end):  # both taps: the bulk, a loop LLVM vectorizes
+                out[i * stride + base] = (now[i - first] + before[i - 1 - first]) + b
+            if hi > frames and frames > 0:  # past the last step only its second tap is left
+                out[frames * stride + base] = before[frames - 1 - first] + b
 
 
 def compile_kernels() -> float:
