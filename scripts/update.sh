@@ -5,11 +5,13 @@
 #
 # Steps: take the lock; record the running commit; refuse local changes, another branch, a
 # non-fast-forward, or an update that would change files under prompts/ outputs/ models/; fetch and
-# fast-forward; reinstall requirements only if requirements(-core).txt changed; run the self-test; restart
-# the service; wait until it answers. If any step after the fast-forward fails, return to the recorded
-# commit, reinstall (if requirements had changed), restart, and exit non-zero. Every step is logged
-# with a UTC timestamp. Nothing here touches the content of prompts/, outputs/ or models/ (git never
-# touches ignored files, and this script never runs `git clean`).
+# fast-forward; reinstall requirements only if requirements(-core).txt changed; bring the embedded
+# model's derived files up to this version (setup-model); run the self-test; restart the service; wait
+# until it answers. If any step after the fast-forward fails, return to the recorded commit, reinstall
+# (if requirements had changed), setup-model for it (best effort), restart, and exit non-zero. Every
+# step is logged with a UTC timestamp. Git never touches the content of prompts/, outputs/ or models/
+# (ignored files; this script never runs `git clean`); the only write there is setup-model's, to the
+# embedded engine's own models/kokoro-int8/.
 #
 # Exit codes: 0 updated, or already up to date; 1 update failed and was rolled back; 2 another
 # update is running; 3 refused: local changes in tracked files; 4 refused: not on the branch, or the
@@ -24,6 +26,8 @@
 #   COSYEDGE_PYTHON        interpreter (default $APP_DIR/.venv/bin/python)
 #   COSYEDGE_SELFTEST_CMD  verification (default: $PYTHON -m cosyedge selftest)
 #   COSYEDGE_INSTALL_CMD   reinstall (default: $PYTHON -m pip install -r requirements.txt)
+#   COSYEDGE_MODEL_CMD     bring the embedded model's derived files up to this version (default:
+#                          $PYTHON -m cosyedge setup-model: only verifies when they are current)
 #   COSYEDGE_RESTART_CMD   restart (default: systemctl restart $COSYEDGE_SYSTEMD_UNIT when that unit is
 #                          installed, otherwise stop the pid in $COSYEDGE_PIDFILE and start
 #                          `$PYTHON app.py $COSYEDGE_APP_ARGS` in the background)
@@ -96,6 +100,14 @@ install_requirements() {
         as_owner bash -c "$COSYEDGE_INSTALL_CMD"
     else
         as_owner "$PYTHON" -m pip install --disable-pip-version-check -q -r requirements.txt
+    fi
+}
+
+prepare_model() {  # the embedded engine's derived runtime graph is per version (model_files.RUNTIME_VERSION)
+    if [ -n "${COSYEDGE_MODEL_CMD:-}" ]; then
+        as_owner bash -c "$COSYEDGE_MODEL_CMD"
+    else
+        as_owner "$PYTHON" -m cosyedge setup-model
     fi
 }
 
@@ -207,6 +219,8 @@ rollback() {
         step "reinstall old requirements" install_requirements \
             || { log "ROLLBACK FAILED: reinstalling the old requirements failed"; exit 7; }
     fi
+    # best effort: the old version runs on newer derived files too, only slower (it warns)
+    step "embedded model for the old version" prepare_model || log "the old version's setup-model failed; it runs its plain graph"
     if ! step "restart old version" restart_app || ! step "health of old version" check_health; then
         log "ROLLBACK FAILED: the old version $OLD does not come back up; a person must look"
         exit 7
@@ -287,6 +301,7 @@ main() {
     else
         log "requirements.txt unchanged; not reinstalling"
     fi
+    step "embedded model (setup-model: re-derives only what this version changed)" prepare_model || rollback "model"
     step "self-test" run_selftest || rollback "self-test"
     step "restart" restart_app || rollback "restart"
     step "health" check_health || rollback "health"

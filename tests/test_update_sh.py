@@ -83,6 +83,7 @@ class Box:
         self.app = tmp / "box"
         self.port = free_port()
         self.installs = tmp / "installs.log"
+        self.models = tmp / "models.log"
         self.env = {**os.environ, "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1",
                     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
                     "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
@@ -161,7 +162,8 @@ class Box:
                 "COSYEDGE_PORT": str(self.port), "COSYEDGE_HEALTH_TIMEOUT": "15",
                 "COSYEDGE_SYSTEMD_UNIT": "cosyedge-test-absent.service",
                 "COSYEDGE_SELFTEST_CMD": f"{PY} selftest.py",
-                "COSYEDGE_INSTALL_CMD": f"echo installed >> {self.installs}", **overrides}
+                "COSYEDGE_INSTALL_CMD": f"echo installed >> {self.installs}",
+                "COSYEDGE_MODEL_CMD": f"echo model >> {self.models}", **overrides}
 
     def update(self, **overrides: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT)], env=self.update_env(**overrides),
@@ -208,6 +210,8 @@ def test_good_update_is_applied_and_the_new_commit_runs(box):
     log = box.log
     assert f"updated: {v2} is running (was {box.v1})" in log
     assert "step self-test: ok" in log and "requirements.txt unchanged" in log
+    assert box.models.read_text().splitlines() == ["model"]  # setup-model ran once, before the self-test
+    assert log.index("step embedded model") < log.index("step self-test")
     stamped = [line for line in log.splitlines() if "[update " in line]
     assert len(stamped) >= 10
     assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \[update \d+\] ", line) for line in stamped)
@@ -235,6 +239,20 @@ def test_failed_selftest_rolls_back_and_the_old_commit_runs_again(box):
     log = box.log
     assert "step self-test: FAILED" in log and "ROLLBACK" in log
     assert f"rolled back: {box.v1} is running again" in log
+
+
+def test_failed_model_setup_rolls_back_and_the_old_version_gets_its_model_back(box):
+    """The embedded model's derived files follow the code (model_files.RUNTIME_VERSION): a new
+    version whose setup-model fails is rolled back, and setup-model runs again for the old one."""
+    box.commit("v2")
+    marker = box.models
+    result = box.update(COSYEDGE_MODEL_CMD=f"echo model >> {marker}; test $(wc -l < {marker}) -gt 1")
+    assert result.returncode == 1, box.log
+    assert box.head() == box.v1 and box.wait_serving()[0] == "v1"
+    assert marker.read_text().splitlines() == ["model", "model"]  # the new version's, then the old one's
+    log = box.log
+    assert "step embedded model (setup-model" in log and "failed at: model" in log
+    assert "step self-test" not in log  # stopped before it
 
 
 def test_new_commit_that_does_not_start_is_rolled_back(box):
