@@ -346,9 +346,11 @@ def _gemm_model(weight_u8: np.ndarray, weight_scale: np.float32) -> bytes:
          helper.make_tensor_value_info("x_scale", TensorProto.FLOAT, []),
          helper.make_tensor_value_info("x_zero", TensorProto.INT8, [])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(weight_u8, "w"), numpy_helper.from_array(np.array(weight_scale, np.float32), "w_scale"),
+        [numpy_helper.from_array(weight_u8, "w"),
+         numpy_helper.from_array(np.array(weight_scale, np.float32), "w_scale"),
          numpy_helper.from_array(np.array(128, np.uint8), "w_zero")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     return model.SerializeToString()
 
 
@@ -364,13 +366,13 @@ class UpsamplerStep:
     def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int, tile: int = TILE_STEPS) -> None:
         import onnxruntime as ort
 
-        from cosyedge.engines.kokoro.fused_runtime import _session_options
+        from cosyedge.engines.kokoro.fused_runtime import segment_session_options
 
         self.pattern, self.pool, self.parts, self.tile = pattern, pool, max(1, parts), max(1, int(tile))
         self.inputs = pattern.inputs
         self.outputs = pattern.outputs
         weight_u8, weight_scale = quantize_weight(pattern.weight)
-        self.session = ort.InferenceSession(_gemm_model(weight_u8, weight_scale), _session_options(threads),
+        self.session = ort.InferenceSession(_gemm_model(weight_u8, weight_scale), segment_session_options(threads),
                                             providers=["CPUExecutionProvider"])
 
     def run(self, tensors: dict[str, np.ndarray], state: Any) -> dict[str, np.ndarray]:
@@ -380,7 +382,8 @@ class UpsamplerStep:
         x = tensors[pat.x]
         c_in, c_out = pat.weight.shape[:2]
         if x.ndim != 3 or x.shape[0] != 1 or x.shape[1] != c_in or x.dtype != np.float32:
-            raise EngineError(f"upsampler input {pat.x!r} has shape {x.shape} {x.dtype}; expected [1, {c_in}, T] float32")
+            raise EngineError(f"upsampler input {pat.x!r} has shape {x.shape} {x.dtype}; "
+                              f"expected [1, {c_in}, T] float32")
         x = np.ascontiguousarray(x[0])
         frames = x.shape[1]
 

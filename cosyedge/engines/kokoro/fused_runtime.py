@@ -522,7 +522,7 @@ def _register_shared_arena() -> None:
     _shared_arena.append(True)
 
 
-def _session_options(threads: int) -> Any:
+def segment_session_options(threads: int) -> Any:
     """The engine's session options (graph already optimized offline), on the shared arena."""
     from cosyedge.engines.kokoro.engine import session_options
 
@@ -691,7 +691,7 @@ class FusedSession:
             [helper.make_tensor_value_info(name, types[name], None) for name in outputs],
             [inits[name] for name in sorted(used)])
         sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-        session = ort.InferenceSession(sub.SerializeToString(), _session_options(threads),
+        session = ort.InferenceSession(sub.SerializeToString(), segment_session_options(threads),
                                        providers=["CPUExecutionProvider"])
         return _Segment(session, inputs, outputs)
 

@@ -260,12 +260,12 @@ def overlap_add(taps: np.ndarray, first: int, m_start: int, m_stop: int, frames:
             # and up to m = frames (frames - 1 once p reaches it)
             lo = max(m_start, 0 if p >= pad else 1)
             hi = min(m_stop, frames if p >= pad else frames + 1)
+            base = p - pad
             m = lo
-            if m == 0 and m < hi:  # the first step has no step before it
-                out[p - pad] = now[-first] + b
+            if m == 0 and m < hi:  # the first step has no step before it (then first is 0 too)
+                out[base] = now[0] + b
                 m = 1
             inner_end = min(hi, frames)
-            base = p - pad
             for i in range(m, inner_end):  # both taps: the bulk, a loop LLVM vectorizes
                 out[i * stride + base] = (now[i - first] + before[i - 1 - first]) + b
             if hi > frames and frames > 0:  # past the last step only its second tap is left
