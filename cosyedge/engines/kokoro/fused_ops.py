@@ -26,8 +26,8 @@ on, and has a step that computes those outputs with numba kernels (``kernels``; 
     the generator's two ``ConvTranspose`` upsamplers (kernel 2 x stride, padding stride / 2) as an
     int8 GEMM: the input quantized per tensor, the taps per tensor and symmetrically, onnxruntime's
     uint8 x int8 ``MatMulIntegerToFloat``, then a numba overlap-add of each step's two taps + bias.
-    Not exact: the 8-bit rounding moves the check audio ~0.2 dB (1.07 -> 1.27 dB from the shipped
-    graph), about what a 1e-6 change of the style vector does; ~4 % of a call's CPU saved. (The
+    Not exact: the 8-bit rounding moves the check audio ~0.2 dB (1.06 -> 1.27 dB from the shipped
+    graph), about what a 1e-6 change of the style vector does; 40 -> 16 ms (~3 %) on a 5 s call. (The
     float GEMM + a numba col2im was bit-identical but no faster, docs/benchmarks.md round 4.)
 
 Each pattern is optional: one not found at load leaves its nodes in the onnxruntime segments.
@@ -359,18 +359,20 @@ class UpsamplerStep:
     (``kernels.row_extremes``, ``kernels.quantize_rows`` on channel ranges), the taps applied by
     onnxruntime's uint8 x int8 ``MatMulIntegerToFloat`` on the runner's threads (``tile`` input
     steps at a time), and the two taps of every output step added with the bias
-    (``kernels.overlap_add``). onnxruntime runs the float
-    ConvTranspose as a float GEMM + col2im, ~4x the CPU time of the int8 GEMM; the price is the
-    rounding of the input and the taps to 8 bits (docs/benchmarks.md, round 6)."""
+    (``kernels.overlap_add``). onnxruntime runs the float ConvTranspose as a float GEMM + col2im;
+    the price here is the rounding of the input and the taps to 8 bits (docs/benchmarks.md, round 6).
+    Keeps only the quantized taps (in its session), not the pattern's float weight."""
 
     def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int, tile: int = TILE_STEPS) -> None:
         import onnxruntime as ort
 
         from cosyedge.engines.kokoro.fused_runtime import segment_session_options
 
-        self.pattern, self.pool, self.parts, self.tile = pattern, pool, max(1, parts), max(1, int(tile))
+        self.pool, self.parts, self.tile = pool, max(1, parts), max(1, int(tile))
         self.inputs = pattern.inputs
         self.outputs = pattern.outputs
+        self.x, self.y, self.bias, self.stride = pattern.x, pattern.y, pattern.bias, pattern.stride
+        self.c_in, self.c_out = pattern.weight.shape[:2]
         weight_u8, weight_scale = quantize_weight(pattern.weight)
         self.session = ort.InferenceSession(_gemm_model(weight_u8, weight_scale), segment_session_options(threads),
                                             providers=["CPUExecutionProvider"])
@@ -378,11 +380,10 @@ class UpsamplerStep:
     def run(self, tensors: dict[str, np.ndarray], state: Any) -> dict[str, np.ndarray]:
         from cosyedge.engines.kokoro import kernels
 
-        pat = self.pattern
-        x = tensors[pat.x]
-        c_in, c_out = pat.weight.shape[:2]
+        x = tensors[self.x]
+        c_in, c_out = self.c_in, self.c_out
         if x.ndim != 3 or x.shape[0] != 1 or x.shape[1] != c_in or x.dtype != np.float32:
-            raise EngineError(f"upsampler input {pat.x!r} has shape {x.shape} {x.dtype}; "
+            raise EngineError(f"upsampler input {self.x!r} has shape {x.shape} {x.dtype}; "
                               f"expected [1, {c_in}, T] float32")
         x = np.ascontiguousarray(x[0])
         frames = x.shape[1]
@@ -395,10 +396,10 @@ class UpsamplerStep:
         scale, zero_point = kernels.quant_params(mins, maxs)
         quantized = np.empty((c_in, frames), np.int8)
         spread(kernels.quantize_rows, c_in, x, scale, zero_point, quantized)
-        shape = (1, c_out, frames * pat.stride)
+        shape = (1, c_out, frames * self.stride)
         if state is not None:  # a kept buffer: fresh pages cost page faults on every call
             y, raw = state.buffers.take("upsampled", shape, np.float32)
-            state.owned[pat.y] = ("upsampled", raw)  # given back when the runner drops the tensor
+            state.owned[self.y] = ("upsampled", raw)  # given back when the runner drops the tensor
             state.largest = max(state.largest, y.nbytes)
         else:
             y = np.empty(shape, np.float32)
@@ -409,8 +410,8 @@ class UpsamplerStep:
             feeds["x"] = np.ascontiguousarray(quantized[:, first:m_stop])
             taps = self.session.run(None, feeds)[0]
             last = frames + 1 if m_stop == frames else m_stop  # the last step's second tap ends the signal
-            spread(kernels.overlap_add, c_out, taps, first, m_start, last, frames, pat.bias, pat.stride, y[0])
-        return {pat.y: y}
+            spread(kernels.overlap_add, c_out, taps, first, m_start, last, frames, self.bias, self.stride, y[0])
+        return {self.y: y}
 
 
 # --- dispatch -------------------------------------------------------------------------------------
