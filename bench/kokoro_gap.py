@@ -3,7 +3,7 @@
     .venv/bin/python bench/kokoro_gap.py                          # all tables, printed as markdown
     .venv/bin/python bench/kokoro_gap.py --only calls --write docs/benchmarks.md
 
-Three tables, each answering one hypothesis:
+Four tables, each answering one hypothesis:
 
 * ``calls``: every model call of the bench texts (bench/kokoro_rtf.py), engine loaded as the app
   loads it. Per call: the audio the model renders (``engine.infer``) and what is left after
@@ -20,6 +20,12 @@ Three tables, each answering one hypothesis:
   a probe copy of the runtime graph (written to a temporary directory, never used by the product) and
   measures what it saves and how much it moves the *speech* (log-mel over the loud frames, aligned
   by the exact frame shift) against the noise floor of a 1e-6 style change.
+* ``steps``: where a call's wall time goes inside the fused runner, per model call of the bench texts
+  (median of ``--reps`` repeats after a warm-up): segment 0 (text side, prosody, decoder blocks),
+  the generator's onnxruntime segments, the chain kernels, the other fused steps; and the vocoder
+  convolutions' int8 GEMM work (counted from the chains' im2col shapes) with the time it needs at
+  the rate the int8 GEMM probe (bench/machine_speed.py) reaches in the same run. That time is a
+  floor for the call: the rest of the table is what is spent above it.
 """
 
 from __future__ import annotations
@@ -44,13 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.kokoro_rtf import TEXTS, VOICE, load_average, log_mel_db, measured_header, write_section  # noqa: E402
-from bench.machine_speed import speed_line  # noqa: E402
+from bench.machine_speed import gemm_rate, speed_line  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import model_files  # noqa: E402
 from cosyedge.engines.kokoro.engine import SILENCE_THRESHOLD, KokoroEngine, make_session, trim_silence  # noqa: E402
 
-SECTION_KEYS = ("calls", "options", "edges")
+SECTION_KEYS = ("calls", "options", "edges", "steps")
 MODEL_DIR = ROOT / "models" / model_files.MODEL_ID
 SR = model_files.SAMPLE_RATE
 FRAME = 600  # samples per duration frame (24 kHz, 40 frames per second)
@@ -340,11 +346,96 @@ def edges_table(res: dict) -> str:
     return "\n".join(lines)
 
 
+# --- steps ------------------------------------------------------------------------------------------
+
+STEP_KINDS = ("segment 0", "generator segments", "chain kernels", "fused steps")
+
+
+def _step_kind(index: int, step: object) -> str:
+    """Which column of the steps table a fused-runner step's time goes to."""
+    name = type(step).__name__
+    if name == "_Segment":
+        return "segment 0" if index == 0 else "generator segments"
+    return "chain kernels" if name == "_Kernel" else "fused steps"
+
+
+def steps_rows(threads: int, reps: int) -> dict:
+    """Per model call: median wall seconds of each step kind and of the whole call, and the conv GEMM MACs."""
+    engine = _load_engine(threads)
+    session = engine.session
+    if not hasattr(session, "steps"):
+        raise SystemExit("the engine did not load the fused runner (see the load log); the steps table needs it")
+    spent: dict[str, float] = dict.fromkeys(STEP_KINDS, 0.0)
+    macs = [0]
+
+    def timed(run, kind: str, chain_input: str | None):
+        def wrapper(tensors, state):
+            start = time.perf_counter()
+            out = run(tensors, state)
+            spent[kind] += time.perf_counter() - start
+            if chain_input:  # rows x depth x columns of the GEMM reading this im2col (square resblock convs)
+                col = next(v for v in out.values() if v.ndim == 3)
+                macs[0] += tensors[chain_input].shape[1] * col.shape[1] * col.shape[2]
+            return out
+        return wrapper
+
+    for i, step in enumerate(session.steps):
+        kind = _step_kind(i, step)
+        step.run = timed(step.run, kind, step.chain.x if kind == "chain kernels" else None)
+    pack = engine.style_pack(VOICE)
+    calls = call_inputs(engine)
+    rate_before = gemm_rate(threads)
+    for _, _, ids in calls:  # warm-up: buffers of every size
+        engine.infer(ids, pack, 1.0)
+    samples: list[list[dict]] = [[] for _ in calls]
+    spoken = [0.0] * len(calls)
+    for _ in range(reps):  # rounds over all calls, so a drift of the machine's speed hits every call alike
+        for i, (_, _, ids) in enumerate(calls):
+            for kind in spent:
+                spent[kind] = 0.0
+            macs[0] = 0
+            start = time.perf_counter()
+            audio = engine.infer(ids, pack, 1.0)
+            samples[i].append({"wall": time.perf_counter() - start, **spent, "macs": macs[0]})
+            spoken[i] = trim_silence(audio, SR).size / SR
+    engine.close()
+    rows = [{"lang": lang, "size": size, "phonemes": len(ids), "spoken": spoken[i], "macs": samples[i][-1]["macs"],
+             **{key: statistics.median(s[key] for s in samples[i]) for key in ("wall", *STEP_KINDS)}}
+            for i, (lang, size, ids) in enumerate(calls)]
+    # the floor takes the faster of two probes (before and after the rounds): a lower bound on the time
+    return {"threads": threads, "reps": reps, "rows": rows, "rate": max(rate_before, gemm_rate(threads)) * 1e9}
+
+
+def steps_table(res: dict) -> str:
+    rate = res["rate"]
+    lines = [f"{res['threads']} intra-op threads, voice `{VOICE}`, speed 1.0, fused runner with the generator input "
+             f"crop; every model call of the bench texts, median of {res['reps']} rounds over all calls after a warm-up round (ms). rest = the "
+             "call's wall time outside the runner's steps (feeds, crop bookkeeping, trim). GEMM GMAC = the vocoder "
+             "convolutions' int8 work (chain channels x im2col rows x columns: the resblock convolutions keep "
+             "their width; the two small noise convolutions are left out); GEMM floor = that work at the "
+             f"int8 GEMM probe's rate (bench/machine_speed.py's shape; the faster of a probe before and one after "
+             f"the rounds: {rate / 1e9:.0f} GMAC/s). "
+             "RTF divides by the spoken audio (after `trim_silence`), as the engine table does.", "",
+             "| lang | text | phonemes | spoken s | wall | RTF | segment 0 | generator segments | chain kernels "
+             "| fused steps | rest | GEMM GMAC | GEMM floor | RTF of the floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        steps = sum(r[k] for k in STEP_KINDS)
+        floor = r["macs"] / rate
+        lines.append(f"| {r['lang']} | {r['size']} | {r['phonemes']} | {r['spoken']:.2f} | {r['wall'] * 1000:.0f} "
+                     f"| {r['wall'] / r['spoken']:.3f} | "
+                     + " | ".join(f"{r[k] * 1000:.0f}" for k in STEP_KINDS)
+                     + f" | {max(0.0, r['wall'] - steps) * 1000:.0f} | {r['macs'] / 1e9:.1f} | {floor * 1000:.0f} "
+                     f"| {floor / r['spoken']:.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for the calls table")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the options table")
     parser.add_argument("--caps", type=int, nargs="+", default=[10, 8, 4], help="lead caps (frames) to try")
+    parser.add_argument("--reps", type=int, default=5, help="repeats per call in the steps table")
     parser.add_argument("--only", choices=SECTION_KEYS, nargs="+", help="run these tables only")
     parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
     parser.add_argument("--worker", choices=OPTIONS, help=argparse.SUPPRESS)
@@ -363,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             body = calls_table(calls_rows(args.threads))
         elif key == "options":
             body = options_table(options_rows(args.rounds))
+        elif key == "steps":
+            body = steps_table(steps_rows(args.threads, args.reps))
         else:
             body = edges_table(edges_rows(args.caps))
         blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
