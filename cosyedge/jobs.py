@@ -259,10 +259,12 @@ class JobQueue:
 
     # --- submitting -----------------------------------------------------------------------
     def submit(self, fn: Callable[[Job], Any], *, owner: str | None = None,
-               job_id: str | None = None, stream: AudioStream | None = None) -> Job:
+               job_id: str | None = None, stream: AudioStream | None = None, cancelled: bool = False) -> Job:
         """Queue ``fn(job)``; raise :class:`BusyError` (with retry_after) when there is no room.
 
-        ``stream``: the job's audio stream (filled by ``fn``, closed when the job ends)."""
+        ``stream``: the job's audio stream (filled by ``fn``, closed when the job ends).
+        ``cancelled``: its owner cancelled it before it could be queued (while the request was being
+        checked): the job is recorded, finished as cancelled, and never reaches a worker."""
         snap = self.thermal_snapshot()
         with self._cond:
             if self._stopping:
@@ -281,10 +283,18 @@ class JobQueue:
                 raise ParameterError(f"job id {job_id!r} is already in use by a waiting or running job")
             job = Job(fn, job_id, owner, stream)
             self._jobs[job_id] = job
-            self._waiting.append(job)
-            self._idle_since = None
-            self._ensure_workers_locked()
-            self._cond.notify_all()
+            if cancelled:
+                job.cancel()
+                self._remember_locked(job)
+            else:
+                self._waiting.append(job)
+                self._idle_since = None
+                self._ensure_workers_locked()
+                self._cond.notify_all()
+        if cancelled:
+            job._finish(JobState.CANCELLED, CancelledError("cancelled before it was queued"))
+            logger.debug("job %s cancelled before it was queued (owner %s)", job_id, owner)
+            return job
         logger.debug("job %s queued (owner %s)", job_id, owner)
         return job
 

@@ -502,16 +502,15 @@ class Service:
             self._submitted(owner, cancelled)
             raise
         # Queued under the same lock as cancel_owner: a cancel counts this request either as
-        # being checked (its flag) or as a queued job, never both.
+        # being checked (its flag: the job is then made already cancelled, so no worker can start
+        # it in between) or as a queued job, never both.
         with self._submitting_lock:
             try:
-                job = self.queue.submit(lambda job: self._run(job, request), owner=owner,
-                                        job_id=job_id, stream=AudioStream() if stream else None)
+                return self.queue.submit(lambda job: self._run(job, request), owner=owner,
+                                         job_id=job_id, stream=AudioStream() if stream else None,
+                                         cancelled=cancelled.is_set())
             finally:
                 self._submitted(owner, cancelled)
-            if cancelled.is_set():  # the owner cancelled while this request was being checked
-                self.queue.cancel(job.id)
-        return job
 
     def _submitted(self, owner: str | None, flag: threading.Event) -> None:
         """Drop a submission's cancel flag (the lock is reentrant: called with or without it)."""

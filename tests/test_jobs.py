@@ -92,6 +92,25 @@ def test_cancel_waiting_job_finishes_it_at_once_and_frees_its_place():
         queue.shutdown()
 
 
+def test_a_job_submitted_cancelled_never_runs_nor_takes_a_place():
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=1)
+    try:
+        gone = queue.submit(gate.work(0), owner="ui:a", cancelled=True)
+        assert gone.finished and gone.state is JobState.CANCELLED
+        with pytest.raises(CancelledError):
+            gone.outcome()
+        assert queue.get(gone.id) is gone  # still findable, like any finished job
+        running = queue.submit(gate.work(1))  # neither slot nor waiting place was taken
+        wait_for(lambda: running.state is JobState.RUNNING)
+        waiting = queue.submit(gate.work(2))
+        gate.release.set()
+        assert running.wait(5) and waiting.wait(5) and waiting.outcome() == 2
+        assert 0 not in gate.order
+    finally:
+        queue.shutdown()
+
+
 def test_cancel_owner_and_unknown_ids():
     gate = Gate()
     queue = JobQueue(concurrency=1, max_waiting=4)

@@ -169,6 +169,37 @@ def test_cancel_while_a_request_is_still_being_checked_cancels_its_job(make_serv
     assert later.wait(10) and later.outcome().duration > 0
 
 
+def test_a_request_cancelled_while_being_checked_never_reaches_a_worker(make_service, monkeypatch):
+    """Even when a worker takes a queued job up and finishes it at once (a short job on an idle
+    queue), a cancel that came during the check wins: the job is made already cancelled and never
+    runs. (Cancelling it just after queueing lost that race now and then: CI, 2026-11-30.)"""
+    from cosyedge.jobs import JobState
+
+    service = make_service()
+    ran = []
+    submit = service.queue.submit
+
+    def eager_submit(fn, **kwargs):  # as if a worker ran the job before submit returned
+        job = submit(lambda job: (ran.append(job.id), fn(job))[1], **kwargs)
+        job.wait(10)
+        return job
+
+    monkeypatch.setattr(service.queue, "submit", eager_submit)
+    validate = Service.validate
+
+    def cancel_during_check(self, request):
+        validate(self, request)
+        assert self.cancel_owner("ui:a") == 1  # the Cancel click lands while the request is checked
+
+    monkeypatch.setattr(Service, "validate", cancel_during_check)
+    job = service.submit(TTSRequest(text="Hello."), owner="ui:a")
+    assert job.finished and job.state is JobState.CANCELLED
+    assert ran == []
+    with pytest.raises(CancelledError):
+        job.outcome()
+    assert service._submitting == {}
+
+
 def test_a_cancelled_submission_is_counted_once(make_service, fake_factory, monkeypatch):
     """A cancel that lands while the request is being queued counts it once, not as a flag and a job."""
     import threading
