@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import weakref
 
 import pytest
@@ -14,6 +15,15 @@ from cosyedge.service import TTSRequest
 pytestmark = pytest.mark.load
 
 
+def settled(service, timeout: float = 5.0) -> None:
+    """Wait until no job is running: a worker files a finished job (and releases old results)
+    just after the job's waiters wake, so a check right after ``wait`` can run ahead of it."""
+    deadline = time.monotonic() + timeout
+    while service.queue.stats().running:
+        assert time.monotonic() < deadline, "the queue still has a running job"
+        time.sleep(0.01)
+
+
 def test_finished_jobs_release_their_audio(make_service):
     service = make_service()
     first = service.submit(TTSRequest(text="A sentence that makes some audio."))
@@ -22,6 +32,7 @@ def test_finished_jobs_release_their_audio(make_service):
     for i in range(KEEP_RESULTS + 2):
         job = service.submit(TTSRequest(text=f"Job number {i}."))
         assert job.wait(10) and job.outcome().duration > 0
+    settled(service)
     gc.collect()
     assert audio() is None, "the queue still holds the audio of a job finished long ago"
     assert service.queue.get(first.id).state.value == "done"  # still findable by id
@@ -43,5 +54,6 @@ def test_async_waiters_get_their_result_even_when_many_jobs_finish_at_once(make_
     assert late.wait(10)
     for i in range(KEEP_RESULTS):
         assert service.submit(TTSRequest(text=f"More {i}.")).wait(10)
+    settled(service)
     with pytest.raises(RuntimeError, match="released"):  # a clear error, never a silent None
         asyncio.run(late.wait_async())
