@@ -21,7 +21,7 @@ Four tables, each answering one hypothesis:
   measures what it saves and how much it moves the *speech* (log-mel over the loud frames, aligned
   by the exact frame shift) against the noise floor of a 1e-6 style change.
 * ``steps``: where a call's wall time goes inside the fused runner, per model call of the bench texts
-  (median of ``--reps`` repeats after a warm-up): segment 0 (text side, prosody, decoder blocks),
+  (median of ``--reps`` rounds over all calls after a warm-up round): segment 0 (text side, prosody, decoder blocks),
   the generator's onnxruntime segments, the chain kernels, the other fused steps; and the vocoder
   convolutions' int8 GEMM work (counted from the chains' im2col shapes) with the time it needs at
   the rate the int8 GEMM probe (bench/machine_speed.py) reaches in the same run. That time is a
@@ -409,8 +409,9 @@ def steps_rows(threads: int, reps: int) -> dict:
 def steps_table(res: dict) -> str:
     rate = res["rate"]
     lines = [f"{res['threads']} intra-op threads, voice `{VOICE}`, speed 1.0, fused runner with the generator input "
-             f"crop; every model call of the bench texts, median of {res['reps']} rounds over all calls after a warm-up round (ms). rest = the "
-             "call's wall time outside the runner's steps (feeds, crop bookkeeping, trim). GEMM GMAC = the vocoder "
+             f"crop; every model call of the bench texts, median of {res['reps']} rounds over all calls after a "
+             "warm-up round (ms). rest = the call's wall time outside the runner's steps (feeds, crop "
+             "bookkeeping, trim). GEMM GMAC = the vocoder "
              "convolutions' int8 work (chain channels x im2col rows x columns: the resblock convolutions keep "
              "their width; the two small noise convolutions are left out); GEMM floor = that work at the "
              f"int8 GEMM probe's rate (bench/machine_speed.py's shape; the faster of a probe before and one after "
@@ -435,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for the calls table")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the options table")
     parser.add_argument("--caps", type=int, nargs="+", default=[10, 8, 4], help="lead caps (frames) to try")
-    parser.add_argument("--reps", type=int, default=5, help="repeats per call in the steps table")
+    parser.add_argument("--reps", type=int, default=5, help="rounds over all calls in the steps table")
     parser.add_argument("--only", choices=SECTION_KEYS, nargs="+", help="run these tables only")
     parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
     parser.add_argument("--worker", choices=OPTIONS, help=argparse.SUPPRESS)
