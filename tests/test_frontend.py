@@ -45,6 +45,16 @@ def test_japanese_kana_makes_kanji_japanese(frontend):
     assert [(s.language, s.phonemes) for s in out] == [("ja", "koɲɲiʨiβa sekai")]
 
 
+@pytest.mark.parametrize("text, phonemes", [
+    ("下午2点上课。", "ɕja↘u↓ lja↗ŋtjɛ↓n ʂa↘ŋkʰɤ↘."),            # 两点, not 二点
+    ("一个一个地", "i↗kɤ↘ i↗kɤ↘ ti↘"),                          # yi2 ge4 twice, no neutral yi
+    ("It is -5°C.", "ɪT ɪz mˈInəs fˈIv dᵻɡɹˈiz sˈɛlsiəs."),      # the minus is read
+    ("Is it a dog? No.", "ɪz ɪT ə dˈɑɡ? nˈO."),                  # "No." is no, not "number"
+])
+def test_classroom_misreadings(frontend, text, phonemes):
+    assert " ".join(s.phonemes for s in frontend.sentences(text)) == phonemes
+
+
 def test_numbers_dates_and_punctuation_in_chinese(frontend):
     out = frontend.sentences("你好，世界！今天是2024年1月1日。")
     assert [(s.text, s.phonemes) for s in out] == [
@@ -216,7 +226,7 @@ def test_missing_espeak_is_reported_not_swallowed(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text, phonemes", [
     ("2024年", "ɚ↘li↗ŋɚ↘ sɨ↘njɛ↗n"),                 # year read digit by digit
     ("增长了3.5%", "ʦə→ŋꭧa↓ŋ lɤ pai↓fə→nꭧɨ→sa→ntjɛ↗n u↓"),   # 点五: dian3 wu3 -> dian2 wu3
-    ("我有2个苹果", "wo↗ jou↓ ɚ↘kɤ↘ pʰi↗ŋkwo↓"),
+    ("我有2个苹果", "wo↗ jou↗ lja↓ŋkɤ↘ pʰi↗ŋkwo↓"),   # 两个, not 二个; you3 liang3 -> you2
 ])
 def test_chinese_numbers(frontend, text, phonemes):
     assert frontend.sentences(text)[0].phonemes == phonemes

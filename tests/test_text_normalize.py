@@ -38,6 +38,17 @@ def test_english_ordinals_and_years():
     ("A & B + C = D @ home #1", "A and B plus C equals D at home number one"),
     ("agent 007", "agent zero zero seven"),
     ("pi is 3.14", "pi is three point one four"),
+    # classroom inputs
+    ("Are you ready? No.", "Are you ready? No."),                  # not "number"
+    ("No. 5 and No.6", "number five and number six"),
+    ("It is -5°C, down -5%.", "It is minus five degrees Celsius, down minus five percent."),
+    ("from 9:00-10:30, pages 3–5", "from nine o'clock to ten thirty, pages three to five"),
+    ("5-3=2 and 7 - 2 = 5", "five minus three equals two and seven minus two equals five"),
+    ("−5 and 7 − 2", "minus five and seven minus two"),          # U+2212 minus sign
+    ("1/2 of 3/4, 2/3, 7/4 and 1 1/2 cups",
+     "one half of three fourths, two thirds, seven fourths and one and one half cups"),
+    ("open 24/7, 50/50, due 11/30, 1/100", "open twenty-four seven, fifty fifty, due eleven thirty, one hundredth"),
+    ("20 m² and 1 cm³", "twenty square meters and one cubic centimeter"),
 ])
 def test_english(text, expected):
     assert normalize(text, "en") == expected
@@ -59,6 +70,15 @@ def test_english(text, expected):
     ("编号007", "编号零零七"),
     ("3.11版本", "三点一一版本"),
     ("100%", "百分之一百"),
+    # classroom inputs: 两 for a counting 2
+    ("我有2个苹果，下午2点开会", "我有两个苹果，下午两点开会"),
+    ("2:05出发，跑2km，¥2，学了2年", "两点零五分出发，跑两公里，两元，学了两年"),
+    ("第2个，2月2号，2年级，12个，2.5个，-2℃", "第二个，二月二号，二年级，十二个，二点五个，负二摄氏度"),
+    ("上午9:00-10:30", "上午九点到十点三十分"),
+    ("看3–5页", "看三到五页"),
+    ("5-3=2", "五减三等于二"),
+    ("温度−5°C", "温度负五摄氏度"),
+    ("面积是20m²", "面积是二十平方米"),
 ])
 def test_chinese(text, expected):
     assert normalize(text, "zh") == expected
@@ -74,6 +94,8 @@ def test_chinese(text, expected):
     ("100kmです", "100キロメートルです"),
     ("-5度", "マイナス5度"),
     ("A&B", "AアンドB"),
+    ("−3度", "マイナス3度"),
+    ("20m²", "20平方メートル"),
 ])
 def test_japanese(text, expected):
     assert normalize(text, "ja") == expected

@@ -58,6 +58,8 @@ def test_bu(words, expected):
     ([w("一:yi1", "点:dian3", "五:wu3")], ["yi1", "dian2", "wu3"]),   # 点五 is itself 3-3
     ([w("一:yi1", "点:dian3")], ["yi4", "dian3"]),
     ([w("看:kan4", "一:yi1", "看:kan4")], ["kan4", "yi5", "kan4"]),
+    ([w("一:yi1", "个:ge4"), w("一:yi1", "个:ge4")], ["yi2", "ge4", "yi2", "ge4"]),   # not 看一看
+    ([w("一:yi1", "天:tian1"), w("一:yi1", "天:tian1")], ["yi4", "tian1", "yi4", "tian1"]),
     ([w("一:yi1")], ["yi1"]),
 ])
 def test_yi(words, expected):

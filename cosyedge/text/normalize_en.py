@@ -8,6 +8,11 @@ Written out before phonemization so that the sentence splitter never sees the do
 * Numbers above 999,999,999,999,999 or with a leading zero ("007") are read digit by digit.
 * Time "9:05 pm" -> "nine oh five P M"; "10:00" -> "ten o'clock".
 * Dates: ISO "2024-01-15" and US "1/15/2024" -> "January fifteenth, twenty twenty-four".
+* "5-3=2" -> "five minus three equals two"; other "3-5", "3–5", "9:00-10:30" are ranges ("to").
+* Other "a/b" of digits with b from 2 to 10 or 100 are fractions, as read in class: "1/2" -> "one half",
+  "3/4" -> "three fourths", "7/4" -> "seven fourths", "1 1/2" -> "one and one half"; a larger b
+  ("due 11/30", a date without its year) and an improper one from 20 up ("24/7", "50/50") stay two
+  numbers.
 """
 
 from __future__ import annotations
@@ -31,10 +36,10 @@ _CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros
              "£": ("pound", "pounds", "penny", "pence"), "¥": ("yen", "yen", "", "")}
 _ABBREVIATIONS = {"Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Dr.": "Doctor", "Prof.": "Professor",
                   "St.": "Saint", "Jr.": "Junior", "Sr.": "Senior", "vs.": "versus", "etc.": "et cetera",
-                  "e.g.": "for example", "i.e.": "that is", "approx.": "approximately", "No.": "number"}
+                  "e.g.": "for example", "i.e.": "that is", "approx.": "approximately"}
 _SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "#": " number ", "%": " percent ",
             "°": " degrees ", "×": " times ", "÷": " divided by ", "~": " about ", "*": " ", "/": " ",
-            "_": " ", "|": " ", "^": " ", "\\": " ", "<": " less than ", ">": " greater than ",
+            "_": " ", "|": " ", "^": " ", "\\": " ", "<": " less than ", ">": " greater than ", "−": " minus ",
             "€": " euros ", "$": " dollars ", "£": " pounds ", "¥": " yen "}
 _YEAR_CUE = re.compile(r"(?:\b(?:in|since|by|from|until|till|of|year|before|after|around)\s+)$", re.I)
 
@@ -150,6 +155,17 @@ def _us_date(match: re.Match) -> str:
     return spoken if spoken else match.group(0).replace("/", " ")
 
 
+def _fraction(match: re.Match) -> str:
+    """"3/4" -> "three fourths", "1 1/2" -> "one and one half"; other digit slashes are left as written."""
+    whole, top, bottom = match.group(1), int(match.group(2)), int(match.group(3))
+    if bottom < 2 or (bottom > 10 and bottom != 100) or (top >= bottom and (whole or top >= 20)):
+        return match.group(0)  # "24/7", "50/50" and dates without a year ("due 11/30") stay numbers
+    name = {2: "half", 100: "hundredth"}.get(bottom) or ordinal(bottom)
+    if top != 1:
+        name = "halves" if bottom == 2 else name + "s"
+    return (f"{number(whole)} and " if whole else "") + f"{cardinal(top)} {name}"
+
+
 def _unit(match: re.Match) -> str:
     unit = UNITS[match.group(2)]
     amount = match.group(1)
@@ -170,18 +186,22 @@ def normalize_en(text: str) -> str:
     """Spell out everything in an English run that espeak would read badly or we must split on."""
     for short, full in _ABBREVIATIONS.items():
         text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", full, text)
+    text = re.sub(r"\bNo\.(?=\s?\d)", "number ", text)  # "No. 5", but "Are you ready? No." is "no"
     # U.S.A. -> U S A (letters are then spelled by espeak); keeps the dots out of the splitter
     text = re.sub(r"\b(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
     text = re.sub(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", _iso_date, text)
     text = re.sub(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b", _us_date, text)
+    text = re.sub(r"(?<![\d/.,])(?:(\d+) )?(\d{1,3})/(\d{1,3})(?![\d/]|\.\d)", _fraction, text)
+    # before times, money and units, which would hide the digits: "9:00-10:30", "-5°C", "-5%"
+    text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1 minus ", text)  # 5-3=2
+    text = re.sub(r"(\d)\s?[-–]\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20, 3–5
+    text = re.sub(r"(?<![\w.])[-−](?=\d)", "minus ", text)
     text = re.sub(r"\b(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([ap]\.m\.|[ap]m)(?![A-Za-z]))?", _time, text,
                   flags=re.I)
     text = re.sub(rf"([$€£¥])\s?({NUMBER})(?:\s?(thousand|million|billion|trillion)\b)?", _money, text)
     text = re.sub(rf"({NUMBER})\s?%", lambda m: number(m.group(1)) + " percent", text)
     text = UNIT_AFTER_NUMBER.sub(_unit, text)
     text = re.sub(r"\b(\d+)(st|nd|rd|th)\b", lambda m: ordinal(int(m.group(1))), text, flags=re.I)
-    text = re.sub(r"(\d)\s?-\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20
-    text = re.sub(r"(?<![\w.])-(?=\d)", "minus ", text)
     text = re.sub(r"(?<=[A-Za-z])\.(?=[A-Za-z0-9])|(?<=\d)\.(?=[A-Za-z])", " dot ", text)  # example.com
     text = re.sub(r"\d+(?:\.\d+){2,}", lambda m: " point ".join(number(p) for p in m.group(0).split(".")),
                   text)  # version numbers 3.11.2

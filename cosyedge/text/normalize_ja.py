@@ -42,6 +42,6 @@ def normalize_ja(text: str) -> str:
     text = re.sub(r"\d{1,3}(?:,\d{3})+", lambda m: m.group(0).replace(",", ""), text)
     text = re.sub(rf"([$€£¥])\s?({NUMBER})", lambda m: m.group(2) + _CURRENCY[m.group(1)], text)
     text = UNIT_AFTER_NUMBER.sub(lambda m: m.group(1) + UNITS[m.group(2)].ja, text)
-    text = re.sub(r"(?<![0-9A-Za-z.])-(?=\d)", "マイナス", text)
+    text = re.sub(r"(?<![0-9A-Za-z.])[-−](?=\d)", "マイナス", text)
     text = re.sub(r"(\d+)\.(\d+)", _decimal, text)
     return "".join(_SYMBOLS.get(ch, ch) for ch in text)

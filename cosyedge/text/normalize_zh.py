@@ -8,6 +8,9 @@ numbers, "2024年" read digit by digit, ℃. Before it, this module rewrites wha
 * phone numbers (11-digit mobile, 0-prefixed landline) read digit by digit with 幺 for 1; any other run of
   more than 12 digits or with a leading zero is read digit by digit with 一
 * symbols % & + = @ # ~ × ÷ -> 百分之, 和, 加, 等于, 艾特, 井号, 到/约, 乘, 除以
+* digits "5-3=2" -> 五减三等于二; other "3-5", "3–5", "9:00-10:30" are ranges (到); − (U+2212) is 负 / 减
+* a lone 2 that counts is 两: before a measure word (2个 -> 两个, 2小时, 2年 but 2年级), an hour (2点,
+  2:05 -> 两点零五分) or a unit (2km -> 两公里, not 2℃); 第2, 12, 2.5, 2月, 2号 keep 二
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ _CURRENCY = {"¥": "元", "$": "美元", "€": "欧元", "£": "英镑"}
 _SYMBOLS = {"&": "和", "+": "加", "=": "等于", "@": "艾特", "#": "井号", "×": "乘", "÷": "除以",
             "°": "度", "%": "百分号", "*": " ", "/": " ", "_": " ", "|": " ", "^": " ", "\\": " ",
             "<": "小于", ">": "大于", "$": "美元", "€": "欧元", "£": "英镑", "¥": "元", "~": "到",
-            "～": "到"}
+            "～": "到", "−": "减"}
+# Measure words after which a lone 2 is read 两 (counting), not 二 (naming: 2月, 2号, 2班, 2楼).
+_LIANG = re.compile(r"(?<![\d.第])2(?![\d.])(?=\s?(?:[个位只本支张条件块元角次天周岁倍辆杯瓶把台棵朵双对"
+                    r"匹头节道种遍份碗斤口根片座间所家项套篇首架颗粒点秒]|小时|分钟|年(?!级)))")
 
 
 def digits(text: str, one: str = "一") -> str:
@@ -56,11 +62,16 @@ def _date(match: re.Match) -> str:
     return f"{digits(y)}年{number(str(m))}月{number(str(d))}日"
 
 
+def _count(text: str) -> str:
+    """A number that counts something: "2" -> "两", others as :func:`number`."""
+    return "两" if text == "2" else number(text)
+
+
 def _time(match: re.Match) -> str:
     h, m, s = int(match.group(1)), int(match.group(2)), match.group(3)
     if h > 24 or m > 59:
         return match.group(0)
-    spoken = number(str(h)) + "点"
+    spoken = _count(str(h)) + "点"
     if m or s:
         spoken += ("零" if m < 10 else "") + number(str(m)) + "分"
     if s and int(s):
@@ -69,11 +80,12 @@ def _time(match: re.Match) -> str:
 
 
 def _money(match: re.Match) -> str:
-    return number(match.group(2)) + _CURRENCY[match.group(1)]
+    return _count(match.group(2)) + _CURRENCY[match.group(1)]
 
 
 def _unit(match: re.Match) -> str:
-    return number(match.group(1)) + UNITS[match.group(2)].zh
+    unit = UNITS[match.group(2)].zh
+    return (number(match.group(1)) if unit.endswith("度") else _count(match.group(1))) + unit
 
 
 def normalize_zh(text: str) -> str:
@@ -81,14 +93,16 @@ def normalize_zh(text: str) -> str:
     import cn2an
 
     text = re.sub(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d.])", _date, text)
-    text = re.sub(r"(?<!\d)(\d{1,2})[:：](\d{2})(?:[:：](\d{2}))?(?!\d)", _time, text)
     text = re.sub(r"(?<!\d)(1[3-9]\d{9}|0\d{2,3}-?\d{7,8})(?!\d)",
                   lambda m: digits(m.group(1), one="幺"), text)
+    text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1减", text)  # 5-3=2
+    text = re.sub(r"(\d)\s?[-–~～]\s?(?=\d)", r"\1到", text)  # ranges: 3-5天, 9:00-10:30
+    text = re.sub(r"(?<!\d)(\d{1,2})[:：](\d{2})(?:[:：](\d{2}))?(?!\d)", _time, text)
     text = re.sub(r"\d{1,3}(?:,\d{3})+", lambda m: m.group(0).replace(",", ""), text)
-    text = re.sub(r"(\d)\s?[-~～]\s?(?=\d)", r"\1到", text)  # ranges: 3-5天
-    text = re.sub(r"(?<![0-9A-Za-z.])-(?=\d)", "负", text)
+    text = re.sub(r"(?<![0-9A-Za-z.])[-−](?=\d)", "负", text)
     text = re.sub(rf"([¥$€£])\s?({NUMBER})", _money, text)
     text = UNIT_AFTER_NUMBER.sub(_unit, text)
+    text = _LIANG.sub("两", text)
     text = re.sub(r"\d{13,}|(?<![\d.])0\d+", lambda m: digits(m.group(0)), text)
     try:
         text = cn2an.transform(text, "an2cn")

@@ -20,6 +20,11 @@ class Unit(NamedTuple):
 UNITS: dict[str, Unit] = {
     "km/h": Unit("kilometer per hour", "kilometers per hour", "公里每小时", "キロメートル毎時"),
     "m/s": Unit("meter per second", "meters per second", "米每秒", "メートル毎秒"),
+    "km²": Unit("square kilometer", "square kilometers", "平方公里", "平方キロメートル"),
+    "m²": Unit("square meter", "square meters", "平方米", "平方メートル"),
+    "cm²": Unit("square centimeter", "square centimeters", "平方厘米", "平方センチメートル"),
+    "m³": Unit("cubic meter", "cubic meters", "立方米", "立方メートル"),
+    "cm³": Unit("cubic centimeter", "cubic centimeters", "立方厘米", "立方センチメートル"),
     "km": Unit("kilometer", "kilometers", "公里", "キロメートル"),
     "cm": Unit("centimeter", "centimeters", "厘米", "センチメートル"),
     "mm": Unit("millimeter", "millimeters", "毫米", "ミリメートル"),

@@ -15,7 +15,7 @@ breaks every rule chain):
     yi1 when counting or ordinal: after 第 or a numeral (十一, 二零二一), before a numeral other than
     百/千/万/亿 (一二三), before 点 + numeral (一点五), before 月 or 号 and in 月一日 (一月, 一号,
     三月一日), at the end of a clause or of a word of two or more syllables (统一, 唯一). yi5
-    between a repeated verb (看一看). Otherwise yi2 before a fourth tone (一个, 一定, 一下) and yi4
+    between a repeated verb (看一看, but not in 一个一个, 一天一天). Otherwise yi2 before a fourth tone (一个, 一定, 一下) and yi4
     before tones 1-3 and the neutral tone (一天, 一年, 一起, 一百).
 Third tone
     Applied after 一/不. Inside a word, every third tone followed by another third tone becomes
@@ -83,7 +83,7 @@ def apply(words: Sequence[Word]) -> list[list[str | None]]:
                     or next_ch in "月号" or (next_ch == "日" and prev_ch == "月")
                     or nxt is None or (last_in_word(i) and word_len(i) > 1)):
                 tones[i] = 1
-            elif prev_ch and prev_ch == next_ch:
+            elif prev_ch and prev_ch == next_ch and (i < 2 or chars[i - 2] != "一"):
                 tones[i] = 5
             else:
                 tones[i] = 2 if nxt == 4 else 4
