@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,7 +142,10 @@ def _convert(name: str, raw: str) -> object:
         if kind == "int":
             return int(raw)
         if kind == "float":
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):  # "nan" and "inf" parse, then slip past every range check
+                raise ValueError(raw)
+            return value
         if kind == "bool":
             low = raw.strip().lower()
             if low in ("1", "true", "yes", "on"):

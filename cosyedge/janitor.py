@@ -13,10 +13,11 @@ What a sweep removes, oldest first:
 An *output* is one job: all files in the top level of outputs/ that share the name before the first
 dot (``<job>.wav`` with its ``<job>.json`` sidecar), so a sidecar is never orphaned. What it never
 removes: anything in use (a running job writes it or a client downloads it), anything younger than
-``min_age_s``, files whose suffix is not an output suffix (``README.md``), subdirectories, symlink
-targets (a link is removed as a link, and a link into a protected directory not at all), and a
-whole outputs_dir that resolves under a protected directory (prompts/, models/). A file that
-cannot be read or removed is logged and skipped; the sweep goes on.
+``min_age_s`` (an output dated further in the future, written while the clock was ahead, is not
+young: the size and count limits still remove it, last), files whose suffix is not an output suffix
+(``README.md``), subdirectories, symlink targets (a link is removed as a link, and a link into a
+protected directory not at all), and a whole outputs_dir that resolves under a protected directory
+(prompts/, models/). A file that cannot be read or removed is logged and skipped; the sweep goes on.
 """
 
 from __future__ import annotations
@@ -140,7 +141,10 @@ def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy
     outputs, temps = _scan(outputs_dir, policy, protected)
 
     def removable(out: _Output) -> bool:
-        if now - out.mtime < policy.min_age_s:
+        # Fresh means written within min_age_s of now. An mtime further ahead than that comes from a
+        # clock that was wrong and has been put back: undatable, not fresh, so still within reach of
+        # the size and count limits (it sorts last); the age limit cannot reach it.
+        if abs(now - out.mtime) < policy.min_age_s:
             return False
         return not any(path in busy for path, _ in out.files)
 

@@ -8,7 +8,8 @@
 # fast-forward; reinstall requirements only if requirements(-core).txt changed; bring the embedded
 # model's derived files up to this version (setup-model); run the self-test; restart the service; wait
 # until it answers. If any step after the fast-forward fails, return to the recorded commit, reinstall
-# (if requirements had changed), setup-model for it (best effort), restart, and exit non-zero. Every
+# (if requirements had changed), setup-model for it (best effort), restart, and exit non-zero; a
+# fast-forward that stops midway without moving HEAD (disk full) is undone in place. Every
 # step is logged with a UTC timestamp. Git never touches the content of prompts/, outputs/ or models/
 # (ignored files; this script never runs `git clean`); the only write there is setup-model's, to the
 # embedded engine's own models/kokoro-int8/.
@@ -61,6 +62,7 @@ LOG_MAX_BYTES=1048576
 OWNER=""
 OLD=""
 NEW=""
+ABSENT=()  # files the new version adds that are not in the checkout before the fast-forward
 
 log() {
     local line
@@ -147,6 +149,13 @@ pidfile_restart() {
         echo "no running app recorded in $PIDFILE"
     fi
     rm -f "$PIDFILE"
+    # An app this script does not know of (started by hand, without the pid file) still holds the
+    # port: the new one could not bind it, and the health check would hear the old one answer.
+    if (exec 3<>"/dev/tcp/127.0.0.1/${COSYEDGE_PORT:-7860}") 2>/dev/null; then
+        echo "127.0.0.1:${COSYEDGE_PORT:-7860} is still served by a process whose pid is not in $PIDFILE" \
+            "(an app started by hand?); stop it, then start the app with this script or systemd"
+        return 1
+    fi
     # The app must not inherit the lock (fd 9), or the next update would find the lock held.
     # setsid detaches it from this script's session; setpriv drops root without forking, so $! is
     # the app's own pid.
@@ -229,6 +238,21 @@ rollback() {
     exit 1
 }
 
+# After a fast-forward that failed without moving HEAD: a checkout cut short (a full disk) has
+# written part of the new version, one file truncated. Remove the new files it wrote (first: that
+# frees the space git needs), then put the recorded commit's files back; true when the checkout is
+# as it was.
+restore_checkout() {
+    local path
+    for path in "${ABSENT[@]}"; do
+        if [ -e "$APP_DIR/$path" ] || [ -L "$APP_DIR/$path" ]; then
+            echo "removing $path (written by the failed fast-forward)"
+            as_owner rm -f -- "$path" || return 1
+        fi
+    done
+    git_ reset --hard --quiet "$OLD" && [ -z "$(git_ status --porcelain --untracked-files=no)" ]
+}
+
 rotate_log() {
     local size
     size="$(stat -c %s "$LOG" 2>/dev/null || echo 0)"
@@ -289,9 +313,18 @@ main() {
     fi
     log "updating $OLD -> $NEW ($(git_ rev-list --count "$OLD..$NEW") commit(s))"
 
+    local path
+    while IFS= read -r -d '' path; do
+        [ -e "$APP_DIR/$path" ] || [ -L "$APP_DIR/$path" ] || ABSENT+=("$path")
+    done < <(git_ diff -z --name-only --no-renames --diff-filter=A "$OLD" "$NEW")
     if ! step "fast-forward to $NEW" git_ merge --ff-only --quiet "$NEW"; then
         if [ "$(git_ rev-parse HEAD)" = "$OLD" ]; then
-            log "fast-forward failed before changing anything (an untracked file in the way?); nothing changed"
+            if ! step "restore the files of $OLD" restore_checkout; then
+                log "ROLLBACK FAILED: the checkout may hold part of $NEW; once the cause above is fixed" \
+                    "(a full disk?), run 'git reset --hard $OLD' in $APP_DIR; a person must look"
+                exit 7
+            fi
+            log "fast-forward failed (an untracked file in the way, or a full disk?); $OLD is in place"
             exit 1
         fi
         rollback "fast-forward"

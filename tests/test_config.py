@@ -34,6 +34,10 @@ def test_seed_flags_are_accepted():
     ({"COSYEDGE_DEVICE": "cuda"}, "no GPU"),
     ({"COSYEDGE_MODEL": "../etc"}, "models/"),
     ({"COSYEDGE_INSECURE_NO_AUTH": "maybe"}, "COSYEDGE_INSECURE_NO_AUTH"),
+    ({"COSYEDGE_JANITOR_MAX_TOTAL_MB": "inf"}, "COSYEDGE_JANITOR_MAX_TOTAL_MB"),
+    ({"COSYEDGE_JANITOR_MAX_TOTAL_MB": "nan"}, "COSYEDGE_JANITOR_MAX_TOTAL_MB"),
+    ({"COSYEDGE_JANITOR_MAX_AGE_HOURS": "NaN"}, "COSYEDGE_JANITOR_MAX_AGE_HOURS"),
+    ({"COSYEDGE_IDLE_UNLOAD_MINUTES": "nan"}, "COSYEDGE_IDLE_UNLOAD_MINUTES"),
 ])
 def test_invalid_settings_name_the_problem(env, needle):
     with pytest.raises(SettingsError, match=needle):

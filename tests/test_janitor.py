@@ -114,6 +114,21 @@ def test_fresh_outputs_survive_size_pressure(tmp_path):
     assert left(out) == {"just-written.wav"}
 
 
+def test_outputs_dated_in_the_future_do_not_escape_the_size_and_count_limits(tmp_path):
+    """A box whose clock ran a year ahead (no RTC, set by hand) and was then put right: what it wrote
+    meanwhile is dated in the future. Those outputs are not "written in the last two minutes", so the
+    size and count limits must still reach them (last, after the dated ones); the age limit cannot."""
+    out = tmp_path / "outputs"
+    for i in range(3):
+        make(out / f"ahead{i}.wav", -365 * 24 * HOUR - i, size=1000)  # mtime a year after NOW
+    make(out / "old.wav", 2 * HOUR, size=1000)
+    make(out / "just-written.wav", -10, size=1000)  # 10 s ahead: a small skew is still fresh
+    removed = sweep(out, NOW, JanitorPolicy(max_age_s=24 * HOUR, max_total_bytes=2500, max_files=0))
+    assert names(removed) == {"old.wav", "ahead0.wav", "ahead1.wav"}
+    assert left(out) == {"ahead2.wav", "just-written.wav"}
+    assert sweep(out, NOW, JanitorPolicy(max_age_s=24 * HOUR, max_total_bytes=0, max_files=0)) == []
+
+
 def test_saved_voices_and_models_survive_even_inside_outputs(tmp_path):
     root = tmp_path
     out = root / "outputs"

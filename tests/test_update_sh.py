@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -325,3 +326,58 @@ def test_nothing_new_is_a_quiet_success(box):
     result = box.update()
     assert result.returncode == 0 and "already up to date" in result.stderr
     assert box.serving() == before  # no restart when there is nothing to apply
+
+
+def test_fast_forward_cut_short_by_a_full_disk_puts_the_old_files_back(box, tmp_path):
+    """A checkout that runs out of space stops midway: HEAD has not moved, but the files written so far
+    are the new version's and the one being written is cut short (seen with git 2.39 on a full 3 MB
+    tmpfs). The update must not leave that mix behind as "nothing changed". Here the file-size limit
+    (ulimit -f) stops git the same way, without root."""
+    _, old_pid = box.serving()
+    old_app = (box.app / "app.py").read_text()
+    box.commit("v2", extra={"zz_big.py": "# padding\n" * 2000})  # app.py is written first, then this
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real_git = shutil.which("git")
+    (bin_dir / "git").write_text(  # writes past 4 KiB fail with EFBIG, as they would with ENOSPC
+        f'#!/bin/bash\nif [ "$1" = merge ]; then ulimit -f 4; trap "" XFSZ; fi\nexec {real_git} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    result = box.update(PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert result.returncode == 1, box.log
+    assert "step fast-forward" in box.log and "FAILED" in box.log
+    assert box.head() == box.v1
+    assert git(box.app, "status", "--porcelain", "--untracked-files=no") == ""  # no half-written files
+    assert (box.app / "app.py").read_text() == old_app
+    assert not (box.app / "zz_big.py").exists()
+    assert box.serving() == ("v1", old_pid)  # the running app was left alone
+    box.assert_data_untouched()
+
+
+def test_untracked_file_in_the_way_is_kept_and_nothing_changes(box):
+    _, old_pid = box.serving()
+    (box.app / "notes.txt").write_text("the teacher's own notes\n")  # untracked, not ignored
+    box.commit("v2", extra={"notes.txt": "upstream notes\n"})
+    result = box.update()
+    assert result.returncode == 1, box.log
+    assert (box.app / "notes.txt").read_text() == "the teacher's own notes\n"
+    assert box.head() == box.v1 and git(box.app, "status", "--porcelain", "--untracked-files=no") == ""
+    assert box.serving() == ("v1", old_pid)
+
+
+def test_app_started_by_hand_without_a_pid_file_is_not_taken_for_the_new_one(box):
+    """The app was started by hand (scripts/run.sh), so the pid file names no running app. The new
+    app cannot bind the port the old one holds, but the real one imports for seconds first: the
+    health check must not take the old app's answer for the new version's."""
+    _, old_pid = box.serving()
+    box.pidfile.unlink()
+    slow_start = FAKE_APP.format(version="v2", crash="time.sleep(3)  # imports, like gradio's")
+    box.commit("v2", extra={"app.py": slow_start})
+    try:
+        result = box.update()
+        assert result.returncode == 7, box.log  # rolled back; a person must stop the stray app
+        assert "updated:" not in box.log and "whose pid is not in" in box.log
+        assert box.head() == box.v1
+        assert box.serving() == ("v1", old_pid)
+        box.assert_data_untouched()
+    finally:
+        os.kill(old_pid, signal.SIGKILL)
