@@ -49,6 +49,11 @@ def test_english_ordinals_and_years():
      "one half of three fourths, two thirds, seven fourths and one and one half cups"),
     ("open 24/7, 50/50, due 11/30, 1/100", "open twenty-four seven, fifty fifty, due eleven thirty, one hundredth"),
     ("20 m² and 1 cm³", "twenty square meters and one cubic centimeter"),
+    ("CO2 and H2O, Q1, an MP3 in 4K", "CO two and H two O, Q one, an MP three in four K"),
+    ("the 1990s, the 80s and the 1800s", "the nineteen nineties, the eighties and the eighteen hundreds"),
+    ("the 2024-2025 school year", "the twenty twenty-four to twenty twenty-five school year"),
+    ("45min, 1h 30min", "forty-five minutes, one hour thirty minutes"),
+    ("at 5pm or 11 a.m., not 5 a.m. Then home.", "at five P M or eleven A M, not five A M. Then home."),
 ])
 def test_english(text, expected):
     assert normalize(text, "en") == expected
@@ -79,6 +84,8 @@ def test_english(text, expected):
     ("5-3=2", "五减三等于二"),
     ("温度−5°C", "温度负五摄氏度"),
     ("面积是20m²", "面积是二十平方米"),
+    ("2024-2025学年，1500-2000元", "二零二四到二零二五学年，一千五百到二千元"),   # years only before 年/学年
+    ("休息45min", "休息四十五分钟"),
 ])
 def test_chinese(text, expected):
     assert normalize(text, "zh") == expected

@@ -8,7 +8,10 @@ Written out before phonemization so that the sentence splitter never sees the do
 * Numbers above 999,999,999,999,999 or with a leading zero ("007") are read digit by digit.
 * Time "9:05 pm" -> "nine oh five P M"; "10:00" -> "ten o'clock".
 * Dates: ISO "2024-01-15" and US "1/15/2024" -> "January fifteenth, twenty twenty-four".
-* "5-3=2" -> "five minus three equals two"; other "3-5", "3–5", "9:00-10:30" are ranges ("to").
+* "5-3=2" -> "five minus three equals two"; other "3-5", "3–5", "9:00-10:30" are ranges ("to"); a
+  range of two years 1100-2099 ("2024-2025") reads both as years.
+* Decades "1990s", "the 80s" -> "nineteen nineties", "eighties"; "5pm" -> "five P M".
+* Letters and digits written together are read apart: "CO2" -> "CO two", "MP3", "Q1", "4K".
 * Other "a/b" of digits with b from 2 to 10 or 100 are fractions, as read in class: "1/2" -> "one half",
   "3/4" -> "three fourths", "7/4" -> "seven fourths", "1 1/2" -> "one and one half"; a larger b
   ("due 11/30", a date without its year) and an improper one from 20 up ("24/7", "50/50") stay two
@@ -41,6 +44,8 @@ _SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "#": " nu
             "°": " degrees ", "×": " times ", "÷": " divided by ", "~": " about ", "*": " ", "/": " ",
             "_": " ", "|": " ", "^": " ", "\\": " ", "<": " less than ", ">": " greater than ", "−": " minus ",
             "€": " euros ", "$": " dollars ", "£": " pounds ", "¥": " yen "}
+# "am", "p.m.": the final dot is kept when a capital follows, as the full stop it also is.
+_MERIDIEM = r"(?:[ap]\.m(?:\.(?!\s+(?-i:[A-Z])))?|[ap]m)(?![A-Za-z])"
 _YEAR_CUE = re.compile(r"(?:\b(?:in|since|by|from|until|till|of|year|before|after|around)\s+)$", re.I)
 
 
@@ -135,8 +140,13 @@ def _time(match: re.Match) -> str:
         s = int(second)
         spoken += f" and {cardinal(s)} {'second' if s == 1 else 'seconds'}"
     if meridiem:
-        spoken += " " + " ".join(meridiem.replace(".", "").upper())
+        spoken += " " + _spell_meridiem(meridiem)
     return spoken
+
+
+def _spell_meridiem(text: str) -> str:
+    """ "p.m." / "pm" -> "P M" (espeak spells capitals)."""
+    return " ".join(text.replace(".", "").upper())
 
 
 def _date(y: int, m: int, d: int) -> str | None:
@@ -166,6 +176,13 @@ def _fraction(match: re.Match) -> str:
     return (f"{number(whole)} and " if whole else "") + f"{cardinal(top)} {name}"
 
 
+def _decade(match: re.Match) -> str:
+    """ "1990s" -> "nineteen nineties", "80s" -> "eighties"."""
+    text = match.group(1)
+    spoken = year(int(text)) if len(text) == 4 else cardinal(int(text))
+    return spoken[:-1] + "ies" if spoken.endswith("y") else spoken + "s"
+
+
 def _unit(match: re.Match) -> str:
     unit = UNITS[match.group(2)]
     amount = match.group(1)
@@ -188,20 +205,25 @@ def normalize_en(text: str) -> str:
         text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", full, text)
     text = re.sub(r"\bNo\.(?=\s?\d)", "number ", text)  # "No. 5", but "Are you ready? No." is "no"
     # U.S.A. -> U S A (letters are then spelled by espeak); keeps the dots out of the splitter
-    text = re.sub(r"\b(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
+    text = re.sub(r"\b(?![ap]\.m\.)(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
     text = re.sub(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", _iso_date, text)
     text = re.sub(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b", _us_date, text)
     text = re.sub(r"(?<![\d/.,])(?:(\d+) )?(\d{1,3})/(\d{1,3})(?![\d/]|\.\d)", _fraction, text)
     # before times, money and units, which would hide the digits: "9:00-10:30", "-5°C", "-5%"
     text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1 minus ", text)  # 5-3=2
+    text = re.sub(r"\b(1[1-9]\d\d|20\d\d)\s?[-–]\s?(1[1-9]\d\d|20\d\d)\b",
+                  lambda m: f"{year(int(m.group(1)))} to {year(int(m.group(2)))}", text)  # 2024-2025
     text = re.sub(r"(\d)\s?[-–]\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20, 3–5
     text = re.sub(r"(?<![\w.])[-−](?=\d)", "minus ", text)
-    text = re.sub(r"\b(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([ap]\.m\.|[ap]m)(?![A-Za-z]))?", _time, text,
-                  flags=re.I)
+    text = re.sub(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*({_MERIDIEM}))?", _time, text, flags=re.I)
+    text = re.sub(rf"\b(\d{{1,2}})\s?({_MERIDIEM})",
+                  lambda m: f"{cardinal(int(m.group(1)))} {_spell_meridiem(m.group(2))}", text, flags=re.I)  # 5pm
     text = re.sub(rf"([$€£¥])\s?({NUMBER})(?:\s?(thousand|million|billion|trillion)\b)?", _money, text)
     text = re.sub(rf"({NUMBER})\s?%", lambda m: number(m.group(1)) + " percent", text)
     text = UNIT_AFTER_NUMBER.sub(_unit, text)
     text = re.sub(r"\b(\d+)(st|nd|rd|th)\b", lambda m: ordinal(int(m.group(1))), text, flags=re.I)
+    text = re.sub(r"\b(\d0|1[1-9]\d0|20\d0)'?s\b", _decade, text)
+    text = re.sub(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])", " ", text)  # CO2, MP3, 4K
     text = re.sub(r"(?<=[A-Za-z])\.(?=[A-Za-z0-9])|(?<=\d)\.(?=[A-Za-z])", " dot ", text)  # example.com
     text = re.sub(r"\d+(?:\.\d+){2,}", lambda m: " point ".join(number(p) for p in m.group(0).split(".")),
                   text)  # version numbers 3.11.2

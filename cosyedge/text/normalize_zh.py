@@ -8,6 +8,7 @@ numbers, "2024年" read digit by digit, ℃. Before it, this module rewrites wha
 * phone numbers (11-digit mobile, 0-prefixed landline) read digit by digit with 幺 for 1; any other run of
   more than 12 digits or with a leading zero is read digit by digit with 一
 * symbols % & + = @ # ~ × ÷ -> 百分之, 和, 加, 等于, 艾特, 井号, 到/约, 乘, 除以
+* "2024-2025学年" (two years before 年, 学年, 学期, 届) -> 二零二四到二零二五学年
 * digits "5-3=2" -> 五减三等于二; other "3-5", "3–5", "9:00-10:30" are ranges (到); − (U+2212) is 负 / 减
 * a lone 2 that counts is 两: before a measure word (2个 -> 两个, 2小时, 2年 but 2年级), an hour (2点,
   2:05 -> 两点零五分) or a unit (2km -> 两公里, not 2℃); 第2, 12, 2.5, 2月, 2号 keep 二
@@ -96,6 +97,8 @@ def normalize_zh(text: str) -> str:
     text = re.sub(r"(?<!\d)(1[3-9]\d{9}|0\d{2,3}-?\d{7,8})(?!\d)",
                   lambda m: digits(m.group(1), one="幺"), text)
     text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1减", text)  # 5-3=2
+    text = re.sub(r"(?<!\d)(1[1-9]\d\d|20\d\d)\s?[-–~～]\s?(1[1-9]\d\d|20\d\d)(?=\s?(?:学?年|学期|届))",
+                  lambda m: digits(m.group(1)) + "到" + digits(m.group(2)), text)  # 2024-2025学年
     text = re.sub(r"(\d)\s?[-–~～]\s?(?=\d)", r"\1到", text)  # ranges: 3-5天, 9:00-10:30
     text = re.sub(r"(?<!\d)(\d{1,2})[:：](\d{2})(?:[:：](\d{2}))?(?!\d)", _time, text)
     text = re.sub(r"\d{1,3}(?:,\d{3})+", lambda m: m.group(0).replace(",", ""), text)

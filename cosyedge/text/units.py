@@ -52,6 +52,8 @@ UNITS: dict[str, Unit] = {
     "℃": Unit("degree Celsius", "degrees Celsius", "摄氏度", "度"),
     "℉": Unit("degree Fahrenheit", "degrees Fahrenheit", "华氏度", "華氏度"),
     "°": Unit("degree", "degrees", "度", "度"),
+    "min": Unit("minute", "minutes", "分钟", "分"),
+    "h": Unit("hour", "hours", "小时", "時間"),
 }
 
 NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"
