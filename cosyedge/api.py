@@ -213,7 +213,7 @@ async def run_job(service: Service, request: Request, tts: TTSRequest,
         return await _unless_client_leaves(waiter, request, job, "")
     finally:
         if not job.finished:
-            job.cancel()
+            service.cancel(job.id)  # through the queue: a waiting job leaves the waiting list now
             waiter.cancel()
 
 
@@ -274,7 +274,7 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     try:
         first = await _unless_client_leaves(first_task, request, job, " before the first audio")
     except BaseException:
-        job.cancel()
+        service.cancel(job.id)
         first_task.cancel()
         raise
     info = stream.info
@@ -283,7 +283,7 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     def stop_unfinished() -> None:
         if not job.finished:  # the client went away before the end
             logger.info("stream of job %s stopped before the end; cancelling it", job.id)
-            job.cancel()
+            service.cancel(job.id)
 
     async def body() -> AsyncIterator[bytes]:
         sent = 0

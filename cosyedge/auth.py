@@ -8,7 +8,6 @@ or ``Authorization: Bearer <password>`` (what the OpenAI client sends as its ``a
 from __future__ import annotations
 
 import base64
-import binascii
 import hmac
 import json
 import logging
@@ -31,7 +30,12 @@ def parse_credentials(auth: str) -> tuple[str, str]:
 
 
 def authorized(header: str | None, user: str, password: str) -> bool:
-    """True when an Authorization header value matches (constant-time comparisons)."""
+    """True when an Authorization header value matches (constant-time comparisons).
+
+    ``header`` is the value as the server read it (latin-1: one character per byte). Credentials
+    are compared as UTF-8, what browsers put in Basic and curl sends after "Bearer", so a password
+    such as "密码" works; junk (non-ASCII where base64 belongs) is simply not authorized.
+    """
     if not header:
         return False
     scheme, _, value = header.strip().partition(" ")
@@ -39,15 +43,23 @@ def authorized(header: str | None, user: str, password: str) -> bool:
     if scheme.lower() == "basic":
         try:
             given = base64.b64decode(value, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # binascii.Error, UnicodeDecodeError, non-ASCII text
             return False
         given_user, _, given_password = given.partition(":")
         user_ok = hmac.compare_digest(given_user.encode(), user.encode())
         password_ok = hmac.compare_digest(given_password.encode(), password.encode())
         return user_ok and password_ok
     if scheme.lower() == "bearer":
-        return hmac.compare_digest(value.encode(), password.encode())
+        return hmac.compare_digest(_sent_bytes(value), password.encode())
     return False
+
+
+def _sent_bytes(value: str) -> bytes:
+    """The bytes of a header value read as latin-1 (a str not from the wire: its UTF-8)."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode()
 
 
 class BasicAuthMiddleware:

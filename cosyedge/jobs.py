@@ -101,7 +101,9 @@ class Job:
 
     # --- called by clients -----------------------------------------------------------------
     def cancel(self) -> bool:
-        """Ask the job to stop; returns False when it had already finished."""
+        """Ask the job to stop; returns False when it had already finished. A waiting job keeps
+        its place in the queue until a worker drops it: clients cancel through
+        :meth:`JobQueue.cancel`, which removes it at once."""
         if self.finished:
             return False
         self._cancel.set()

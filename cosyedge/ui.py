@@ -279,7 +279,7 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
         raise _ui_error(exc) from exc
     finally:
         if not job.finished:  # the event was cancelled or the page went away
-            job.cancel()
+            service.cancel(job.id)
             waiter.cancel()
     return (str(result.path) if result.path else None), describe(result)
 

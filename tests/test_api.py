@@ -148,6 +148,21 @@ def test_auth_applies_to_rest_when_set(make_service, web_settings, live_server):
     assert audio.content[:4] == b"RIFF"
 
 
+def test_odd_credentials_are_a_401_and_a_non_ascii_password_works(make_service, web_settings,
+                                                                     live_server):
+    """Raw (not base64) bytes after "Basic" were a bare 500; a UTF-8 bearer password never matched."""
+    service = make_service(dataclasses.replace(web_settings, auth="teacher:密码"))
+    server = live_server(service)
+    for header in ("Basic \u00e9t\u00e9".encode("latin-1"), "Basic 密码".encode(), b"Basic",
+                   b"Bearer wrong", "Bearer 密".encode()):
+        r = httpx.get(f"{server.url}/health", headers={"authorization": header})
+        assert r.status_code == 401, (header, r.status_code, r.text)
+        assert r.json()["error"]["type"] == "unauthorized"
+    assert httpx.get(f"{server.url}/health", auth=("teacher", "密码")).status_code == 200
+    r = httpx.get(f"{server.url}/health", headers={"authorization": "Bearer 密码".encode()})
+    assert r.status_code == 200, r.text  # what curl -H 'Authorization: Bearer 密码' sends (UTF-8)
+
+
 @pytest.mark.parametrize("content, content_type, expected", [
     (b'{"text": "hi"}', "application/x-www-form-urlencoded", "Content-Type: application/json"),
     (b'{"text": "hi"}', "text/plain", "Content-Type: application/json"),

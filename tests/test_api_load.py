@@ -86,3 +86,33 @@ def test_client_disconnect_cancels_its_job(slow_server):
     assert job is not None and job.wait(5), "job kept running after the client left"
     assert job.state is JobState.CANCELLED
     assert slow_server.factory.engine.sentences_done < 6
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/tts", {"text": SLOW_TEXT}),
+    ("/v1/audio/speech", {"model": "tts-1", "input": SLOW_TEXT, "voice": "male_1",
+                          "response_format": "pcm", "stream_format": "audio"}),
+])
+def test_a_waiting_jobs_client_leaving_frees_its_place_at_once(slow_server, path, body):
+    text = " ".join(f"Sentence number {i}." for i in range(12))
+    busy = [threading.Thread(target=httpx.post, args=(f"{slow_server.url}/tts",),
+                             kwargs={"json": {"text": text, "job_id": f"busy-{i}"}, "timeout": 60})
+            for i in range(2)]
+    for thread in busy:
+        thread.start()
+    queue = slow_server.service.queue
+    try:
+        deadline = time.monotonic() + 10
+        while queue.stats().running < 2:
+            assert time.monotonic() < deadline, "the two long jobs never started"
+            time.sleep(0.02)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{slow_server.url}{path}", json=body, timeout=0.5)
+        left = [job for job in queue.active_jobs() if not job.id.startswith("busy-")]
+        assert all(job.wait(2) for job in left), "a waiting job outlived its client"
+        assert queue.stats().waiting == 0 and queue.stats().running == 2
+    finally:
+        for i in range(2):
+            httpx.delete(f"{slow_server.url}/jobs/busy-{i}")
+        for thread in busy:
+            thread.join(10)

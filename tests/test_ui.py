@@ -256,3 +256,29 @@ def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monke
     tts = TTSRequest(text="One.", prompt_audio=Path(wav_path(tmp_path, 4.0)).read_bytes())
     asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="p"), progress))
     assert PREPARING_VOICE in [d for _, d in progress.calls]
+
+
+def test_a_cancelled_event_frees_its_jobs_place_in_the_queue_at_once(make_service, web_settings,
+                                                                       fake_factory):
+    """Gradio cancelling a generate event whose job still waits takes the job out of the queue."""
+    from cosyedge.jobs import JobState
+
+    fake_factory.engine_kwargs["delay"] = 0.5
+    service = make_service(dataclasses.replace(web_settings, concurrency=1))
+    running = service.submit(TTSRequest(text="One. Two. Three. Four. Five. Six."))
+
+    async def cancelled_event() -> None:
+        task = asyncio.ensure_future(run_request(service, TTSRequest(text="Hi."),
+                                                 SimpleNamespace(session_hash="w"), Progress()))
+        while not service.queue.jobs_of("ui:w"):
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled_event())
+    try:
+        assert service.queue.stats().waiting == 0, "the cancelled event's job still waits"
+        assert [j.state for j in service.queue.active_jobs()] == [JobState.RUNNING]
+    finally:
+        service.cancel(running.id)
