@@ -66,6 +66,12 @@ CANNOT_SAVE = "Cannot save the voice / 无法保存音色"
 CANCELLED = "Cancelled / 已取消"
 EMPTY_TEXT = "Type some text to read / 请输入要合成的文本"
 NO_PROMPT_TO_SAVE = "Record or upload 3-10 s of a voice first / 请先录制或上传 3-10 秒参考音频"
+#: How long Gradio keeps an upload, a recording or its copy of a result in its cache: a school day,
+#: so a prompt uploaded in the morning still works in the afternoon (it was one hour).
+UPLOAD_KEEP_S = 24 * 3600
+PROMPT_GONE = ("The prompt audio is no longer on the server (the page keeps uploads and recordings for "
+               f"{UPLOAD_KEEP_S // 3600} hours): upload or record it again / 参考音频已不在服务器上"
+               f"（上传和录音保留 {UPLOAD_KEEP_S // 3600} 小时），请重新上传或录制")
 NO_SAVE_NAME = "Type a name to save the voice as / 请输入音色名称"
 #: What the similarity numbers mean, from the checks measured when the encoder was adopted
 #: (cosyedge/speaker.py): a hint on the scale, not a quality claim.
@@ -302,9 +308,16 @@ def voice_fields(value: str | None) -> dict[str, str | None]:
     return {"speaker": value or None, "voice_id": None}
 
 
-def _read_prompt(path: str | None) -> bytes | None:
-    """Bytes of the uploaded or recorded prompt file (Gradio stores it in its cache)."""
-    return Path(path).read_bytes() if path else None
+def _read_prompt(path: str | None, title: str = CANNOT_GENERATE) -> bytes | None:
+    """Bytes of the uploaded or recorded prompt file (Gradio stores it in its cache, which it sweeps:
+    a page left open past :data:`UPLOAD_KEEP_S` still names a file that is gone)."""
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        logger.warning("prompt file unreadable (%s): %s", path, exc)
+        raise ui_error(PROMPT_GONE, title=title) from None
 
 
 def capability_notes(service: Service) -> tuple[str, str]:
@@ -351,7 +364,8 @@ def save_prompt(service: Service, prompt_path: str | None, prompt_text: str | No
     if not (name or "").strip():
         raise ui_error(NO_SAVE_NAME, title=CANNOT_SAVE)
     try:
-        info = service.save_voice(name or "", _read_prompt(prompt_path), (prompt_text or "").strip())
+        info = service.save_voice(name or "", _read_prompt(prompt_path, CANNOT_SAVE),
+                                  (prompt_text or "").strip())
     except CosyedgeError as exc:
         raise _ui_error(exc, title=CANNOT_SAVE) from exc
     return SAVED_PREFIX + info.id, f"Saved / 已保存: {info.name}"
@@ -430,8 +444,9 @@ def build_ui(service: Service) -> "gr.Blocks":
         # event often left red "Error" badges on the three outputs (seen 2 of 3 times on fac32b1).
         stop.click(cancel, inputs=None, outputs=[out[-1], out[1]], queue=False)
 
-    # Gradio copies each result into its own cache to serve it; sweep copies older than an hour.
-    with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(1800, 3600)) as demo:
+    # Gradio keeps uploads, recordings and a copy of each result in its own cache; every hour it
+    # removes those older than UPLOAD_KEEP_S.
+    with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(3600, UPLOAD_KEEP_S)) as demo:
         gr.Markdown("## cosyedge — offline speech studio / 离线语音工作室")
         with gr.Tabs():
             with gr.Tab("3s quick clone / 3秒极速复刻", id="clone"):

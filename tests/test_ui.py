@@ -282,3 +282,30 @@ def test_a_cancelled_event_frees_its_jobs_place_in_the_queue_at_once(make_servic
         assert [j.state for j in service.queue.active_jobs()] == [JobState.RUNNING]
     finally:
         service.cancel(running.id)
+
+
+def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_server, tmp_path):
+    """A page left open past the cache's sweep still names the upload: Generate used to answer the
+    raw "[Errno 2] No such file or directory: '/tmp/gradio/...'"."""
+    import json
+    import os
+
+    import httpx
+
+    from cosyedge.ui import PROMPT_GONE
+
+    server = live_server(make_service(), with_ui=True)
+    with open(wav_path(tmp_path, 4.0), "rb") as upload:
+        served = httpx.post(server.url + "/gradio_api/upload", files={"files": upload}).json()[0]
+
+    def generate() -> str:
+        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto"]
+        event = httpx.post(server.url + "/gradio_api/call/clone", json={"data": data}).json()["event_id"]
+        return httpx.get(f"{server.url}/gradio_api/call/clone/{event}", timeout=60).text
+
+    assert "event: complete" in generate()
+    os.remove(served)
+    answer = generate()
+    assert "event: error" in answer and "Errno" not in answer, answer
+    error = json.loads(answer.split("event: error", 1)[1].split("data:", 1)[1].strip().splitlines()[0])
+    assert html.unescape(error["error"]).endswith(PROMPT_GONE)
