@@ -43,7 +43,7 @@ from cosyedge.streaming import AudioStream, StreamInfo
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
-from cosyedge.voices import PromptCache, VoiceInfo, VoiceLibrary
+from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
 
 logger = logging.getLogger(__name__)
 
@@ -471,6 +471,10 @@ class Service:
             self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
         if request.prompt_audio is not None:
             self._condition(request.prompt_audio)  # every prompt problem is refused before queueing
+        if request.prompt_text is not None and len(request.prompt_text) > MAX_TRANSCRIPT_CHARS:
+            # a native engine puts the transcript before every sentence of the text it reads
+            raise TextError(f"prompt_text is {len(request.prompt_text)} characters; the limit is "
+                            f"{MAX_TRANSCRIPT_CHARS} (the transcript of the prompt audio, 3-10 s of speech)")
         if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
             raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "
                             f"{MAX_INSTRUCTION_CHARS}")

@@ -84,6 +84,7 @@ def test_no_unload_while_a_job_uses_the_engine(make_service, web_settings, fake_
     ({"text": "hi", "voice_id": "nobody"}, NotFoundError),
     ({"text": "hi", "prompt_audio": b"this is not audio"}, AudioError),
     ({"text": "hi", "prompt_audio": b""}, AudioError),
+    ({"text": "hi", "prompt_text": "x" * 2001}, TextError),   # had no limit: read before every sentence
 ])
 def test_bad_requests_are_refused_before_queueing(make_service, fake_factory, fields, error):
     service = make_service()
