@@ -53,6 +53,8 @@ def test_english_ordinals_and_years():
     ("the 1990s, the 80s and the 1800s", "the nineteen nineties, the eighties and the eighteen hundreds"),
     ("the 2024-2025 school year", "the twenty twenty-four to twenty twenty-five school year"),
     ("45min, 1h 30min", "forty-five minutes, one hour thirty minutes"),
+    ("Pens, paper, etc. Then we start, etc., etc.", "Pens, paper, et cetera. Then we start, et cetera, et cetera."),
+    ("Main St. is near St. Louis. I.e. far. King Jr. was", "Main Street is near Saint Louis. That is far. King Junior was"),
     ("at 5pm or 11 a.m., not 5 a.m. Then home.", "at five P M or eleven A M, not five A M. Then home."),
 ])
 def test_english(text, expected):

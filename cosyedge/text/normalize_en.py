@@ -39,7 +39,10 @@ _CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros
              "£": ("pound", "pounds", "penny", "pence"), "¥": ("yen", "yen", "", "")}
 _ABBREVIATIONS = {"Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Dr.": "Doctor", "Prof.": "Professor",
                   "St.": "Saint", "Jr.": "Junior", "Sr.": "Senior", "vs.": "versus", "etc.": "et cetera",
-                  "e.g.": "for example", "i.e.": "that is", "approx.": "approximately"}
+                  "e.g.": "for example", "i.e.": "that is", "E.g.": "For example", "I.e.": "That is",
+                  "approx.": "approximately"}
+_MAY_END_SENTENCE = {"etc.", "Jr.", "Sr."}
+_SENTENCE_GOES_ON = re.compile(r"\s*[a-z0-9,;:)]|\s*[.!?]")  # after "etc.": no full stop to keep
 _SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "#": " number ", "%": " percent ",
             "°": " degrees ", "×": " times ", "÷": " divided by ", "~": " about ", "*": " ", "/": " ",
             "_": " ", "|": " ", "^": " ", "\\": " ", "<": " less than ", ">": " greater than ", "−": " minus ",
@@ -176,6 +179,13 @@ def _fraction(match: re.Match) -> str:
     return (f"{number(whole)} and " if whole else "") + f"{cardinal(top)} {name}"
 
 
+def _abbreviation(match: re.Match) -> str:
+    """ "Dr." -> "Doctor"; the dot of an "etc." that ends a sentence stays, as its full stop."""
+    short = match.group(0)
+    ends = short in _MAY_END_SENTENCE and _SENTENCE_GOES_ON.match(match.string, match.end()) is None
+    return _ABBREVIATIONS[short] + ("." if ends else "")
+
+
 def _decade(match: re.Match) -> str:
     """ "1990s" -> "nineteen nineties", "80s" -> "eighties"."""
     text = match.group(1)
@@ -201,8 +211,9 @@ def _plain_number(match: re.Match) -> str:
 
 def normalize_en(text: str) -> str:
     """Spell out everything in an English run that espeak would read badly or we must split on."""
-    for short, full in _ABBREVIATIONS.items():
-        text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", full, text)
+    text = re.sub(r"(?<![A-Za-z])St\.(?!\s+[A-Z])", "Street", text)  # "Main St." but "St. Louis"
+    for short in _ABBREVIATIONS:
+        text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", _abbreviation, text)
     text = re.sub(r"\bNo\.(?=\s?\d)", "number ", text)  # "No. 5", but "Are you ready? No." is "no"
     # U.S.A. -> U S A (letters are then spelled by espeak); keeps the dots out of the splitter
     text = re.sub(r"\b(?![ap]\.m\.)(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
