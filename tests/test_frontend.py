@@ -281,6 +281,13 @@ def test_first_cut_takes_the_longest_clause_prefix_within_the_limit(frontend):
     assert [s.text for s in out[1:]] == [rest, "Short."]
 
 
+def test_a_list_number_is_never_the_end_of_the_first_chunk(frontend):
+    """"2.写生字" is read 二、写生字: the cut goes before 二, not after it (二 was left hanging at the
+    end of the first call, its item in the next)."""
+    out = frontend.sentences("作业：1.读课文 2.写生字 3.背诵第一段")
+    assert [s.text for s in out] == ["作业：一、读课文；", "二、写生字；三、背诵第一段"]
+
+
 def test_first_clause_longer_than_the_limit_is_still_the_first_chunk(frontend):
     f = KokoroFrontend(vocab=frontend.vocab, g2p=frontend.g2p, first_chunk_phonemes=20)
     out = f.sentences("我们明天早上八点在学校门口集合，请大家带好水和午饭，不要迟到。")

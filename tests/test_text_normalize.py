@@ -88,6 +88,8 @@ def test_english(text, expected):
     ("面积是20m²", "面积是二十平方米"),
     ("2024-2025学年，1500-2000元", "二零二四到二零二五学年，一千五百到二千元"),   # years only before 年/学年
     ("休息45min", "休息四十五分钟"),
+    ("1.读课文 2.写生字", "一、读课文；二、写生字"),          # list markers; "2.5元", "3.14" stay numbers
+    ("作业：1.读课文；2.写生字。共2.5元，3.14", "作业：一、读课文；二、写生字。共二点五元，三点一四"),
 ])
 def test_chinese(text, expected):
     assert normalize(text, "zh") == expected

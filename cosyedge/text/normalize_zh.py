@@ -8,6 +8,7 @@ numbers, "2024年" read digit by digit, ℃. Before it, this module rewrites wha
 * phone numbers (11-digit mobile, 0-prefixed landline) read digit by digit with 幺 for 1; any other run of
   more than 12 digits or with a leading zero is read digit by digit with 一
 * symbols % & + = @ # ~ × ÷ -> 百分之, 和, 加, 等于, 艾特, 井号, 到/约, 乘, 除以
+* list markers: "1.读课文 2.写生字" -> 一、读课文；二、写生字 (a space before a marker is a clause break)
 * "2024-2025学年" (two years before 年, 学年, 学期, 届) -> 二零二四到二零二五学年
 * digits "5-3=2" -> 五减三等于二; other "3-5", "3–5", "9:00-10:30" are ranges (到); − (U+2212) is 负 / 减
 * a lone 2 that counts is 两: before a measure word (2个 -> 两个, 2小时, 2年 but 2年级), an hour (2点,
@@ -94,6 +95,10 @@ def normalize_zh(text: str) -> str:
     import cn2an
 
     text = re.sub(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d.])", _date, text)
+    # list markers "1.读课文 2.写生字": the number is read with a pause (一、), and a space before a
+    # marker is a clause break, so "二" does not end the item before it
+    text = re.sub(r"(?:^|(?<=[\s。；：！？]))(\d{1,2})[.．](?=[\u4e00-\u9fff])", r"\1、", text)
+    text = re.sub(r"(?<=[\u4e00-\u9fff])[ \t]+(?=\d{1,2}、[\u4e00-\u9fff])", "；", text)
     text = re.sub(r"(?<!\d)(1[3-9]\d{9}|0\d{2,3}-?\d{7,8})(?!\d)",
                   lambda m: digits(m.group(1), one="幺"), text)
     text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1减", text)  # 5-3=2

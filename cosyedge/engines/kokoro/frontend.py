@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -43,6 +44,8 @@ LANGUAGE_CHOICES = ("auto", "zh", "en", "ja")
 # Text is cut at word boundaries into pieces of at most this many characters before G2P, so that one
 # piece stays under the phoneme limit in nearly every case (zh ~4-5 symbols per character, ja ~2-4,
 # en ~1) and no very long clause is phonemized more than once.
+#: A clause that is only a list number ("二、" from "2.写生字"): the first call never ends on it.
+_LIST_NUMBER = re.compile(r"\s*(?:[一二三四五六七八九十]{1,3}|\d{1,2})[、.．]\s*")
 _PRESPLIT_CHARS = {"zh": 100, "ja": 120, "en": 400}
 #: Longest first model call, in phonemes, before the first sentence is cut at a clause (0 = never cut).
 #: Model time grows with the audio (about 13 phonemes per second of speech; bench/first_audio.py).
@@ -204,7 +207,8 @@ class KokoroFrontend:
         limit = self.first_chunk_phonemes
         if limit <= 0 or _joined_length(parts) <= limit:
             return 0
-        ends = [i + 1 for i, part in enumerate(parts[:-1]) if part.clause_end]
+        ends = [i + 1 for i, part in enumerate(parts[:-1])
+                if part.clause_end and not _LIST_NUMBER.fullmatch(part.text)]
         if not ends:
             return 0
         within = [k for k in ends if _joined_length(parts[:k]) <= limit]
