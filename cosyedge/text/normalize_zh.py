@@ -8,6 +8,7 @@ numbers, "2024年" read digit by digit, ℃. Before it, this module rewrites wha
 * phone numbers (11-digit mobile, 0-prefixed landline) read digit by digit with 幺 for 1; any other run of
   more than 12 digits or with a leading zero is read digit by digit with 一
 * symbols % & + = @ # ~ × ÷ -> 百分之, 和, 加, 等于, 艾特, 井号, 到/约, 乘, 除以
+* sums of money lose their trailing zero decimals: "25.50元", "¥25.50" -> 二十五点五元, "10.00元" -> 十元
 * list markers: "1.读课文 2.写生字" -> 一、读课文；二、写生字 (a space before a marker is a clause break)
 * "2024-2025学年" (two years before 年, 学年, 学期, 届) -> 二零二四到二零二五学年
 * digits "5-3=2" -> 五减三等于二; other "3-5", "3–5", "9:00-10:30" are ranges (到); − (U+2212) is 负 / 减
@@ -82,7 +83,12 @@ def _time(match: re.Match) -> str:
 
 
 def _money(match: re.Match) -> str:
-    return _count(match.group(2)) + _CURRENCY[match.group(1)]
+    return _count(_amount(match.group(2))) + _CURRENCY[match.group(1)]
+
+
+def _amount(text: str) -> str:
+    """A sum of money without its trailing zero decimals: "25.50" -> "25.5", "10.00" -> "10"."""
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _unit(match: re.Match) -> str:
@@ -110,6 +116,7 @@ def normalize_zh(text: str) -> str:
     text = re.sub(r"(?<![0-9A-Za-z.])[-−](?=\d)", "负", text)
     text = re.sub(rf"([¥$€£])\s?({NUMBER})", _money, text)
     text = UNIT_AFTER_NUMBER.sub(_unit, text)
+    text = re.sub(r"(\d+\.\d+)(?=\s?[元块])", lambda m: _amount(m.group(1)), text)  # 25.50元
     text = _LIANG.sub("两", text)
     text = re.sub(r"\d{13,}|(?<![\d.])0\d+", lambda m: digits(m.group(0)), text)
     try:
