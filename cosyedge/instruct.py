@@ -12,17 +12,22 @@ How an instruction is read (the rules the tests pin down):
    (speed, volume, pitch, voice, emotion, language, unsupported styles). Where cues overlap the longest
    wins ("快乐" is happy, not "快" fast; "低沉" is pitch, "低声" is volume).
 2. Negation ("不要太快", "not too loud", "don't rush") flips a speed/volume/pitch cue into a *slight*
-   move the other way; a negated voice or emotion is simply not applied.
+   move the other way; a negated voice or emotion is simply not applied. A complaint ("太快了",
+   "too loud", "声音太小了") is read the same way. "特别" is "very", not "别" (don't).
 3. Intensity words scale a cue: slight ("a bit", "稍微", "有点", "…一点") ×0.5, strong ("very",
-   "非常", "很") ×1.5, extreme ("extremely", "极其", "超级") ×2. Speed factors scale as powers
-   (slow = ×0.8, "a bit slower" = ×0.8^0.5 ≈ ×0.89); semitones and decibels scale linearly.
+   "非常", "很", "特别") ×1.5, extreme ("extremely", "极其", "超级", "very very", "非常非常") ×2.
+   Speed factors scale as powers (slow = ×0.8, "a bit slower" = ×0.8^0.5 ≈ ×0.89); semitones and
+   decibels scale linearly. A speed factor can also be named: "1.5x", "1.2倍速", "twice as fast" /
+   "两倍速" (×2), "half speed" / "半速" (×0.5).
 4. Conflicts: per control, **the last cue in the text wins** ("slow and fast" -> fast); the overridden
    cue is listed under not_supported as a conflict. Two negated opposite cues ("不要太快也不要太慢",
    "neither too loud nor too soft") cancel to neutral. Emotions of opposite kinds (happy/sad,
    angry/calm, excited/calm) follow the same rule. An explicit speed/volume/pitch word overrides the
    part of an emotion that touches the same control ("happy but slowly": pitch from happy, speed from
-   slowly).
-5. Dialects, accents, singing, and styles the engine cannot do are listed as "not supported by this
+   slowly). An emotion whose every part an explicit word has set is not applied at all and is
+   listed under not_supported ("whisper loudly": "emotion 'whisper' …: nothing applied …").
+5. A voice word naming the listeners ("给小朋友讲故事", "read it for kids") does not pick a voice.
+6. Dialects, accents, singing, and styles the engine cannot do are listed as "not supported by this
    engine"; an instruction with no recognised cue at all says so too. Nothing here ever raises for an
    odd instruction: only a non-string or an over-long one is a ParameterError.
 """
@@ -146,6 +151,15 @@ def _zh(*words: str) -> str:
     return "(?:" + "|".join(words) + ")"
 
 
+def _zh_after(nouns: Sequence[str], words: Sequence[str]) -> str:
+    """``words`` (with a verb: "调大", "再小") right after a noun, or after a noun and a modifier
+    ("声音稍微大", "声音太小"): the noun and the modifier stay outside the match, so the modifier
+    still sets intensity or negation."""
+    modifiers = ("", "稍微", "稍", "太", "不要太", "别太", "有点", "有点太", "不要", "别")
+    behind = "|".join(f"(?<={noun}{mod})" for noun in nouns for mod in modifiers)
+    return f"(?:{behind})(?:调得|再调|调|放|开|再|更)?(?:{'|'.join(words)})"
+
+
 _LEXICON: list[tuple[str, object, str]] = [
     # speed
     ("speed", -1, _en("slow", "slowly", "slower", "slow down", "unhurried", "leisurely",
@@ -162,9 +176,11 @@ _LEXICON: list[tuple[str, object, str]] = [
     ("volume", -1, _en("quiet", "quietly", "quieter", "soft", "softly", "softer", "hushed",
                        "volume down", "mumble", "mumbling")),
     ("volume", +1, _zh("大声", "响亮", "洪亮", "大点声", "声音大", "音量大", "提高音量", "调高音量",
-                       "放大音量", "喊", "高声")),
+                       "放大音量", "喊", "高声") + "|" + _zh_after(("声音", "音量"), ("大",))
+     + "|" + _zh_after(("音量",), ("高",))),
     ("volume", -1, _zh("小声", "轻声", "低声", "声音小", "音量小", "降低音量", "调低音量", "轻轻",
-                       "柔声")),
+                       "柔声") + "|" + _zh_after(("声音", "音量"), ("小",))
+     + "|" + _zh_after(("音量",), ("低",))),
     # pitch
     ("pitch", -1, _en(r"(?:low|lower|deep|deeper)(?:-| )(?:voice|pitch|pitched|tone|register)",
                       r"lower (?:the |your )?pitch", r"pitch (?:it )?(?:down|lower)", "bass",
@@ -179,7 +195,8 @@ _LEXICON: list[tuple[str, object, str]] = [
     # voice (preset category)
     ("voice", "elderly", _en("elderly", "old man", "old woman", "old lady", "old person", "grandpa",
                              "grandma", "grandfather", "grandmother", "granny", "old")),
-    ("voice", "child", _en("child", "child's", "childlike", "kid", "kid's", "kids", "children",
+    # no plurals: "for kids", "a children's storyteller" name the listeners, not the voice
+    ("voice", "child", _en("child", "child's", "childlike", "kid", "kid's",
                            "boy", "boy's", "girl", "girl's", "little girl", "little boy")),
     ("voice", "male", _en("male", "man", "man's", "men's", "masculine", "gentleman")),
     ("voice", "female", _en("female", "woman", "woman's", "women's", "feminine", "lady", "lady's")),
@@ -224,7 +241,11 @@ _LEXICON: list[tuple[str, object, str]] = [
     ("language", "de", _en("german") + "|" + _zh("德语", "德文")),
     ("language", "es", _en("spanish") + "|" + _zh("西班牙语")),
     ("language", "ru", _en("russian") + "|" + _zh("俄语")),
-    # explicit numeric speed ("1.5x", "1.2倍速", "speed 0.8")
+    # explicit speed factors ("twice as fast", "半速"; "1.5x", "1.2倍速", "speed 0.8")
+    ("speed_value", 2.0, _en("twice as fast", "twice the speed", "double speed", "double the speed")
+     + "|" + _zh("两倍速", "二倍速", "双倍速")),
+    ("speed_value", 0.5, _en("half speed", "half the speed", "half as fast", "twice as slow")
+     + "|" + _zh("半速", "一半的速度", "一半速度")),
     ("speed_value", None, r"(\d+(?:\.\d+)?)\s*(?:x|×|倍速)(?![a-z])"
                           r"|(?<![a-z])speed\s*(?:of\s*)?(\d+(?:\.\d+)?)"),
 ]
@@ -297,20 +318,25 @@ _LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "ko": "Ko
 
 _CLAUSE_BREAK = re.compile(r"[,.;:!?、，。；：！？\n]|(?<![a-z])(?:but|and|then|while|yet)(?![a-z])"
                            r"|但是|但|然后|不过|而是|而且|并且|同时|和|又")
-_NEG_ZH = re.compile(r"(?:不要|不用|不必|不需要|不能|不想|别|勿|无需|不)[\u4e00-\u9fff]{0,3}$")
+_NEG_ZH = re.compile(r"(?:不要|不用|不必|不需要|不能|不想|(?<!特)别|勿|无需|不)[\u4e00-\u9fff]{0,3}$")  # 特别 = very
 _NEG_EN = re.compile(r"(?<![a-z])(?:not|don't|dont|do not|never|no|without|isn't|aren't|less|neither"
                      r"|nor)(?![a-z])"
                      r"(?:\s+[\w']+){0,3}\s*$")
+#: "too fast" / "太快了" is a complaint about what was heard: read like a negation.
+_TOO = re.compile(r"(?:(?<![a-z])too\s+|太)$")
 _INTENSITY_BEFORE = [
-    (EXTREME, re.compile(r"(?:(?<![a-z])(?:extremely|incredibly|super|insanely)\s+(?:more\s+)?"
-                         r"|(?:极其|极度|极|超级|超|无比)(?:地|的)?)$")),
-    (STRONG, re.compile(r"(?:(?<![a-z])(?:very|really|much|so|quite|way|too|even|particularly)"
+    (EXTREME, re.compile(r"(?:(?<![a-z])(?:extremely|incredibly|super|insanely"
+                         r"|(?:very|really|so)\s+(?:very|really|so))\s+(?:more\s+)?"
+                         r"|(?:极其|极度|极|超级|超|无比|非常非常|特别特别)(?:地|的)?)$")),
+    (STRONG, re.compile(r"(?:(?<![a-z])(?:very|really|much|so|quite|way|even|particularly)"
                         r"\s+(?:more\s+)?"
-                        r"|(?:非常|特别|十分|很|相当|格外|太|好|尤其|更加)(?:地|的)?)$")),
+                        r"|(?:非常|特别|十分|很|相当|格外|好|尤其|更加)(?:地|的)?)$")),
     (SLIGHT, re.compile(r"(?:(?<![a-z])(?:a (?:little )?bit|a little|slightly|somewhat|a touch|a tad|"
                         r"kind of|sort of|a bit more|a little more)\s+(?:more\s+)?"
                         r"|(?:稍微|稍稍|稍|略微|略|有点儿?|有些|一点点?|微微|一些|稍许)(?:地|的)?)$")),
 ]
+#: A voice word after these names the listeners ("给小朋友讲故事", "for a child"), not the voice.
+_AUDIENCE = re.compile(r"(?:(?<![a-z])for\s+(?:(?:the|a|young|little)\s+)*|(?:给|对着?|为|面向)(?:小|这些|那些)?)$")
 _INTENSITY_AFTER = [
     (SLIGHT, re.compile(r"^(?:一点儿?|一些|点儿?|些|\s+(?:a (?:little )?bit|a little|slightly)(?![a-z]))")),
     (STRONG, re.compile(r"^(?:得多|很多|多了|得很|\s+(?:a lot|much more)(?![a-z]))")),
@@ -352,7 +378,7 @@ def _modifiers(text: str, start: int, end: int) -> tuple[float, bool, int, int]:
     """Intensity, negation and the phrase span around a cue at text[start:end]."""
     before = text[_clause_start(text, start):start]
     window = before if before.isascii() else before[-12:]
-    neg = _NEG_ZH.search(window) or _NEG_EN.search(window)
+    neg = _NEG_ZH.search(window) or _NEG_EN.search(window) or _TOO.search(window)
     if neg:
         return SLIGHT, True, start - (len(window) - neg.start()), end
     after = text[end:end + 16]
@@ -382,6 +408,8 @@ def _scan(text: str) -> list[_Hit]:
         if any(start < e and s < end for s, e in taken):
             continue
         taken.append((start, end))
+        if cue.kind == "voice" and _AUDIENCE.search(text[_clause_start(text, start):start]):
+            continue
         intensity, negated, p0, p1 = _modifiers(text, start, end)
         hits.append(_Hit(cue, start, end, text[p0:p1].strip(), text[start:end], intensity, negated,
                          groups))
@@ -469,7 +497,8 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
             draft.not_supported.append(f"'{original}': no instruction this engine understands; "
                                        "nothing applied")
         result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
-                              voice=draft.voice, emotions=tuple(name for name, _ in draft.emotions),
+                              voice=draft.voice, emotions=tuple(name for name, _ in draft.emotions
+                                                                if name not in draft.unheard),
                               language=draft.language if draft.language_ok else None,
                               applied=tuple(draft.applied), not_supported=tuple(draft.not_supported),
                               understood=bool(hits))
@@ -522,6 +551,7 @@ class _Draft:
     voice: str | None = None
     voice_category: str | None = None
     emotions: list[tuple[str, _Hit]] = field(default_factory=list)
+    unheard: set[str] = field(default_factory=set)  # emotions whose every part an explicit word set
     language: str | None = None
     language_ok: bool = False
 
@@ -605,8 +635,12 @@ class _Draft:
                     self.extra_gain += gain * h.intensity
                     parts.append(_fmt_db(gain * h.intensity))
             tail = f" ({'; '.join(left)})" if left else ""
-            self.applied.append(f"emotion '{name}' ('{h.phrase}') approximated by "
-                                f"{', '.join(parts) or 'nothing'}{tail}")
+            if parts:
+                self.applied.append(f"emotion '{name}' ('{h.phrase}') approximated by "
+                                    f"{', '.join(parts)}{tail}")
+            else:  # nothing of it would be heard: not applied, and said so
+                self.unheard.add(name)
+                self.not_supported.append(f"emotion '{name}' ('{h.phrase}'): nothing applied{tail}")
             if name in _EMOTION_GAPS:
                 self.not_supported.append(f"{_EMOTION_GAPS[name]} (not supported by this engine)")
 
@@ -677,7 +711,8 @@ def _explanation(hits: list[_Hit], speed: float, pitch: float, gain: float, voic
 
 def _unsupported_label(hit: _Hit) -> str:
     """'dialect: Sichuanese', 'accent: british accent', 'singing' ..."""
-    word = re.sub(r"^(?:用|以|带着?|说|讲|一口|an? |in an? )", "", hit.word).strip()
+    word = re.sub(r"^(?:[\u4e00-\u9fff]*的|用|以|略?带(?:着|有|一?点)?|有点|说|讲|一口|an? |in an? )", "",
+                  hit.word).strip()  # "带点广东口音", "很重的湖南口音" -> "广东口音", "湖南口音"
     dialect = _DIALECTS_ZH.get(word) or _DIALECTS_EN.get(word) or word
     return str(hit.cue.value).format(dialect=dialect, match=word)
 
@@ -692,8 +727,8 @@ def _direction(hit: _Hit) -> int:
 
 
 def _value_of(hit: _Hit) -> float:
-    raw = next(g for g in hit.groups if g)
-    return _clamp(float(raw), 0.25, 4.0)
+    raw = next((g for g in hit.groups if g), None)
+    return _clamp(float(hit.cue.value if raw is None else raw), 0.25, 4.0)  # type: ignore[arg-type]
 
 
 def _speed_of(hit: _Hit) -> float:

@@ -112,6 +112,27 @@ CASES: list[tuple[str, dict]] = [
     ("very happy 而且 用男声", {"voice": "male_1", "emotions": ("happy",), "speed": 1.08 ** 1.5,
                              "pitch": 1.5}),
     ("用 a child's voice 唱歌", {"voice": "child", "ns": ["singing"]}),
+    # --- found in review: each failed before its fix
+    ("特别快", {"speed": FAST ** 1.5}),  # 特别 is "very", not 别 "don't"
+    ("用特别温柔的声音", {"emotions": ("gentle",), "speed": 0.95 ** 1.5, "gain": -3.0}),
+    ("太快了", {"speed": SLOW ** 0.5}),  # a complaint: slow down a little
+    ("it's too loud", {"gain": -3.0}),
+    ("声音太小了", {"gain": 3.0}),
+    ("twice as fast", {"speed": 2.0}),
+    ("read it at half speed", {"speed": 0.5}),
+    ("两倍速", {"speed": 2.0}),
+    ("very very slow", {"speed": SLOW ** 2}),
+    ("非常非常慢", {"speed": SLOW ** 2}),
+    ("声音再大一点", {"gain": 3.0}),
+    ("把音量调低", {"gain": -6.0}),
+    ("happy but slowly with a low voice", {"speed": SLOW, "pitch": -3.0,
+                                           "ns": ["emotion 'happy' ('happy'): nothing applied"]}),
+    ("带点广东口音", {"ns": ["dialect: 广东口音 (not supported by this engine)"]}),
+    ("给小朋友讲故事", {"ns": ["nothing applied"]}),  # the listeners, not a child's voice
+    ("read it for kids, slowly", {"speed": SLOW}),
+    ("Speak cheerfully, like a children's storyteller.", {"emotions": ("happy",), "speed": 1.08,
+                                                         "pitch": 1.0}),  # a UI example
+    ("用小朋友的声音，给小朋友讲故事", {"voice": "child"}),
 ]
 
 
@@ -155,6 +176,28 @@ def test_applied_lines_are_readable():
     assert p.not_supported == ("dialect: Sichuanese (not supported by this engine)",)
     p = plan("用开心的语气说", EMBEDDED)
     assert p.applied == ("emotion 'happy' ('开心') approximated by speed ×1.08, pitch +1.0 st",)
+
+
+def test_review_findings_report_text():
+    assert plan("特别快", EMBEDDED).applied == ("speed ×1.40 ('特别快')",)
+    assert plan("太快了", EMBEDDED).applied == ("speed ×0.89 ('太快')",)
+    assert plan("too fast", EMBEDDED).applied == ("speed ×0.89 ('too fast')",)
+    assert plan("not too fast", EMBEDDED).applied == ("speed ×0.89 ('not too fast')",)
+    assert plan("twice as fast", EMBEDDED).applied == ("speed ×2.00 ('twice as fast')",)
+    assert plan("very very slow", EMBEDDED).applied == ("speed ×0.64 ('very very slow')",)
+    assert plan("把声音调大", EMBEDDED).applied == ("volume +6.0 dB ('调大')",)
+    assert plan("声音稍微大一点", EMBEDDED).applied == ("volume +3.0 dB ('稍微大一点')",)
+    assert plan("用很重的湖南口音", EMBEDDED).not_supported == (
+        "dialect: 湖南口音 (not supported by this engine)",)
+
+
+def test_emotion_with_nothing_audible_left_is_not_reported_as_applied():
+    p = plan("whisper loudly", EMBEDDED)
+    assert p.gain_db == 6.0 and p.emotions == ()
+    assert p.applied == ("volume +6.0 dB ('loudly')",)
+    assert p.not_supported == ("emotion 'whisper' ('whisper'): nothing applied (volume left to 'loudly')",
+                               "whispered (breathy) voice quality (not supported by this engine)")
+    assert p.to_dict()["controls"]["emotions"] == []
 
 
 def test_summary_tells_not_understood_from_not_supported():
