@@ -256,9 +256,10 @@ def condition_prompt(data: bytes, *, max_bytes: int, filename: str | None = None
 def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPrompt:
     """The conditioning pipeline on already-decoded samples (frames, or frames x channels).
 
-    Used for microphone input, which arrives as an array. Steps: finite check, mono, rate check,
-    clipping check, resample to :data:`PROMPT_RATE` (soxr), trim edge silence, keep the best
-    :data:`PROMPT_KEEP_S` of a long take, length check, loudness normalization.
+    Used for microphone input, which arrives as an array. Steps: finite check, mono (see
+    :func:`_downmix`), rate check, clipping check, DC offset removal, resample to :data:`PROMPT_RATE`
+    (soxr), trim edge silence, keep the best :data:`PROMPT_KEEP_S` of a long take, length check,
+    loudness normalization.
     """
     import soxr
 
@@ -271,9 +272,10 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
     if not np.isfinite(x).all():
         raise AudioError("The prompt contains invalid samples (NaN or infinity); re-export the "
                          "recording as ordinary PCM audio.")
+    notes: list[str] = []
     if x.ndim == 2:
         # soundfile gives frames x channels; a (channels, frames) array has few rows and many columns
-        x = x.mean(axis=1) if x.shape[0] >= x.shape[1] else x.mean(axis=0)
+        x = _downmix(x if x.shape[0] >= x.shape[1] else x.T, notes)
     x = x.reshape(-1)
     if sample_rate < MIN_SOURCE_RATE:
         raise AudioError(f"The prompt is sampled at {sample_rate} Hz; prompts need at least "
@@ -281,10 +283,12 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
     if x.size / sample_rate > PROMPT_MAX_SOURCE_S:
         raise AudioError(f"The prompt is {x.size / sample_rate:.0f} s long; prompts may be at most "
                          f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.")
-    notes: list[str] = []
     if np.mean(np.abs(x) >= _CLIP_LEVEL) > _CLIP_FRACTION:
         notes.append("clipping detected: the recording is distorted; record a little further from "
                      "the microphone or lower the input gain")
+    # A DC offset (cheap sound cards and mics) would count as level in every frame: the silence at the
+    # ends would not be trimmed and the normalization would amplify the offset instead of the speech.
+    x = x - np.mean(x, dtype=np.float64).astype(np.float32)
     if sample_rate != PROMPT_RATE:
         x = soxr.resample(x, sample_rate, PROMPT_RATE, quality="HQ").astype(np.float32)
     rate = PROMPT_RATE
@@ -325,6 +329,19 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
         logger.info("prompt: %s", note)
     return ConditionedPrompt(pcm=x.astype(np.float32), sample_rate=rate, source_rate=sample_rate,
                              notes=notes)
+
+
+def _downmix(frames: np.ndarray, notes: list[str]) -> np.ndarray:
+    """Mono from frames x channels: their mean, unless the mean loses most of the channels' energy
+    because they cancel out (a laptop's two microphones with one wired in inverted polarity, a known
+    codec quirk; the mean of such a take is near silence): then the loudest channel alone."""
+    mix = frames.mean(axis=1)
+    power = np.mean(frames.astype(np.float64) ** 2, axis=0)
+    if np.mean(mix.astype(np.float64) ** 2) >= 0.25 * power.mean():  # one silent channel: 0.5
+        return mix
+    notes.append("the channels of this stereo recording cancel out when mixed (one is inverted); "
+                 "the loudest channel was used")
+    return frames[:, int(np.argmax(power))]
 
 
 def _seconds_below(seconds: float) -> str:

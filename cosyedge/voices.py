@@ -27,6 +27,7 @@ import threading
 import time
 import unicodedata
 import zipfile
+import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -197,6 +198,11 @@ LIBRARY_FORMAT = 1
 WAV_NAME, TRANSCRIPT_NAME, META_NAME = "voice.wav", "transcript.txt", "meta.json"
 MAX_TRANSCRIPT_CHARS = 2000
 _MAX_META_BYTES = 64 * 1024
+#: What ``zipfile`` raises opening a damaged or foreign zip or reading its members: a bad CRC or header
+#: (BadZipFile), corrupt deflate data (zlib.error), a password (RuntimeError), an unknown compression
+#: method or zip version (NotImplementedError), a cut-off or absurd offset (EOFError, ValueError, OSError).
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError, EOFError, ValueError,
+               OSError)
 
 
 @dataclass(frozen=True)
@@ -390,7 +396,7 @@ class VoiceLibrary:
                                        f"{max_bytes / 1e6:.1f} MB")
         try:
             zf = zipfile.ZipFile(io.BytesIO(data))
-        except zipfile.BadZipFile:
+        except _ZIP_ERRORS:
             raise InputError("not a voice file: expected a .zip exported by cosyedge") from None
         with zf:
             members = {info.filename: info for info in zf.infolist()}
@@ -406,7 +412,7 @@ class VoiceLibrary:
                                                f"({members[member].file_size} bytes; limit {limit})")
             try:
                 blobs = {m: zf.read(m) for m in expected}
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            except _ZIP_ERRORS as exc:
                 raise InputError(f"the voice file is damaged: {exc}") from None
         meta = _parse_meta(blobs[META_NAME])
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -16,12 +17,14 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 
-def cli(args, models_dir: Path, *, stdin: str | None = None, netns: bool = False):
-    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(models_dir), "PYTHONPATH": str(REPO)}
+def cli(args, models_dir: Path, *, stdin: str | bytes | None = None, netns: bool = False,
+        env: dict[str, str] | None = None):
+    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(models_dir), "PYTHONPATH": str(REPO), **(env or {})}
     cmd = [sys.executable, "-m", "cosyedge", *args]
     if netns:
         cmd = ["unshare", "-rn", *cmd]  # a new, empty network namespace: no interface but lo (down)
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=not isinstance(stdin, bytes), env=env,
+                          cwd=REPO, timeout=300)
 
 
 def test_speak_writes_a_wav(kokoro_models_dir, tmp_path):
@@ -72,6 +75,46 @@ def test_bad_input_exits_2_with_one_line(kokoro_models_dir, tmp_path, args, need
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
     assert not (tmp_path / "x.wav").exists()
+
+
+def one_error_line(proc) -> str:
+    stderr = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
+    lines = stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), stderr
+    return lines[0]
+
+
+def test_text_that_is_not_utf8_is_one_line_from_a_file_and_from_stdin(tmp_path):
+    models = tmp_path / "no-models"  # refused before the model is needed
+    # a desktop's UTF-8 locale decodes stdin strictly (PYTHONIOENCODING does the same here): that was a
+    # traceback; under the C locale the bad bytes were dropped silently and the rest read aloud
+    proc = cli(["speak", "-f", "-", "-o", str(tmp_path / "x.wav")], models,
+               stdin="Un café.".encode("latin-1"), env={"PYTHONIOENCODING": "utf-8"})
+    assert "standard input: it is not UTF-8 text" in one_error_line(proc)
+    latin1 = tmp_path / "lesson.txt"
+    latin1.write_bytes("Un café, s'il vous plaît.".encode("latin-1"))
+    line = one_error_line(cli(["speak", "-f", str(latin1), "-o", str(tmp_path / "x.wav")], models))
+    assert "not UTF-8 text (byte 0xe9 at position 6)" in line
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_synthesis(kokoro_models_dir, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    for output, needle in [(tmp_path, "is a folder; give a file name"),
+                           (a_file / "x.wav", "is not a writable folder")]:
+        proc = cli(["speak", "Hello.", "-o", str(output)], kokoro_models_dir)
+        line = one_error_line(proc)  # was a traceback, after the whole text had been synthesized
+        assert needle in line and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_output_dash_is_a_wav_on_stdout(kokoro_models_dir, tmp_path):
+    proc = cli(["speak", "Hello.", "-o", "-"], kokoro_models_dir, stdin=b"")
+    assert proc.returncode == 0, proc.stderr
+    info = sf.info(io.BytesIO(proc.stdout))
+    assert info.samplerate == 24000 and info.duration > 0.3
+    assert b"wrote WAV to stdout" in proc.stderr and not (REPO / "-").exists()
 
 
 def test_too_long_text_is_refused(kokoro_models_dir, tmp_path):

@@ -170,6 +170,32 @@ def test_clipping_and_low_level_are_warned():
     assert np.max(np.abs(p.pcm)) > 0.05  # and it was brought up
 
 
+def test_a_dc_offset_is_removed_so_silence_is_trimmed_and_speech_normalized():
+    # a quiet laptop recording (speech peaks at 0.05) through a sound card with a 2 % DC offset
+    x = with_silence(speechlike(5.0, rate=48000, level=0.05), 48000, 1.5, 1.5) + 0.02
+    p = condition_prompt(encode(x, 48000), max_bytes=LIMIT, filename="laptop.wav")
+    assert abs(float(np.mean(p.pcm))) < 1e-3  # was 0.09: the offset, amplified, outweighed the speech
+    assert 4.9 < p.duration_s < 5.5, p.duration_s  # was 8.0: the silence at the ends was kept
+    assert any("silence" in n for n in p.notes)
+    speech_db = 20 * np.log10(np.sqrt(np.mean(p.pcm ** 2)))
+    assert PROMPT_TARGET_DBFS - 6 < speech_db < PROMPT_TARGET_DBFS + 2  # was -26.5 dBFS (-33.6 at 5 %)
+
+
+def test_a_constant_offset_alone_is_no_speech():
+    with pytest.raises(AudioError, match="silent"):  # was accepted as a 5 s prompt
+        condition_prompt(encode(np.full(24000 * 5, 0.1, np.float32), 24000), max_bytes=LIMIT)
+
+
+def test_stereo_with_one_channel_inverted_uses_one_channel():
+    # a laptop's dual microphone with one channel in inverted polarity: the plain mix is silence
+    x = with_silence(speechlike(5.0, rate=48000), 48000, 0.5, 0.5)
+    p = condition_prompt(encode(np.stack([x, -x], axis=1), 48000), max_bytes=LIMIT)
+    assert 4.9 < p.duration_s < 5.5, p.duration_s  # was refused: "No speech found: ... silent"
+    assert any("cancel out" in n for n in p.notes)
+    for stereo in (np.stack([x, np.zeros_like(x)], axis=1), np.stack([x, 0.5 * x], axis=1)):
+        assert not any("cancel" in n for n in condition_prompt_array(stereo, 48000).notes)
+
+
 def test_int16_microphone_array():
     mic = (speechlike(5.0, rate=48000) * 32767).astype(np.int16)
     p = condition_prompt_array(mic, 48000)

@@ -40,3 +40,18 @@ def test_library_errors_are_one_line_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COSYEDGE_MAX_UPLOAD_MB", "1")
     assert main(["library", "save", "ok", str(big), *common]) == 2
     assert "limit" in capsys.readouterr().err
+
+
+def test_export_to_a_place_that_cannot_be_written_is_one_line_exit_2(tmp_path, capsys):
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0), 24000)
+    common = ["--prompts-dir", str(tmp_path / "prompts")]
+    assert main(["library", "save", "Ms Lee", str(wav), *common]) == 0
+    capsys.readouterr()
+    for output, reason in [(tmp_path, "Is a directory"), (tmp_path / "missing" / "lee.zip", "No such file"),
+                           (wav / "lee.zip", "Not a directory")]:
+        assert main(["library", "export", "ms-lee", "-o", str(output), *common]) == 2  # was a traceback
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot write {output}: {reason}") and err.count("\n") == 1, err
+    assert main(["library", "export", "ms-lee", "-o", str(tmp_path / "lee.zip"), *common]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lee.zip", "me.wav", "prompts"]  # no temp left

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import struct
 import zipfile
 
 import numpy as np
@@ -240,6 +241,40 @@ def test_import_validates_everything_before_writing(lib, tmp_path):
         target.import_zip(_zip(good), max_bytes=1000)
     assert target.list() == []
     assert not target.directory.exists() or not list(target.directory.iterdir())
+
+
+def _patched(blob: bytes, edits) -> bytes:
+    """``blob`` with little-endian fields set: (fmt, offset from a header signature or from the end)."""
+    out = bytearray(blob)
+    for where, fmt, offset, value in edits:
+        if where == "end":
+            struct.pack_into(fmt, out, len(out) + offset, value)
+            continue
+        pos = out.find(where)
+        while pos != -1:  # every local (PK 3 4) or central (PK 1 2) header
+            struct.pack_into(fmt, out, pos + offset, value)
+            pos = out.find(where, pos + 4)
+    return bytes(out)
+
+
+def test_a_damaged_or_foreign_zip_is_a_clear_input_error(lib, tmp_path):
+    save(lib, "Source")
+    good = lib.export("source")
+    wav = zipfile.ZipFile(io.BytesIO(good)).getinfo("voice.wav")
+    data_start = wav.header_offset + 30 + len(wav.filename)
+    local, central = b"PK\x03\x04", b"PK\x01\x02"
+    cases = {  # each was a traceback from zipfile (a 500 on the web routes), not an InputError
+        "deflate data damaged (a bad copy)": good[:data_start] + b"\xff" * 4 + good[data_start + 4:],
+        "password-protected": _patched(good, [(local, "<H", 6, 1), (central, "<H", 8, 1)]),
+        "unknown compression method": _patched(good, [(local, "<H", 8, 99), (central, "<H", 10, 99)]),
+        "central directory offset past the end": _patched(good, [("end", "<I", -6, 10 * len(good))]),
+        "needs a newer zip version": _patched(good, [(central, "<H", 6, 99)]),
+    }
+    target = VoiceLibrary(tmp_path / "target")
+    for blob in cases.values():
+        with pytest.raises(InputError, match="voice file"):
+            target.import_zip(blob, max_bytes=LIMIT)
+    assert target.list() == []
 
 
 def test_name_to_id_examples():

@@ -11,6 +11,7 @@ from pathlib import Path
 from cosyedge import config
 from cosyedge.audio import condition_prompt
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
+from cosyedge.files import write_atomic
 from cosyedge.voices import PromptCache, VoiceLibrary
 
 LIBRARY_DIR = "library"
@@ -151,7 +152,10 @@ def run_delete(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     data = library_for(config.from_args(args)).export(args.voice_id)
     output = args.output or Path(f"{args.voice_id}.voice.zip")
-    output.write_bytes(data)
+    try:
+        write_atomic(output, data, suffix=".zip")  # never a half-written zip under the final name
+    except OSError as exc:
+        raise InputError(f"cannot write {output}: {exc.strerror or exc}") from None
     print(f"wrote {output} ({len(data) / 1024:.0f} KiB)")
     return 0
 
