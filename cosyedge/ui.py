@@ -185,38 +185,43 @@ def live_player(job: Job) -> str:
 
 
 #: The live player, run by the page: fetch the job's WAV stream and schedule each piece on a Web
-#: Audio clock as it arrives; a new value (the next job) stops what the last one still had scheduled.
+#: Audio clock as it arrives; a new value on any tab's player (the next job, or Cancel's empty value)
+#: stops what the page still had scheduled: synthesis runs far ahead of playback, so a finished job
+#: can have minutes of audio still to play.
 #: An <audio> element was tried first: Chromium buffered ~2.4 s of audio before starting, which
 #: threw most of the gain away.
 LIVE_PLAYER_JS = """
-let ctx = null;
-let reader = null;
-const sources = new Set();  // scheduled and playing pieces: a new job silences the last one's
-let turn = 0;  // the newest play() call; an older one still awaiting something gives up
+// One state for the page's three players (window.__cosyedgeLive): a new value on any of them (the
+// next job on any tab, or Cancel's empty value) silences what any of them still had scheduled.
+const S = window.__cosyedgeLive || (window.__cosyedgeLive =
+  {ctx: null, reader: null, sources: new Set(), turn: 0, owner: null});
 async function play(src) {
-  const mine = ++turn;
-  if (reader) { try { await reader.cancel(); } catch (e) {} reader = null; }
-  if (mine !== turn) return;
-  for (const node of sources) { try { node.stop(); } catch (e) {} }
-  sources.clear();
+  const mine = ++S.turn;  // the newest play() call; an older one still awaiting something gives up
+  if (S.reader) { try { await S.reader.cancel(); } catch (e) {} S.reader = null; }
+  if (mine !== S.turn) return;
+  for (const node of S.sources) { try { node.stop(); } catch (e) {} }
+  S.sources.clear();
+  if (S.owner && S.owner !== element) S.owner.dataset.state = 'idle';
+  S.owner = element;
   element.dataset.scheduled = '0';
   element.dataset.state = src ? 'loading' : 'idle';
   if (!src) return;
-  ctx = ctx || new (window.AudioContext || window.webkitAudioContext)();
+  S.ctx = S.ctx || new (window.AudioContext || window.webkitAudioContext)();
+  const ctx = S.ctx;
   if (ctx.state === 'suspended') { try { await ctx.resume(); } catch (e) {} }
-  if (mine !== turn) return;
+  if (mine !== S.turn) return;
   let response;
   try { response = await fetch(src, {cache: 'no-store'}); } catch (e) { element.dataset.state = 'error'; return; }
-  if (mine !== turn) { try { await response.body?.cancel(); } catch (e) {} return; }
+  if (mine !== S.turn) { try { await response.body?.cancel(); } catch (e) {} return; }
   if (!response.ok || !response.body) { element.dataset.state = 'error'; return; }
   const r = response.body.getReader();
-  reader = r;
+  S.reader = r;
   let rate = 0, carry = new Uint8Array(0), next = 0, scheduled = 0;
   while (true) {
     let chunk;
     try { chunk = await r.read(); } catch (e) { break; }
     if (chunk.done) break;
-    if (mine !== turn) { try { await r.cancel(); } catch (e) {} return; }
+    if (mine !== S.turn) { try { await r.cancel(); } catch (e) {} return; }
     let bytes = new Uint8Array(carry.length + chunk.value.length);
     bytes.set(carry); bytes.set(chunk.value, carry.length);
     if (!rate) {
@@ -234,8 +239,8 @@ async function play(src) {
     const node = ctx.createBufferSource();
     node.buffer = buffer;
     node.connect(ctx.destination);
-    node.onended = () => sources.delete(node);
-    sources.add(node);
+    node.onended = () => S.sources.delete(node);
+    S.sources.add(node);
     next = Math.max(next, ctx.currentTime + 0.05);
     node.start(next);
     next += buffer.duration;
@@ -243,7 +248,7 @@ async function play(src) {
     element.dataset.scheduled = scheduled.toFixed(3);
     element.dataset.state = 'playing';
   }
-  if (reader === r) { reader = null; element.dataset.state = 'done'; }
+  if (S.reader === r) { S.reader = null; element.dataset.state = 'done'; }
 }
 watch('value', () => play(props.value));
 if (props.value) play(props.value);
@@ -410,11 +415,12 @@ def build_ui(service: Service) -> "gr.Blocks":
             yield update
 
     def cancel(request: gr.Request) -> tuple[Any, Any]:
-        # An empty live player: what it had scheduled stops at once. Unqueued (it must not wait
-        # behind the synthesis it cancels), so the confirmation goes to the panel, not a toast.
-        # With nothing running, both stay: the panel is the report of the audio still in the player.
+        # An empty live player: what the page had scheduled stops at once, also after the job has
+        # finished (it may still have minutes to play). Unqueued (it must not wait behind the
+        # synthesis it cancels), so the confirmation goes to the panel, not a toast. With nothing
+        # running the panel stays: it is the report of the audio in the download player.
         confirmation = cancel_session(service, request)
-        return ("", confirmation) if confirmation else (gr.skip(), gr.skip())
+        return "", (confirmation if confirmation else gr.skip())
 
     def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
         with gr.Row():

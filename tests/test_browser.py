@@ -194,6 +194,35 @@ def test_a_new_job_silences_the_live_players_previous_audio(browser, make_servic
         context.close()
 
 
+@pytest.mark.parametrize("silence_with", ["cancel", "other tab"])
+def test_audio_still_scheduled_after_the_job_is_silenced(browser, make_service, live_server,
+                                                         silence_with):
+    """Synthesis runs far ahead of playback: a finished job can have minutes still to play. Cancel
+    (nothing runs any more) and a job on another tab must both silence it."""
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    state = "() => document.querySelector('#preset-live [data-state]')?.dataset.state"
+    try:
+        page.add_init_script(SOURCE_SPY)
+        page.reload(wait_until="load")
+        generate_preset(page, " ".join(f"Sentence number {i}." for i in range(40)))
+        page.wait_for_function(f"() => ({state})() === 'done'", timeout=30_000)  # ~22 s scheduled
+        generate_result(page, "preset")
+        first = page.evaluate("() => window.__sources.length")
+        assert first >= 1
+        if silence_with == "cancel":
+            page.locator("#preset-cancel").click()
+        else:
+            page.get_by_role("tab", name=TABS["instruct"]).click()
+            page.locator("#instruct-text textarea").fill("Now something else.")
+            page.locator("#instruct-generate").click()
+        page.wait_for_function(f"() => window.__sources.slice(0, {first})"
+                               ".every(s => s.__stopped || s.__ended)", timeout=10_000)
+    finally:
+        context.close()
+
+
 def generate_result(page, tab: str, timeout_ms: int = 60_000) -> tuple[bytes, str]:
     """The finished WAV behind the download player and the panel, once the job is done."""
     page.locator(f"#{tab}-output audio[src]").first.wait_for(state="attached", timeout=timeout_ms)
