@@ -805,7 +805,7 @@ def apply_plan(plan_: InstructPlan, options: SynthesisOptions, voice: str | Voic
                        for line in applied]
         else:
             new_voice = plan_.voice
-            was = voice if isinstance(voice, str) else "your cloned voice"
+            was = voice if isinstance(voice, str) else "the voice of your recording"  # not a clone on every engine
             applied = [f"{line}, instead of '{was}'" if line.startswith(f"voice: preset '{plan_.voice}'")
                        else line for line in applied]
     final = dataclasses.replace(plan_, applied=tuple(applied),

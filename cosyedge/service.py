@@ -671,7 +671,8 @@ class Service:
         if applied.voice is not choice.voice:
             choice = dataclasses.replace(choice, voice=applied.voice, name=str(applied.voice),
                                          match=f"preset {applied.voice}, asked for by the instruction "
-                                               f"(instead of {choice.name})", similarity=None)
+                                               f"(instead of {choice.name})", similarity=None,
+                                         prompt=None)  # no similarity to a voice that was not used
         return applied.plan, applied.options, choice
 
 

@@ -319,7 +319,7 @@ def test_apply_plan_voice_override_only_when_asked():
     assert app.voice is prompt
     app = apply_plan(plan("用男声", EMBEDDED, presets=PRESETS), SynthesisOptions(), prompt)
     assert app.voice == "male_1"
-    assert any("instead of 'your cloned voice'" in line for line in app.plan.applied)
+    assert any("instead of 'the voice of your recording'" in line for line in app.plan.applied)
     app = apply_plan(plan("用男声", EMBEDDED, presets=PRESETS), SynthesisOptions(), "male_2")
     assert app.voice == "male_2" and app.plan.voice == "male_2"  # already male: the choice stays
     assert any("your preset 'male_2' kept" in line for line in app.plan.applied)

@@ -110,3 +110,15 @@ def test_prompt_text_is_noted_as_ignored_only_where_the_engine_cannot_use_it(mak
     cloned = run(cloner, text="Hello.", prompt_audio=prompt, prompt_text="hello there",
                  speaker="male_1")
     assert cloned.notes == ["speaker 'male_1' ignored: the voice comes from prompt_audio"]
+
+
+def test_a_voice_the_instruction_replaced_gets_no_similarity(make_service):
+    """"用男声" over a prompt uses a preset: a similarity of that preset to the prompt (0.10 on the
+    page) measured nothing the teacher asked for."""
+    service = make_service()
+    prompt = encode(speechlike(4.0), 24000)
+    result = run(service, text="Hello.", prompt_audio=prompt, instruct="用男声")
+    assert result.voice.startswith("male") and "instead of prompt audio" in result.voice_match
+    assert result.similarity is None
+    kept = run(service, text="Hello.", prompt_audio=prompt, instruct="慢一点")
+    assert kept.voice == "prompt audio" and isinstance(kept.similarity, float)
