@@ -444,7 +444,10 @@ def build_ui(service: Service) -> "gr.Blocks":
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
         """``out``: download player, panel, live player (last; Cancel empties it)."""
-        go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis")
+        # Progress (and a failed event's "Error" mark) on the panel alone: a refused Generate put a
+        # red "Error" badge over the player still holding the last good result, and over the live
+        # player's line.
+        go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis", show_progress_on=[out[1]])
         # The job is cancelled in the JobQueue; the generate event then ends by itself with
         # "Cancelled / 已取消". Gradio's own ``cancels=[event]`` is not used: a Gradio-cancelled
         # event often left red "Error" badges on the three outputs (seen 2 of 3 times on fac32b1).

@@ -383,6 +383,28 @@ def test_save_voice_tells_why_not_and_confirms(browser, make_service, live_serve
         context.close()
 
 
+def test_a_refused_generate_leaves_the_last_result_playable(browser, make_service, live_server):
+    """Generate with empty text after a good result: the reason in a toast; the player keeps the
+    last result with no "Error" badge over it (the failed event put one on each of the three
+    outputs; now progress and the error mark show on the panel alone)."""
+    service = make_service()
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        generate_preset(page, "Keep this audio.")
+        _, panel = generate_result(page, "preset")
+        page.locator("#preset-text textarea").fill("")
+        page.locator("#preset-generate").click()
+        page.locator(".toast-body", has_text="Type some text").wait_for(timeout=15_000)
+        page.wait_for_timeout(1_000)
+        for output in ("#preset-output", "#preset-live"):
+            assert page.locator(output).get_by_text("Error", exact=True).count() == 0, output
+        assert page.locator("#preset-output audio[src]").count() >= 1
+        assert panel in page.locator("#preset-panel").inner_text()
+    finally:
+        context.close()
+
+
 def test_an_error_reason_stays_on_the_page(browser, make_service, live_server):
     """Gradio's toasts go after 10 s by default; the reason must still be there after that."""
     service = make_service()
