@@ -123,6 +123,19 @@ def plain(text: object) -> str:
     return "".join(out)
 
 
+#: The service's notes name REST fields; the page names its own controls.
+_PAGE_WORDS = {"prompt_text": "the prompt transcript", "prompt_audio": "the prompt audio",
+               " (voice_id)": "", "speaker ": "the voice "}
+
+
+def _page_words(note: str) -> str:
+    """A service note in the page's terms: "prompt_text ignored: ..." -> "the prompt transcript
+    ignored: ..."."""
+    for field_name, words in _PAGE_WORDS.items():
+        note = note.replace(field_name, words)
+    return note
+
+
 def describe(result: TTSResult) -> str:
     """The "what the engine did" panel, as Markdown. Everything that can carry user text (voice
     names, the instruction) goes through :func:`plain`."""
@@ -145,7 +158,8 @@ def describe(result: TTSResult) -> str:
     if result.skipped:
         lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
     if result.notes:
-        lines.append(f"**Ignored / 已忽略**: {plain('; '.join(result.notes))}")
+        notes = "; ".join(_page_words(note) for note in result.notes)
+        lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
                  f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
     return "\n\n".join(f"- {line}" for line in lines)

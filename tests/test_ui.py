@@ -192,7 +192,9 @@ def test_panel_lists_text_not_read_and_fields_ignored():
     not_read = next(line for line in panel.split("\n\n") if "Not read aloud / 未朗读" in line)
     ignored = next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line)
     assert "<b>" not in not_read and "안녕하세요" in not_read  # user text, shown as text
-    assert notes[0] in ignored
+    # in the page's words, not the REST field names
+    assert "the prompt transcript ignored: this engine matches the voice" in ignored
+    assert "prompt_text" not in ignored
     plain_panel = describe(result_with())
     assert "Not read aloud" not in plain_panel and "Ignored" not in plain_panel
 
