@@ -168,7 +168,9 @@ def describe(result: TTSResult) -> str:
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
 #: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
-PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE}
+PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, "loading model…": "loading the model… / 正在加载模型…",
+                "starting": "starting / 正在开始", "synthesizing": "synthesizing / 正在合成",
+                "scoring similarity": "measuring the similarity to the prompt / 正在测量与参考音频的相似度"}
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
@@ -291,9 +293,13 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
             position = service.queue.position(job)
             if position is not None:
                 progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
-            elif job.total_steps:
+            elif job.total_steps and job.done_steps < job.total_steps:  # the sentence being made
                 progress((job.done_steps, job.total_steps),
-                         desc=f"{job.phase} / 第 {job.done_steps}/{job.total_steps} 句")
+                         desc=f"sentence {job.done_steps + 1}/{job.total_steps} / "
+                              f"第 {job.done_steps + 1}/{job.total_steps} 句")
+            elif job.total_steps:  # all sentences made: scoring, writing the file
+                progress((job.done_steps, job.total_steps),
+                         desc=PHASE_LABELS.get(job.phase, "finishing / 正在完成"))
             else:
                 progress(0.0, desc=PHASE_LABELS.get(job.phase, job.phase))
         result: TTSResult = waiter.result()

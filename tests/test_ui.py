@@ -38,6 +38,8 @@ def test_busy_is_a_gradio_error_with_retry_hint(make_service, web_settings, fake
 
 
 def test_progress_reports_position_then_sentences(make_service, web_settings, fake_factory):
+    import gradio  # noqa: F401  # its first import (seconds, inside _follow) would outlast the jobs
+
     fake_factory.engine_kwargs["delay"] = 0.3
     service = make_service(dataclasses.replace(web_settings, concurrency=1))
     service.submit(TTSRequest(text="One. Two."))
@@ -45,8 +47,10 @@ def test_progress_reports_position_then_sentences(make_service, web_settings, fa
     tts = TTSRequest(text="Three. Four. Five.", keep_file=True)
     path, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="a"), progress))
     descs = [d for _, d in progress.calls if d]
-    assert any("position 1" in d for d in descs)
-    assert any("sentence" in d for d in descs)
+    assert any("position 1" in d for d in descs), descs
+    sentences = [d for d in descs if "sentence" in d]
+    assert sentences and all("第" in d and "句" in d for d in sentences), sentences  # both languages
+    assert sentences[-1] == "sentence 3/3 / 第 3/3 句", sentences  # the one being made, never 4/3
     assert path and path.endswith(".wav")
     assert "3 sentence(s)" in panel and "female_1" in panel
 
