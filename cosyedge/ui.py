@@ -462,19 +462,23 @@ def build_ui(service: Service) -> "gr.Blocks":
                             elem_id=f"{prefix}-panel")
         return go, stop, audio, panel, live
 
-    def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> None:
-        """``out``: download player, panel, live player (last; Cancel empties it)."""
+    def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> Any:
+        """``out``: download player, panel, live player (last; Cancel empties it). Returns the
+        generate event."""
         # Progress (and a failed event's "Error" mark) on the panel alone: a refused Generate put a
         # red "Error" badge over the player still holding the last good result, and over the live
         # player's line.
-        go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis", show_progress_on=[out[1]])
+        event = go.click(fn, inputs=inputs, outputs=out, concurrency_id="synthesis",
+                         show_progress_on=[out[1]])
         # The job is cancelled in the JobQueue; the generate event then ends by itself with
         # "Cancelled / 已取消". Gradio's own ``cancels=[event]`` is not used: a Gradio-cancelled
         # event often left red "Error" badges on the three outputs (seen 2 of 3 times on fac32b1).
         stop.click(cancel, inputs=None, outputs=[out[-1], out[1]], queue=False)
+        return event
 
     # Gradio keeps uploads, recordings and a copy of each result in its own cache; every hour it
     # removes those older than UPLOAD_KEEP_S.
+    generated: list[Any] = []  # the three generate events
     with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(3600, UPLOAD_KEEP_S)) as demo:
         gr.Markdown("## cosyedge — offline speech studio / 离线语音工作室")
         with gr.Tabs():
@@ -496,8 +500,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
                 speed_c, lang_c = common_inputs("clone")
                 go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
-                wire(go_c, stop_c, clone, [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c],
-                     [audio_c, panel_c, live_c])
+                generated.append(wire(go_c, stop_c, clone,
+                                      [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c],
+                                      [audio_c, panel_c, live_c]))
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
                 status_instruct = gr.Markdown(elem_id="instruct-status")
@@ -511,8 +516,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                                            elem_id="instruct-text")
                 speed_i, lang_i = common_inputs("instruct")
                 go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
-                wire(go_i, stop_i, instruct, [instruction, voice_i, text_instruct, speed_i, lang_i],
-                     [audio_i, panel_i, live_i])
+                generated.append(wire(go_i, stop_i, instruct,
+                                      [instruction, voice_i, text_instruct, speed_i, lang_i],
+                                      [audio_i, panel_i, live_i]))
 
             with gr.Tab("preset voices / 预置音色", id="preset"):
                 status_preset = gr.Markdown(elem_id="preset-status")
@@ -521,10 +527,12 @@ def build_ui(service: Service) -> "gr.Blocks":
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
                 speed_p, lang_p = common_inputs("preset")
                 go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
-                wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
-                     [audio_p, panel_p, live_p])
+                generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
+                                      [audio_p, panel_p, live_p]))
 
         statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]
+        for event in generated:  # the status line says at once that the job has ended, not up to 2 s later
+            event.then(status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")
         demo.load(status, inputs=None, outputs=statuses, queue=False)
 
         def voices() -> tuple[dict, dict, dict]:
