@@ -20,6 +20,7 @@ toast titles) and HTML-escaped (toasts render HTML); user text in the result pan
 import asyncio
 import html
 import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
@@ -91,13 +92,48 @@ def ui_error(message: str, title: str = CANNOT_GENERATE) -> "gr.Error":
     return gr.Error(html.escape(f"{title}: {message}", quote=False), title=title, duration=None)
 
 
+#: Chinese for the service's commonest refusals (its reasons are English; the page is bilingual).
+#: A reason that already carries Chinese, or is not listed here, is shown as it is.
+_REASONS_ZH: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"^text (?:is|has) (\d+) characters; the limit is (\d+)"), "文本有 {0} 个字符，上限为 {1} 个"),
+    (re.compile(r"^instruction is (\d+) characters; the limit is (\d+)"), "指令有 {0} 个字符，上限为 {1} 个"),
+    (re.compile(r"^text contains only punctuation"), "文本只有标点符号，没有可朗读的内容"),
+    (re.compile(r"^nothing speakable in the text"), "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）"),
+    (re.compile(r"SSML tags are not supported"), "不支持 SSML 标签，请输入纯文本"),
+    (re.compile(r"^No speech found"), "未检测到语音：参考音频是静音（或几乎静音）"),
+    (re.compile(r"is sampled at (\d+) Hz; prompts need at least (\d+) Hz"), "采样率 {0} Hz 太低，参考音频至少需要 {1} Hz"),
+    (re.compile(r"is (\d+) s long; prompts may be at most (\d+) s"), "参考音频长 {0} 秒，最长 {1} 秒"),
+    (re.compile(r"invalid samples \(NaN or infinity\)"), "参考音频含有无效采样值，请重新导出为普通 PCM 音频"),
+    (re.compile(r"^The prompt file is empty"), "参考音频文件是空的"),
+    (re.compile(r"already exists; choose another name"), "已有同名音色，请换一个名字"),
+    (re.compile(r"^the voice name is empty"), "音色名称为空"),
+    (re.compile(r"^busy: (\d+) jobs running and (\d+) waiting"), "正忙：{0} 个任务在运行，{1} 个在排队"),
+    (re.compile(r"^the box is too hot"), "设备温度过高，暂不接受新任务，请降温后再试"),
+    (re.compile(r"^the server is shutting down"), "服务正在关闭"),
+]
+
+
+def chinese_reason(message: str) -> str | None:
+    """The Chinese for a service reason in :data:`_REASONS_ZH`; None when it has its own Chinese or
+    is not listed."""
+    if re.search(r"[\u4e00-\u9fff]", message):
+        return None
+    for pattern, chinese in _REASONS_ZH:
+        match = pattern.search(message)
+        if match:
+            return chinese.format(*match.groups())
+    return None
+
+
 def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
     """Map the project's errors to a lasting Gradio error with a title naming the kind. The message
     is the service's own (English); the title and the retry hint are the page's (bilingual)."""
+    chinese = chinese_reason(exc.message)
+    message = f"{exc.message} / {chinese}" if chinese else exc.message
     if isinstance(exc, BusyError):
-        return ui_error(f"{exc.message} (retry in about {exc.retry_after} s / 约 {exc.retry_after} 秒后重试)",
+        return ui_error(f"{message} (retry in about {exc.retry_after} s / 约 {exc.retry_after} 秒后重试)",
                         title="Busy / 繁忙")
-    return ui_error(exc.message, title=title)
+    return ui_error(message, title=title)
 
 
 #: Characters that Markdown or HTML read as markup wherever they stand (the panel's user text never

@@ -315,3 +315,18 @@ def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_se
     assert "event: error" in answer and "Errno" not in answer, answer
     error = json.loads(answer.split("event: error", 1)[1].split("data:", 1)[1].strip().splitlines()[0])
     assert html.unescape(error["error"]).endswith(PROMPT_GONE)
+
+
+def test_common_refusals_carry_chinese_too(make_service):
+    """The page is bilingual; the service's reasons are English: the commonest get their Chinese."""
+    from cosyedge.ui import run_request
+
+    service = make_service()
+    with pytest.raises(Exception) as info:
+        asyncio.run(run_request(service, TTSRequest(text="x" * 5001), SimpleNamespace(session_hash="z"),
+                                Progress()))
+    assert "the limit is 5000" in info.value.message and "文本有 5001 个字符，上限为 5000 个" in info.value.message
+    with pytest.raises(Exception) as info:
+        asyncio.run(run_request(service, TTSRequest(text="<speak>hi</speak>"),
+                                SimpleNamespace(session_hash="z"), Progress()))
+    assert "不支持 SSML 标签" in info.value.message
