@@ -9,7 +9,7 @@ come from separate runs). Run ``uptime`` before and after; record both.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 import tracemalloc
 
@@ -27,7 +27,10 @@ UNITS = {
 
 
 def main() -> None:
-    memory = "--memory" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memory", action="store_true",
+                        help="also the peak Python heap (tracemalloc: 2-5x slower)")
+    memory = parser.parse_args().memory
     frontend = KokoroFrontend()
     frontend.sentences("预热。Warm up. ウォーム")  # load jieba, pyopenjtalk, espeak worker first
     for name, unit in UNITS.items():

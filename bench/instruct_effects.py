@@ -7,8 +7,8 @@ Run: .venv/bin/python bench/instruct_effects.py [models/kokoro-int8]
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -36,7 +36,9 @@ def median_f0(x: np.ndarray, sr: int) -> float:
 
 
 def main() -> None:
-    model_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "models/kokoro-int8")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir", nargs="?", type=Path, default=Path("models/kokoro-int8"))
+    model_dir = parser.parse_args().model_dir
     engine = KokoroEngine.load(model_dir, Settings(onnx_threads=1))
     sr = engine.capabilities.sample_rate
     base = synthesis.synthesize(engine, TEXT, "female_1", SynthesisOptions(), 1000).audio
