@@ -15,6 +15,7 @@ is validated completely before anything is written.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -205,6 +206,18 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError
                OSError)
 
 
+def _rename_to_new(source: Path, target: Path, voice_id: str) -> None:
+    """Move a voice folder to a name no voice has; NameError_ when one appeared meanwhile (two saves
+    of the same new name at once: rename onto a non-empty folder fails, the first one wins)."""
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise NameError_(f"a saved voice with id {voice_id!r} already exists; "
+                             "choose another name") from None
+        raise
+
+
 @dataclass(frozen=True)
 class VoiceInfo:
     """What the library knows about a saved voice (``meta.json``)."""
@@ -355,7 +368,7 @@ class VoiceLibrary:
                 os.rename(tmp, target)
                 shutil.rmtree(trash, ignore_errors=True)
             else:
-                os.rename(tmp, target)
+                _rename_to_new(tmp, target, voice_id)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         logger.info("saved voice %s (%s)", voice_id, display)
@@ -369,9 +382,14 @@ class VoiceLibrary:
             raise NameError_(f"a saved voice with id {new_id!r} already exists; choose another name")
         info = self._read_meta(path)
         info = VoiceInfo(**{**asdict(info), "id": new_id, "name": display})
-        write_atomic(path / META_NAME, _meta_bytes(info))
-        if new_id != voice_id:
-            os.rename(path, target)
+        if new_id != voice_id:  # move first: a folder is never left with another voice's meta
+            _rename_to_new(path, target, new_id)
+        try:
+            write_atomic(target / META_NAME, _meta_bytes(info))
+        except OSError:
+            if new_id != voice_id:
+                os.rename(target, path)  # back under its old id, with its old meta
+            raise
         return info
 
     def delete(self, voice_id: str) -> None:

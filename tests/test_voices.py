@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -287,3 +289,27 @@ def test_damaged_saved_voice_is_a_clear_not_found(lib):
     (lib.directory / "broken" / "voice.wav").write_bytes(b"garbage")
     with pytest.raises(NotFoundError, match="damaged"):
         lib.load("broken")
+
+
+def test_two_saves_of_one_new_name_at_once_the_second_is_told_it_exists(lib, monkeypatch):
+    """Both pass the "already exists" check; the second rename lands on the first one's folder. It
+    was a raw OSError (ENOTEMPTY); the first voice stays intact."""
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: False if self.name == "ms-lee" else real_exists(self))
+    save(lib, "Ms Lee", seed=1)
+    with pytest.raises(NameError_, match="already exists"):
+        save(lib, "Ms Lee", seed=2)
+    monkeypatch.setattr(Path, "exists", real_exists)
+    audio, _, _ = lib.load("ms-lee")
+    np.testing.assert_array_equal(audio.pcm, prompt(1).pcm)
+    assert not [p for p in lib.directory.iterdir() if p.name.startswith(".")]
+
+
+def test_a_rename_that_cannot_move_leaves_the_voice_as_it_was(lib, monkeypatch):
+    save(lib, "Ms Lee")
+    real_rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    with pytest.raises(PermissionError):
+        lib.rename("ms-lee", "Teacher Lee")
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert lib.get("ms-lee").name == "Ms Lee"  # its meta was rewritten before the move failed
