@@ -6,8 +6,8 @@ import logging
 
 from cosyedge.config import Settings
 from cosyedge.engines.base import Engine
-from cosyedge.errors import ModelMissingError
-from cosyedge.manifest import read_manifest
+from cosyedge.errors import CosyedgeError, ModelMissingError
+from cosyedge.manifest import read_manifest, verify_files
 
 logger = logging.getLogger(__name__)
 
@@ -21,13 +21,24 @@ def load_engine(settings: Settings) -> Engine:
     """Load the engine named by ``models/<settings.model>/manifest.json`` (heavy: sessions, weights)."""
     hint = ("run `python -m cosyedge setup-model`" if settings.model == "kokoro-int8"
             else f"convert a checkpoint into {settings.model_path} with `python -m cosyedge convert`")
-    engine_name = read_manifest(settings.model_path, hint)["engine"]
+    if not (settings.model_path / "manifest.json").is_file():  # a typo in --model / COSYEDGE_MODEL?
+        present = sorted(path.parent.name for path in settings.models_path.glob("*/manifest.json"))
+        if present:
+            hint += f", or pick a model that is there: {', '.join(present)} (--model or COSYEDGE_MODEL)"
+    manifest = read_manifest(settings.model_path, hint)
+    engine_name = manifest["engine"]
     if engine_name == "kokoro":
-        from cosyedge.engines.kokoro.engine import KokoroEngine
-
-        return KokoroEngine.load(settings.model_path, settings)
-    if engine_name == "cosyvoice2":
-        from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine
-
-        return CosyVoiceEngine.load(settings.model_path, settings)
-    raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {engine_name!r}")
+        from cosyedge.engines.kokoro.engine import KokoroEngine as engine_class
+    elif engine_name == "cosyvoice2":
+        from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine as engine_class
+    else:
+        raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {engine_name!r}")
+    try:
+        return engine_class.load(settings.model_path, settings)
+    except CosyedgeError:
+        raise
+    except Exception:
+        # Loading checks sizes only; a same-size damaged file fails inside onnxruntime or numpy with
+        # an error that names neither the file nor the fix. Hashing (only now) finds it.
+        verify_files(settings.model_path, manifest, hint)
+        raise

@@ -7,11 +7,16 @@ nothing under ``cosyedge/engines/`` imports from here. ``python -m cosyedge conv
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
-from cosyedge.errors import EngineError
+from cosyedge.errors import CosyedgeError, EngineError, ModelMissingError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: What the converter needs beyond the runtime requirements (never needed to run a converted model).
 INSTALL_COMMAND = "pip install torch==2.13.0 onnx pyyaml"
@@ -30,3 +35,19 @@ def require_torch() -> ModuleType:
                           f"install with: {INSTALL_COMMAND}")
     import torch
     return torch
+
+
+def read_source(path: Path, read: Callable[[Path], T]) -> T:
+    """``read(path)`` for a file of the official checkpoint, or a ModelMissingError naming that file.
+
+    A download cut short or a bad copy leaves a truncated ``.pt``/``.onnx``/``.json``; torch, onnx and
+    json then fail with their own multi-line errors that do not say which file is bad.
+    """
+    try:
+        return read(path)
+    except (CosyedgeError, MemoryError):
+        raise
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:120]
+        raise ModelMissingError(f"{path} cannot be read ({type(exc).__name__}: {reason}); it is truncated "
+                                f"or damaged: copy or download it again") from exc

@@ -197,6 +197,46 @@ EXPORT_STEPS: list[tuple[str, ExportStep]] = [
     ("compact", _compact_step),
 ]
 
+#: The checkpoint files each step reads, checked before any step runs (a file missing for the last
+#: step would otherwise show only after the minutes the others take).
+STEP_SOURCES: dict[str, tuple[str, ...]] = {
+    "flow": ("flow.pt",),
+    "hift": ("hift.pt",),
+    "llm": ("llm.pt", "CosyVoice-BlankEN/config.json"),
+    "frontend": ("campplus.onnx", "speech_tokenizer_v2.onnx"),
+}
+
+
+def _check_source(src: Path, steps: list[str]) -> None:
+    """The official files are all in ``src``, or a ModelMissingError naming what is not (and where
+    the checkpoint is, when ``src`` is a folder above it, such as a Hugging Face cache)."""
+    if not (src / CONFIG_NAME).is_file():
+        found = sorted({p.parent for depth in (1, 2, 3) for p in src.glob("*/" * depth + CONFIG_NAME)})
+        where = (f"; it is in {found[0]}: pass --src {found[0]}" if len(found) == 1
+                 else f"; found in {', '.join(map(str, found))}: pass one as --src" if found else "")
+        raise ModelMissingError(f"{src / CONFIG_NAME} is missing: point --src at the official "
+                                f"CosyVoice2-0.5B directory{where}")
+    missing = [name for step in steps for name in STEP_SOURCES.get(step, ())
+               if not (src / name).is_file() or (src / name).stat().st_size == 0]
+    if missing:
+        raise ModelMissingError(f"{src} lacks {', '.join(missing)} (missing or empty): copy or download "
+                                "the complete CosyVoice2-0.5B directory")
+
+
+def _check_out(src: Path, out: Path, force: bool) -> None:
+    """``out`` can be written (replaced with ``force``) without deleting the source or other models."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file; pass a folder such as models/cosyvoice2-int8")
+    if out.resolve() == src.resolve() or out.resolve() in src.resolve().parents:
+        raise InputError(f"--out {out} holds the checkpoint (--src {src}); pass a folder of its own "
+                         "such as models/cosyvoice2-int8")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise InputError(f"{out} exists and is not empty; pass --force to replace it")
+        others = sorted(p.name for p in out.iterdir() if (p / "manifest.json").is_file())
+        if others:
+            raise InputError(f"--out {out} holds other models ({', '.join(others)}); --force replaces one "
+                             "model folder only: pass a folder of its own such as models/cosyvoice2-int8")
 
 
 def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | None = None,
@@ -215,22 +255,23 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
         raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
     if not src.is_dir():
         raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise InputError(f"{out} exists and is not empty; pass --force to replace it")
+    _check_out(src, out, force)
     known = [name for name, _ in EXPORT_STEPS]
     chosen = steps or known
     unknown = [s for s in chosen if s not in known]
     if unknown:
         raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(known)}")
 
-    config_path = src / CONFIG_NAME
-    if not config_path.is_file():
-        raise ModelMissingError(f"{config_path} is missing: point --src at the official CosyVoice2-0.5B directory")
-    config = read_config(config_path)
+    _check_source(src, chosen)
+    config = read_config(src / CONFIG_NAME)
     tmp = out.parent / f".{out.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"cannot write {tmp} for --out {out} ({exc.strerror or exc}); "
+                         "pass a folder you can write to") from exc
     ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize, options=dict(options or {}))
     try:
         for name, step in EXPORT_STEPS:

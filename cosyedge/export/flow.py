@@ -19,6 +19,7 @@ import warnings
 from typing import Any, Iterator
 
 from cosyedge.errors import InputError
+from cosyedge.export import read_source
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ def export_flow(ctx) -> None:
     from cosyedge.export.quantize import quantize_in_place
 
     cfg = flow_config(ctx.config)
-    state = torch.load(ctx.source_file("flow.pt"), map_location="cpu", weights_only=True)
+    state = read_source(ctx.source_file("flow.pt"),
+                        lambda p: torch.load(p, map_location="cpu", weights_only=True))
     front, estimator = load_flow(state, cfg)
 
     encoder_path = ctx.add_file(ENCODER_FILE, "flow encoder front + speaker projection")

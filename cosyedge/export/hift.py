@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from cosyedge.errors import InputError
+from cosyedge.export import read_source
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ def export_hift(ctx) -> None:
     from cosyedge.export.quantize import quantize_in_place
 
     cfg = hift_config(ctx.config)
-    state = torch.load(ctx.source_file("hift.pt"), map_location="cpu", weights_only=True)
+    state = read_source(ctx.source_file("hift.pt"),
+                        lambda p: torch.load(p, map_location="cpu", weights_only=True))
     f0_net, decoder, source = load_hift(state, cfg)
 
     t = 20

@@ -33,6 +33,7 @@ from typing import Mapping
 import numpy as np
 
 from cosyedge.errors import InputError
+from cosyedge.export import read_source
 
 logger = logging.getLogger(__name__)
 
@@ -395,8 +396,9 @@ def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, plan: WeightPlan 
 
     if text_embedding not in EMBEDDING_DTYPES:
         raise ValueError(f"text_embedding must be one of {EMBEDDING_DTYPES}, not {text_embedding!r}")
-    dims = QwenDims.from_config(json.loads(Path(qwen_config).read_text(encoding="utf-8")))
-    weights = dict(weights) if weights is not None else load_checkpoint(Path(llm_pt))
+    dims = QwenDims.from_config(read_source(Path(qwen_config),
+                                            lambda p: json.loads(p.read_text(encoding="utf-8"))))
+    weights = dict(weights) if weights is not None else read_source(Path(llm_pt), load_checkpoint)
     speech_vocab = check_weights(weights, dims)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -497,8 +499,9 @@ def export_frontend_step(ctx) -> None:
     if "tokenizer.json" not in copied and not {"vocab.json", "merges.txt"} <= set(copied):
         ctx.source_file(f"{QWEN_DIR}/vocab.json")  # raises with the "point --src at ..." message
         ctx.source_file(f"{QWEN_DIR}/merges.txt")
-    for name in FRONTEND_ONNX:
-        shutil.copyfile(ctx.source_file(name), ctx.add_file(name, "frontend." + name.split(".")[0]))
+    for name in FRONTEND_ONNX:  # parsed first: a truncated graph would fail only when a voice is cloned
+        source = read_source(ctx.source_file(name), _parsed_onnx)
+        shutil.copyfile(source, ctx.add_file(name, "frontend." + name.split(".")[0]))
     if ctx.options.get("speech_tokenizer_int8"):
         check_options(ctx.quantize, ctx.options)
         ctx.quantization[FRONTEND_ONNX[1]] = int8_speech_tokenizer(ctx.out / FRONTEND_ONNX[1])
@@ -506,11 +509,19 @@ def export_frontend_step(ctx) -> None:
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
     runtime = {"tokenizer": "tokenizer", "campplus": FRONTEND_ONNX[0], "speech_tokenizer": FRONTEND_ONNX[1]}
     if (ctx.src / "spk2info.pt").is_file():
-        speakers = read_spk2info(ctx.src / "spk2info.pt")
+        speakers = read_source(ctx.src / "spk2info.pt", read_spk2info)
         np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
         runtime["presets"] = "spk2info.npz"
         logger.info("SFT presets: %s", ", ".join(speakers) or "none")
     ctx.runtime["frontend"] = runtime
+
+
+def _parsed_onnx(path: Path) -> Path:
+    """``path`` once its graph parses (its external weights, if any, are not read)."""
+    import onnx
+
+    onnx.load(str(path), load_external_data=False)
+    return path
 
 
 def move_weights_to_external_data(path: Path) -> Path:

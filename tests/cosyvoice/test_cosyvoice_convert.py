@@ -154,3 +154,74 @@ def test_model_dir_detects_missing_and_altered_files(tmp_path):
 def test_convert_is_a_cli_command():
     from cosyedge.cli import COMMAND_MODULES
     assert "cosyedge.commands.convert" in COMMAND_MODULES
+
+
+# --- what a teacher copying the checkpoint by hand gets wrong ----------------------------------
+
+
+def test_every_missing_or_empty_source_file_is_named_before_any_step_runs(tmp_path):
+    src = tmp_path / "CosyVoice2-0.5B"
+    src.mkdir()
+    (src / "cosyvoice2.yaml").write_text(ref.yaml_text("tiny"))
+    (src / "hift.pt").write_bytes(b"")  # an interrupted download leaves empty files
+    with pytest.raises(ModelMissingError) as err:
+        convert(src, tmp_path / "out")
+    for name in ("flow.pt", "hift.pt", "llm.pt", "CosyVoice-BlankEN/config.json", "campplus.onnx",
+                 "speech_tokenizer_v2.onnx"):
+        assert name in str(err.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial"))
+
+
+@pytest.mark.parametrize("layout", ["parent", "huggingface_cache"])
+def test_src_above_the_checkpoint_names_where_it_is(tmp_path, layout):
+    top = tmp_path / ("downloads" if layout == "parent" else "models--FunAudioLLM--CosyVoice2-0.5B")
+    inner = top / ("CosyVoice2-0.5B" if layout == "parent" else "snapshots/0123abcd")
+    inner.mkdir(parents=True)
+    (inner / "cosyvoice2.yaml").write_text(ref.yaml_text("tiny"))
+    with pytest.raises(ModelMissingError, match=f"pass --src {inner}$"):
+        convert(top, tmp_path / "out")
+
+
+def test_truncated_checkpoint_files_are_named(tmp_path):
+    src = ref.write_model_dir(tmp_path / "src", hift=ref.build_hift("tiny"))
+    data = (src / "hift.pt").read_bytes()
+    (src / "hift.pt").write_bytes(data[: len(data) // 2])   # a copy cut short
+    with pytest.raises(ModelMissingError, match=r"hift\.pt cannot be read .*truncated or damaged"):
+        convert(src, tmp_path / "out", steps=["hift"])
+    (src / "flow.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelMissingError, match=r"flow\.pt cannot be read"):
+        convert(src, tmp_path / "out", steps=["flow"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_frontend_graph_is_refused_not_copied(tmp_path):
+    from tests.cosyvoice._tiny_checkpoint import campplus_standin, speech_tokenizer_standin
+    from tests.cosyvoice._tiny_tokenizer import write_tiny_tokenizer
+
+    src = tmp_path / "src"
+    (src / "CosyVoice-BlankEN").mkdir(parents=True)
+    (src / "cosyvoice2.yaml").write_text(ref.yaml_text("tiny"))
+    write_tiny_tokenizer(src / "CosyVoice-BlankEN")
+    campplus_standin(src / "campplus.onnx")
+    speech_tokenizer_standin(src / "speech_tokenizer_v2.onnx")
+    data = (src / "campplus.onnx").read_bytes()
+    (src / "campplus.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelMissingError, match=r"campplus\.onnx cannot be read"):
+        convert(src, tmp_path / "out", steps=["frontend"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_that_would_delete_the_source_or_other_models_is_refused(tmp_path):
+    src = ref.write_model_dir(tmp_path / "usb" / "CosyVoice2-0.5B", hift=ref.build_hift("tiny"))
+    (tmp_path / "models" / "kokoro-int8").mkdir(parents=True)
+    (tmp_path / "models" / "kokoro-int8" / "manifest.json").write_text("{}")
+    for out, why in ((src, "holds the checkpoint"), (src.parent, "holds the checkpoint"),
+                     (tmp_path / "models", r"holds other models \(kokoro-int8\)")):
+        with pytest.raises(InputError, match=why):
+            convert(src, out, steps=["hift"], force=True)
+    assert (src / "hift.pt").is_file() and (tmp_path / "models" / "kokoro-int8" / "manifest.json").is_file()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="is a file"):
+        convert(src, tmp_path / "afile", steps=["hift"])
+    with pytest.raises(InputError, match="cannot write"):   # --out below a file: not writable
+        convert(src, tmp_path / "afile" / "m", steps=["hift"])

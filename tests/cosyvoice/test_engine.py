@@ -251,3 +251,35 @@ def test_converter_can_store_the_speech_tokenizer_int8(tmp_path_factory, tmp_pat
     assert (src / "speech_tokenizer_v2.onnx").stat().st_size == record["bytes_fp32"]  # the source is untouched
     with pytest.raises(InputError, match="needs --quantize int8"):
         convert(src, tmp_path / "n", quantize="none", steps=["frontend"], options={"speech_tokenizer_int8": True})
+
+
+def _damaged_copy(models_dir, tmp_path, name: str):
+    """``models/<id>`` copied with ``name`` damaged in place (same size: the load-time size check passes)."""
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(models_dir / MODEL_ID, models / MODEL_ID)
+    data = bytearray((models / MODEL_ID / name).read_bytes())
+    data[10::97] = bytes(b ^ 0xFF for b in data[10::97])
+    (models / MODEL_ID / name).write_bytes(bytes(data))
+    return models
+
+
+def test_damaged_graph_names_the_file_and_the_fix(models_dir, tmp_path):
+    """A bad copy to the box: the load (or the clone that opens campplus) says which file, not protobuf."""
+    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.errors import ModelMissingError
+
+    models = _damaged_copy(models_dir, tmp_path, "llm.onnx")
+    with pytest.raises(ModelMissingError, match=r"llm\.onnx is corrupt \(sha256 mismatch\).*cosyedge convert"):
+        load_engine(Settings(models_dir=models, model=MODEL_ID, onnx_threads=1))
+    models = _damaged_copy(models_dir, tmp_path / "b", "campplus.onnx")
+    with pytest.raises(ModelMissingError, match=r"campplus\.onnx does not match its sha256.*--force"):
+        ModelDir.load(models / MODEL_ID).session("campplus.onnx")
+
+
+def test_unknown_model_id_lists_the_models_there(models_dir):
+    from cosyedge.errors import ModelMissingError
+
+    with pytest.raises(ModelMissingError, match=f"no model at .*cosyvoice2_tiny.*pick a model that is there: {MODEL_ID}"):
+        load_engine(Settings(models_dir=models_dir, model="cosyvoice2_tiny", onnx_threads=1))

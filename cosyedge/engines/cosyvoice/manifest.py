@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,18 @@ class ModelDir:
             if "bytes" in info and size != info["bytes"]:
                 raise ModelMissingError(f"{directory / name} has {size} bytes, the manifest says "
                                         f"{info['bytes']} (truncated or replaced); {_fix_hint(directory)}")
-            if verify_hashes and sha256_file(directory / name) != info.get("sha256"):
-                raise ModelMissingError(f"{directory / name} does not match its sha256 in the manifest; "
-                                        f"{_fix_hint(directory)}")
-        return cls(directory, manifest)
+        model = cls(directory, manifest)
+        if verify_hashes:
+            model.verify_hashes(files)
+        return model
+
+    def verify_hashes(self, names: Iterable[str]) -> None:
+        """Re-hash the listed files among ``names``; a ModelMissingError names the first that differs."""
+        files = self.manifest.get("files", {})
+        for name in names:
+            if name in files and sha256_file(self.path / name) != files[name].get("sha256"):
+                raise ModelMissingError(f"{self.path / name} does not match its sha256 in the manifest; "
+                                        f"{_fix_hint(self.path)}")
 
     def config(self, part: str) -> dict[str, Any]:
         """The runtime constants of one part (``flow``, ``hift``, ``features``, ...)."""
@@ -84,7 +93,14 @@ class ModelDir:
 
         ``release_memory`` gives each run's activation memory back at its end (see :class:`ReleasingSession`).
         """
-        return open_session(self.file(name), threads, release_memory)
+        path = self.file(name)
+        try:
+            return open_session(path, threads, release_memory)
+        except Exception:
+            # Sizes are checked at load, contents only here: a same-size damaged copy (bad USB stick,
+            # bit rot) must say which file to replace, not show onnxruntime's protobuf error.
+            self.verify_hashes([name, name + ".data"])
+            raise
 
 
 class ReleasingSession:
