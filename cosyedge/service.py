@@ -700,6 +700,12 @@ def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
         elif not engine.capabilities.native_clone:
             notes.append(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
                          "the voice from the sound of prompt_audio alone, without its transcript")
+    probe = getattr(engine, "language_notes", None)  # optional, like unread_text
+    if probe is not None and request.language != "auto":
+        try:
+            notes.extend(probe(request.text, request.language))
+        except CosyedgeError:
+            pass  # the synthesis names the problem itself
     return notes
 
 

@@ -90,6 +90,12 @@ class FakeEngine:
         langid.segment(text, language, "zh", unread)
         return unread.notes()
 
+    def language_notes(self, text: str, language: str = "auto") -> list[str]:
+        """Like the Kokoro engine's (the shared text rules)."""
+        from cosyedge.text import langid
+
+        return langid.language_notes(text, language)
+
     def close(self) -> None:
         self.closed = True
         self.ballast = None

@@ -326,3 +326,14 @@ def test_status_line_shows_queue_position_and_thermal(make_service, fake_factory
     for job in (first, second, third):
         assert job.wait(10)
     assert service.status().as_dict()["loaded"] is True
+
+
+def test_a_language_setting_that_was_not_applied_is_noted(make_service):
+    """"English" over Chinese text reads it as Chinese, as auto does: the answer says so."""
+    service = make_service()
+    job = service.submit(TTSRequest(text="今天天气真好。", language="en"))
+    assert job.wait(30)
+    notes = job.outcome().notes
+    assert any(n.startswith("language en not applied to 6 characters: read as Chinese") for n in notes), notes
+    job = service.submit(TTSRequest(text="今天天气真好。", language="auto"))
+    assert job.wait(30) and not job.outcome().notes

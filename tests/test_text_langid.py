@@ -1,8 +1,9 @@
 """Language segmentation: seed tags, script rules, neutral characters, langdetect."""
 
+import pytest
 
-from cosyedge.text.langid import (Run, Unread, char_class, detect_language, parse_tags,
-                                  segment)
+from cosyedge.text.langid import (Run, Unread, char_class, detect_language, language_notes,
+                                  parse_tags, segment)
 
 
 def langs(text, language="auto"):
@@ -152,3 +153,18 @@ def test_unread_records_dropped_scripts_with_their_words():
     plain = Unread()
     segment("[zh]今天天气真好[en]It's 25°C today. 2024年", unread=plain)
     assert plain.notes() == []
+
+
+@pytest.mark.parametrize("text, language, expected", [
+    ("今天天气真好", "en", ["6 characters: read as Chinese"]),      # "English" over Chinese text
+    ("Hello 今天", "zh", ["5 characters: read as English"]),
+    ("今日はHello", "ja", ["5 characters: read as English"]),
+    ("今天", "ja", []),                                                  # ja decides Chinese characters
+    ("[zh]今天[en]hello", "en", []),                                      # the tags chose
+    ("Hello 今天", "auto", []),
+])
+def test_language_notes_say_where_the_setting_was_not_applied(text, language, expected):
+    notes = language_notes(text, language)
+    assert len(notes) == len(expected)
+    for note, part in zip(notes, expected):
+        assert note.startswith(f"language {language} not applied to {part}")

@@ -191,6 +191,29 @@ def parse_tags(text: str, language: str = AUTO, unread: Unread | None = None) ->
         yield current, text[pos:]
 
 
+_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese"}
+
+
+def language_notes(text: str, language: str, default: str = "zh") -> list[str]:
+    """What a language setting other than auto did not decide: one note per language that untagged
+    characters were read in instead, by their script ("English" over Chinese characters reads them
+    as Chinese, exactly as auto does). Tags are the user's own choice and are not reported."""
+    if language not in LANGUAGES:
+        return []
+    counts: dict[str, int] = {}
+    for block_language, block in parse_tags(text, language):
+        if block_language != language:
+            continue  # a tag chose the language of this block
+        for run in _segment_block(block, block_language, default):
+            if run.language != language:
+                letters = sum(1 for ch in run.text if ch.isalpha())
+                counts[run.language] = counts.get(run.language, 0) + letters
+    return [f"language {language} not applied to {count} character{'s' if count > 1 else ''}: read as "
+            f"{_NAMES[other]} by their script (Latin letters as English, kana as Japanese, Chinese "
+            f"characters as Chinese unless the language is ja)"
+            for other, count in counts.items() if count]
+
+
 def segment(text: str, language: str = AUTO, default: str = "zh",
             unread: Unread | None = None) -> list[Run]:
     """Split ``text`` (tags allowed) into runs of one language each, in order; what is not read

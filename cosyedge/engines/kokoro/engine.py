@@ -285,6 +285,11 @@ class KokoroEngine:
         unsupported scripts), from the frontend; the service puts them in the result's ``skipped``."""
         return self.frontend.unread(text, language)
 
+    def language_notes(self, text: str, language: str = "auto") -> list[str]:
+        """Where the language setting was not applied (text read by its script's language); the
+        service puts them in the result's ``notes``."""
+        return self.frontend.language_notes(text, language)
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
         """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
         from cosyedge.engines.kokoro import voice_match

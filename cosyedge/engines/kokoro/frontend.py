@@ -133,6 +133,14 @@ class KokoroFrontend:
                        unread)
         return unread.notes()
 
+    def language_notes(self, text: str, language: str = "auto") -> list[str]:
+        """Where a language setting other than auto was not applied (text read by its script's
+        language instead); see :func:`cosyedge.text.langid.language_notes`."""
+        if not isinstance(text, str):
+            return []
+        return langid.language_notes(cleanup.clean(text), self._check_language(language),
+                                     self.default_language)
+
     def token_ids(self, phonemes: str) -> list[int]:
         """Model ids for ``phonemes`` (unknown symbols dropped, at most ``max_phonemes`` kept).
 
