@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 #: Name prefix of files being written (cosyedge.audio.write_wav_atomic); never served.
 TEMP_PREFIX = ".tmp-"
-MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/L16", "mp3": "audio/mpeg", "opus": "audio/ogg",
+MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "mp3": "audio/mpeg", "opus": "audio/ogg",
                "flac": "audio/flac"}
 #: Formats streamed when ``stream_format`` is "audio"; the others are answered whole (not streamed).
 STREAM_FORMATS = ("wav", "pcm")
@@ -108,12 +108,26 @@ class SpeechBody(BaseModel):
 
     model: str = Field(description="Any name; the loaded engine is reported in X-Cosyedge-Engine")
     input: str
-    voice: str = Field(description="A preset name, e.g. female_1")
+    voice: str = Field(description="A preset name, e.g. female_1; OpenAI's names (alloy, nova, echo, "
+                                   "onyx, ...) map to the nearest preset")
     response_format: Literal["wav", "pcm", "mp3", "opus", "flac"] = "mp3"
-    speed: float = 1.0
+    speed: float = Field(1.0, strict=True, description="0.5-2.0 (OpenAI's 0.25-4.0 is refused outside it)")
     instructions: str | None = None
     stream_format: Literal["audio"] | None = Field(
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
+
+
+def pcm_media_type(sample_rate: int) -> str:
+    """Raw 16-bit little-endian mono. Not ``audio/L16``: that type is big-endian (RFC 2586), and a
+    player trusting it would play these bytes as noise."""
+    return f"audio/pcm; rate={sample_rate}; channels=1; bits=16; endianness=little"
+
+
+#: OpenAI's voice names, for clients that send their default ("alloy"): the nearest preset by the
+#: voice's kind. The preset used is in the answer's X-Cosyedge-Report header; docs/web.md lists them.
+OPENAI_VOICES = {"alloy": "female_1", "nova": "female_2", "shimmer": "female_1", "coral": "female_2",
+                 "sage": "female_1", "echo": "male_2", "onyx": "male_1", "ash": "male_1",
+                 "ballad": "male_2", "fable": "male_2", "verse": "male_1"}
 
 
 #: The audio route's token in a logged path (uvicorn's access log writes each path with its query).
@@ -307,7 +321,7 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
             await pieces.aclose()  # stop reading the stream now (release waits for its readers)
             stop_unfinished()
 
-    media = MEDIA_TYPES[fmt] if fmt == "wav" else f"audio/L16; rate={sample_rate}; channels=1"
+    media = MEDIA_TYPES[fmt] if fmt == "wav" else pcm_media_type(sample_rate)
     report = dict(info.report) if info is not None else {}
     report["similarity"] = None  # measured on the whole audio, after the stream
     headers = {"X-Cosyedge-Engine": f"{info.engine}/{info.model_id}" if info is not None else "",
@@ -370,7 +384,8 @@ def build_router(service: Service) -> APIRouter:
                                                 **errors}, response_class=Response, tags=["openai"])
     async def speech(body: SpeechBody, request: Request) -> Response:
         """OpenAI-compatible speech; the audio bytes come back in the requested format."""
-        req = TTSRequest(text=body.input, speaker=body.voice, speed=body.speed,
+        voice = body.voice.strip().lower()  # OpenAI's names are lowercase; "Female_1" is meant too
+        req = TTSRequest(text=body.input, speaker=OPENAI_VOICES.get(voice, voice), speed=body.speed,
                          instruct=body.instructions)
         if body.stream_format == "audio" and body.response_format in STREAM_FORMATS:
             return await stream_job(service, request, req, body.response_format)
@@ -379,14 +394,14 @@ def build_router(service: Service) -> APIRouter:
                                        body.response_format)
         media = MEDIA_TYPES[body.response_format]
         if body.response_format == "pcm":
-            media = f"audio/L16; rate={result.sample_rate}; channels=1"
+            media = pcm_media_type(result.sample_rate)
         return Response(data, media_type=media,
                         headers={"X-Cosyedge-Engine": f"{result.engine}/{result.model_id}",
                                  "X-Cosyedge-Sample-Rate": str(result.sample_rate),
                                  "X-Cosyedge-Job-Id": result.job_id, "X-Cosyedge-Streamed": "false",
                                  "X-Cosyedge-Report": _report_header(result)})
 
-    @router.get("/health", tags=["status"])
+    @router.api_route("/health", methods=["GET", "HEAD"], tags=["status"])  # probes often use HEAD
     async def health() -> dict[str, Any]:
         """Engine, loaded or not, queue and thermal state. Never loads the model."""
         return {"status": "ok", "version": __version__, **service.status().as_dict()}
@@ -478,6 +493,20 @@ def _validation_message(exc: RequestValidationError, content_type: str = "") -> 
     return "; ".join(dict.fromkeys(parts)) or "invalid request"
 
 
+async def _unparsed_body(request: Request) -> str:
+    """Why FastAPI could not parse a body it took for JSON (its own words name nothing): most often
+    text that is not UTF-8 (a Latin-1 or GBK editor)."""
+    try:
+        body = await request.body()
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (f"the body is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position {exc.start}): "
+                f"{JSON_ADVICE}, encoded as UTF-8")
+    except Exception:  # the body is gone (already streamed): say what we know
+        pass
+    return f"the body could not be parsed: {JSON_ADVICE}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map the exception tree, validation and routing errors to the one JSON error shape."""
 
@@ -500,6 +529,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             return _wrong_method(request.method, request.url.path, allowed.split(", ") if allowed else [])
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            return error_response(400, "invalid_request", await _unparsed_body(request))
         kind = "payload_too_large" if exc.status_code == 413 else "http_error"
         return error_response(exc.status_code, kind, str(exc.detail), exc.headers)
 

@@ -277,8 +277,11 @@ class JobQueue:
             # Jobs just queued for a free slot sit in the waiting list for an instant; count the slots.
             free_slots = 0 if snap.hold_new else max(0, self._limit(snap) - len(self._running))
             if len(self._waiting) >= self.max_waiting + free_slots:
-                raise BusyError(f"busy: {len(self._running)} jobs running and {len(self._waiting)} "
-                                f"waiting (the limit is {self.max_waiting} waiting); try again shortly",
+                running, waiting = len(self._running), len(self._waiting)
+                # counted as they are: a job just queued for a free slot waits an instant, so the
+                # waiting count can pass max_waiting while the whole stays within its limit
+                raise BusyError(f"busy: {running} job{'s' if running != 1 else ''} running and {waiting} "
+                                f"waiting, the most this server takes at once; try again shortly",
                                 retry_after=self._retry_after_locked())
             job_id = job_id or uuid.uuid4().hex[:16]
             if job_id in self._jobs and not self._jobs[job_id].finished:

@@ -107,7 +107,7 @@ _REASONS_ZH: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^The prompt file is empty"), "参考音频文件是空的"),
     (re.compile(r"already exists; choose another name"), "已有同名音色，请换一个名字"),
     (re.compile(r"^the voice name is empty"), "音色名称为空"),
-    (re.compile(r"^busy: (\d+) jobs running and (\d+) waiting"), "正忙：{0} 个任务在运行，{1} 个在排队"),
+    (re.compile(r"^busy: (\d+) jobs? running and (\d+) waiting"), "正忙：{0} 个任务在运行，{1} 个在排队"),
     (re.compile(r"^the box is too hot"), "设备温度过高，暂不接受新任务，请降温后再试"),
     (re.compile(r"^the server is shutting down"), "服务正在关闭"),
 ]

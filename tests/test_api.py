@@ -78,10 +78,36 @@ def test_openai_client_errors_are_4xx(server):
 
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     with pytest.raises(openai.NotFoundError) as info:
-        client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.")
-    assert "alloy" in str(info.value)
+        client.audio.speech.create(model="tts-1", voice="robot", input="Hello.")
+    assert "robot" in str(info.value) and "female_1" in str(info.value)
     with pytest.raises(openai.BadRequestError):
         client.audio.speech.create(model="tts-1", voice="male_1", input="Hello.", speed=4.0)
+
+
+def test_openai_voice_names_map_to_presets_and_say_which(server):
+    """An OpenAI client's default voice ("alloy") was a 404; now the nearest preset, named in the
+    report header."""
+    import json
+
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    for voice, preset in (("alloy", "female_1"), ("onyx", "male_1"), ("Female_2", "female_2")):
+        response = client.audio.speech.create(model="tts-1", voice=voice, input="Hello.",
+                                              response_format="wav")
+        assert json.loads(response.response.headers["x-cosyedge-report"])["voice"] == preset, voice
+        assert len(response.content) > 1000
+
+
+def test_odd_bodies_are_named(server):
+    r = httpx.post(f"{server.url}/tts", content='{"text": "caf\u00e9"}'.encode("latin-1"),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not UTF-8" in r.json()["error"]["message"], r.text
+    assert "byte 0xe9 at position 13" in r.json()["error"]["message"]
+    r = httpx.post(f"{server.url}/v1/audio/speech", json={"model": "tts-1", "input": "Hi.", "voice": "male_1",
+                                                        "speed": True})
+    assert r.status_code == 400 and "speed" in r.json()["error"]["message"], r.text  # /tts refuses it too
+    assert httpx.head(f"{server.url}/health").status_code == 200  # health probes that use HEAD
 
 
 def test_health_voices_and_openapi(server):
@@ -182,7 +208,7 @@ def test_wrong_method_and_unknown_route_keep_the_error_shape_next_to_the_page(ma
                                                                                live_server):
     server = live_server(make_service(), with_ui=True)  # the page is mounted at "/"
     for method, path, allow in [("GET", "/tts", "POST"), ("PUT", "/tts", "POST"),
-                                ("GET", "/v1/audio/speech", "POST"), ("POST", "/health", "GET"),
+                                ("GET", "/v1/audio/speech", "POST"), ("POST", "/health", "GET, HEAD"),
                                 ("POST", "/jobs/some-id", "GET, DELETE")]:
         r = httpx.request(method, f"{server.url}{path}")
         assert r.status_code == 405, (method, path, r.status_code, r.text)

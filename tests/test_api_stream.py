@@ -42,7 +42,8 @@ def test_streamed_wav_and_pcm_decode_to_the_same_audio_as_the_whole_file(server)
 
     pcm = speech(server.url, response_format="pcm", stream_format="audio")
     assert pcm.status_code == 200
-    assert pcm.headers["content-type"].startswith("audio/L16; rate=24000")
+    # little-endian raw PCM: not audio/L16, which RFC 2586 defines as big-endian
+    assert pcm.headers["content-type"] == "audio/pcm; rate=24000; channels=1; bits=16; endianness=little"
     np.testing.assert_array_equal(np.frombuffer(pcm.content, "<i2"), reference)
     assert pcm.headers["x-cosyedge-sample-rate"] == "24000"
     assert '"voice_match": "preset"' in pcm.headers["x-cosyedge-report"]
