@@ -53,6 +53,8 @@ def test_english_ordinals_and_years():
     ("the 1990s, the 80s and the 1800s", "the nineteen nineties, the eighties and the eighteen hundreds"),
     ("the 2024-2025 school year", "the twenty twenty-four to twenty twenty-five school year"),
     ("45min, 1h 30min", "forty-five minutes, one hour thirty minutes"),
+    ("Thanks~ 5~10 minutes, ~5 kids", "Thanks five to ten minutes, about five kids"),
+    ("x^2 + 10^3 = (a+b)^10", "x squared plus ten cubed equals (a plus b) to the power of ten"),
     ("Pens, paper, etc. Then we start, etc., etc.", "Pens, paper, et cetera. Then we start, et cetera, et cetera."),
     ("Main St. is near St. Louis. I.e. far. King Jr. was", "Main Street is near Saint Louis. That is far. King Junior was"),
     ("at 5pm or 11 a.m., not 5 a.m. Then home.", "at five P M or eleven A M, not five A M. Then home."),
@@ -89,6 +91,11 @@ def test_english(text, expected):
     ("2024-2025学年，1500-2000元", "二零二四到二零二五学年，一千五百到二千元"),   # years only before 年/学年
     ("休息45min", "休息四十五分钟"),
     ("一支笔2.50元，共10.00元，¥25.50，¥2.00，长2.0米", "一支笔二点五元，共十元，二十五点五元，两元，长二点零米"),
+    ("谢谢老师~好的～～，3~5页", "谢谢老师 好的  ，三到五页"),            # a tilde is a tone, or a range
+    ("圆周率是3.14159265358979，3.14159265358，1.5.3节", "圆周率是三点一四一五九二六五三五八九七九，三点一四一五九二六五三五八，一点五点三节"),
+    ("比例是1:2，比分2:1，下午3:15", "比例是一比二，比分二比一，下午三点十五分"),
+    ("学号20240101，房间号302，3号楼", "学号二零二四零一零一，房间号三零二，三号楼"),
+    ("x^2，2^10，a^3", "x的平方，二的十次方，a的立方"),
     ("1.读课文 2.写生字", "一、读课文；二、写生字"),          # list markers; "2.5元", "3.14" stay numbers
     ("作业：1.读课文；2.写生字。共2.5元，3.14", "作业：一、读课文；二、写生字。共二点五元，三点一四"),
 ])
@@ -108,6 +115,7 @@ def test_chinese(text, expected):
     ("A&B", "AアンドB"),
     ("−3度", "マイナス3度"),
     ("20m²", "20平方メートル"),
+    ("ありがとう~ 5~10分, x^2", "ありがとう  5から10分, xの2乗"),
 ])
 def test_japanese(text, expected):
     assert normalize(text, "ja") == expected

@@ -1,4 +1,5 @@
-"""Language-independent text cleanup: control characters, character width, whitespace.
+"""Language-independent text cleanup: pasted forms (entities, accents, ligatures, numerals), control
+characters, character width, whitespace.
 
 This is the first step for every input. It never raises: characters it cannot use are removed (or
 turned into spaces) so that later steps only see printable text and ``\\n`` paragraph breaks.
@@ -6,6 +7,7 @@ turned into spaces) so that later steps only see printable text and ``\\n`` para
 
 from __future__ import annotations
 
+import html
 import logging
 import re
 import unicodedata
@@ -71,6 +73,34 @@ def collapse_whitespace(text: str) -> str:
     return text.strip()
 
 
+_ENTITY = re.compile(r"&(?:[A-Za-z]{2,8}|#\d{1,6}|#[xX][0-9A-Fa-f]{1,6});")
+_LIGATURES = re.compile("[\ufb00-\ufb06]")  # ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ from PDFs
+_ROMAN = re.compile("[\u2160-\u217f]")  # Ⅰ Ⅱ Ⅻ ⅰ ...: one character per numeral
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+_SUBSCRIPTS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
+_HAN = "\u4e00-\u9fff"
+
+
+def unify(text: str) -> str:
+    """Text pasted from web pages, PDFs and macOS: HTML entities decoded (&amp; -> &), accents
+    composed (e + U+0301 -> é, or the letter reads differently), ligatures split (ﬁ -> fi, else
+    dropped), numeral characters as digits (第Ⅱ卷 -> 第2卷), superscript digits as an exponent
+    (x² -> x^2) and subscripts as digits (H₂O -> H2O), π as 派 beside Chinese text else "pi", a
+    zero-width space between letters as a space (it separates words there; elsewhere it is dropped
+    with the other format marks)."""
+    if "&" in text:
+        text = _ENTITY.sub(lambda m: html.unescape(m.group()), text)
+    text = unicodedata.normalize("NFC", text)
+    text = _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+    text = _ROMAN.sub(lambda m: str(int(unicodedata.numeric(m.group()))), text)
+    # exponents as "^2" (each language's normalizer says "squared" / "的平方"), subscripts as digits
+    text = re.sub("[⁰¹²³⁴⁵⁶⁷⁸⁹]+", lambda m: "^" + m.group().translate(_SUPERSCRIPTS), text)
+    text = text.translate(_SUBSCRIPTS)
+    # π: 派 beside Chinese characters (as read in class there), else "pi"
+    text = re.sub(f"(?<=[{_HAN}])π|π(?=[A-Za-z^]*[{_HAN}])", "派", text).replace("π", " pi ")
+    return re.sub(r"(?<=[A-Za-z])\u200b(?=[A-Za-z])", " ", text)
+
+
 def clean(text: str) -> str:
     """All of the above, in the order that keeps the result stable."""
-    return collapse_whitespace(to_halfwidth(strip_control(text)))
+    return collapse_whitespace(to_halfwidth(strip_control(unify(text))))

@@ -11,6 +11,7 @@ Written out before phonemization so that the sentence splitter never sees the do
 * "5-3=2" -> "five minus three equals two"; other "3-5", "3–5", "9:00-10:30" are ranges ("to"); a
   range of two years 1100-2099 ("2024-2025") reads both as years.
 * Decades "1990s", "the 80s" -> "nineteen nineties", "eighties"; "5pm" -> "five P M".
+* Exponents (x^2, x² after cleanup) -> "x squared", "cubed", "to the power of ten".
 * Letters and digits written together are read apart: "CO2" -> "CO two", "MP3", "Q1", "4K".
 * Other "a/b" of digits with b from 2 to 10 or 100 are fractions, as read in class: "1/2" -> "one half",
   "3/4" -> "three fourths", "7/4" -> "seven fourths", "1 1/2" -> "one and one half"; a larger b
@@ -44,7 +45,7 @@ _ABBREVIATIONS = {"Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Dr.": "Docto
 _MAY_END_SENTENCE = {"etc.", "Jr.", "Sr."}
 _SENTENCE_GOES_ON = re.compile(r"\s*[a-z0-9,;:)]|\s*[.!?]")  # after "etc.": no full stop to keep
 _SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "#": " number ", "%": " percent ",
-            "°": " degrees ", "×": " times ", "÷": " divided by ", "~": " about ", "*": " ", "/": " ",
+            "°": " degrees ", "×": " times ", "÷": " divided by ", "~": " ", "*": " ", "/": " ",
             "_": " ", "|": " ", "^": " ", "\\": " ", "<": " less than ", ">": " greater than ", "−": " minus ",
             "€": " euros ", "$": " dollars ", "£": " pounds ", "¥": " yen "}
 # "am", "p.m.": the final dot is kept when a capital follows, as the full stop it also is.
@@ -186,6 +187,11 @@ def _abbreviation(match: re.Match) -> str:
     return _ABBREVIATIONS[short] + ("." if ends else "")
 
 
+def _power(exponent: int) -> str:
+    """ "^2" -> " squared", "^3" -> " cubed", "^10" -> " to the power of ten"."""
+    return {2: " squared", 3: " cubed"}.get(exponent, f" to the power of {cardinal(exponent)}")
+
+
 def _decade(match: re.Match) -> str:
     """ "1990s" -> "nineteen nineties", "80s" -> "eighties"."""
     text = match.group(1)
@@ -214,6 +220,7 @@ def normalize_en(text: str) -> str:
     text = re.sub(r"(?<![A-Za-z])St\.(?!\s+[A-Z])", "Street", text)  # "Main St." but "St. Louis"
     for short in _ABBREVIATIONS:
         text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", _abbreviation, text)
+    text = re.sub(r"(?<=[A-Za-z0-9)])\s?\^\s?(\d+)", lambda m: _power(int(m.group(1))), text)  # x^2, 10³
     text = re.sub(r"\bNo\.(?=\s?\d)", "number ", text)  # "No. 5", but "Are you ready? No." is "no"
     # U.S.A. -> U S A (letters are then spelled by espeak); keeps the dots out of the splitter
     text = re.sub(r"\b(?![ap]\.m\.)(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
@@ -224,7 +231,8 @@ def normalize_en(text: str) -> str:
     text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1 minus ", text)  # 5-3=2
     text = re.sub(r"\b(1[1-9]\d\d|20\d\d)\s?[-–]\s?(1[1-9]\d\d|20\d\d)\b",
                   lambda m: f"{year(int(m.group(1)))} to {year(int(m.group(2)))}", text)  # 2024-2025
-    text = re.sub(r"(\d)\s?[-–]\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20, 3–5
+    text = re.sub(r"(\d)\s?[-–~]\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20, 3–5, 5~10
+    text = re.sub(r"(?<![A-Za-z])~\s?(?=\d)", " about ", text)  # "~5 minutes"; any other tilde is silent ("Thanks~")
     text = re.sub(r"(?<![\w.])[-−](?=\d)", "minus ", text)
     text = re.sub(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*({_MERIDIEM}))?", _time, text, flags=re.I)
     text = re.sub(rf"\b(\d{{1,2}})\s?({_MERIDIEM})",

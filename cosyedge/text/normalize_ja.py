@@ -14,7 +14,7 @@ from .units import NUMBER, UNIT_AFTER_NUMBER, UNITS
 _KANJI_DIGITS = "〇一二三四五六七八九"
 _CURRENCY = {"$": "ドル", "€": "ユーロ", "£": "ポンド", "¥": "円"}
 _SYMBOLS = {"&": "アンド", "+": "プラス", "=": "イコール", "@": "アット", "#": "番号", "%": "パーセント",
-            "°": "度", "×": "かける", "÷": "わる", "~": "から", "*": " ", "/": " ", "_": " ", "|": " ",
+            "°": "度", "×": "かける", "÷": "わる", "~": " ", "～": " ", "*": " ", "/": " ", "_": " ", "|": " ",
             "^": " ", "\\": " ", "<": " ", ">": " ", "$": "ドル", "€": "ユーロ", "£": "ポンド", "¥": "円"}
 
 
@@ -40,6 +40,8 @@ def normalize_ja(text: str) -> str:
     text = re.sub(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d.])", _date, text)
     text = re.sub(r"(?<!\d)(\d{1,2})[:：](\d{2})(?!\d)", _time, text)
     text = re.sub(r"\d{1,3}(?:,\d{3})+", lambda m: m.group(0).replace(",", ""), text)
+    text = re.sub(r"\s?\^\s?(\d+)", r"の\1乗", text)  # x^2, x² (cleanup) -> xの2乗
+    text = re.sub(r"(\d)\s?[~～]\s?(?=\d)", r"\1から", text)  # 5~10; "ありがとう~" is a tone, silent
     text = re.sub(rf"([$€£¥])\s?({NUMBER})", lambda m: m.group(2) + _CURRENCY[m.group(1)], text)
     text = UNIT_AFTER_NUMBER.sub(lambda m: m.group(1) + UNITS[m.group(2)].ja, text)
     text = re.sub(r"(?<![0-9A-Za-z.])[-−](?=\d)", "マイナス", text)

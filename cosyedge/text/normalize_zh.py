@@ -9,6 +9,9 @@ numbers, "2024年" read digit by digit, ℃. Before it, this module rewrites wha
   more than 12 digits or with a leading zero is read digit by digit with 一
 * symbols % & + = @ # ~ × ÷ -> 百分之, 和, 加, 等于, 艾特, 井号, 到/约, 乘, 除以
 * sums of money lose their trailing zero decimals: "25.50元", "¥25.50" -> 二十五点五元, "10.00元" -> 十元
+* numbers after 号 (学号, 编号, 房间号) read digit by digit; ratios "比例1:2", "2:1" -> 一比二, 二比一;
+  3+ decimals digit by digit after 点 (3.14159 -> 三点一四一五九), "1.5.3节" -> 一点五点三节
+* exponents x^2 (x² after cleanup) -> x的平方, 的立方, 2^10 -> 二的十次方
 * list markers: "1.读课文 2.写生字" -> 一、读课文；二、写生字 (a space before a marker is a clause break)
 * "2024-2025学年" (two years before 年, 学年, 学期, 届) -> 二零二四到二零二五学年
 * digits "5-3=2" -> 五减三等于二; other "3-5", "3–5", "9:00-10:30" are ranges (到); − (U+2212) is 负 / 减
@@ -29,8 +32,8 @@ _DIGITS = "零一二三四五六七八九"
 _CURRENCY = {"¥": "元", "$": "美元", "€": "欧元", "£": "英镑"}
 _SYMBOLS = {"&": "和", "+": "加", "=": "等于", "@": "艾特", "#": "井号", "×": "乘", "÷": "除以",
             "°": "度", "%": "百分号", "*": " ", "/": " ", "_": " ", "|": " ", "^": " ", "\\": " ",
-            "<": "小于", ">": "大于", "$": "美元", "€": "欧元", "£": "英镑", "¥": "元", "~": "到",
-            "～": "到", "−": "减"}
+            "<": "小于", ">": "大于", "$": "美元", "€": "欧元", "£": "英镑", "¥": "元", "~": " ",
+            "～": " ", "−": "减"}  # a tilde between numbers is a range (到, above); "谢谢老师~" is a tone
 # Measure words after which a lone 2 is read 两 (counting), not 二 (naming: 2月, 2号, 2班, 2楼).
 _LIANG = re.compile(r"(?<![\d.第])2(?![\d.])(?=\s?(?:[个位只本支张条件块元角次天周岁倍辆杯瓶把台棵朵双对"
                     r"匹头节道种遍份碗斤口根片座间所家项套篇首架颗粒点秒]|小时|分钟|年(?!级)))")
@@ -101,11 +104,20 @@ def normalize_zh(text: str) -> str:
     import cn2an
 
     text = re.sub(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d.])", _date, text)
+    text = re.sub(r"\s?\^\s?(\d+)", lambda m: {"2": "的平方", "3": "的立方"}.get(
+        m.group(1), f"的{number(m.group(1))}次方"), text)  # x^2, r² (cleanup), 2^10
     # list markers "1.读课文 2.写生字": the number is read with a pause (一、), and a space before a
     # marker is a clause break, so "二" does not end the item before it
     text = re.sub(r"(?:^|(?<=[\s。；：！？]))(\d{1,2})[.．](?=[\u4e00-\u9fff])", r"\1、", text)
     text = re.sub(r"(?<=[\u4e00-\u9fff])[ \t]+(?=\d{1,2}、[\u4e00-\u9fff])", "；", text)
-    text = re.sub(r"(?<!\d)(1[3-9]\d{9}|0\d{2,3}-?\d{7,8})(?!\d)",
+    text = re.sub(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d.])",
+                  lambda m: "点".join(number(p) for p in m.group(0).split(".")), text)  # 1.5.3节
+    text = re.sub(r"(?<![\d.])(\d+)\.(\d{3,})(?![\d.])",
+                  lambda m: number(m.group(1)) + "点" + digits(m.group(2)), text)  # 3.14159265358979
+    text = re.sub(r"(?<=[比例分数])(\d+):(\d+)(?!\d)|(?<!\d)(\d+):(\d)(?!\d)",
+                  lambda m: "比".join(number(g) for g in m.groups() if g), text)  # 比例1:2, 2:1
+    text = re.sub(r"(?<=号)\s?(\d{3,})(?![\d.])", lambda m: digits(m.group(1)), text)  # 学号20240101
+    text = re.sub(r"(?<![\d.])(1[3-9]\d{9}|0\d{2,3}-?\d{7,8})(?!\d)",
                   lambda m: digits(m.group(1), one="幺"), text)
     text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1减", text)  # 5-3=2
     text = re.sub(r"(?<!\d)(1[1-9]\d\d|20\d\d)\s?[-–~～]\s?(1[1-9]\d\d|20\d\d)(?=\s?(?:学?年|学期|届))",
