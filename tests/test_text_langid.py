@@ -168,3 +168,16 @@ def test_language_notes_say_where_the_setting_was_not_applied(text, language, ex
     assert len(notes) == len(expected)
     for note, part in zip(notes, expected):
         assert note.startswith(f"language {language} not applied to {part}")
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a math variable in Chinese text: only the letter is English, the rest stays Chinese
+    ("已知a=2，b=3", [("zh", "已知"), ("en", "a"), ("zh", "=2，"), ("en", "b"), ("zh", "=3")]),
+    ("函数y=2x+1", [("zh", "函数"), ("en", "y"), ("zh", "=2"), ("en", "x"), ("zh", "+1")]),
+    ("AB=5cm", [("en", "AB=5cm")]),                          # no Chinese around: English
+    ("Let x = 5", [("en", "Let x = 5")]),
+    ("我喜欢A。", [("zh", "我喜欢"), ("en", "A。")]),           # punctuation alone follows the letter
+    ("我用Python 3写", [("zh", "我用"), ("en", "Python"), ("zh", "3写")]),  # a word is no variable
+])
+def test_symbols_after_a_math_variable_stay_in_the_sentences_language(text, expected):
+    assert [(r.language, r.text.strip()) for r in segment(text)] == expected

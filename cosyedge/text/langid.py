@@ -14,7 +14,9 @@ Rules, in order of strength:
    sentence contains any kana, otherwise Chinese.
 3. **Neutral characters** (digits, symbols, punctuation, spaces) join a neighbour: digits written
    directly before Han/kana belong to it ("2024年", "3个"), otherwise they join the run before them,
-   else the run after them, else the tag's language, else the caller's default.
+   else the run after them, else the tag's language, else the caller's default. After a math
+   variable in CJK text (one letter, or two or three capitals: "已知a=2", "AB=5cm") they join the
+   CJK language before it, so only the letter is read in English.
 4. **langdetect** only names the language of Latin-only text, so the log can say when non-English text
    is read with the English G2P. It is seeded (``DetectorFactory.seed = 0``) on first use, so results
    are reproducible, and never at import.
@@ -281,6 +283,10 @@ def _resolve_neutral(chars: list[str], labels: list[str | None], fallback: str) 
             j += 1
         before = labels[i - 1] if i > 0 else None
         after = labels[j] if j < n else None
+        if before == "en" and any(c.isdigit() or c in _MATH for c in chars[i:j]):
+            # after a math variable in CJK text ("已知a=2", "函数y=2x+1", "AB=5cm"), the symbols and
+            # numbers belong to the sentence's language, not to the one letter's English
+            before = _language_around_variable(chars, labels, i) or before
         tail = j
         while tail > i and chars[tail - 1] not in " \n":
             tail -= 1
@@ -294,6 +300,27 @@ def _resolve_neutral(chars: list[str], labels: list[str | None], fallback: str) 
         for m in range(split, j):
             labels[m] = after
         i = j
+
+
+_VARIABLE = re.compile(r"[A-Za-z]|[A-Z]{2,3}")
+_MATH = set("=+-−×÷*/<>≤≥≠^%")
+
+
+def _language_around_variable(chars: list[str], labels: list[str | None], end: int) -> str | None:
+    """The CJK language of the text around an English run ending at ``end`` that is only a variable
+    name (one letter, or two or three capitals: a, x, AB, ABC); None when it is a word, or when no
+    CJK text comes before it."""
+    start = end
+    while start > 0 and labels[start - 1] == "en":
+        start -= 1
+    if not _VARIABLE.fullmatch("".join(chars[start:end]).strip()):
+        return None
+    for k in range(start - 1, -1, -1):
+        if labels[k] in ("zh", "ja"):
+            return labels[k]
+        if labels[k] == "en" and chars[k].isalpha():
+            return None  # another English word before it: an English phrase, not a variable
+    return None
 
 
 _detector_lock = threading.Lock()
