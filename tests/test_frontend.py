@@ -50,6 +50,8 @@ def test_japanese_kana_makes_kanji_japanese(frontend):
     ("一个一个地", "i↗kɤ↘ i↗kɤ↘ ti↘"),                          # yi2 ge4 twice, no neutral yi
     ("It is -5°C.", "ɪT ɪz mˈInəs fˈIv dᵻɡɹˈiz sˈɛlsiəs."),      # the minus is read
     ("Is it a dog? No.", "ɪz ɪT ə dˈɑɡ? nˈO."),                  # "No." is no, not "number"
+    ("Say nǐ hǎo to your friends.", "sˈA ni↓ xau↓ tə jʊɹ fɹˈɛndz."),  # pinyin as Mandarin, not "nigh how"
+    ("I love the café.", "I lˈʌv ðə kæfˈA."),                       # an accent alone is no pinyin
     ("已知a=2，求a+b的值。", "i↓ꭧɨ→ ˈA tə↓ŋy↗ ɚ↘, ʨʰjou↗ ˈA ʨja→ bˈi tɤ ꭧɨ↗."),  # variables in English only
 ])
 def test_classroom_misreadings(frontend, text, phonemes):

