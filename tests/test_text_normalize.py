@@ -124,3 +124,33 @@ def test_japanese(text, expected):
 def test_unknown_language_is_a_programming_error():
     with pytest.raises(ValueError):
         normalize("x", "fr")
+
+
+@pytest.mark.parametrize("text, language, expected", [
+    # a unit written with ² / ³ is read as a unit after cleanup too (cleanup turned "m²" into "m^2",
+    # which each normalizer then read as an exponent: 二十米的平方, 20メートルの2乗)
+    ("面积是20m²，体积是8cm³", "zh", "面积是二十平方米，体积是八立方厘米"),
+    ("20m²の部屋", "ja", "20平方メートルの部屋"),
+    ("20 m² and 1 cm³, but x² and 2x²", "en",
+     "twenty square meters and one cubic centimeter, but x squared and two x squared"),
+    ("圆的面积是πr²", "zh", "圆的面积是派r的平方"),
+    # a tilde between a time or date word and the next one is still a range (it was silent)
+    ("9点~10点，周一~周五，1月~3月，谢谢老师~", "zh", "九点到十点，周一到周五，一月到三月，谢谢老师 "),
+    ("9時～17時、9:00～17:00、月～金、ありがとう～", "ja", "9時から17時、9時から17時、月から金、ありがとう "),
+    # numbers after a day's 号 count, they are no room number; a thousands comma before a long decimal
+    ("3月5号300人参加，学号20240101", "zh", "三月五号三百人参加，学号二零二四零一零一"),
+    ("1,234.567米", "zh", "一千二百三十四点五六七米"),
+])
+def test_review_regressions(text, language, expected):
+    from cosyedge.text.cleanup import clean
+
+    assert normalize(clean(text), language) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("I live on Main St. It is quiet.", "I live on Main Street. It is quiet."),   # was "Main Saint It is"
+    ("We live at 5 Oak St. Then we walk.", "We live at five Oak Street. Then we walk."),
+    ("Visit St. Paul. In St. Louis, we met St. Mary.", "Visit Saint Paul. In Saint Louis, we met Saint Mary."),
+])
+def test_street_that_ends_a_sentence(text, expected):
+    assert normalize(text, "en") == expected

@@ -12,6 +12,8 @@ import logging
 import re
 import unicodedata
 
+from .units import UNITS
+
 logger = logging.getLogger(__name__)
 
 # Full-width punctuation that belongs to CJK typography and is kept as is (the splitter and the
@@ -79,22 +81,34 @@ _ROMAN = re.compile("[\u2160-\u217f]")  # Ⅰ Ⅱ Ⅻ ⅰ ...: one character per
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
 _SUBSCRIPTS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
 _HAN = "\u4e00-\u9fff"
+# "20m²", "8 cm³": a unit written with its power (units.UNITS) keeps it, to be read as a unit
+_POWER_UNIT = re.compile(r"\d ?(%s)$" % "|".join(
+    sorted({re.escape(name[:-1]) for name in UNITS if name[-1] in "²³"}, key=len, reverse=True)))
+
+
+def _superscript(match: re.Match) -> str:
+    """Superscript digits as an exponent ("x²" -> "x^2"), except the power of a unit after a number
+    ("20m²", "8 cm³"), which the normalizers read as a unit (平方米, square meters)."""
+    unit = _POWER_UNIT.search(match.string, max(0, match.start() - 8), match.start())
+    if unit and unit.group(1) + match.group() in UNITS:
+        return match.group()
+    return "^" + match.group().translate(_SUPERSCRIPTS)
 
 
 def unify(text: str) -> str:
     """Text pasted from web pages, PDFs and macOS: HTML entities decoded (&amp; -> &), accents
     composed (e + U+0301 -> é, or the letter reads differently), ligatures split (ﬁ -> fi, else
     dropped), numeral characters as digits (第Ⅱ卷 -> 第2卷), superscript digits as an exponent
-    (x² -> x^2) and subscripts as digits (H₂O -> H2O), π as 派 beside Chinese text else "pi", a
-    zero-width space between letters as a space (it separates words there; elsewhere it is dropped
-    with the other format marks)."""
+    (x² -> x^2; the power of a unit after a number, 20m², stays) and subscripts as digits (H₂O ->
+    H2O), π as 派 beside Chinese text else "pi", a zero-width space between letters as a space (it
+    separates words there; elsewhere it is dropped with the other format marks)."""
     if "&" in text:
         text = _ENTITY.sub(lambda m: html.unescape(m.group()), text)
     text = unicodedata.normalize("NFC", text)
     text = _LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
     text = _ROMAN.sub(lambda m: str(int(unicodedata.numeric(m.group()))), text)
     # exponents as "^2" (each language's normalizer says "squared" / "的平方"), subscripts as digits
-    text = re.sub("[⁰¹²³⁴⁵⁶⁷⁸⁹]+", lambda m: "^" + m.group().translate(_SUPERSCRIPTS), text)
+    text = re.sub("[⁰¹²³⁴⁵⁶⁷⁸⁹]+", _superscript, text)
     text = text.translate(_SUBSCRIPTS)
     # π: 派 beside Chinese characters (as read in class there), else "pi"
     text = re.sub(f"(?<=[{_HAN}])π|π(?=[A-Za-z^]*[{_HAN}])", "派", text).replace("π", " pi ")

@@ -217,6 +217,8 @@ def _plain_number(match: re.Match) -> str:
 
 def normalize_en(text: str) -> str:
     """Spell out everything in an English run that espeak would read badly or we must split on."""
+    # "on Main St. It is quiet": a street name inside a sentence, then a new sentence (keep its stop)
+    text = re.sub(r"(\b(?:[a-z]+|\d+),? [A-Z][a-z]+ )St\.(?=\s+[A-Z])", r"\1Street.", text)
     text = re.sub(r"(?<![A-Za-z])St\.(?!\s+[A-Z])", "Street", text)  # "Main St." but "St. Louis"
     for short in _ABBREVIATIONS:
         text = re.sub(rf"(?<![A-Za-z]){re.escape(short)}", _abbreviation, text)

@@ -38,10 +38,11 @@ def _time(match: re.Match) -> str:
 def normalize_ja(text: str) -> str:
     """Rewrite the forms listed in the module docstring; leave the rest to pyopenjtalk."""
     text = re.sub(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d.])", _date, text)
+    # 5~10, 9:00～17:00 (before times hide the digits), 9時～17時, 月～金; "ありがとう~" is a tone, silent
+    text = re.sub(r"(?<=[\d時分秒日月年曜])\s?[~～]\s?(?=[\d月火水木金土日])", "から", text)
     text = re.sub(r"(?<!\d)(\d{1,2})[:：](\d{2})(?!\d)", _time, text)
     text = re.sub(r"\d{1,3}(?:,\d{3})+", lambda m: m.group(0).replace(",", ""), text)
     text = re.sub(r"\s?\^\s?(\d+)", r"の\1乗", text)  # x^2, x² (cleanup) -> xの2乗
-    text = re.sub(r"(\d)\s?[~～]\s?(?=\d)", r"\1から", text)  # 5~10; "ありがとう~" is a tone, silent
     text = re.sub(rf"([$€£¥])\s?({NUMBER})", lambda m: m.group(2) + _CURRENCY[m.group(1)], text)
     text = UNIT_AFTER_NUMBER.sub(lambda m: m.group(1) + UNITS[m.group(2)].ja, text)
     text = re.sub(r"(?<![0-9A-Za-z.])[-−](?=\d)", "マイナス", text)
