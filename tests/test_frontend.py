@@ -52,6 +52,7 @@ def test_japanese_kana_makes_kanji_japanese(frontend):
     ("Is it a dog? No.", "ɪz ɪT ə dˈɑɡ? nˈO."),                  # "No." is no, not "number"
     ("Say nǐ hǎo to your friends.", "sˈA ni↓ xau↓ tə jʊɹ fɹˈɛndz."),  # pinyin as Mandarin, not "nigh how"
     ("I love the café.", "I lˈʌv ðə kæfˈA."),                       # an accent alone is no pinyin
+    ("Sí, à la carte.", "ʃˈi, ˌɑlæ kˈɑɹt."),                                 # acute/grave alone: not pinyin
     ("已知a=2，求a+b的值。", "i↓ꭧɨ→ ˈA tə↓ŋy↗ ɚ↘, ʨʰjou↗ ˈA ʨja→ bˈi tɤ ꭧɨ↗."),  # variables in English only
 ])
 def test_classroom_misreadings(frontend, text, phonemes):

@@ -132,6 +132,8 @@ def _syllable_ipa(pinyin: str) -> str:
 #: A vowel with a pinyin tone mark: a Latin word with one is tried as a pinyin syllable.
 _TONE_MARKED = re.compile("[āáǎàēéěèīíǐìōóǒòūúǔùǖǘǚǜĀÁǍÀĒÉĚÈĪÍǏÌŌÓǑÒŪÚǓÙǕǗǙǛ]")
 _LATIN_WORD = re.compile("([A-Za-z\u00c0-\u024f]+)")
+#: Marks only pinyin uses (macron, caron): a run without one ("à la carte", Spanish "Sí") is no pinyin.
+_PINYIN_ONLY_MARK = re.compile("[āēīōūǖǎěǐǒǔǚĀĒĪŌŪǕǍĚǏǑǓǙ]")
 
 
 def pinyin_ipa(word: str) -> str:
@@ -177,7 +179,7 @@ class KokoroG2P:
         request; only a missing installation (:class:`CosyedgeError`, e.g. no espeak-ng) propagates.
         """
         try:
-            if language == "en" and _TONE_MARKED.search(text):
+            if language == "en" and _PINYIN_ONLY_MARK.search(text):
                 raw = self._english_with_pinyin(text)
             else:
                 raw = self._g2p[language](text)
