@@ -21,6 +21,7 @@ import asyncio
 import html
 import logging
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
@@ -245,6 +246,7 @@ def live_player(job: Job) -> str:
 LIVE_PLAYER_JS = """
 // One state for the page's three players (window.__cosyedgeLive): a new value on any of them (the
 // next job on any tab, or Cancel's empty value) silences what any of them still had scheduled.
+const STOP = '#stop-';  // Cancel's value: new each time, so it reaches play() even on an idle player
 const S = window.__cosyedgeLive || (window.__cosyedgeLive =
   {ctx: null, reader: null, sources: new Set(), turn: 0, owner: null});
 async function play(src) {
@@ -256,6 +258,7 @@ async function play(src) {
   if (S.owner && S.owner !== element) S.owner.dataset.state = 'idle';
   S.owner = element;
   element.dataset.scheduled = '0';
+  if (!src || src.startsWith(STOP)) src = '';  // Cancel: silence only
   element.dataset.state = src ? 'loading' : 'idle';
   if (!src) return;
   S.ctx = S.ctx || new (window.AudioContext || window.webkitAudioContext)();
@@ -305,7 +308,9 @@ async function play(src) {
 watch('value', () => play(props.value));
 if (props.value) play(props.value);
 """
-LIVE_PLAYER_HTML = ('<div class="cosyedge-live"><small>${value ? "Playing while it is made / "'
+#: The live player's value for "stop" (Cancel), followed by a number that makes each one new.
+LIVE_STOP = "#stop-"
+LIVE_PLAYER_HTML = ('<div class="cosyedge-live"><small>${value && !value.startsWith("#") ? "Playing while it is made / "'
                     ' + "边合成边播放" : ""}</small></div>')
 
 
@@ -476,7 +481,9 @@ def build_ui(service: Service) -> "gr.Blocks":
         # synthesis it cancels), so the confirmation goes to the panel, not a toast. With nothing
         # running the panel stays: it is the report of the audio in the download player.
         confirmation = cancel_session(service, request)
-        return "", (confirmation if confirmation else gr.skip())
+        # a value of its own each time: a player already empty must still run its stop (the audio
+        # scheduled may be another tab's)
+        return f"{LIVE_STOP}{time.monotonic_ns()}", (confirmation if confirmation else gr.skip())
 
     def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
         with gr.Row():

@@ -169,10 +169,11 @@ AudioBufferSourceNode.prototype.stop = function (...args) {
 """
 
 
-@pytest.mark.parametrize("silence_with", ["new job", "cancel", "other tab"])
+@pytest.mark.parametrize("silence_with", ["new job", "cancel", "other tab", "cancel on other tab"])
 def test_audio_still_scheduled_is_silenced(browser, make_service, live_server, silence_with):
     """Synthesis runs far ahead of playback: a finished job can have minutes still to play. A new
-    job, Cancel (nothing runs any more) and a job on another tab must each silence it."""
+    job, Cancel (nothing runs any more), a job on another tab and Cancel on another tab must each
+    silence it."""
     service = make_service()
     server = live_server(service, with_ui=True)
     context, page, _ = open_page(browser, server.url)
@@ -187,6 +188,9 @@ def test_audio_still_scheduled_is_silenced(browser, make_service, live_server, s
         assert first >= 1
         if silence_with == "cancel":
             page.locator("#preset-cancel").click()
+        elif silence_with == "cancel on other tab":  # that tab's player is empty: no value change
+            page.get_by_role("tab", name=TABS["instruct"]).click()
+            page.locator("#instruct-cancel").click()
         else:
             tab = "preset" if silence_with == "new job" else "instruct"
             page.get_by_role("tab", name=TABS[tab]).click()
