@@ -175,8 +175,8 @@ _LEXICON: list[tuple[str, object, str]] = [
                        "volume up", "project your voice")),
     ("volume", -1, _en("quiet", "quietly", "quieter", "soft", "softly", "softer", "hushed",
                        "volume down", "mumble", "mumbling")),
-    ("volume", +1, _zh("大声", "响亮", "洪亮", "大点声", "声音大", "音量大", "提高音量", "调高音量",
-                       "放大音量", "喊", "高声") + "|" + _zh_after(("声音", "音量"), ("大",))
+    ("volume", +1, _zh("大声", "响亮", "洪亮", "大点声", "声音大(?!小)", "音量大(?!小)", "提高音量", "调高音量",
+                       "放大音量", "喊", "高声") + "|" + _zh_after(("声音", "音量"), ("大(?!小)",))
      + "|" + _zh_after(("音量",), ("高",))),
     ("volume", -1, _zh("小声", "轻声", "低声", "声音小", "音量小", "降低音量", "调低音量", "轻轻",
                        "柔声") + "|" + _zh_after(("声音", "音量"), ("小",))

@@ -124,6 +124,7 @@ CASES: list[tuple[str, dict]] = [
     ("very very slow", {"speed": SLOW ** 2}),
     ("非常非常慢", {"speed": SLOW ** 2}),
     ("声音再大一点", {"gain": 3.0}),
+    ("声音大小适中", {"gain": 0.0, "ns": ["no instruction this engine understands"]}),  # 大小: not loud (+6 dB)
     ("把音量调低", {"gain": -6.0}),
     ("happy but slowly with a low voice", {"speed": SLOW, "pitch": -3.0,
                                            "ns": ["emotion 'happy' ('happy'): nothing applied"]}),

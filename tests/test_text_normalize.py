@@ -54,6 +54,8 @@ def test_english_ordinals_and_years():
     ("the 2024-2025 school year", "the twenty twenty-four to twenty twenty-five school year"),
     ("45min, 1h 30min", "forty-five minutes, one hour thirty minutes"),
     ("Thanks~ 5~10 minutes, ~5 kids", "Thanks five to ten minutes, about five kids"),
+    ("Rest for 30s, in her 30s, the 80s, 1s", "Rest for thirty seconds, in her thirties, the eighties, one second"),
+    ("You got 85/100, In 2023 1/4 of us", "You got eighty-five out of a hundred, In twenty twenty-three one fourth of us"),
     ("x^2 + 10^3 = (a+b)^10", "x squared plus ten cubed equals (a plus b) to the power of ten"),
     ("Pens, paper, etc. Then we start, etc., etc.", "Pens, paper, et cetera. Then we start, et cetera, et cetera."),
     ("Main St. is near St. Louis. I.e. far. King Jr. was", "Main Street is near Saint Louis. That is far. King Junior was"),
@@ -95,6 +97,7 @@ def test_english(text, expected):
     ("圆周率是3.14159265358979，3.14159265358，1.5.3节", "圆周率是三点一四一五九二六五三五八九七九，三点一四一五九二六五三五八，一点五点三节"),
     ("比例是1:2，比分2:1，下午3:15", "比例是一比二，比分二比一，下午三点十五分"),
     ("学号20240101，房间号302，3号楼", "学号二零二四零一零一，房间号三零二，三号楼"),
+    ("2020年-2021年，比例尺1:1000", "二零二零年到二零二一年，比例尺一比一千"),
     ("x^2，2^10，a^3", "x的平方，二的十次方，a的立方"),
     ("1.读课文 2.写生字", "一、读课文；二、写生字"),          # list markers; "2.5元", "3.14" stay numbers
     ("作业：1.读课文；2.写生字。共2.5元，3.14", "作业：一、读课文；二、写生字。共二点五元，三点一四"),

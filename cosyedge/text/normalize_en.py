@@ -10,7 +10,8 @@ Written out before phonemization so that the sentence splitter never sees the do
 * Dates: ISO "2024-01-15" and US "1/15/2024" -> "January fifteenth, twenty twenty-four".
 * "5-3=2" -> "five minus three equals two"; other "3-5", "3–5", "9:00-10:30" are ranges ("to"); a
   range of two years 1100-2099 ("2024-2025") reads both as years.
-* Decades "1990s", "the 80s" -> "nineteen nineties", "eighties"; "5pm" -> "five P M".
+* Decades "1990s", "the 80s", "in her 30s" -> "nineteen nineties", "eighties", "thirties"; any other
+  "30s" is seconds; "5pm" -> "five P M".
 * Exponents (x^2, x² after cleanup) -> "x squared", "cubed", "to the power of ten".
 * Letters and digits written together are read apart: "CO2" -> "CO two", "MP3", "Q1", "4K".
 * Other "a/b" of digits with b from 2 to 10 or 100 are fractions, as read in class: "1/2" -> "one half",
@@ -174,6 +175,8 @@ def _fraction(match: re.Match) -> str:
     whole, top, bottom = match.group(1), int(match.group(2)), int(match.group(3))
     if bottom < 2 or (bottom > 10 and bottom != 100) or (top >= bottom and (whole or top >= 20)):
         return match.group(0)  # "24/7", "50/50" and dates without a year ("due 11/30") stay numbers
+    if bottom == 100 and top > 1 and not whole:
+        return f"{cardinal(top)} out of a hundred"  # a score: "85/100"
     name = {2: "half", 100: "hundredth"}.get(bottom) or ordinal(bottom)
     if top != 1:
         name = "halves" if bottom == 2 else name + "s"
@@ -192,9 +195,8 @@ def _power(exponent: int) -> str:
     return {2: " squared", 3: " cubed"}.get(exponent, f" to the power of {cardinal(exponent)}")
 
 
-def _decade(match: re.Match) -> str:
-    """ "1990s" -> "nineteen nineties", "80s" -> "eighties"."""
-    text = match.group(1)
+def _decade(text: str) -> str:
+    """ "1990" (of "1990s") -> "nineteen nineties", "80" -> "eighties"."""
     spoken = year(int(text)) if len(text) == 4 else cardinal(int(text))
     return spoken[:-1] + "ies" if spoken.endswith("y") else spoken + "s"
 
@@ -225,16 +227,17 @@ def normalize_en(text: str) -> str:
     text = re.sub(r"(?<=[A-Za-z0-9)])\s?\^\s?(\d+)", lambda m: _power(int(m.group(1))), text)  # x^2, 10³
     text = re.sub(r"\bNo\.(?=\s?\d)", "number ", text)  # "No. 5", but "Are you ready? No." is "no"
     # U.S.A. -> U S A (letters are then spelled by espeak); keeps the dots out of the splitter
-    text = re.sub(r"\b(?![ap]\.m\.)(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ", text)
+    text = re.sub(r"\b(?![ap]\.m\.)(?:[A-Za-z]\.){2,}", lambda m: " ".join(m.group(0).replace(".", "")) + " ",
+                  text)
     text = re.sub(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", _iso_date, text)
     text = re.sub(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b", _us_date, text)
-    text = re.sub(r"(?<![\d/.,])(?:(\d+) )?(\d{1,3})/(\d{1,3})(?![\d/]|\.\d)", _fraction, text)
+    text = re.sub(r"(?<![\d/.,])(?:(?<!\d)(\d{1,2}) )?(\d{1,3})/(\d{1,3})(?![\d/]|\.\d)", _fraction, text)
     # before times, money and units, which would hide the digits: "9:00-10:30", "-5°C", "-5%"
     text = re.sub(r"(\d)\s?[-–−]\s?(?=\d+(?:\.\d+)?\s?=)", r"\1 minus ", text)  # 5-3=2
     text = re.sub(r"\b(1[1-9]\d\d|20\d\d)\s?[-–]\s?(1[1-9]\d\d|20\d\d)\b",
                   lambda m: f"{year(int(m.group(1)))} to {year(int(m.group(2)))}", text)  # 2024-2025
     text = re.sub(r"(\d)\s?[-–~]\s?(?=\d)", r"\1 to ", text)  # ranges: 10-20, 3–5, 5~10
-    text = re.sub(r"(?<![A-Za-z])~\s?(?=\d)", " about ", text)  # "~5 minutes"; any other tilde is silent ("Thanks~")
+    text = re.sub(r"(?<![A-Za-z])~\s?(?=\d)", " about ", text)  # "~5 min"; other tildes are silent
     text = re.sub(r"(?<![\w.])[-−](?=\d)", "minus ", text)
     text = re.sub(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*({_MERIDIEM}))?", _time, text, flags=re.I)
     text = re.sub(rf"\b(\d{{1,2}})\s?({_MERIDIEM})",
@@ -243,7 +246,11 @@ def normalize_en(text: str) -> str:
     text = re.sub(rf"({NUMBER})\s?%", lambda m: number(m.group(1)) + " percent", text)
     text = UNIT_AFTER_NUMBER.sub(_unit, text)
     text = re.sub(r"\b(\d+)(st|nd|rd|th)\b", lambda m: ordinal(int(m.group(1))), text, flags=re.I)
-    text = re.sub(r"\b(\d0|1[1-9]\d0|20\d0)'?s\b", _decade, text)
+    text = re.sub(r"\b(1[1-9]\d0|20\d0)'?s\b|'(\d0)s\b", lambda m: _decade(m.group(m.lastindex)), text)
+    text = re.sub(r"\b((?:the|his|her|their|my|your|our|early|late|mid)[ -])(\d0)'?s\b",
+                  lambda m: m.group(1) + _decade(m.group(2)), text)  # the 80s, in her 30s
+    text = re.sub(r"\b(\d+)s\b", lambda m: number(m.group(1)) + (" second" if m.group(1) == "1" else " seconds"),
+                  text)  # any other "30s": seconds ("rest for 30s")
     text = re.sub(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])", " ", text)  # CO2, MP3, 4K
     text = re.sub(r"(?<=[A-Za-z])\.(?=[A-Za-z0-9])|(?<=\d)\.(?=[A-Za-z])", " dot ", text)  # example.com
     text = re.sub(r"\d+(?:\.\d+){2,}", lambda m: " point ".join(number(p) for p in m.group(0).split(".")),

@@ -114,7 +114,7 @@ def normalize_zh(text: str) -> str:
                   lambda m: "点".join(number(p) for p in m.group(0).split(".")), text)  # 1.5.3节
     text = re.sub(r"(?<![\d.,])(\d+)\.(\d{3,})(?![\d.])",
                   lambda m: number(m.group(1)) + "点" + digits(m.group(2)), text)  # 3.14159265358979
-    text = re.sub(r"(?<=[比例分数])(\d+):(\d+)(?!\d)|(?<!\d)(\d+):(\d)(?!\d)",
+    text = re.sub(r"(?<=[比例分数尺])(\d+):(\d+)(?!\d)|(?<!\d)(\d+):(\d)(?!\d)",
                   lambda m: "比".join(number(g) for g in m.groups() if g), text)  # 比例1:2, 2:1
     text = re.sub(r"(?<=号)(?<!\d号)\s?(\d{3,})(?![\d.])", lambda m: digits(m.group(1)), text)  # 学号20240101
     text = re.sub(r"(?<![\d.])(1[3-9]\d{9}|0\d{2,3}-?\d{7,8})(?!\d)",
@@ -123,6 +123,7 @@ def normalize_zh(text: str) -> str:
     text = re.sub(r"(?<!\d)(1[1-9]\d\d|20\d\d)\s?[-–~～]\s?(1[1-9]\d\d|20\d\d)(?=\s?(?:学?年|学期|届))",
                   lambda m: digits(m.group(1)) + "到" + digits(m.group(2)), text)  # 2024-2025学年
     text = re.sub(r"(\d)\s?[-–~～]\s?(?=\d)", r"\1到", text)  # ranges: 3-5天, 9:00-10:30
+    text = re.sub(r"(?<=[年月日号])\s?[-–]\s?(?=\d)", "到", text)  # 2020年-2021年 (was 年负二零二一年)
     text = re.sub(r"(?<=[\d一二三四五六七八九十点时分秒日月年号周天])\s?[~～]\s?(?=[\d一二三四五六七八九十周星])",
                   "到", text)  # 9点~10点, 周一~周五, 1月~3月 (a tilde after other words is a tone)
     text = re.sub(r"(?<!\d)(\d{1,2})[:：](\d{2})(?:[:：](\d{2}))?(?!\d)", _time, text)
