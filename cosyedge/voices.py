@@ -351,9 +351,9 @@ class VoiceLibrary:
         """Save a conditioned prompt as a named voice (atomically: all three files or nothing)."""
         display, voice_id = name_to_id(name)
         transcript = _check_transcript(transcript)
+        if not overwrite:
+            voice_id = self._id_for(display, voice_id)
         target = self._path(voice_id)
-        if target.exists() and not overwrite:
-            raise NameError_(f"a saved voice with id {voice_id!r} already exists; choose another name")
         info = VoiceInfo(id=voice_id, name=display, engine=engine, model_id=model_id,
                          duration_s=round(prompt.duration_s, 3), created=time.time(),
                          notes=tuple(prompt.notes))
@@ -377,9 +377,9 @@ class VoiceLibrary:
     def rename(self, voice_id: str, new_name: str) -> VoiceInfo:
         path = self._existing(voice_id)
         display, new_id = name_to_id(new_name)
+        if new_id != voice_id:
+            new_id = self._id_for(display, new_id)
         target = self._path(new_id)
-        if new_id != voice_id and target.exists():
-            raise NameError_(f"a saved voice with id {new_id!r} already exists; choose another name")
         info = self._read_meta(path)
         info = VoiceInfo(**{**asdict(info), "id": new_id, "name": display})
         if new_id != voice_id:  # move first: a folder is never left with another voice's meta
@@ -391,6 +391,28 @@ class VoiceLibrary:
                 os.rename(target, path)  # back under its old id, with its old meta
             raise
         return info
+
+    def _id_for(self, display: str, voice_id: str) -> str:
+        """``voice_id``, or the first free ``voice_id-2``, ``-3``... when a voice with another name
+        holds it (汪老师 and 王老师 are both wang-lao-shi); NameError_ when that voice has this very
+        name (letter case and spaces aside)."""
+        def same(a: str, b: str) -> bool:
+            return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+
+        candidate = voice_id
+        for number in range(2, 100):
+            path = self._path(candidate)
+            if not path.exists():
+                return candidate
+            try:
+                held_by = self._read_meta(path).name
+            except (OSError, ValueError, KeyError, TypeError):
+                held_by = display  # unreadable: never take its place
+            if same(held_by, display):
+                raise NameError_(f"a saved voice named {held_by!r} (id {candidate!r}) already exists; "
+                                 "choose another name")
+            candidate = f"{voice_id}-{number}"[:64]
+        raise NameError_(f"too many saved voices with names like {display!r}; choose another name")
 
     def delete(self, voice_id: str) -> None:
         shutil.rmtree(self._existing(voice_id))

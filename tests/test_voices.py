@@ -313,3 +313,20 @@ def test_a_rename_that_cannot_move_leaves_the_voice_as_it_was(lib, monkeypatch):
         lib.rename("ms-lee", "Teacher Lee")
     monkeypatch.setattr(os, "rename", real_rename)
     assert lib.get("ms-lee").name == "Ms Lee"  # its meta was rewritten before the move failed
+
+
+def test_names_that_sound_alike_get_ids_of_their_own(lib):
+    """汪老师 and 王老师 are both wang-lao-shi in pinyin: the second was refused as "already exists"
+    although no voice had its name. The same name again (case, spaces) is still refused."""
+    first = save(lib, "王老师")
+    second = save(lib, "汪老师", seed=1)
+    assert (first.id, second.id) == ("wang-lao-shi", "wang-lao-shi-2")
+    assert lib.get("wang-lao-shi-2").name == "汪老师" and lib.get("wang-lao-shi").name == "王老师"
+    with pytest.raises(NameError_, match="named '汪老师'"):
+        save(lib, "汪老师", seed=2)
+    save(lib, "Ms  Lee")
+    with pytest.raises(NameError_, match="already exists"):
+        save(lib, "ms lee")
+    with pytest.raises(NameError_, match="named '王老师'"):
+        lib.rename("ms-lee", "王老师")
+    assert lib.rename("ms-lee", "望老师").id == "wang-lao-shi-3"   # a third name with the same sound
