@@ -467,14 +467,14 @@ class Service:
             raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}")
         if request.speaker is not None and self.holder.presets is not None:
             self._check_preset(request.speaker, self.holder.presets)
-        if request.voice_id is not None:
-            self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
-        if request.prompt_audio is not None:
-            self._condition(request.prompt_audio)  # every prompt problem is refused before queueing
         if request.prompt_text is not None and len(request.prompt_text) > MAX_TRANSCRIPT_CHARS:
             # a native engine puts the transcript before every sentence of the text it reads
             raise TextError(f"prompt_text is {len(request.prompt_text)} characters; the limit is "
                             f"{MAX_TRANSCRIPT_CHARS} (the transcript of the prompt audio, 3-10 s of speech)")
+        if request.voice_id is not None:
+            self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
+        if request.prompt_audio is not None:
+            self._condition(request.prompt_audio)  # every prompt problem is refused before queueing
         if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
             raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "
                             f"{MAX_INSTRUCTION_CHARS}")
