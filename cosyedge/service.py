@@ -546,7 +546,7 @@ class Service:
                 raise CancelledError("cancelled before synthesis started")
             if request.prompt_audio is not None or request.voice_id is not None:
                 job.set_phase(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
-            choice = self._resolve_voice(engine, request)
+            choice = self._resolve_voice(engine, request, job.is_cancelled)
             options = SynthesisOptions(speed=float(request.speed), language=request.language)
             plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
             notes = ignored_inputs(request, engine)
@@ -634,7 +634,8 @@ class Service:
     def _condition(self, data: bytes) -> ConditionedPrompt:
         return condition_prompt(data, max_bytes=int(self.settings.max_upload_mb * 1024 * 1024))
 
-    def _resolve_voice(self, engine: Engine, request: TTSRequest) -> VoiceChoice:
+    def _resolve_voice(self, engine: Engine, request: TTSRequest,
+                       cancelled: Callable[[], bool] | None = None) -> VoiceChoice:
         """Pick the engine's voice: a preset, or a prompt (uploaded or saved) encoded through the cache.
 
         A prompt is conditioned (cosyedge.audio), then encoded once per (audio, transcript, engine,
@@ -652,7 +653,7 @@ class Service:
             transcript = (request.prompt_text or None) if engine.capabilities.native_clone else None
             prompt = self._condition(request.prompt_audio)
             name = "prompt audio"
-        encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript)
+        encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt)
 
     @staticmethod

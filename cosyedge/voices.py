@@ -32,7 +32,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -98,8 +98,10 @@ class PromptCache:
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.v{CACHE_VERSION}.npz"
 
-    def get_or_encode(self, engine: Any, prompt: ConditionedPrompt, transcript: str | None) -> VoicePrompt:
-        """The cached encoding of ``prompt`` for ``engine``, encoding (once) on a miss."""
+    def get_or_encode(self, engine: Any, prompt: ConditionedPrompt, transcript: str | None, *,
+                      cancelled: Callable[[], bool] | None = None) -> VoicePrompt:
+        """The cached encoding of ``prompt`` for ``engine``, encoding (once) on a miss; ``cancelled``
+        goes to the engine (an encoding it stops is not cached)."""
         key = prompt_key(prompt.pcm_bytes(), transcript, engine.name, engine.model_id)
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
@@ -110,7 +112,8 @@ class PromptCache:
                     self.hits += 1
                     return cached
                 self.misses += 1
-                encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript)
+                extra = {"cancelled": cancelled} if cancelled is not None else {}
+                encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript, **extra)
                 self._store(key, encoded.to_bytes())
                 return encoded
         finally:

@@ -33,11 +33,12 @@ class FakeEngine:
     model_id = "fake-sine"
 
     def __init__(self, delay: float = 0.0, ballast_mb: int = 0, native_clone: bool = False,
-                 native_instruct: bool = False) -> None:
+                 native_instruct: bool = False, encode_delay: float = 0.0) -> None:
         self.capabilities = Capabilities(native_clone=native_clone, native_instruct=native_instruct,
                                          languages=("auto", "zh", "en", "ja"),
                                          sample_rate=SAMPLE_RATE)
         self.delay = delay
+        self.encode_delay = encode_delay
         # Memory the engine "holds" (like ONNX weights), so unload tests can watch RSS fall.
         self.ballast = np.ones(ballast_mb * 1024 * 1024 // 8, dtype=np.float64) if ballast_mb else None
         self.closed = False
@@ -50,7 +51,14 @@ class FakeEngine:
     def presets(self) -> list[str]:
         return list(PRESETS)
 
-    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
+                      cancelled: CancelFn | None = None) -> VoicePrompt:
+        """Takes ``encode_delay`` seconds in 0.05 s steps, stopping when ``cancelled()`` (like Kokoro's
+        voice match between its probes)."""
+        for _ in range(int(self.encode_delay / 0.05)):
+            if cancelled is not None and cancelled():
+                raise CancelledError("cancelled while preparing the voice")
+            time.sleep(0.05)
         return VoicePrompt(engine=self.name, model_id=self.model_id,
                            arrays={"mean": np.array([float(np.mean(audio))], dtype=np.float32)},
                            meta={"transcript": transcript, "sample_rate": sample_rate})

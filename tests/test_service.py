@@ -125,9 +125,9 @@ def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, 
     phases: list[str] = []
     encode = FakeEngine.encode_prompt
 
-    def slow_encode(self, audio, sample_rate, transcript):
+    def slow_encode(self, audio, sample_rate, transcript, **options):
         time.sleep(0.3)
-        return encode(self, audio, sample_rate, transcript)
+        return encode(self, audio, sample_rate, transcript, **options)
 
     monkeypatch.setattr(FakeEngine, "encode_prompt", slow_encode)
     service = make_service()

@@ -122,3 +122,28 @@ def test_a_voice_the_instruction_replaced_gets_no_similarity(make_service):
     assert result.similarity is None
     kept = run(service, text="Hello.", prompt_audio=prompt, instruct="慢一点")
     assert kept.voice == "prompt audio" and isinstance(kept.similarity, float)
+
+
+def test_cancel_while_the_voice_is_prepared_stops_at_once(make_service, fake_factory):
+    """Kokoro's voice match takes ~13 s; a Cancel during it waited for its end before. Nothing
+    half-encoded is cached: the same prompt is encoded again next time."""
+    import time
+
+    from cosyedge.jobs import JobState
+    from cosyedge.service import PHASE_PREPARING_VOICE
+
+    fake_factory.engine_kwargs["encode_delay"] = 5.0
+    service = make_service()
+    prompt = encode(speechlike(4.0), 24000)
+    job = service.submit(TTSRequest(text="Hello.", prompt_audio=prompt))
+    deadline = time.monotonic() + 10
+    while job.phase != PHASE_PREPARING_VOICE:
+        assert time.monotonic() < deadline, job.phase
+        time.sleep(0.02)
+    cancelled_at = time.monotonic()
+    service.cancel(job.id)
+    assert job.wait(1.0), "the voice match ran on after Cancel"
+    assert job.state is JobState.CANCELLED and time.monotonic() - cancelled_at < 1.0
+    fake_factory.engine.encode_delay = 0.0
+    run(service, text="Again.", prompt_audio=prompt)
+    assert service.prompt_cache.misses == 2 and service.prompt_cache.hits == 0

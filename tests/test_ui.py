@@ -252,9 +252,9 @@ def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monke
 
     encode = FakeEngine.encode_prompt
 
-    def slow_encode(self, audio, sample_rate, transcript):  # a voice match takes seconds
+    def slow_encode(self, audio, sample_rate, transcript, **options):  # a voice match takes seconds
         time.sleep(0.6)
-        return encode(self, audio, sample_rate, transcript)
+        return encode(self, audio, sample_rate, transcript, **options)
 
     monkeypatch.setattr(FakeEngine, "encode_prompt", slow_encode)
     service = make_service()

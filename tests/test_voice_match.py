@@ -52,6 +52,23 @@ def test_match_raises_similarity_over_the_nearest_preset(engine):
 
 
 @pytest.mark.slow
+def test_a_cancelled_match_stops_between_probes(engine):
+    """The job's Cancel reaches the search: it stops at the next probe, returning nothing."""
+    from cosyedge.errors import CancelledError
+
+    target = shifted_voice(engine, "jf_alpha", 0.85)
+    asked: list[int] = []
+
+    def cancelled() -> bool:
+        asked.append(1)
+        return len(asked) > 2
+
+    budget = voice_match.MatchBudget(max_evals=10, deadline_s=1e9, seed=0)
+    with pytest.raises(CancelledError, match="after 2 probes"):
+        voice_match.match_voice(engine, target, 24000, None, budget=budget, cancelled=cancelled)
+
+
+@pytest.mark.slow
 def test_preset_voice_matches_itself_best(engine):
     """A prompt spoken by a bundled pack: the nearest preset is that pack and similarity is high."""
     target = shifted_voice(engine, "jm_kumo", 1.0)

@@ -110,8 +110,10 @@ class Engine(Protocol):
     def presets(self) -> list[str]:
         """Names of built-in voices, in display order."""
 
-    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
-        """Encode conditioned prompt audio into a reusable VoicePrompt."""
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
+                      cancelled: CancelFn | None = None) -> VoicePrompt:
+        """Encode conditioned prompt audio into a reusable VoicePrompt; an encoding that takes long
+        (Kokoro's voice match: seconds) stops early (raise CancelledError) when ``cancelled()``."""
 
     def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None,

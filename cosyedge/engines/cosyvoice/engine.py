@@ -150,7 +150,8 @@ class CosyVoiceEngine:
                 self._prompt_encoder = self._prompt_encoder_factory()
             return self._prompt_encoder
 
-    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
+                      cancelled: CancelFn | None = None) -> VoicePrompt:
         """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
         if self._release_lm_if_idle():
             logger.debug("LLM released while the prompt encoders run")

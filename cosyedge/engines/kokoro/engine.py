@@ -290,11 +290,12 @@ class KokoroEngine:
         service puts them in the result's ``notes``."""
         return self.frontend.language_notes(text, language)
 
-    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None) -> VoicePrompt:
+    def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
+                      cancelled: CancelFn | None = None) -> VoicePrompt:
         """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
         from cosyedge.engines.kokoro import voice_match
 
-        return voice_match.match_voice(self, audio, sample_rate, transcript)
+        return voice_match.match_voice(self, audio, sample_rate, transcript, cancelled=cancelled)
 
     def close(self) -> None:
         """Stop the frontend's helper process, close and drop the session (it frees its arena)."""

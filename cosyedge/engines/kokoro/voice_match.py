@@ -29,11 +29,12 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from cosyedge.engines.base import VoicePrompt
+from cosyedge.errors import CancelledError
 from cosyedge.engines.kokoro import presets
 from cosyedge.speaker import SpeakerEncoder, cosine, shared_encoder
 
@@ -344,8 +345,11 @@ def _schedule(sims: np.ndarray, guess: np.ndarray, pitch: np.ndarray | None) -> 
 
 
 def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
-                encoder: SpeakerEncoder | None = None, budget: MatchBudget | None = None) -> VoicePrompt:
-    """Find the blend of the engine's packs that sounds most like ``audio``; see the module doc."""
+                encoder: SpeakerEncoder | None = None, budget: MatchBudget | None = None,
+                cancelled: Callable[[], bool] | None = None) -> VoicePrompt:
+    """Find the blend of the engine's packs that sounds most like ``audio``; see the module doc.
+    Raises CancelledError between probes once ``cancelled()`` (the job's Cancel: the search takes
+    seconds, and nothing half-searched is returned or cached)."""
     started = time.monotonic()
     budget = budget or MatchBudget()
     encoder = encoder or shared_encoder()
@@ -377,6 +381,8 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
     best = max(preset_scores.values(), key=lambda c: c.score)
 
     def within_budget(n: int) -> bool:
+        if cancelled is not None and cancelled():
+            raise CancelledError(f"cancelled while preparing the voice (after {n} probes)")
         return n < budget.max_evals and time.monotonic() - started < budget.deadline_s
 
     pitch = pitch_weights(np.array([probes[n].f0 for n in names]), target_f0)
