@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 #: A job's phase while its prompt or saved voice is conditioned and encoded (cache miss: seconds).
 PHASE_PREPARING_VOICE = "preparing the voice…"
+PHASE_LOADING = "loading model…"
+PHASE_SYNTHESIZING = "synthesizing"
+PHASE_SCORING = "scoring similarity"
 
 #: Speed range accepted before the engine is loaded (every engine supports at least this).
 SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=(),
@@ -541,7 +544,7 @@ class Service:
     # --- the work itself (a worker thread) ------------------------------------------------
     def _run(self, job: Job, request: TTSRequest) -> TTSResult:
         started = time.monotonic()
-        with self.holder.use(on_loading=lambda: job.set_phase("loading model…")) as engine:
+        with self.holder.use(on_loading=lambda: job.set_phase(PHASE_LOADING)) as engine:
             if job.is_cancelled():
                 raise CancelledError("cancelled before synthesis started")
             if request.prompt_audio is not None or request.voice_id is not None:
@@ -551,7 +554,7 @@ class Service:
             plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
             notes = ignored_inputs(request, engine)
             skipped = unread_text(engine, request.text, options.language)
-            job.set_phase("synthesizing")
+            job.set_phase(PHASE_SYNTHESIZING)
 
             def progress(done: int, total: int) -> None:
                 job.report(done, total)
@@ -578,7 +581,7 @@ class Service:
             if choice.prompt is not None and audio.size:
                 from cosyedge.speaker import similarity as speaker_similarity
 
-                job.set_phase("scoring similarity")
+                job.set_phase(PHASE_SCORING)
                 similarity = round(speaker_similarity(audio, sample_rate, choice.prompt.pcm,
                                                       choice.prompt.sample_rate), 4)
             result = TTSResult(job_id=job.id, audio=audio, sample_rate=sample_rate,

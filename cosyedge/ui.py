@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.jobs import Job
-from cosyedge.service import PHASE_PREPARING_VOICE, SPEED_RANGE, Service, TTSRequest, TTSResult
+from cosyedge.jobs import PHASE_STARTING
+from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
+                              SPEED_RANGE, Service, TTSRequest, TTSResult)
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
     import gradio as gr
@@ -205,9 +207,9 @@ def describe(result: TTSResult) -> str:
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
 #: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
-PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, "loading model…": "loading the model… / 正在加载模型…",
-                "starting": "starting / 正在开始", "synthesizing": "synthesizing / 正在合成",
-                "scoring similarity": "measuring the similarity to the prompt / 正在测量与参考音频的相似度"}
+PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading the model… / 正在加载模型…",
+                PHASE_STARTING: "starting / 正在开始", PHASE_SYNTHESIZING: "synthesizing / 正在合成",
+                PHASE_SCORING: "measuring the similarity to the prompt / 正在测量与参考音频的相似度"}
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
@@ -506,8 +508,8 @@ def build_ui(service: Service) -> "gr.Blocks":
         return go, stop, audio, panel, live
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> Any:
-        """``out``: download player, panel, live player (last; Cancel empties it). Returns the
-        generate event."""
+        """``out``: download player, panel, live player (last; Cancel gives it a stop value).
+        Returns the generate event."""
         # Progress (and a failed event's "Error" mark) on the panel alone: a refused Generate put a
         # red "Error" badge over the player still holding the last good result, and over the live
         # player's line.

@@ -112,8 +112,8 @@ class PromptCache:
                     self.hits += 1
                     return cached
                 self.misses += 1
-                extra = {"cancelled": cancelled} if cancelled is not None else {}
-                encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript, **extra)
+                encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript,
+                                               cancelled=cancelled)
                 self._store(key, encoded.to_bytes())
                 return encoded
         finally:

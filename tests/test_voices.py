@@ -31,7 +31,7 @@ class CountingEngine:
         self.model_id = model_id
         self.encodes = 0
 
-    def encode_prompt(self, audio, sample_rate, transcript):
+    def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
         self.encodes += 1
         return VoicePrompt(engine=self.name, model_id=self.model_id,
                            arrays={"style": np.full((4, 256), float(audio.mean()), np.float32)},
