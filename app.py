@@ -53,14 +53,14 @@ def check_exposure(settings: Settings) -> None:
 def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
     """REST routes, then the Gradio page mounted at "/", wrapped in auth when configured."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from cosyedge.api import create_api
+    from cosyedge.web.api import create_api
 
     settings = service.settings
     app = create_api(service)
     if with_ui:
         import gradio as gr
 
-        from cosyedge.ui import build_ui, queue_settings, theme
+        from cosyedge.web.ui import build_ui, queue_settings, theme
 
         demo = build_ui(service)
         demo.queue(**queue_settings(service))
@@ -70,7 +70,7 @@ def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
                                   allowed_paths=[str(settings.outputs_path.resolve())],
                                   enable_monitoring=False)
     if settings.auth:
-        from cosyedge.auth import BasicAuthMiddleware
+        from cosyedge.web.auth import BasicAuthMiddleware
 
         app.add_middleware(BasicAuthMiddleware, credentials=settings.auth)
     return app
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    from cosyedge.api import install_log_redaction
+    from cosyedge.web.api import install_log_redaction
     from cosyedge.thermal import ThermalGovernor
 
     service = make_service(settings, ThermalGovernor.from_settings(settings))

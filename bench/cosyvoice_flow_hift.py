@@ -47,7 +47,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    from tests.cosyvoice import _reference as ref
+    from tests.helpers import cosyvoice_reference as ref
     ref.install_shim()
     import torch
     torch.set_num_threads(args.threads)

@@ -67,7 +67,7 @@ def inputs(seed: int = 0) -> dict:
 def build_upstream_llm(size: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from tests.cosyvoice import _reference
+    from tests.helpers import cosyvoice_reference as _reference
     _reference.install_shim()
     import functools
 
@@ -92,7 +92,7 @@ def build_upstream_llm(size: str):
 def stage_prepare(work: Path, size: str) -> None:
     import torch
 
-    from tests.cosyvoice import _reference
+    from tests.helpers import cosyvoice_reference as _reference
 
     src = work / "src"
     t = time.perf_counter()

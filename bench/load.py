@@ -9,7 +9,7 @@ queue's own view. Every client stops after ``--requests`` requests in all or ``-
 whichever comes first. Prints one JSON report: max running at once (engine and /health), 200s,
 429s (each checked for Retry-After), other errors, p50/p95 latency per route.
 
-``run_load`` is the driver; tests/load/ calls it with CI-sized numbers.
+``run_load`` is the driver; tests/system/load/ calls it with CI-sized numbers.
 """
 
 from __future__ import annotations
@@ -292,14 +292,14 @@ def main() -> int:
     from app import build_app
     from cosyedge import config
     from cosyedge.service import Service
-    from tests.conftest import LiveServer
+    from tests.helpers.live_server import LiveServer
 
     root = Path(tempfile.mkdtemp(prefix="cosyedge-loadbench-"))
     (root / "outputs").mkdir()
     settings = dataclasses.replace(config.from_env({}), root=root, models_dir=ROOT / "models",
                                    idle_unload_minutes=0).validate()
     if args.engine == "fake":
-        from tests.fake_engine import FakeEngine
+        from tests.helpers.fake_engine import FakeEngine
 
         inner: Callable[[], Any] = lambda: FakeEngine(delay=args.delay)  # noqa: E731
     else:

@@ -27,7 +27,7 @@ RUNTIME_MODULES = (
     "cosyedge.engines.base", "cosyedge.engines.kokoro.engine", "cosyedge.engines.kokoro.frontend",
     "cosyedge.janitor", "cosyedge.thermal", "cosyedge.jobs", "cosyedge.service",
     # the web app (gradio is the slow one: a few seconds on a small box)
-    "fastapi", "uvicorn", "gradio", "cosyedge.auth", "cosyedge.api", "cosyedge.ui",
+    "fastapi", "uvicorn", "gradio", "cosyedge.web.auth", "cosyedge.web.api", "cosyedge.web.ui",
 )
 SENTENCES = {"en": "This is a short self test.", "zh": "这是一个简短的自检。",
              "ja": "これは短いセルフテストです。"}

@@ -6,7 +6,7 @@
 # Idempotent: a second run only checks what is already there. Never needed at run time: the
 # cosyedge runtime is onnxruntime + numpy. The reference is the PyPI package cosyvoice-minicpmo
 # (Apache-2.0; its model code equals upstream CosyVoice commit 46dfe04), installed with --no-deps
-# so torchaudio / onnxruntime-gpu / whisper / modelscope stay out. See tests/cosyvoice/_reference.py
+# so torchaudio / onnxruntime-gpu / whisper / modelscope stay out. See tests/helpers/cosyvoice_reference.py
 # for the import shim it needs.
 set -euo pipefail
 

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Set up the dev environment (if needed) and run the whole test suite:
-#   1. everything but tests/cosyvoice in .venv (the app's environment: no torch),
-#   2. tests/cosyvoice (parity against upstream PyTorch) in .venv-ref.
-# With arguments, only the first run happens, with the arguments passed to pytest.
+# Set up the dev environment (if needed) and run the test suite.
+#   scripts/test.sh              the whole suite, as CI runs it:
+#                                  1. every test not marked `reference` in .venv (the app's environment: no torch),
+#                                  2. the tests marked `reference` (parity against upstream PyTorch) in .venv-ref.
+#   scripts/test.sh --fast       the quick loop (under 3 minutes): .venv only, without the tests marked
+#                                slow, browser, load or reference; more arguments go to pytest.
+#   scripts/test.sh ARGS...      only the first run, with ARGS passed to pytest (e.g. a test file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
 bash scripts/setup.sh --dev
 mkdir -p test-artifacts
 run_pytest() {  # VENV ARGS...; pytest's exit 5 (no tests collected) counts as a failure
@@ -20,11 +28,15 @@ run_pytest() {  # VENV ARGS...; pytest's exit 5 (no tests collected) counts as a
   return "$rc"
 }
 
+if [ "$fast" = 1 ]; then
+  run_pytest .venv -m "not slow and not browser and not load and not reference" "$@"
+  exit $?
+fi
 if [ $# -gt 0 ]; then
   run_pytest .venv "$@"
   exit $?
 fi
 rc=0
-run_pytest .venv --ignore=tests/cosyvoice || rc=$?
-run_pytest .venv-ref tests/cosyvoice || rc=$?
+run_pytest .venv -m "not reference" || rc=$?
+run_pytest .venv-ref -m reference || rc=$?
 exit "$rc"

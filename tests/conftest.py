@@ -5,9 +5,6 @@ Real-model fixtures assemble models/kokoro-int8 once per session.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -15,7 +12,8 @@ import pytest
 
 from cosyedge.config import Settings
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+from tests.helpers.live_server import LiveServer
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +50,8 @@ def web_settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def fake_factory():
-    """A FakeFactory (tests/fake_engine.py) producing sine-tone engines; tweak before first use."""
-    from tests.fake_engine import FakeFactory
+    """A FakeFactory (tests/helpers/fake_engine.py) producing sine-tone engines; tweak before first use."""
+    from tests.helpers.fake_engine import FakeFactory
 
     return FakeFactory()
 
@@ -74,39 +72,6 @@ def make_service(web_settings: Settings, fake_factory) -> Iterator[Callable[...,
     yield make
     for service in built:
         service.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LiveServer:
-    """A uvicorn server running an ASGI app in a thread on 127.0.0.1:<free port>."""
-
-    def __init__(self, app: object) -> None:
-        import uvicorn
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=2, ws="none")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="live-server", daemon=True)
-
-    def start(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("live server did not start")
-            time.sleep(0.05)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -133,3 +98,40 @@ def server(make_service, live_server):
     srv = live_server(service)
     srv.service = service
     return srv
+
+
+# --- the two environments ----------------------------------------------------------------------
+
+
+def _is_reference_module(path: Path) -> bool:
+    """Whether a test module declares ``pytest.mark.reference`` in its module-level ``pytestmark``."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
+                                                for t in node.targets):
+            return any(isinstance(n, ast.Attribute) and n.attr == "reference" for n in ast.walk(node.value))
+    return False
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """Keep ``-m reference`` and ``-m "not reference"`` from importing the other environment's modules.
+
+    Tests marked ``reference`` need the PyTorch reference stack (.venv-ref); the others need the
+    app's stack (.venv: gradio, no torch). Importing a module of the other kind fails at collection,
+    before any marker deselects it, so a module-level mark decides here instead.
+    """
+    expression = (config.getoption("markexpr") or "").strip()
+    if "reference" not in expression or collection_path.suffix != ".py" \
+            or not collection_path.name.startswith("test_"):
+        return None
+    wants_reference = expression == "reference" or expression.startswith("reference and ")
+    wants_others = "not reference" in expression
+    if not (wants_reference or wants_others):
+        return None
+    is_reference = _is_reference_module(collection_path)
+    return (wants_reference and not is_reference) or (wants_others and is_reference)

@@ -11,8 +11,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 # After a 4 MiB block is freed, glibc's adaptive threshold rises past 2 MiB, so a 2 MiB block comes
 # from the heap (mapped blocks unchanged); with the fixed threshold it gets its own mapping.

@@ -395,8 +395,8 @@ def test_cli_speak_instruct_on_tiny_engine(tmp_path, monkeypatch, capsys):
     from cosyedge import cli
     from cosyedge.commands import speak
     from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
-    from tests import tiny_kokoro
-    from tests.test_kokoro_engine import PACKS, SplitOnPeriodFrontend
+    from tests.helpers import tiny_kokoro
+    from tests.engines.kokoro.test_engine import PACKS, SplitOnPeriodFrontend
 
     rng = np.random.default_rng(0)
     packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}

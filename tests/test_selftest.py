@@ -11,6 +11,7 @@ from cosyedge import cli, selftest
 from cosyedge.config import Settings
 from cosyedge.engines.base import AudioChunk, Capabilities
 from cosyedge.manifest import write_manifest
+from tests.helpers import REPO
 
 
 class FakeEngine:
@@ -177,7 +178,7 @@ def test_selftest_command_on_the_real_embedded_model(tmp_path):
     model_dir = model_files.assemble(tmp_path / "models")
     cmd = [sys.executable, "-m", "cosyedge", "selftest", "--models-dir", str(tmp_path / "models"),
            "--outputs-dir", str(tmp_path / "outputs"), "--prompts-dir", str(tmp_path / "prompts")]
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     good = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
     lines = good.stdout.splitlines()
     assert good.returncode == 0, good.stdout + good.stderr

@@ -120,7 +120,7 @@ def test_prompt_audio_on_an_engine_without_cloning_is_an_approximate_match(make_
 
 def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, monkeypatch):
     """A new prompt's voice match takes seconds; the job's phase (status line, progress) says so."""
-    from tests.fake_engine import FakeEngine
+    from tests.helpers.fake_engine import FakeEngine
 
     phases: list[str] = []
     encode = FakeEngine.encode_prompt

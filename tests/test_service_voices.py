@@ -8,7 +8,7 @@ from cosyedge.audio import condition_prompt
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import AudioError, NameError_, NotFoundError
 from cosyedge.service import TTSRequest
-from tests.test_prompt_audio import encode, speechlike
+from tests.test_audio_prompt import encode, speechlike
 
 LIMIT = 20 * 1024 * 1024
 
@@ -42,7 +42,7 @@ def test_abilities_are_known_from_the_manifest_before_the_first_load(make_servic
     """The page's capability notes need no model load: the manifest names the engine."""
     import json
 
-    from cosyedge.ui import capability_notes
+    from cosyedge.web.ui import capability_notes
 
     service = make_service()
     assert service.voices()["native_clone"] is None  # no manifest: unknown
@@ -78,7 +78,7 @@ def test_saved_voice_by_id(make_service, fake_factory):
 
 
 def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
-    from cosyedge.ui import SAVED_PREFIX, build_ui, voice_choices, voice_fields
+    from cosyedge.web.ui import SAVED_PREFIX, build_ui, voice_choices, voice_fields
 
     service = make_service()
     info = service.save_voice("王老师", encode(speechlike(4.0), 24000), "你好")
@@ -96,7 +96,7 @@ def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
 
 
 def test_prompt_text_is_noted_as_ignored_only_where_the_engine_cannot_use_it(make_service):
-    from tests.fake_engine import FakeFactory
+    from tests.helpers.fake_engine import FakeFactory
 
     prompt = encode(speechlike(4.0), 24000)
     matcher = make_service()  # the fake engine, like Kokoro, cannot clone

@@ -17,7 +17,7 @@ from cosyedge.audio import ConditionedPrompt
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
 from cosyedge.voices import CACHE_VERSION, PromptCache, VoiceLibrary, name_to_id, prompt_key
-from tests.test_prompt_audio import speechlike
+from tests.test_audio_prompt import speechlike
 
 LIMIT = 20 * 1024 * 1024
 

@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 
 #: What each engine does natively, (clone, instruct), by the manifest's engine name: known before
 #: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
-#: (tests/test_kokoro_real.py, tests/cosyvoice/test_engine.py).
+#: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
 NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True)}
 
 

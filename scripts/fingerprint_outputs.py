@@ -1,0 +1,162 @@
+"""Hash what the engines say for fixed inputs, so a refactor can prove the audio did not change.
+
+Two parts, each run in the environment that has what it needs:
+
+* ``--part kokoro`` (in ``.venv``): the embedded engine at 1 and 2 threads, fixed texts x the five
+  presets, plus one voice match of a fixed prompt stored in and read back from a prompt cache and
+  then spoken with. Each entry is the sha256 of the joined float32 waveform.
+* ``--part cosyvoice`` (in ``.venv-ref``: the tiny checkpoint is built with the PyTorch reference):
+  the tiny CosyVoice2 checkpoint converted with int8, then a preset and a zero-shot clone at a fixed
+  seed; the sha256 of every sentence's speech tokens and of the joined audio.
+
+Usage::
+
+    .venv/bin/python scripts/fingerprint_outputs.py --part kokoro -o /tmp/kokoro.json
+    .venv-ref/bin/python scripts/fingerprint_outputs.py --part cosyvoice -o /tmp/cosy.json
+    python3 scripts/fingerprint_outputs.py --compare before.json after.json
+
+``--compare`` prints every entry that differs and exits 1 when any does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+KOKORO_TEXTS = {
+    "zh": "今天天气真好，我们去公园散步吧。",
+    "en": "Every spring, the school goes to the hills. It is 9:30 now!",
+    "ja": "今日はいい天気ですね。",
+    "mixed": "[zh]今天天气真好[en]It's sunny today",
+}
+COSY_TEXTS = {
+    "preset": "Hello world. The quick brown fox!",
+    "clone": "你好，世界。今天天气真好！",
+}
+SEED = 1234
+
+
+def _sha(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def _prompt_wave(sample_rate: int) -> np.ndarray:
+    """A fixed voiced 4 s prompt: a gliding harmonic tone with syllable-rate amplitude and noise."""
+    t = np.arange(int(4.0 * sample_rate)) / sample_rate
+    f0 = 180 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / sample_rate
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 12))
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t) ** 2
+    noise = np.random.default_rng(7).normal(scale=0.02, size=t.size)
+    return (0.2 * voiced * envelope + noise).astype(np.float32)
+
+
+def kokoro_part() -> dict[str, str]:
+    from cosyedge import config, synthesis
+    from cosyedge.audio import condition_prompt_array
+    from cosyedge.engines import load_engine
+    from cosyedge.engines.base import SynthesisOptions
+    from cosyedge.engines.kokoro import model_files
+    from cosyedge.voices import PromptCache
+
+    models = REPO / "models"
+    if not (models / model_files.MODEL_ID / "manifest.json").is_file():
+        raise SystemExit("models/kokoro-int8 is missing: run scripts/setup.sh first")
+    out: dict[str, str] = {}
+    prompt = condition_prompt_array(_prompt_wave(24000), 24000)
+    for threads in (1, 2):
+        engine = load_engine(config.from_env({}, models_dir=models, onnx_threads=threads))
+        try:
+            for voice in engine.presets():
+                for name, text in KOKORO_TEXTS.items():
+                    result = synthesis.synthesize(engine, text, voice, SynthesisOptions(), 5000)
+                    out[f"kokoro/t{threads}/{voice}/{name}"] = _sha(result.audio)
+            with tempfile.TemporaryDirectory() as tmp:
+                cache = PromptCache(Path(tmp))
+                cache.get_or_encode(engine, prompt, None)  # encodes and stores
+                voice = PromptCache(Path(tmp)).get_or_encode(engine, prompt, None)  # read back
+                out[f"kokoro/t{threads}/match/arrays"] = hashlib.sha256(
+                    b"".join(_sha(voice.arrays[k]).encode() for k in sorted(voice.arrays))).hexdigest()
+                result = synthesis.synthesize(engine, KOKORO_TEXTS["en"], voice, SynthesisOptions(), 5000)
+                out[f"kokoro/t{threads}/match/en"] = _sha(result.audio)
+        finally:
+            engine.close()
+    return out
+
+
+def cosyvoice_part() -> dict[str, str]:
+    sys.path.insert(0, str(REPO))
+    from cosyedge import config, synthesis
+    from cosyedge.audio import condition_prompt_array
+    from cosyedge.engines import load_engine
+    from cosyedge.engines.base import SynthesisOptions
+    from cosyedge.engines.cosyvoice import llm
+    from cosyedge.export.cosyvoice2 import convert
+    from tests.helpers.cosyvoice_tiny import PRESET_NAMES, write_tiny_checkpoint
+
+    tokens_seen: list[list[int]] = []
+    generate = llm.SpeechLM.generate
+
+    def recording_generate(self, *args, **kwargs):
+        tokens = generate(self, *args, **kwargs)
+        tokens_seen.append(list(tokens))
+        return tokens
+
+    llm.SpeechLM.generate = recording_generate
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = write_tiny_checkpoint(Path(tmp) / "src" / "CosyVoice2-0.5B")["dir"]
+        models = Path(tmp) / "models"
+        convert(src, models / "cosyvoice2-tiny", quantize="int8")
+        engine = load_engine(config.from_env({}, models_dir=models, model="cosyvoice2-tiny", onnx_threads=1))
+        try:
+            prompt = condition_prompt_array(_prompt_wave(16000), 16000)
+            clone = engine.encode_prompt(prompt.pcm, prompt.sample_rate, "大家好，我是老师。")
+            voices = {"preset": PRESET_NAMES[1], "clone": clone}
+            for name, text in COSY_TEXTS.items():
+                tokens_seen.clear()
+                result = synthesis.synthesize(engine, text, voices[name], SynthesisOptions(seed=SEED), 5000)
+                out[f"cosyvoice/{name}/tokens"] = hashlib.sha256(json.dumps(tokens_seen).encode()).hexdigest()
+                out[f"cosyvoice/{name}/audio"] = _sha(result.audio)
+        finally:
+            engine.close()
+    return out
+
+
+def compare(before: Path, after: Path) -> int:
+    a, b = json.loads(before.read_text()), json.loads(after.read_text())
+    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    for key in differ:
+        print(f"DIFFERS {key}: {a.get(key)} -> {b.get(key)}")
+    print(f"{len(a.keys() & b.keys()) - len([k for k in differ if k in a and k in b])} identical, "
+          f"{len(differ)} different")
+    return 1 if differ else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("kokoro", "cosyvoice"))
+    parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    args = parser.parse_args(argv)
+    if args.compare:
+        return compare(*args.compare)
+    if not args.part:
+        parser.error("give --part or --compare")
+    hashes = kokoro_part() if args.part == "kokoro" else cosyvoice_part()
+    text = json.dumps(hashes, indent=1, sort_keys=True)
+    if args.output:
+        args.output.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

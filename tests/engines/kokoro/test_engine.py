@@ -1,0 +1,186 @@
+"""KokoroEngine plumbing on a tiny generated ONNX model with Kokoro's signature (no real weights)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt
+from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
+from cosyedge.engines.kokoro.presets import PRESETS
+from cosyedge.errors import CancelledError, EngineError, NotFoundError, ParameterError
+from tests.helpers import tiny_kokoro
+from tests.helpers.tiny_kokoro import Sentence
+
+PACKS = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+
+
+class SplitOnPeriodFrontend:
+    """Each '.'-terminated piece is a sentence; each character is one token."""
+
+    def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
+        return [Sentence(p.strip(), p.strip()) for p in text.split(".") if p.strip()]
+
+    def token_ids(self, phonemes: str) -> list[int]:
+        return [1 + (ord(c) % 100) for c in phonemes]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> KokoroEngine:
+    path = tiny_kokoro.build(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
+    rng = np.random.default_rng(0)
+    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
+    return KokoroEngine(session=make_session(path, 1), packs=packs, frontend=SplitOnPeriodFrontend())
+
+
+def run(engine: KokoroEngine, text: str, voice="female_1", **opts):
+    return list(engine.synthesize(text, voice, SynthesisOptions(**opts)))
+
+
+def test_engine_satisfies_protocol(engine):
+    assert isinstance(engine, Engine)
+    assert engine.presets() == ["female_1", "female_2", "male_1", "male_2", "child"]
+    assert not engine.capabilities.native_clone and not engine.capabilities.native_instruct
+
+
+def test_one_chunk_per_sentence_with_progress(engine):
+    seen = []
+    chunks = list(engine.synthesize("Hello there. General Kenobi. Bye.", "female_1", SynthesisOptions(),
+                                    progress=lambda done, total: seen.append((done, total))))
+    assert [c.text for c in chunks] == ["Hello there", "General Kenobi", "Bye"]
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert all(c.audio.dtype == np.float32 and c.sample_rate == 24000 for c in chunks)
+    assert all(np.abs(c.audio).max() <= 1.0 for c in chunks)
+
+
+def test_duration_follows_tokens_and_speed(engine):
+    # The tiny model emits 600 samples per token (+2 pad tokens) divided by speed; trimming keeps it.
+    short = run(engine, "abcd")[0].audio
+    long = run(engine, "abcdefghijklmnop")[0].audio
+    fast = run(engine, "abcdefghijklmnop", speed=2.0)[0].audio
+    assert len(long) / len(short) == pytest.approx(18 / 6, rel=0.05)
+    assert len(long) / len(fast) == pytest.approx(2.0, rel=0.05)
+
+
+def test_style_row_depends_on_token_count_and_voice(engine):
+    a = run(engine, "abcd", voice="female_1")[0].audio
+    b = run(engine, "abcd", voice="male_1")[0].audio
+    again = run(engine, "abcd", voice="female_1")[0].audio
+    np.testing.assert_array_equal(a, again)  # deterministic
+    assert not np.allclose(a, b)
+
+
+def test_presets_are_valid_blends():
+    for name, weights in PRESETS.items():
+        assert set(weights) <= set(PACKS), name
+        assert sum(weights.values()) == pytest.approx(1.0)
+
+
+def test_unknown_voice_lists_valid_ones(engine):
+    with pytest.raises(NotFoundError) as err:
+        run(engine, "abc", voice="darth")
+    assert "female_1" in str(err.value) and "child" in str(err.value)
+
+
+@pytest.mark.parametrize("speed", [0.0, 0.49, 2.01, -1.0, float("nan")])
+def test_speed_out_of_range(engine, speed):
+    with pytest.raises(ParameterError, match="speed"):
+        run(engine, "abc", speed=speed)
+
+
+def test_cancel_between_sentences(engine):
+    calls = []
+
+    def cancelled() -> bool:
+        calls.append(1)
+        return len(calls) > 1
+
+    gen = engine.synthesize("One. Two. Three.", "female_1", SynthesisOptions(), cancelled=cancelled)
+    first = next(gen)
+    assert first.text == "One"
+    with pytest.raises(CancelledError):
+        next(gen)
+
+
+def test_too_many_phonemes_is_an_engine_error(engine):
+    with pytest.raises(EngineError, match="510"):
+        engine.infer(list(range(1, 600)), engine.packs["jf_alpha"], 1.0)
+
+
+def test_voice_prompt_for_another_engine_is_refused(engine):
+    prompt = VoicePrompt(engine="cosyvoice2", model_id="x", arrays={"embedding": np.zeros(192)})
+    with pytest.raises(ParameterError, match="encode the prompt again"):
+        run(engine, "abc", voice=prompt)
+
+
+def test_encoded_style_prompt_is_used(engine):
+    style = np.full((510, 1, 256), 0.5, dtype=np.float32)
+    prompt = VoicePrompt(engine="kokoro", model_id="kokoro-int8", arrays={"style": style})
+    loud = run(engine, "abcd", voice=prompt)[0].audio
+    assert np.abs(loud).max() == pytest.approx(0.6, abs=0.01)  # gain = 0.1 + |mean(style)|
+
+
+@dataclass
+class ClauseSentence(Sentence):
+    ends_sentence: bool = True
+
+
+class CutFirstClauseFrontend(SplitOnPeriodFrontend):
+    """Like SplitOnPeriodFrontend, but the first sentence's first ','-clause is its own call."""
+
+    def sentences(self, text: str, language: str = "auto") -> list[ClauseSentence]:
+        out = [ClauseSentence(s.text, s.phonemes, language) for s in super().sentences(text, language)]
+        head, sep, tail = out[0].text.partition(",")
+        if not sep:
+            return out
+        return [ClauseSentence(head + ",", head + ",", language, ends_sentence=False),
+                ClauseSentence(tail.strip(), tail.strip(), language), *out[1:]]
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_clause_cut_chunk_gets_the_clause_pause_and_stream_equals_file(engine, language):
+    from cosyedge import synthesis
+    from cosyedge.audio import CROSSFADE_S, SENTENCE_PAUSE_S
+    from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
+
+    cut = KokoroEngine(session=engine.session, packs=engine.packs, frontend=CutFirstClauseFrontend())
+    options = SynthesisOptions(language=language)
+    chunks = list(cut.synthesize("abcd, efgh. ijkl.", "female_1", options))
+    assert [c.text for c in chunks] == ["abcd,", "efgh", "ijkl"]
+    assert chunks[0].pause_after_s == CLAUSE_PAUSE_S[language] < SENTENCE_PAUSE_S
+    assert chunks[1].pause_after_s is None and chunks[2].pause_after_s is None
+
+    pieces = list(synthesis.stream(cut, "abcd, efgh. ijkl.", "female_1", options, 1000))
+    result = synthesis.synthesize(cut, "abcd, efgh. ijkl.", "female_1", options, 1000)
+    np.testing.assert_array_equal(np.concatenate([p for _, p in pieces]), result.audio)
+    sr = 24000
+    sizes = [c.audio.size for c in chunks]
+    assert [p.size for _, p in pieces] == [sizes[0], int(CLAUSE_PAUSE_S[language] * sr) + sizes[1],
+                                           int(SENTENCE_PAUSE_S * sr) + sizes[2]]
+    assert result.sentences == ["abcd,", "efgh", "ijkl"]
+    assert not pieces[1][1][:int(CLAUSE_PAUSE_S[language] * sr)].any()  # the pause is silence
+    assert pieces[0][1][0] == 0.0 and pieces[0][1][int(CROSSFADE_S * sr)] == chunks[0].audio[int(CROSSFADE_S * sr)]
+
+
+def test_session_has_no_memory_pattern_and_same_audio(tmp_path):
+    """Every sentence is a new input shape, so a per-shape memory pattern only grew the arena
+    (bench/kokoro_gap.py, "options"); without it the audio must stay bit-identical."""
+    import onnxruntime as ort
+
+    path = tiny_kokoro.build(tmp_path / "tiny.onnx")
+    session = make_session(path, 1)
+    opts = session.get_session_options()
+    assert opts.enable_mem_pattern is False
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    opts.enable_mem_pattern = True
+    patterned = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    style = np.random.default_rng(1).normal(0, 0.2, (1, 256)).astype(np.float32)
+    for n in (5, 17, 9, 17):
+        feeds = {"tokens": np.arange(n + 2, dtype=np.int64).reshape(1, -1) % 50, "style": style,
+                 "speed": np.array([1.0], np.float32)}
+        assert np.array_equal(session.run(None, feeds)[0], patterned.run(None, feeds)[0])
