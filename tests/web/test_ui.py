@@ -175,11 +175,13 @@ def _user_part(panel: str) -> str:
 
 
 def test_panel_says_which_similarity_was_measured_on_this_audio():
+    from cosyedge.notes import Note
     from cosyedge.web.ui import describe
 
-    panel = describe(result_with(
-        voice="prompt audio", similarity=0.49,
-        voice_match="approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50"))
+    match = Note("approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50",
+                 code="voice_match_approx", method="approximate voice match", before=0.31,
+                 nearest="female_1", after=0.50)
+    panel = describe(result_with(voice="prompt audio", similarity=0.49, voice_match=match))
     voice_line = next(line for line in panel.split("\n\n") if "Voice / 音色" in line)
     measured = next(line for line in panel.split("\n\n") if "0.49" in line)
     assert "estimate" in voice_line and "not this audio" in voice_line
@@ -188,17 +190,21 @@ def test_panel_says_which_similarity_was_measured_on_this_audio():
 
 
 def test_panel_lists_text_not_read_and_fields_ignored():
+    from cosyedge.notes import Note
     from cosyedge.web.ui import describe
 
     skipped = ["5 Hangul characters not read (<b>안녕하세요</b>)"]
-    notes = ["prompt_text ignored: this engine matches the voice from the sound alone"]
+    notes = [Note("prompt_text ignored: the kokoro engine cannot clone; it matches the voice from the sound "
+                  "of prompt_audio alone, without its transcript", code="prompt_text_ignored_no_clone",
+                  engine="kokoro")]
     panel = describe(result_with(skipped=skipped, notes=notes))
     not_read = next(line for line in panel.split("\n\n") if "Not read aloud / 未朗读" in line)
     ignored = next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line)
     assert "<b>" not in not_read and "안녕하세요" in not_read  # user text, shown as text
     # in the page's words, not the REST field names
-    assert "the prompt transcript ignored: this engine matches the voice" in ignored
-    assert "prompt_text" not in ignored
+    assert "the prompt transcript ignored: the kokoro engine cannot clone; it matches the voice" in ignored
+    assert "from the sound of the prompt audio alone" in ignored
+    assert "prompt_text" not in ignored and "prompt_audio" not in ignored
     plain_panel = describe(result_with())
     assert "Not read aloud" not in plain_panel and "Ignored" not in plain_panel
 
