@@ -688,7 +688,8 @@ class Service:
             match = Note(f"preset {applied.voice}, asked for by the instruction (instead of {choice.name})",
                          code="voice_instruct_preset", voice=str(applied.voice), instead_of=choice.name)
             choice = dataclasses.replace(choice, voice=applied.voice, name=str(applied.voice), match=match,
-                                         similarity=None, prompt=None)  # no similarity to a voice not used
+                                         similarity=None,
+                                         prompt=None)  # no similarity to a voice that was not used
         return applied.plan, applied.options, choice
 
 

@@ -11,9 +11,9 @@
   page's live player; the token is the stream's own, never listed).
 
 Every error is ``{"error": {"type", "code", "message"}}`` with its 4xx/5xx status (429 carries
-Retry-After; ``code`` names the exact refusal, see cosyedge.errors),
-including a body that is not a JSON object, a wrong method on a REST path (405 with Allow) and an
-unknown path (404), though the page is mounted at "/" (:class:`RouteErrorMiddleware`).
+Retry-After; ``code`` names the exact refusal, see cosyedge.errors), including a body that is not a
+JSON object, a wrong method on a REST path (405 with Allow) and an unknown path (404), though the
+page is mounted at "/" (:class:`RouteErrorMiddleware`).
 A request whose client disconnects while its job waits or runs cancels that job.
 """
 
@@ -61,7 +61,7 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 class ErrorBody(BaseModel):
     type: str
-    code: str = Field(description="Which refusal exactly (stable; the type's name when there is no finer one)")
+    code: str = Field(description="Which refusal exactly: stable (the type when there is no finer code)")
     message: str
 
 
