@@ -22,11 +22,12 @@ def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str 
 
 
 class Looks:
-    """Counts calls per thread (wrap a sensor or a snapshot with :meth:`record`).
+    """Counts reads per thread (call :meth:`record` from a fake sensor or snapshot source).
 
-    A job-queue worker reads the thermal snapshot once per decision and, having declined to start a
-    job, waits before it reads again. So once one worker thread has read twice since :meth:`reset`,
-    it has made (at least) one whole decision under the snapshot the test set before the reset.
+    A job-queue worker reads the thermal snapshot under the queue's lock and decides (start a job,
+    or wait) before it lets go of the lock. So once a worker has looked since :meth:`reset`, any
+    query of the queue (``stats()``, ``position()``: they take the same lock) sees a decision made
+    under the snapshot the test set before the reset.
     """
 
     def __init__(self, thread_prefix: str = "cosyedge-job") -> None:
@@ -43,11 +44,11 @@ class Looks:
         with self._cond:
             self._counts.clear()
 
-    def wait_for_a_second_look(self, timeout: float = 10.0) -> None:
-        """Block until one worker thread has read twice since :meth:`reset` (AssertionError after ``timeout``)."""
-        def looked_twice() -> bool:
-            return any(n >= 2 for name, n in self._counts.items() if name.startswith(self.thread_prefix))
+    def wait_for_a_worker(self, timeout: float = 10.0) -> None:
+        """Block until a queue worker thread has looked since :meth:`reset` (AssertionError after ``timeout``)."""
+        def looked() -> bool:
+            return any(name.startswith(self.thread_prefix) for name in self._counts)
 
         with self._cond:
-            if not self._cond.wait_for(looked_twice, timeout):
-                raise AssertionError(f"no queue worker looked again within {timeout:g} s")
+            if not self._cond.wait_for(looked, timeout):
+                raise AssertionError(f"no queue worker looked within {timeout:g} s")
