@@ -122,6 +122,7 @@ def slow_server(make_service, live_server, fake_factory):
 LONG_TEXT = " ".join(f"Sentence number {i}." for i in range(10))
 
 
+@pytest.mark.slow  # ~4 s: ten sentences at 0.4 s each, in real time
 def test_first_bytes_arrive_while_the_job_still_runs(slow_server):
     payload = {"model": "tts-1", "input": LONG_TEXT, "voice": "female_1", "response_format": "pcm",
                "stream_format": "audio"}
