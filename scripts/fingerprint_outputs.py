@@ -92,7 +92,6 @@ def kokoro_part() -> dict[str, str]:
 
 
 def cosyvoice_part() -> dict[str, str]:
-    sys.path.insert(0, str(REPO))
     from cosyedge import config, synthesis
     from cosyedge.audio import condition_prompt_array
     from cosyedge.engines import load_engine
@@ -150,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare(*args.compare)
     if not args.part:
         parser.error("give --part or --compare")
+    sys.path.insert(0, str(REPO))  # run as a script: the checkout's package, not an installed one
     hashes = kokoro_part() if args.part == "kokoro" else cosyvoice_part()
     text = json.dumps(hashes, indent=1, sort_keys=True)
     if args.output:
