@@ -29,8 +29,8 @@ import numpy as np
 
 from tests.helpers import REPO, cosyvoice_llm_reference as _llm_reference, cosyvoice_reference as _reference
 from tests.helpers import tiny_models
-from tests.helpers.tiny_models import PRESET_NAMES
 from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
+from tests.helpers.tiny_models import PRESET_NAMES
 
 #: Added to the end-of-speech logit of the random LLM so that synthesis stops soon after the minimum
 #: length instead of running to 20x the text (keeps the tests fast; the decision rules are unchanged).
