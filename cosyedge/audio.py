@@ -19,6 +19,7 @@ import numpy as np
 
 from cosyedge.errors import AudioError, PayloadTooLargeError
 from cosyedge.files import write_atomic
+from cosyedge.notes import Note
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,8 @@ _LOW_LEVEL_DBFS = -40.0  # speech RMS below this earns a "very low level" warnin
 _CLIP_LEVEL = 0.999
 _CLIP_FRACTION = 0.001
 _FORMATS = "WAV, FLAC, OGG, MP3"
+#: libsndfile's error number for bytes that are no audio format it knows (SF_ERR_UNRECOGNISED_FORMAT).
+_SF_ERR_UNRECOGNISED_FORMAT = 1
 
 
 @dataclass
@@ -195,22 +198,24 @@ def _check_wav_complete(data: bytes) -> None:
                 return
             if body + size > len(data):
                 raise AudioError(f"The WAV file is truncated: its header promises {size} bytes of "
-                                 f"audio but only {len(data) - body} are present. Upload the whole file.")
+                                 f"audio but only {len(data) - body} are present. Upload the whole file.",
+                                 code="wav_truncated", promised=size, present=len(data) - body)
             return
         pos = body + size + (size & 1)
-    raise AudioError("The WAV file is truncated or damaged: it has no audio data chunk.")
+    raise AudioError("The WAV file is truncated or damaged: it has no audio data chunk.", code="wav_no_data")
 
 
-def _unreadable(label: str, exc: Exception) -> str:
+def _unreadable(label: str, exc: Exception) -> AudioError:
     """What is wrong with a file libsndfile refused, in the user's terms (its own message names a
-    Python object and says nothing a person can act on; it goes to the debug log)."""
+    Python object and says nothing a person can act on; it goes to the debug log). Told apart by
+    libsndfile's error number, not its words."""
     detail = str(getattr(exc, "error_string", "") or exc)
     logger.debug("libsndfile refused %s: %s", label, detail)
-    if "format not recognised" in detail.lower() or not detail:
-        return (f"{label} is not a recognised audio file (formats accepted: {_FORMATS}). / "
-                "无法识别的音频文件（支持 WAV、FLAC、OGG、MP3）。")
-    return (f"{label} looks like an audio file but could not be read: it is damaged or cut off "
-            f"(formats accepted: {_FORMATS}). / 音频文件已损坏或不完整。")
+    if getattr(exc, "code", None) == _SF_ERR_UNRECOGNISED_FORMAT or not detail:
+        return AudioError(f"{label} is not a recognised audio file (formats accepted: {_FORMATS}). / "
+                          "无法识别的音频文件（支持 WAV、FLAC、OGG、MP3）。", code="audio_not_recognised")
+    return AudioError(f"{label} looks like an audio file but could not be read: it is damaged or cut off "
+                      f"(formats accepted: {_FORMATS}). / 音频文件已损坏或不完整。", code="audio_unreadable")
 
 
 def _decode(data: bytes, filename: str | None) -> tuple[np.ndarray, int]:
@@ -222,17 +227,20 @@ def _decode(data: bytes, filename: str | None) -> tuple[np.ndarray, int]:
     try:
         info = sf.info(io.BytesIO(data))
     except Exception as exc:  # libsndfile raises its own error types for every unreadable input
-        raise AudioError(_unreadable(label, exc)) from None
+        raise _unreadable(label, exc) from None
     if info.samplerate < MIN_SOURCE_RATE:
         raise AudioError(f"{label} is sampled at {info.samplerate} Hz; prompts need at least "
-                         f"{MIN_SOURCE_RATE} Hz (telephone-quality audio is too narrow to clone from).")
+                         f"{MIN_SOURCE_RATE} Hz (telephone-quality audio is too narrow to clone from).",
+                         code="prompt_rate_too_low", rate=info.samplerate, minimum=MIN_SOURCE_RATE)
     if info.frames > 0 and info.frames / info.samplerate > PROMPT_MAX_SOURCE_S:
         raise AudioError(f"{label} is {info.frames / info.samplerate:.0f} s long; prompts may be at most "
-                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.")
+                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.",
+                         code="prompt_too_long", seconds=info.frames / info.samplerate,
+                         maximum=PROMPT_MAX_SOURCE_S)
     try:
         audio, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except Exception as exc:
-        raise AudioError(_unreadable(label, exc)) from None
+        raise _unreadable(label, exc) from None
     return audio, int(rate)
 
 
@@ -246,9 +254,10 @@ def condition_prompt(data: bytes, *, max_bytes: int, filename: str | None = None
     if len(data) > max_bytes:
         raise PayloadTooLargeError(f"The prompt file is {len(data) / 1e6:.1f} MB; the limit is "
                                    f"{max_bytes / 1e6:.1f} MB. Upload a short clip instead: "
-                                   f"{PROMPT_ADVICE}.")
+                                   f"{PROMPT_ADVICE}.", code="prompt_file_too_large",
+                                   size_mb=len(data) / 1e6, limit_mb=max_bytes / 1e6)
     if not data:
-        raise AudioError("The prompt file is empty (0 bytes).")
+        raise AudioError("The prompt file is empty (0 bytes).", code="prompt_empty_file")
     audio, rate = _decode(data, filename)
     return condition_prompt_array(audio, rate)
 
@@ -268,10 +277,10 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
         x = x.astype(np.float32) / float(np.iinfo(x.dtype).max)
     x = x.astype(np.float32, copy=False)
     if x.size == 0:
-        raise AudioError("The prompt contains no audio samples.")
+        raise AudioError("The prompt contains no audio samples.", code="prompt_no_samples")
     if not np.isfinite(x).all():
         raise AudioError("The prompt contains invalid samples (NaN or infinity); re-export the "
-                         "recording as ordinary PCM audio.")
+                         "recording as ordinary PCM audio.", code="prompt_invalid_samples")
     notes: list[str] = []
     if x.ndim == 2:
         # soundfile gives frames x channels; a (channels, frames) array has few rows and many columns
@@ -279,13 +288,15 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
     x = x.reshape(-1)
     if sample_rate < MIN_SOURCE_RATE:
         raise AudioError(f"The prompt is sampled at {sample_rate} Hz; prompts need at least "
-                         f"{MIN_SOURCE_RATE} Hz.")
+                         f"{MIN_SOURCE_RATE} Hz.", code="prompt_rate_too_low", rate=sample_rate,
+                         minimum=MIN_SOURCE_RATE)
     if x.size / sample_rate > PROMPT_MAX_SOURCE_S:
         raise AudioError(f"The prompt is {x.size / sample_rate:.0f} s long; prompts may be at most "
-                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.")
+                         f"{PROMPT_MAX_SOURCE_S:.0f} s. Cut a clean clip: {PROMPT_ADVICE}.",
+                         code="prompt_too_long", seconds=x.size / sample_rate, maximum=PROMPT_MAX_SOURCE_S)
     if np.mean(np.abs(x) >= _CLIP_LEVEL) > _CLIP_FRACTION:
-        notes.append("clipping detected: the recording is distorted; record a little further from "
-                     "the microphone or lower the input gain")
+        notes.append(Note("clipping detected: the recording is distorted; record a little further from "
+                          "the microphone or lower the input gain", code="prompt_clipping"))
     # A DC offset (cheap sound cards and mics) would count as level in every frame: the silence at the
     # ends would not be trimmed and the normalization would amplify the offset instead of the speech.
     x = x - np.mean(x, dtype=np.float64).astype(np.float32)
@@ -296,7 +307,7 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
     db = _frame_db(x, rate)
     active = _speech_frames(db)
     if not active.any():
-        raise AudioError("No speech found: the prompt is silent (or almost silent).")
+        raise AudioError("No speech found: the prompt is silent (or almost silent).", code="prompt_silent")
     hop = int(_HOP_S * rate)
     pad = int(_EDGE_PAD_S * rate)
     idx = np.flatnonzero(active)
@@ -307,23 +318,27 @@ def condition_prompt_array(audio: np.ndarray, sample_rate: int) -> ConditionedPr
     active = active[idx[0]:idx[-1] + 1]
     db = db[idx[0]:idx[-1] + 1]
     if trimmed_s >= 0.5:
-        notes.append(f"trimmed {trimmed_s:.1f} s of silence from the ends")
+        notes.append(Note(f"trimmed {trimmed_s:.1f} s of silence from the ends", code="prompt_silence_trimmed",
+                          seconds=trimmed_s))
 
     duration = x.size / rate
     if duration < PROMPT_MIN_S:
         shown = _seconds_below(duration)
         raise AudioError(f"The prompt is only {shown} s long once the silence at its ends is trimmed; "
                          f"at least {PROMPT_MIN_S:.0f} s are needed ({PROMPT_ADVICE}). / 参考音频去掉"
-                         f"首尾静音后只有 {shown} 秒，至少需要 {PROMPT_MIN_S:.0f} 秒（{PROMPT_ADVICE_ZH}）。")
+                         f"首尾静音后只有 {shown} 秒，至少需要 {PROMPT_MIN_S:.0f} 秒（{PROMPT_ADVICE_ZH}）。",
+                         code="prompt_too_short", seconds=shown, minimum=PROMPT_MIN_S)
     if duration > PROMPT_MAX_S:
         x, db, active = _best_window(x, db, active, rate, PROMPT_KEEP_S)
-        notes.append(f"trimmed to the best {PROMPT_KEEP_S:.1f} s of {duration:.1f} s "
-                     f"(prompts longer than {PROMPT_MAX_S:.0f} s are cut)")
+        notes.append(Note(f"trimmed to the best {PROMPT_KEEP_S:.1f} s of {duration:.1f} s "
+                          f"(prompts longer than {PROMPT_MAX_S:.0f} s are cut)", code="prompt_cut",
+                          kept=PROMPT_KEEP_S, seconds=duration, maximum=PROMPT_MAX_S))
 
     speech_db = 10 * np.log10(np.mean(10 ** (db[active] / 10)) + 1e-20)
     if speech_db < _LOW_LEVEL_DBFS:
-        notes.append(f"very low level ({speech_db:.0f} dBFS speech): the prompt was amplified, which "
-                     "also amplifies noise; record closer to the microphone")
+        notes.append(Note(f"very low level ({speech_db:.0f} dBFS speech): the prompt was amplified, which "
+                          "also amplifies noise; record closer to the microphone", code="prompt_low_level",
+                          dbfs=float(speech_db)))
     x = _normalize(x, speech_db)
     for note in notes:
         logger.info("prompt: %s", note)
@@ -339,8 +354,8 @@ def _downmix(frames: np.ndarray, notes: list[str]) -> np.ndarray:
     power = np.mean(frames.astype(np.float64) ** 2, axis=0)
     if np.mean(mix.astype(np.float64) ** 2) >= 0.25 * power.mean():  # one silent channel: 0.5
         return mix
-    notes.append("the channels of this stereo recording cancel out when mixed (one is inverted); "
-                 "the loudest channel was used")
+    notes.append(Note("the channels of this stereo recording cancel out when mixed (one is inverted); "
+                      "the loudest channel was used", code="prompt_channels_cancel"))
     return frames[:, int(np.argmax(power))]
 
 

@@ -2,9 +2,11 @@
 
 ``plan("read it a bit slower, 开心一点", capabilities)`` returns an :class:`InstructPlan` holding the
 controls the app will really apply (speed factor, pitch shift, gain, voice preset, emotions, language)
-plus two lists written for people: what was applied and what was not. Engines with native instruct
-(CosyVoice) also get ``native_instruction``, the text formatted for the model; for them the controls
-are an explanation only and nothing is applied on top (see :func:`apply_plan`).
+plus two lists written for people: what was applied and what was not, each line a
+:class:`~cosyedge.notes.Note` (its English text with a code and the parts it was built from, so
+lines are built from parts, never edited as text). Engines with native instruct (CosyVoice) also get
+``native_instruction``, the text formatted for the model; for them the controls are an explanation
+only and nothing is applied on top (see :func:`apply_plan`).
 
 How an instruction is read (the rules the tests pin down):
 
@@ -46,6 +48,7 @@ import numpy as np
 
 from cosyedge.engines.base import Capabilities, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import ParameterError
+from cosyedge.notes import Note, code_of
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,10 @@ V3_SYSTEM = "You are a helpful assistant."
 MODEL_VERSIONS = ("cosyvoice1", "cosyvoice2", "cosyvoice3")
 
 
+#: The summary of a request without an instruction (also the service's, when it makes no plan).
+NO_INSTRUCTION = Note("no instruction given", code="instruct_none")
+
+
 # --------------------------------------------------------------------------- the plan
 
 
@@ -89,8 +96,8 @@ class InstructPlan:
     voice: str | None = None
     emotions: tuple[str, ...] = ()
     language: str | None = None
-    applied: tuple[str, ...] = ()
-    not_supported: tuple[str, ...] = ()
+    applied: tuple[Note, ...] = ()
+    not_supported: tuple[Note, ...] = ()
     native: bool = False
     native_instruction: str | None = None
     understood: bool = True  # False: no word of the instruction was recognised
@@ -103,19 +110,23 @@ class InstructPlan:
                 "native": self.native, "native_instruction": self.native_instruction}
 
     @property
-    def message(self) -> str:
+    def message(self) -> Note:
         """One summary line for the UI panel."""
         if self.native:
-            return "passed to the engine, which follows instructions natively"
+            return Note("passed to the engine, which follows instructions natively", code="instruct_native")
         if not self.instruction:
-            return "no instruction given"
+            return NO_INSTRUCTION
         if not self.applied and not self.understood:
-            return "nothing applied: this engine has no native instruct and understood none of it"
+            return Note("nothing applied: this engine has no native instruct and understood none of it",
+                        code="instruct_nothing_understood")
         if not self.applied:
-            return "nothing applied: what it asks for is not supported by this engine"
+            return Note("nothing applied: what it asks for is not supported by this engine",
+                        code="instruct_nothing_supported")
         if self.not_supported:
-            return "applied as explicit controls where this engine can; the rest is listed as not supported"
-        return "applied as explicit controls (this engine has no native instruct)"
+            return Note("applied as explicit controls where this engine can; the rest is listed as not "
+                        "supported", code="instruct_partly_applied")
+        return Note("applied as explicit controls (this engine has no native instruct)",
+                    code="instruct_applied")
 
     def to_dict(self) -> dict:
         """The shape returned by REST and shown in the UI panel."""
@@ -420,16 +431,45 @@ def _scan(text: str) -> list[_Hit]:
 # --------------------------------------------------------------------------- planning
 
 
-def _fmt_speed(factor: float) -> str:
-    return f"speed ×{factor:.2f}"
+#: One control and its amount, as the report lines' parts carry it: ("speed", 0.8), ("pitch", -1.0).
+Control = tuple[str, float]
+#: A conflict: the phrase that was overridden and the later one that won.
+Conflict = tuple[str, str]
 
 
-def _fmt_st(st: float) -> str:
-    return f"pitch {st:+.1f} st".replace("-", "−")
+def _signed(value: float) -> str:
+    """One decimal with its sign, negatives with a true minus sign: "+1.0", "−3.0"."""
+    return f"{'−' if math.copysign(1.0, value) < 0 else '+'}{abs(value):.1f}"
 
 
-def _fmt_db(db: float) -> str:
-    return f"volume {db:+.1f} dB".replace("-", "−")
+def _part(control: Control) -> str:
+    """A control as people read it: "speed ×0.80", "pitch −3.0 st", "volume +6.0 dB"."""
+    kind, amount = control
+    if kind == "speed":
+        return f"speed ×{amount:.2f}"
+    return f"pitch {_signed(amount)} st" if kind == "pitch" else f"volume {_signed(amount)} dB"
+
+
+def _parts(controls: Sequence[Control]) -> str:
+    return ", ".join(_part(c) for c in controls)
+
+
+def _left_to(left: Sequence[tuple[str, str]]) -> str:
+    """" (speed left to 'slowly'; volume left to 'loudly')": the controls explicit words set."""
+    if not left:
+        return ""
+    return " (" + "; ".join(f"{kind} left to '{phrase}'" for kind, phrase in left) + ")"
+
+
+def _conflict(conflict: Conflict) -> Note:
+    earlier, later = conflict
+    return Note(f"conflict: '{earlier}' ignored: the later '{later}' wins", code="instruct_conflict",
+                earlier=earlier, later=later)
+
+
+def _voice_preset(preset: str, category: str, phrase: str) -> Note:
+    return Note(f"voice: preset '{preset}' for {_VOICE_NAMES[category]} ('{phrase}')",
+                code="instruct_voice_preset", preset=preset, voice=category, phrase=phrase)
 
 
 def _clamp(value: float, lo: float, hi: float) -> float:
@@ -444,7 +484,8 @@ def format_native_instruction(instruction: str, model_version: str = "cosyvoice2
     user (``<|...|>``) are removed first, so the wrapping is idempotent-safe and cannot be spoofed.
     """
     if model_version not in MODEL_VERSIONS:
-        raise ParameterError(f"model_version {model_version!r} must be one of {', '.join(MODEL_VERSIONS)}")
+        raise ParameterError(f"model_version {model_version!r} must be one of {', '.join(MODEL_VERSIONS)}",
+                             code="model_version_unknown", model_version=model_version, choices=MODEL_VERSIONS)
     text = re.sub(r"<\|[^|>]*\|>", " ", instruction)
     text = re.sub(r"\s+", " ", text).strip()
     if model_version == "cosyvoice3":
@@ -469,10 +510,11 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
     "male_1"); ``model_version`` chooses the native format when ``capabilities.native_instruct``.
     """
     if not isinstance(instruction, str):
-        raise ParameterError("instruct must be a string, e.g. \"read it slowly\"")
+        raise ParameterError("instruct must be a string, e.g. \"read it slowly\"", code="instruct_not_string")
     if len(instruction) > MAX_INSTRUCTION_CHARS:
         raise ParameterError(f"instruct is {len(instruction)} characters; the limit is "
-                             f"{MAX_INSTRUCTION_CHARS}")
+                             f"{MAX_INSTRUCTION_CHARS}", code="instruct_too_long", length=len(instruction),
+                             limit=MAX_INSTRUCTION_CHARS)
     original = instruction.strip()
     if not original:
         return InstructPlan()
@@ -485,7 +527,8 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
     speed, pitch, gain = draft.finish(capabilities.speed_range)
 
     if capabilities.native_instruct:
-        lines = [f"passed to the model as an instruction: “{original}”"]
+        lines = [Note(f"passed to the model as an instruction: “{original}”", code="instruct_native_passed",
+                      instruction=original)]
         lines += _explanation(hits, speed, pitch, gain, draft.voice_category,
                               [name for name, _ in draft.emotions], draft.language)
         result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
@@ -494,8 +537,9 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
                               native_instruction=format_native_instruction(original, model_version))
     else:
         if not hits:
-            draft.not_supported.append(f"'{original}': no instruction this engine understands; "
-                                       "nothing applied")
+            draft.not_supported.append(Note(f"'{original}': no instruction this engine understands; "
+                                            "nothing applied", code="instruct_not_understood",
+                                            instruction=original))
         result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
                               voice=draft.voice, emotions=tuple(name for name, _ in draft.emotions
                                                                 if name not in draft.unheard),
@@ -506,10 +550,10 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
     return result
 
 
-def _explicit_controls(hits: list[_Hit]) -> dict[str, tuple[_Hit, list[str]]]:
-    """Speed/volume/pitch words: the last one per control wins; returns (winner, conflict notes)."""
+def _explicit_controls(hits: list[_Hit]) -> dict[str, tuple[_Hit, list[Conflict]]]:
+    """Speed/volume/pitch words: the last one per control wins; returns (winner, its conflicts)."""
     last: dict[str, _Hit] = {}
-    notes: dict[str, list[str]] = {}
+    notes: dict[str, list[Conflict]] = {}
     for hit in hits:
         kind = "speed" if hit.cue.kind == "speed_value" else hit.cue.kind
         if kind not in ("speed", "volume", "pitch"):
@@ -521,7 +565,7 @@ def _explicit_controls(hits: list[_Hit]) -> dict[str, tuple[_Hit, list[str]]]:
                                                  phrase=f"{prev.phrase} … {hit.phrase}",
                                                  negated=False, intensity=NORMAL)
                 continue
-            notes.setdefault(kind, []).append(f"'{prev.phrase}' ignored: the later '{hit.phrase}' wins")
+            notes.setdefault(kind, []).append((prev.phrase, hit.phrase))
         last[kind] = hit
     return {kind: (hit, notes.get(kind, [])) for kind, hit in last.items()}
 
@@ -534,17 +578,14 @@ def _amount(kind: str, hit: _Hit) -> float:
     return _direction(hit) * step * hit.intensity
 
 
-_FORMAT = {"speed": _fmt_speed, "pitch": _fmt_st, "volume": _fmt_db}
-
-
 @dataclass
 class _Draft:
     """The plan while it is being built: amounts so far and the lines for people, in order."""
 
-    explicit: dict[str, tuple[_Hit, list[str]]]
-    applied: list[str] = field(default_factory=list)
-    not_supported: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
+    explicit: dict[str, tuple[_Hit, list[Conflict]]]
+    applied: list[Note] = field(default_factory=list)
+    not_supported: list[Note] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
     extra_speed: float = 1.0  # from voice approximations and emotions
     extra_pitch: float = 0.0
     extra_gain: float = 0.0
@@ -558,115 +599,130 @@ class _Draft:
     def __post_init__(self) -> None:
         for kind in ("speed", "pitch", "volume"):
             if kind in self.explicit:
-                hit, notes = self.explicit[kind]
-                self.applied.append(f"{_FORMAT[kind](_amount(kind, hit))} ('{hit.phrase}')")
-                self.conflicts.extend(notes)
+                hit, conflicts = self.explicit[kind]
+                amount = _amount(kind, hit)
+                self.applied.append(Note(f"{_part((kind, amount))} ('{hit.phrase}')", code="instruct_control",
+                                         control=kind, amount=amount, phrase=hit.phrase))
+                self.conflicts.extend(conflicts)
 
     def _free(self, kind: str) -> bool:
         """True when no explicit word set this control (so an emotion or voice may)."""
         return kind not in self.explicit
-
-    def _left_to(self, kind: str) -> str:
-        return f"{kind} left to '{self.explicit[kind][0].phrase}'"
 
     def add_voice(self, hits: list[_Hit], presets: Sequence[str]) -> None:
         """The last non-negated voice ask picks a preset of that kind, or is approximated/refused."""
         ask: _Hit | None = None
         for h in (h for h in hits if h.cue.kind == "voice"):
             if h.negated:
-                self.applied.append(f"voice: not {h.cue.value} ('{h.phrase}'), kept the selected voice")
+                self.applied.append(Note(f"voice: not {h.cue.value} ('{h.phrase}'), kept the selected voice",
+                                         code="instruct_voice_not", voice=h.cue.value, phrase=h.phrase))
                 continue
             if ask is not None and ask.cue.value != h.cue.value:
-                self.conflicts.append(f"'{ask.phrase}' ignored: the later '{h.phrase}' wins")
+                self.conflicts.append((ask.phrase, h.phrase))
             ask = h
         if ask is None:
             return
         category = self.voice_category = str(ask.cue.value)
+        name = _VOICE_NAMES[category]
         preset = _choose_preset(category, presets)
         if preset is not None:
             self.voice = preset
-            self.applied.append(f"voice: preset '{preset}' for {_VOICE_NAMES[category]} ('{ask.phrase}')")
+            self.applied.append(_voice_preset(preset, category, ask.phrase))
         elif category in _VOICE_APPROX:
             speed, pitch = _VOICE_APPROX[category]
-            parts = []
+            controls: list[Control] = []
             if self._free("speed"):
                 self.extra_speed *= speed
-                parts.append(_fmt_speed(speed))
+                controls.append(("speed", speed))
             if self._free("pitch"):
                 self.extra_pitch += pitch
-                parts.append(_fmt_st(pitch))
-            if parts:
-                self.applied.append(f"voice: {_VOICE_NAMES[category]} approximated by "
-                                    f"{', '.join(parts)} (no such preset)")
-            self.not_supported.append(f"voice: {_VOICE_NAMES[category]} timbre "
-                                      "(not supported by this engine)")
+                controls.append(("pitch", pitch))
+            if controls:
+                self.applied.append(Note(f"voice: {name} approximated by {_parts(controls)} (no such preset)",
+                                         code="instruct_voice_approximated", voice=category,
+                                         controls=tuple(controls)))
+            self.not_supported.append(Note(f"voice: {name} timbre (not supported by this engine)",
+                                           code="instruct_voice_timbre", voice=category))
         else:
-            self.not_supported.append(f"voice: {_VOICE_NAMES[category]} (no such voice in this engine)")
+            self.not_supported.append(Note(f"voice: {name} (no such voice in this engine)",
+                                           code="instruct_voice_missing", voice=category))
 
     def add_emotions(self, hits: list[_Hit]) -> None:
         """Each emotion adds its speed/pitch/gain, except on controls an explicit word has set."""
         for h in (h for h in hits if h.cue.kind == "emotion"):
             name = str(h.cue.value)
             if h.negated:
-                self.applied.append(f"emotion: not {name} ('{h.phrase}'), nothing applied for it")
+                self.applied.append(Note(f"emotion: not {name} ('{h.phrase}'), nothing applied for it",
+                                         code="instruct_emotion_not", emotion=name, phrase=h.phrase))
                 continue
             for other, oh in list(self.emotions):
                 if other == name or frozenset((other, name)) in _EMOTION_CONFLICTS:
                     self.emotions.remove((other, oh))
                     if other != name:
-                        self.conflicts.append(f"'{oh.phrase}' ignored: the later '{h.phrase}' wins")
+                        self.conflicts.append((oh.phrase, h.phrase))
             self.emotions.append((name, h))
         for name, h in self.emotions:
             speed, pitch, gain = EMOTION_EFFECTS[name]
-            parts, left = [], []
+            controls: list[Control] = []
+            left: list[tuple[str, str]] = []  # (control, the explicit phrase that set it)
             for kind, present in (("speed", speed != 1.0), ("pitch", pitch != 0.0),
                                   ("volume", gain != 0.0)):
                 if not present:
                     continue
                 if not self._free(kind):
-                    left.append(self._left_to(kind))
+                    left.append((kind, self.explicit[kind][0].phrase))
                 elif kind == "speed":
                     self.extra_speed *= speed ** h.intensity
-                    parts.append(_fmt_speed(speed ** h.intensity))
+                    controls.append((kind, speed ** h.intensity))
                 elif kind == "pitch":
                     self.extra_pitch += pitch * h.intensity
-                    parts.append(_fmt_st(pitch * h.intensity))
+                    controls.append((kind, pitch * h.intensity))
                 else:
                     self.extra_gain += gain * h.intensity
-                    parts.append(_fmt_db(gain * h.intensity))
-            tail = f" ({'; '.join(left)})" if left else ""
-            if parts:
-                self.applied.append(f"emotion '{name}' ('{h.phrase}') approximated by "
-                                    f"{', '.join(parts)}{tail}")
+                    controls.append((kind, gain * h.intensity))
+            if controls:
+                self.applied.append(Note(f"emotion '{name}' ('{h.phrase}') approximated by "
+                                         f"{_parts(controls)}{_left_to(left)}",
+                                         code="instruct_emotion_approximated", emotion=name,
+                                         phrase=h.phrase, controls=tuple(controls), left=tuple(left)))
             else:  # nothing of it would be heard: not applied, and said so
                 self.unheard.add(name)
-                self.not_supported.append(f"emotion '{name}' ('{h.phrase}'): nothing applied{tail}")
+                self.not_supported.append(Note(f"emotion '{name}' ('{h.phrase}'): nothing applied"
+                                               f"{_left_to(left)}", code="instruct_emotion_unheard",
+                                               emotion=name, phrase=h.phrase, left=tuple(left)))
             if name in _EMOTION_GAPS:
-                self.not_supported.append(f"{_EMOTION_GAPS[name]} (not supported by this engine)")
+                self.not_supported.append(Note(f"{_EMOTION_GAPS[name]} (not supported by this engine)",
+                                               code="instruct_emotion_gap", emotion=name))
 
     def add_language(self, hits: list[_Hit], languages: Sequence[str]) -> None:
         """The last language named wins; it only sets the reading language (no translation)."""
         asks = [h for h in hits if h.cue.kind == "language" and not h.negated]
         for a, b in zip(asks, asks[1:]):
             if a.cue.value != b.cue.value:
-                self.conflicts.append(f"'{a.phrase}' ignored: the later '{b.phrase}' wins")
+                self.conflicts.append((a.phrase, b.phrase))
         if not asks:
             return
         self.language = str(asks[-1].cue.value)
         name = _LANGUAGE_NAMES.get(self.language, self.language)
         self.language_ok = self.language in languages
         if self.language_ok:
-            self.applied.append(f"language: {name} (reading language; the text is not translated)")
+            self.applied.append(Note(f"language: {name} (reading language; the text is not translated)",
+                                     code="instruct_language", language=self.language))
         else:
-            self.not_supported.append(f"language: {name} (not supported by this engine)")
+            self.not_supported.append(Note(f"language: {name} (not supported by this engine)",
+                                           code="instruct_language_unsupported", language=self.language))
 
     def add_unsupported(self, hits: list[_Hit]) -> None:
+        listed: set[str] = set()
         for h in (h for h in hits if h.cue.kind == "unsupported"):
             label = _unsupported_label(h)
             if h.negated:
-                self.applied.append(f"{label}: negated ('{h.phrase}'), nothing to do")
-            elif f"{label} (not supported by this engine)" not in self.not_supported:
-                self.not_supported.append(f"{label} (not supported by this engine)")
+                self.applied.append(Note(f"{label}: negated ('{h.phrase}'), nothing to do",
+                                         code="instruct_style_negated", style=label, phrase=h.phrase))
+            elif label not in listed:
+                listed.add(label)
+                self.not_supported.append(Note(f"{label} (not supported by this engine)",
+                                               code="instruct_style_unsupported", style=label))
 
     def finish(self, speed_range: tuple[float, float]) -> tuple[float, float, float]:
         """Final (speed, pitch, gain) within limits; limits and conflicts are reported."""
@@ -680,33 +736,37 @@ class _Draft:
         final = (round(_clamp(speed, lo, hi), 3), round(_clamp(pitch, *PITCH_RANGE_ST), 2),
                  round(_clamp(gain, *GAIN_RANGE_DB), 2))
         if final[0] != round(speed, 3):
-            self.applied.append(f"speed limited to ×{final[0]:.2f} (asked ×{speed:.2f}; range {lo}–{hi})")
+            self.applied.append(Note(f"speed limited to ×{final[0]:.2f} (asked ×{speed:.2f}; "
+                                     f"range {lo}–{hi})", code="instruct_speed_limited", speed=final[0],
+                                     asked=speed, low=lo, high=hi))
         if final[1] != round(pitch, 2):
-            self.applied.append(f"pitch limited to {final[1]:+.1f} st (asked {pitch:+.1f})")
+            self.applied.append(Note(f"pitch limited to {final[1]:+.1f} st (asked {pitch:+.1f})",
+                                     code="instruct_pitch_limited", pitch=final[1], asked=pitch))
         if final[2] != round(gain, 2):
-            self.applied.append(f"volume limited to {final[2]:+.1f} dB (asked {gain:+.1f})")
-        self.not_supported.extend(f"conflict: {c}" for c in self.conflicts)
+            self.applied.append(Note(f"volume limited to {final[2]:+.1f} dB (asked {gain:+.1f})",
+                                     code="instruct_volume_limited", gain=final[2], asked=gain))
+        self.not_supported.extend(_conflict(c) for c in self.conflicts)
         return final
 
 
 def _explanation(hits: list[_Hit], speed: float, pitch: float, gain: float, voice_cat: str | None,
-                 emotions: list[str], language: str | None) -> list[str]:
+                 emotions: list[str], language: str | None) -> list[Note]:
     """For native engines: how the app reads the instruction (shown, not applied)."""
-    parts = []
-    if speed != 1.0:
-        parts.append(_fmt_speed(speed))
-    if pitch:
-        parts.append(_fmt_st(pitch))
-    if gain:
-        parts.append(_fmt_db(gain))
+    controls: list[Control] = [c for c in (("speed", speed), ("pitch", pitch), ("volume", gain))
+                               if c[1] != (1.0 if c[0] == "speed" else 0.0)]
+    styles = [_unsupported_label(h) for h in hits if h.cue.kind == "unsupported" and not h.negated]
+    parts = [_part(c) for c in controls]
     if voice_cat:
         parts.append(_VOICE_NAMES[voice_cat])
     parts += [f"emotion '{e}'" for e in emotions]
     if language:
         parts.append(f"language {_LANGUAGE_NAMES.get(language, language)}")
-    parts += [_unsupported_label(h) for h in hits if h.cue.kind == "unsupported" and not h.negated]
-    return [f"read by the app as: {', '.join(parts)} (explanation only; the model follows the words)"] \
-        if parts else []
+    parts += styles
+    if not parts:
+        return []
+    return [Note(f"read by the app as: {', '.join(parts)} (explanation only; the model follows the words)",
+                 code="instruct_native_reading", controls=tuple(controls), voice=voice_cat,
+                 emotions=tuple(emotions), language=language, styles=tuple(styles))]
 
 
 def _unsupported_label(hit: _Hit) -> str:
@@ -792,25 +852,35 @@ def apply_plan(plan_: InstructPlan, options: SynthesisOptions, voice: str | Voic
     asked = options.speed * plan_.speed
     speed = _clamp(asked, lo, hi)
     if plan_.speed != 1.0 and not math.isclose(speed, asked, rel_tol=1e-6):
-        applied.append(f"speed: your {options.speed:g} × instruction ×{plan_.speed:.2f} = "
-                       f"{asked:.2f}, limited to {speed:g} (range {lo:g}–{hi:g})")
+        applied.append(Note(f"speed: your {options.speed:g} × instruction ×{plan_.speed:.2f} = "
+                            f"{asked:.2f}, limited to {speed:g} (range {lo:g}–{hi:g})",
+                            code="instruct_speed_combined_limited", yours=options.speed,
+                            factor=plan_.speed, asked=asked, speed=speed, low=lo, high=hi))
     new_options = dataclasses.replace(options, speed=speed, instruct=None)
     if plan_.language is not None:
         new_options = dataclasses.replace(new_options, language=plan_.language)
     new_voice = voice
     if plan_.voice is not None:
-        if isinstance(voice, str) and voice.split("_")[0] == plan_.voice.split("_")[0]:
-            # "male_2" already is a male voice: keep the user's choice and say so
-            applied = [line.replace(f"preset '{plan_.voice}'", f"your preset '{voice}' kept,")
-                       for line in applied]
-        else:
-            new_voice = plan_.voice
-            was = voice if isinstance(voice, str) else "the voice of your recording"  # not a clone on every engine
-            applied = [f"{line}, instead of '{was}'" if line.startswith(f"voice: preset '{plan_.voice}'")
-                       else line for line in applied]
+        # "male_2" already is a male voice: keep the user's choice and say so
+        kept = isinstance(voice, str) and voice.split("_")[0] == plan_.voice.split("_")[0]
+        new_voice = voice if kept else plan_.voice
+        applied = [_voice_outcome(line, voice, kept) if code_of(line) == "instruct_voice_preset" else line
+                   for line in applied]
     final = dataclasses.replace(plan_, applied=tuple(applied),
                                 voice=new_voice if plan_.voice is not None else None)
     return Application(new_options, new_voice, final)
+
+
+def _voice_outcome(line: Note, voice: str | VoicePrompt, kept: bool) -> Note:
+    """The plan's voice line (``instruct_voice_preset``) once the request's own ``voice`` is known:
+    that voice ``kept`` (it is of the kind asked for), or the preset used instead of it."""
+    preset, category, phrase = line.params["preset"], line.params["voice"], line.params["phrase"]
+    if kept:
+        return Note(f"voice: your preset '{voice}' kept, for {_VOICE_NAMES[category]} ('{phrase}')",
+                    code="instruct_voice_kept", kept=voice, voice=category, phrase=phrase)
+    was = voice if isinstance(voice, str) else "the voice of your recording"  # not a clone on every engine
+    return Note(f"{_voice_preset(preset, category, phrase)}, instead of '{was}'",
+                code="instruct_voice_instead", preset=preset, voice=category, phrase=phrase, instead_of=was)
 
 
 def postprocess(audio: np.ndarray, sample_rate: int, plan_: InstructPlan) -> np.ndarray:

@@ -180,7 +180,8 @@ class Job:
             self._finish(JobState.FAILED)
         except Exception as exc:  # a bug or a broken model: keep the type out of the client's face
             logger.exception("job %s failed", self.id)
-            self.error = EngineError(f"synthesis failed: {type(exc).__name__}: {exc}")
+            self.error = EngineError(f"synthesis failed: {type(exc).__name__}: {exc}", code="job_failed",
+                                     error=type(exc).__name__)
             self.error.__cause__ = exc
             self._finish(JobState.FAILED)
 
@@ -270,10 +271,11 @@ class JobQueue:
         snap = self.thermal_snapshot()
         with self._cond:
             if self._stopping:
-                raise BusyError("the server is shutting down", retry_after=30)
+                raise BusyError("the server is shutting down", retry_after=30, code="shutting_down")
             if snap.refuse_new:
                 raise BusyError(f"the box is too hot to start new work ({snap.message}); "
-                                "try again when it has cooled", retry_after=60)
+                                "try again when it has cooled", retry_after=60, code="too_hot",
+                                thermal=snap.message)
             # Jobs just queued for a free slot sit in the waiting list for an instant; count the slots.
             free_slots = 0 if snap.hold_new else max(0, self._limit(snap) - len(self._running))
             if len(self._waiting) >= self.max_waiting + free_slots:
@@ -282,10 +284,12 @@ class JobQueue:
                 # waiting count can pass max_waiting while the whole stays within its limit
                 raise BusyError(f"busy: {running} job{'s' if running != 1 else ''} running and {waiting} "
                                 f"waiting, the most this server takes at once; try again shortly",
-                                retry_after=self._retry_after_locked())
+                                retry_after=self._retry_after_locked(), code="queue_full",
+                                running=running, waiting=waiting)
             job_id = job_id or uuid.uuid4().hex[:16]
             if job_id in self._jobs and not self._jobs[job_id].finished:
-                raise ParameterError(f"job id {job_id!r} is already in use by a waiting or running job")
+                raise ParameterError(f"job id {job_id!r} is already in use by a waiting or running job",
+                                     code="job_id_in_use", job_id=job_id)
             job = Job(fn, job_id, owner, stream)
             self._jobs[job_id] = job
             if cancelled:
@@ -428,7 +432,8 @@ class JobQueue:
             self._cond.notify_all()
         for job in waiting:
             job.cancel()
-            job._finish(JobState.CANCELLED, CancelledError("the server is shutting down"))
+            job._finish(JobState.CANCELLED, CancelledError("the server is shutting down",
+                                                           code="cancelled_on_shutdown"))
         if cancel_running:
             for job in running:
                 job.cancel()

@@ -36,9 +36,10 @@ from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOpti
 from cosyedge.errors import (AudioError, CancelledError, CosyedgeError, NameError_, NotFoundError,
                              ParameterError, StorageFullError, TextError)
 from cosyedge.heap import return_large_blocks, trim_heap
-from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
-                               postprocess)
+from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
+                               plan_for_engine, postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
+from cosyedge.notes import Note
 from cosyedge.streaming import AudioStream, StreamInfo
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
@@ -405,7 +406,8 @@ class Service:
                    overwrite: bool = False) -> VoiceInfo:
         """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``)."""
         if not prompt_audio:
-            raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})")
+            raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})",
+                             code="prompt_missing")
         prompt = self._condition(prompt_audio)
         return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, overwrite=overwrite)
@@ -454,40 +456,49 @@ class Service:
         """Check everything that can be checked without the engine; raise an InputError naming it."""
         s = self.settings
         if not isinstance(request.text, str) or not request.text.strip():
-            raise TextError("text is empty: type something to read")
+            raise TextError("text is empty: type something to read", code="text_empty")
         if len(request.text) > s.max_text_chars:
-            raise TextError(f"text is {len(request.text)} characters; the limit is {s.max_text_chars}")
+            raise TextError(f"text is {len(request.text)} characters; the limit is {s.max_text_chars}",
+                            code="text_too_long", length=len(request.text), limit=s.max_text_chars)
         tag = SSML_TAG_RE.search(request.text)
         if tag:
             raise TextError(f"text contains markup ({tag.group(0)[:40]}): SSML tags are not supported; "
-                            "send plain text (use speed and instruct for delivery)")
+                            "send plain text (use speed and instruct for delivery)",
+                            code="text_markup", markup=tag.group(0)[:40])
         if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
-            raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}")
+            raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}",
+                                 code="speed_not_number", type=type(request.speed).__name__)
         low, high = SPEED_RANGE
         if not low <= float(request.speed) <= high:
-            raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})")
+            raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})",
+                                 code="speed_out_of_range", speed=request.speed, low=low, high=high)
         if request.language not in LANGUAGES:
-            raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}")
+            raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}",
+                                 code="language_unknown", language=request.language, choices=LANGUAGES)
         if request.speaker is not None and self.holder.presets is not None:
             self._check_preset(request.speaker, self.holder.presets)
         if request.prompt_text is not None and len(request.prompt_text) > MAX_TRANSCRIPT_CHARS:
             # a native engine puts the transcript before every sentence of the text it reads
             raise TextError(f"prompt_text is {len(request.prompt_text)} characters; the limit is "
-                            f"{MAX_TRANSCRIPT_CHARS} (the transcript of the prompt audio, 3-10 s of speech)")
+                            f"{MAX_TRANSCRIPT_CHARS} (the transcript of the prompt audio, 3-10 s of speech)",
+                            code="prompt_text_too_long", length=len(request.prompt_text),
+                            limit=MAX_TRANSCRIPT_CHARS)
         if request.voice_id is not None:
             self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
         if request.prompt_audio is not None:
             self._condition(request.prompt_audio)  # every prompt problem is refused before queueing
         if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
             raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "
-                            f"{MAX_INSTRUCTION_CHARS}")
+                            f"{MAX_INSTRUCTION_CHARS}", code="instruction_too_long",
+                            length=len(request.instruct), limit=MAX_INSTRUCTION_CHARS)
 
     @staticmethod
     def _check_preset(name: str, presets: list[str]) -> str:
         if name in ("", "default"):
             return presets[0]
         if name not in presets:
-            raise NotFoundError(f"unknown voice {name!r}; choose one of {', '.join(presets)}")
+            raise NotFoundError(f"unknown voice {name!r}; choose one of {', '.join(presets)}",
+                                code="preset_unknown", name=name, choices=tuple(presets))
         return name
 
     def submit(self, request: TTSRequest, owner: str | None = None,
@@ -498,7 +509,7 @@ class Service:
         receives each joined piece as soon as it is made; the result and the file are as usual.
         """
         if job_id is not None and not JOB_ID_RE.match(job_id):
-            raise NameError_("job id must be 1-64 letters, digits, '-' or '_'")
+            raise NameError_("job id must be 1-64 letters, digits, '-' or '_'", code="job_id_invalid")
         cancelled = threading.Event()
         if owner is not None:
             with self._submitting_lock:
@@ -628,7 +639,8 @@ class Service:
             free = shutil.disk_usage(path.parent).free / 1e6
             raise StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, "
                                    f"this result needs {len(audio) * 2 / 1e6:.1f} MB): old outputs "
-                                   "can be deleted to make room") from exc
+                                   "can be deleted to make room", code="disk_full", folder=str(path.parent),
+                                   free_mb=free, needed_mb=len(audio) * 2 / 1e6) from exc
         finally:
             with self._in_use_lock:
                 self._writing.discard(path)
@@ -646,7 +658,7 @@ class Service:
         """
         if request.voice_id is None and request.prompt_audio is None:
             preset = self._check_preset(request.speaker or "", list(engine.presets()))
-            return VoiceChoice(preset, preset, "preset")
+            return VoiceChoice(preset, preset, Note("preset", code="voice_preset"))
         if request.voice_id is not None:
             prompt, transcript, info = self.library.load(request.voice_id)
             name = f"saved voice {info.name}"
@@ -673,9 +685,10 @@ class Service:
         plan = plan_for_engine(instruct, engine)
         applied = apply_plan(plan, options, choice.voice, speed_range=engine.capabilities.speed_range)
         if applied.voice is not choice.voice:
-            choice = dataclasses.replace(choice, voice=applied.voice, name=str(applied.voice),
-                                         match=f"preset {applied.voice}, asked for by the instruction "
-                                               f"(instead of {choice.name})", similarity=None,
+            match = Note(f"preset {applied.voice}, asked for by the instruction (instead of {choice.name})",
+                         code="voice_instruct_preset", voice=str(applied.voice), instead_of=choice.name)
+            choice = dataclasses.replace(choice, voice=applied.voice, name=str(applied.voice), match=match,
+                                         similarity=None,
                                          prompt=None)  # no similarity to a voice that was not used
         return applied.plan, applied.options, choice
 
@@ -690,20 +703,26 @@ def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
     if request.voice_id is not None:
         source = f"the saved voice {request.voice_id!r} (voice_id)"
         if request.prompt_audio is not None:
-            notes.append(f"prompt_audio ignored: {source} was used instead")
+            notes.append(Note(f"prompt_audio ignored: {source} was used instead",
+                              code="prompt_audio_ignored", voice_id=request.voice_id))
     elif request.prompt_audio is not None:
         source = "prompt_audio"
     if request.speaker not in (None, "", "default") and source is not None:
-        notes.append(f"speaker {request.speaker!r} ignored: the voice comes from {source}")
+        notes.append(Note(f"speaker {request.speaker!r} ignored: the voice comes from {source}",
+                          code="speaker_ignored_saved_voice" if request.voice_id is not None
+                          else "speaker_ignored_prompt_audio",
+                          speaker=request.speaker, voice_id=request.voice_id))
     if request.prompt_text and request.prompt_text.strip():
         if request.voice_id is not None:
-            notes.append("prompt_text ignored: the saved voice keeps its own transcript")
+            notes.append(Note("prompt_text ignored: the saved voice keeps its own transcript",
+                              code="prompt_text_ignored_saved_voice"))
         elif request.prompt_audio is None:
-            notes.append("prompt_text ignored: it is the transcript of prompt_audio, and no "
-                         "prompt_audio was sent")
+            notes.append(Note("prompt_text ignored: it is the transcript of prompt_audio, and no "
+                              "prompt_audio was sent", code="prompt_text_ignored_no_prompt"))
         elif not engine.capabilities.native_clone:
-            notes.append(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
-                         "the voice from the sound of prompt_audio alone, without its transcript")
+            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
+                              "the voice from the sound of prompt_audio alone, without its transcript",
+                              code="prompt_text_ignored_no_clone", engine=engine.name))
     probe = getattr(engine, "language_notes", None)  # optional, like unread_text
     if probe is not None and request.language != "auto":
         try:
@@ -729,18 +748,20 @@ def unread_text(engine: Engine, text: str, language: str) -> list[str]:
 def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:
     """The instruction part of a result: applied, not supported, controls and a summary line."""
     if plan is None:
-        return {"applied": [], "not_supported": [], "controls": {}, "message": "no instruction given"}
+        return {"applied": [], "not_supported": [], "controls": {}, "message": NO_INSTRUCTION}
     return plan.to_dict()
 
 
-def describe_match(engine: Engine, encoded: VoicePrompt) -> str:
+def describe_match(engine: Engine, encoded: VoicePrompt) -> Note:
     """What the prompt became, in words for the UI panel and REST: "native clone" on an engine that
     clones; on Kokoro "approximate voice match" with the probe similarity before and after."""
     if engine.capabilities.native_clone:
-        return "native clone"
+        return Note("native clone", code="voice_native_clone")
     meta = encoded.meta
+    method = meta.get("method", "approximate voice match")
     if "similarity_before" in meta and "similarity_after" in meta:
-        return (f"{meta.get('method', 'approximate voice match')}: similarity "
-                f"{meta['similarity_before']:.2f} (nearest preset {meta.get('nearest_preset', '?')}) -> "
-                f"{meta['similarity_after']:.2f}")
-    return str(meta.get("method", "approximate voice match"))
+        before, after = meta["similarity_before"], meta["similarity_after"]
+        nearest = meta.get("nearest_preset", "?")
+        return Note(f"{method}: similarity {before:.2f} (nearest preset {nearest}) -> {after:.2f}",
+                    code="voice_match_approx", method=method, before=before, nearest=nearest, after=after)
+    return Note(str(method), code="voice_match_method", method=method)

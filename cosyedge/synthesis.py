@@ -37,12 +37,13 @@ class SynthesisResult:
 def check_text(text: object, max_chars: int) -> str:
     """The text to speak, or TextError saying what is wrong with it."""
     if not isinstance(text, str):
-        raise TextError(f"text must be a string, not {type(text).__name__}")
+        raise TextError(f"text must be a string, not {type(text).__name__}", code="text_not_string")
     if not text.strip():
-        raise TextError("text is empty; type something to read")
+        raise TextError("text is empty; type something to read", code="text_empty")
     if len(text) > max_chars:
         raise TextError(f"text has {len(text)} characters; the limit is {max_chars} "
-                        "(split it, or raise COSYEDGE_MAX_TEXT_CHARS)")
+                        "(split it, or raise COSYEDGE_MAX_TEXT_CHARS)", code="text_too_long",
+                        length=len(text), limit=max_chars)
     return text
 
 

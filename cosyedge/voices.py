@@ -217,7 +217,7 @@ def _rename_to_new(source: Path, target: Path, voice_id: str) -> None:
     except OSError as exc:
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
             raise NameError_(f"a saved voice with id {voice_id!r} already exists; "
-                             "choose another name") from None
+                             "choose another name", code="voice_id_taken", voice_id=voice_id) from None
         raise
 
 
@@ -241,16 +241,18 @@ def name_to_id(name: Any) -> tuple[str, str]:
     of at most 32 characters (id: its pinyin, e.g. 王老师 -> wang-lao-shi).
     """
     if not isinstance(name, str):
-        raise NameError_("the voice name must be text")
+        raise NameError_("the voice name must be text", code="voice_name_not_text")
     name = unicodedata.normalize("NFC", name).strip()
     if not name:
-        raise NameError_("the voice name is empty")
+        raise NameError_("the voice name is empty", code="voice_name_empty")
     if "\x00" in name or any(unicodedata.category(c) == "Cc" for c in name):
-        raise NameError_("the voice name contains control characters (such as NUL)")
+        raise NameError_("the voice name contains control characters (such as NUL)",
+                         code="voice_name_control_chars")
     if "/" in name or "\\" in name:
-        raise NameError_("the voice name may not contain '/' or '\\'")
+        raise NameError_("the voice name may not contain '/' or '\\'", code="voice_name_slash")
     if len(name) > 64:
-        raise NameError_(f"the voice name is {len(name)} characters long; at most 64 are allowed")
+        raise NameError_(f"the voice name is {len(name)} characters long; at most 64 are allowed",
+                         code="voice_name_too_long", length=len(name), limit=64)
     if NAME_RE.match(name):
         voice_id = re.sub(r"-{2,}", "-", name.lower().replace(" ", "-"))
     elif _CJK_NAME_RE.match(name) and re.search(r"[\u3400-\u9fff]", name):
@@ -260,9 +262,11 @@ def name_to_id(name: Any) -> tuple[str, str]:
         voice_id = "-".join(s for s in syllables if s)[:64].strip("-._")
     else:
         raise NameError_(f"the voice name {name!r} is not allowed: use letters, digits, spaces, '.', '_' "
-                         "or '-', starting with a letter or digit (or a Chinese name of up to 32 characters)")
+                         "or '-', starting with a letter or digit (or a Chinese name of up to 32 characters)",
+                         code="voice_name_not_allowed", name=name)
     if not ID_RE.match(voice_id):
-        raise NameError_(f"the voice name {name!r} does not give a usable id")
+        raise NameError_(f"the voice name {name!r} does not give a usable id",
+                         code="voice_name_no_id", name=name)
     return name, voice_id
 
 
@@ -303,18 +307,21 @@ class VoiceLibrary:
     def _path(self, voice_id: str) -> Path:
         """The folder of ``voice_id``, refused unless it is a valid id directly under the root."""
         if not isinstance(voice_id, str) or not ID_RE.match(voice_id):
-            raise NameError_(f"{voice_id!r} is not a valid voice id")
+            raise NameError_(f"{voice_id!r} is not a valid voice id", code="voice_id_invalid",
+                             voice_id=voice_id)
         root = self._root()
         path = (root / voice_id).resolve()
         if path.parent != root:
-            raise NameError_(f"{voice_id!r} is not a valid voice id")
+            raise NameError_(f"{voice_id!r} is not a valid voice id", code="voice_id_invalid",
+                             voice_id=voice_id)
         return path
 
     def _existing(self, voice_id: str) -> Path:
         path = self._path(voice_id)
         if not path.is_dir() or path.is_symlink() or not (path / META_NAME).is_file():
             raise NotFoundError(f"no saved voice {voice_id!r}; saved voices: "
-                                f"{', '.join(v.id for v in self.list()) or 'none'}")
+                                f"{', '.join(v.id for v in self.list()) or 'none'}",
+                                code="saved_voice_unknown", voice_id=voice_id)
         return path
 
     def list(self) -> list[VoiceInfo]:
@@ -344,7 +351,7 @@ class VoiceLibrary:
             info = self._read_meta(path)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # sf: RuntimeError
             raise NotFoundError(f"saved voice {voice_id!r} is damaged ({exc}); delete it and save it "
-                                "again") from None
+                                "again", code="saved_voice_damaged", voice_id=voice_id) from None
         prompt = ConditionedPrompt(pcm=np.asarray(audio, dtype=np.float32).reshape(-1), sample_rate=rate,
                                    source_rate=rate, notes=list(info.notes))
         return prompt, transcript, info
@@ -413,9 +420,11 @@ class VoiceLibrary:
                 held_by = display  # unreadable: never take its place
             if same(held_by, display):
                 raise NameError_(f"a saved voice named {held_by!r} (id {candidate!r}) already exists; "
-                                 "choose another name")
+                                 "choose another name", code="voice_name_taken", name=held_by,
+                                 voice_id=candidate)
             candidate = f"{voice_id}-{number}"[:64]
-        raise NameError_(f"too many saved voices with names like {display!r}; choose another name")
+        raise NameError_(f"too many saved voices with names like {display!r}; choose another name",
+                         code="voice_names_exhausted", name=display)
 
     def delete(self, voice_id: str) -> None:
         shutil.rmtree(self._existing(voice_id))
@@ -436,32 +445,38 @@ class VoiceLibrary:
         then save it. Nothing is written unless everything is valid."""
         if len(data) > max_bytes:
             raise PayloadTooLargeError(f"the voice file is {len(data) / 1e6:.1f} MB; the limit is "
-                                       f"{max_bytes / 1e6:.1f} MB")
+                                       f"{max_bytes / 1e6:.1f} MB", code="voice_file_too_large",
+                                       size_mb=len(data) / 1e6, limit_mb=max_bytes / 1e6)
         try:
             zf = zipfile.ZipFile(io.BytesIO(data))
         except _ZIP_ERRORS:
-            raise InputError("not a voice file: expected a .zip exported by cosyedge") from None
+            raise InputError("not a voice file: expected a .zip exported by cosyedge",
+                             code="voice_file_not_zip") from None
         with zf:
             members = {info.filename: info for info in zf.infolist()}
             expected = {WAV_NAME, TRANSCRIPT_NAME, META_NAME}
             if set(members) != expected:
                 raise InputError(f"not a voice file: it must hold exactly {', '.join(sorted(expected))}; "
-                                 f"found {', '.join(sorted(members)) or 'nothing'}")
+                                 f"found {', '.join(sorted(members)) or 'nothing'}",
+                                 code="voice_file_members")
             limits = {WAV_NAME: max_bytes, TRANSCRIPT_NAME: 4 * MAX_TRANSCRIPT_CHARS,
                       META_NAME: _MAX_META_BYTES}
             for member, limit in limits.items():
                 if members[member].file_size > limit:
                     raise PayloadTooLargeError(f"{member} in the voice file is too large "
-                                               f"({members[member].file_size} bytes; limit {limit})")
+                                               f"({members[member].file_size} bytes; limit {limit})",
+                                               code="voice_file_member_too_large", member=member,
+                                               size=members[member].file_size, limit=limit)
             try:
                 blobs = {m: zf.read(m) for m in expected}
             except _ZIP_ERRORS as exc:
-                raise InputError(f"the voice file is damaged: {exc}") from None
+                raise InputError(f"the voice file is damaged: {exc}", code="voice_file_damaged") from None
         meta = _parse_meta(blobs[META_NAME])
         try:
             transcript = blobs[TRANSCRIPT_NAME].decode("utf-8")
         except UnicodeDecodeError:
-            raise InputError("the voice file's transcript is not UTF-8 text") from None
+            raise InputError("the voice file's transcript is not UTF-8 text",
+                             code="voice_file_transcript_not_utf8") from None
         transcript = _check_transcript(transcript)
         display, _ = name_to_id(name if name is not None else meta["name"])
         prompt = condition_prompt(blobs[WAV_NAME], max_bytes=max_bytes, filename=WAV_NAME)
@@ -495,22 +510,26 @@ def _parse_meta(blob: bytes) -> dict[str, Any]:
     try:
         meta = json.loads(blob.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"the voice file's meta.json is not valid JSON: {exc}") from None
+        raise InputError(f"the voice file's meta.json is not valid JSON: {exc}",
+                         code="voice_file_meta_not_json") from None
     if not isinstance(meta, dict) or meta.get("format") != LIBRARY_FORMAT:
-        raise InputError(f"the voice file's meta.json is not format {LIBRARY_FORMAT}")
+        raise InputError(f"the voice file's meta.json is not format {LIBRARY_FORMAT}",
+                         code="voice_file_meta_format")
     for key in ("name", "engine", "model_id"):
         value = meta.get(key)
         # engine may be "" (saved without encoding); model_id names the model it was saved for
         pattern = r"[\w.:+-]{0,100}" if key == "engine" else r"[\w.:+-]{1,100}"
         if not isinstance(value, str) or (key != "name" and not re.fullmatch(pattern, value)):
-            raise InputError(f"the voice file's meta.json has an invalid {key!r}")
+            raise InputError(f"the voice file's meta.json has an invalid {key!r}",
+                             code="voice_file_meta_field", field=key)
     return meta
 
 
 def _check_transcript(transcript: str | None) -> str:
     transcript = (transcript or "").strip()
     if len(transcript) > MAX_TRANSCRIPT_CHARS:
-        raise InputError(f"the transcript is {len(transcript)} characters; at most {MAX_TRANSCRIPT_CHARS}")
+        raise InputError(f"the transcript is {len(transcript)} characters; at most {MAX_TRANSCRIPT_CHARS}",
+                         code="transcript_too_long", length=len(transcript), limit=MAX_TRANSCRIPT_CHARS)
     if "\x00" in transcript:
-        raise InputError("the transcript contains a NUL character")
+        raise InputError("the transcript contains a NUL character", code="transcript_nul")
     return transcript

@@ -415,3 +415,67 @@ def test_cli_speak_instruct_on_tiny_engine(tmp_path, monkeypatch, capsys):
     instr, _ = sf.read(tmp_path / "instr.wav")
     assert len(instr) > 1.15 * len(plain)
     assert np.sqrt(np.mean(instr ** 2)) > 1.5 * np.sqrt(np.mean(plain ** 2))
+
+
+# --- report lines: notes with codes, built from parts (never edited as text) ----------------------
+
+def test_every_report_line_is_a_note_with_a_listed_code():
+    from cosyedge.notes import NOTE_CODES, Note
+
+    for instruction, _ in CASES:
+        for caps in (EMBEDDED, NATIVE):
+            p = plan(instruction, caps, presets=PRESETS)
+            applied = apply_plan(p, SynthesisOptions(speed=2.0), "female_2").plan.applied
+            lines = [*applied, *p.not_supported, p.message]
+            for line in lines:
+                assert isinstance(line, Note) and line.code in NOTE_CODES, (instruction, line)
+
+
+def test_the_voice_line_is_rebuilt_from_its_parts():
+    ask = plan("用男声", EMBEDDED, presets=PRESETS)
+    (line,) = ask.applied
+    assert line.code == "instruct_voice_preset"
+    assert dict(line.params) == {"preset": "male_1", "voice": "male", "phrase": "男声"}
+    (kept,) = apply_plan(ask, SynthesisOptions(), "male_2").plan.applied
+    assert kept == "voice: your preset 'male_2' kept, for a male voice ('男声')"
+    assert kept.code == "instruct_voice_kept" and kept.params["kept"] == "male_2"
+    (instead,) = apply_plan(ask, SynthesisOptions(), "female_2").plan.applied
+    assert instead == "voice: preset 'male_1' for a male voice ('男声'), instead of 'female_2'"
+    assert instead.code == "instruct_voice_instead" and instead.params["instead_of"] == "female_2"
+
+
+def test_negative_amounts_keep_their_minus_sign():
+    p = plan("lower pitch, quieter", EMBEDDED)
+    assert [str(line) for line in p.applied] == ["pitch −3.0 st ('lower pitch')", "volume −6.0 dB ('quieter')"]
+    amounts = [(line.params["control"], line.params["amount"]) for line in p.applied]
+    assert amounts == [("pitch", -3.0), ("volume", -6.0)]
+
+
+def edited_text(source: str) -> list[int]:
+    """Lines of ``source`` that edit or test finished text: ``str.replace`` (``dataclasses.replace``
+    is fine) and any method called on a report ``line``."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            dataclasses_replace = isinstance(receiver, ast.Name) and receiver.id == "dataclasses"
+            if node.func.attr == "replace" and not dataclasses_replace:
+                found.append(node.lineno)
+            elif isinstance(receiver, ast.Name) and receiver.id == "line":
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def test_report_lines_are_built_not_edited():
+    from pathlib import Path
+
+    import cosyedge.instruct
+
+    assert edited_text(Path(cosyedge.instruct.__file__).read_text("utf-8")) == []
+    # what it replaced: a finished line edited, tested by its text, and a number's sign swapped
+    old = ('applied = [line.replace(f"preset \'{v}\'", "your preset") for line in applied]\n'
+           'applied = [line + "!" if line.startswith("voice: preset") else line for line in applied]\n'
+           'text = f"pitch {st:+.1f} st".replace("-", "−")\n')
+    assert edited_text(old) == [1, 2, 3]

@@ -34,6 +34,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from ..notes import Note
 from .units import UNIT_AFTER_NUMBER
 
 logger = logging.getLogger(__name__)
@@ -135,22 +136,26 @@ class Unread:
             words.append(ch)
         self._last = script
 
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Note]:
         """One short line per tag and per script, e.g. "tag [fr] not read aloud: ..."."""
-        out = [f"tag {tag} not read aloud: this engine speaks zh, en and ja; the text after it was "
-               "read by its script (Latin letters as English)" for tag in self.tags]
+        out = [Note(f"tag {tag} not read aloud: this engine speaks zh, en and ja; the text after it was "
+                    "read by its script (Latin letters as English)", code="tag_not_read", tag=tag)
+               for tag in self.tags]
         for script, words in self.words.items():
             unique = list(dict.fromkeys(
                 w if len(w) <= self.QUOTE_CHARS else w[:self.QUOTE_CHARS] + "…" for w in words))
             shown = ", ".join(unique[:self.SHOWN]) + (", …" if len(unique) > self.SHOWN else "")
             count = self.chars[script]
             if script == "emoji":
-                out.append(f"{count} emoji not read ({shown})")
+                out.append(Note(f"{count} emoji not read ({shown})", code="emoji_not_read", count=count,
+                                shown=shown))
             elif script == SYMBOLS:
-                out.append(f"{count} symbol{'s' if count > 1 else ''} not read ({shown})")
+                out.append(Note(f"{count} symbol{'s' if count > 1 else ''} not read ({shown})",
+                                code="symbols_not_read", count=count, shown=shown))
             else:
-                out.append(f"{count} {script} character{'s' if count > 1 else ''} not read ({shown}): "
-                           "this engine reads Chinese, English and Japanese only")
+                out.append(Note(f"{count} {script} character{'s' if count > 1 else ''} not read "
+                                f"({shown}): this engine reads Chinese, English and Japanese only",
+                                code="script_not_read", count=count, script=script, shown=shown))
         return out
 
 
@@ -196,7 +201,7 @@ def parse_tags(text: str, language: str = AUTO, unread: Unread | None = None) ->
 _NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese"}
 
 
-def language_notes(text: str, language: str, default: str = "zh") -> list[str]:
+def language_notes(text: str, language: str, default: str = "zh") -> list[Note]:
     """What a language setting other than auto did not decide: one note per language that untagged
     characters were read in instead, by their script ("English" over Chinese characters reads them
     as Chinese, exactly as auto does). Tags are the user's own choice and are not reported."""
@@ -210,9 +215,10 @@ def language_notes(text: str, language: str, default: str = "zh") -> list[str]:
             if run.language != language:
                 letters = sum(1 for ch in run.text if ch.isalpha())
                 counts[run.language] = counts.get(run.language, 0) + letters
-    return [f"language {language} not applied to {count} character{'s' if count > 1 else ''}: read as "
-            f"{_NAMES[other]} by their script (Latin letters as English, kana as Japanese, Chinese "
-            f"characters as Chinese unless the language is ja)"
+    return [Note(f"language {language} not applied to {count} character{'s' if count > 1 else ''}: "
+                 f"read as {_NAMES[other]} by their script (Latin letters as English, kana as Japanese, "
+                 f"Chinese characters as Chinese unless the language is ja)",
+                 code="language_not_applied", language=language, count=count, read_as=other)
             for other, count in counts.items() if count]
 
 

@@ -10,9 +10,10 @@
 * ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
   page's live player; the token is the stream's own, never listed).
 
-Every error is ``{"error": {"type", "message"}}`` with its 4xx/5xx code (429 carries Retry-After),
-including a body that is not a JSON object, a wrong method on a REST path (405 with Allow) and an
-unknown path (404), though the page is mounted at "/" (:class:`RouteErrorMiddleware`).
+Every error is ``{"error": {"type", "code", "message"}}`` with its 4xx/5xx status (429 carries
+Retry-After; ``code`` names the exact refusal, see cosyedge.errors), including a body that is not a
+JSON object, a wrong method on a REST path (405 with Allow) and an unknown path (404), though the
+page is mounted at "/" (:class:`RouteErrorMiddleware`).
 A request whose client disconnects while its job waits or runs cancels that job.
 """
 
@@ -60,6 +61,7 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 class ErrorBody(BaseModel):
     type: str
+    code: str = Field(description="Which refusal exactly: stable (the type when there is no finer code)")
     message: str
 
 
@@ -153,10 +155,11 @@ def install_log_redaction(logger_name: str = "uvicorn.access") -> None:
         target.addFilter(TokenRedactingFilter())
 
 
-def error_response(status: int, kind: str, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status,
-                        headers=headers)
+def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None,
+                   code: str | None = None) -> JSONResponse:
+    """The one JSON error shape; ``code`` defaults to ``kind`` (errors with no finer code)."""
+    return JSONResponse({"error": {"type": kind, "code": code or kind, "message": message}},
+                        status_code=status, headers=headers)
 
 
 def decode_base64_audio(data: str) -> bytes:
@@ -166,7 +169,7 @@ def decode_base64_audio(data: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise AudioError("prompt_audio is not valid base64") from exc
+        raise AudioError("prompt_audio is not valid base64", code="prompt_not_base64") from exc
 
 
 def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
@@ -191,7 +194,8 @@ def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     elif fmt == "flac":
         sf.write(buf, pcm, sample_rate, format="FLAC", subtype="PCM_16")
     else:
-        raise ParameterError(f"response_format {fmt!r} is not supported")
+        raise ParameterError(f"response_format {fmt!r} is not supported", code="response_format_unknown",
+                             response_format=fmt)
     return buf.getvalue()
 
 
@@ -211,7 +215,7 @@ async def _unless_client_leaves(task: "asyncio.Future[Any]", request: Request, j
         done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
             logger.info("client disconnected%s; cancelling job %s", moment, job.id)
-            raise CancelledError("the client disconnected")
+            raise CancelledError("the client disconnected", code="client_disconnected")
         return task.result()
     finally:
         watcher.cancel()
@@ -420,7 +424,7 @@ def build_router(service: Service) -> APIRouter:
     async def job_status(job_id: str) -> dict[str, Any]:
         job = service.queue.get(job_id)
         if job is None:
-            raise NotFoundError(f"no job {job_id!r}")
+            raise NotFoundError(f"no job {job_id!r}", code="job_unknown", job_id=job_id)
         return _job_info(service, job)
 
     @router.get("/jobs/{job_id}/audio", responses={200: {"content": {"audio/wav": {}}}, **errors},
@@ -431,9 +435,10 @@ def build_router(service: Service) -> APIRouter:
         job = service.queue.get(job_id)
         stream = job.stream if job is not None else None
         if stream is None or not secrets.compare_digest(stream.token.encode(), token.encode()):
-            raise NotFoundError(f"no audio stream for job {job_id!r}")
+            raise NotFoundError(f"no audio stream for job {job_id!r}", code="job_stream_unknown", job_id=job_id)
         if stream.released:
-            raise NotFoundError(f"job {job_id!r} finished long ago; its audio stream has been released")
+            raise NotFoundError(f"job {job_id!r} finished long ago; its audio stream has been released",
+                                code="job_stream_released", job_id=job_id)
         return ClosingStreamingResponse(_wav_stream(job_id, stream), media_type="audio/wav",
                                  headers={"Cache-Control": "no-store", "X-Cosyedge-Job-Id": job_id})
 
@@ -442,7 +447,7 @@ def build_router(service: Service) -> APIRouter:
         """Cancel a waiting job at once, or a running one between two sentences."""
         job = service.queue.get(job_id)
         if job is None:
-            raise NotFoundError(f"no job {job_id!r}")
+            raise NotFoundError(f"no job {job_id!r}", code="job_unknown", job_id=job_id)
         return {"job_id": job_id, "cancelled": service.cancel(job_id), "state": job.state.value}
 
     return router
@@ -515,7 +520,7 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, BusyError) else None
         if exc.http_status >= 500:
             logger.error("%s: %s", exc.kind, exc.message)
-        return error_response(exc.http_status, exc.kind, exc.message, headers)
+        return error_response(exc.http_status, exc.kind, exc.message, headers, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -619,8 +624,10 @@ class BodyLimitMiddleware:
     def _too_large(self, size: str | None = None) -> PayloadTooLargeError:
         limit = f"{self.max_bytes / 1e6:.1f} MB"
         if size is None:
-            return PayloadTooLargeError(f"request body is larger than the limit of {limit}")
-        return PayloadTooLargeError(f"request body is {size}; the limit is {limit}")
+            return PayloadTooLargeError(f"request body is larger than the limit of {limit}",
+                                        code="request_body_over_limit", limit=limit)
+        return PayloadTooLargeError(f"request body is {size}; the limit is {limit}",
+                                    code="request_body_too_large", size=size, limit=limit)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -629,7 +636,7 @@ class BodyLimitMiddleware:
         length = dict(scope.get("headers", [])).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             exc = self._too_large(f"{int(length) / 1e6:.1f} MB")
-            await error_response(exc.http_status, exc.kind, exc.message)(scope, receive, send)
+            await error_response(exc.http_status, exc.kind, exc.message, code=exc.code)(scope, receive, send)
             return
         received = 0
 

@@ -13,6 +13,8 @@ in the JobQueue, which stops synthesis between sentences.
 
 Feedback: errors are toasts that stay until closed, led by a bilingual title (this Gradio shows no
 toast titles) and HTML-escaped (toasts render HTML); user text in the result panel is escaped too.
+The page's Chinese for a refusal and its words for a note come from tables keyed by the error's or
+note's code (:data:`REASONS_ZH`, :data:`PAGE_NOTES`), never from reading the English text.
 """
 
 # No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
@@ -20,7 +22,6 @@ toast titles) and HTML-escaped (toasts render HTML); user text in the result pan
 import asyncio
 import html
 import logging
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.jobs import Job
 from cosyedge.jobs import PHASE_STARTING
+from cosyedge.notes import Note, code_of
 from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
                               SPEED_RANGE, Service, TTSRequest, TTSResult)
 
@@ -95,43 +97,46 @@ def ui_error(message: str, title: str = CANNOT_GENERATE) -> "gr.Error":
     return gr.Error(html.escape(f"{title}: {message}", quote=False), title=title, duration=None)
 
 
-#: Chinese for the service's commonest refusals (its reasons are English; the page is bilingual).
-#: A reason that already carries Chinese, or is not listed here, is shown as it is.
-_REASONS_ZH: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"^text (?:is|has) (\d+) characters; the limit is (\d+)"), "文本有 {0} 个字符，上限为 {1} 个"),
-    (re.compile(r"^instruction is (\d+) characters; the limit is (\d+)"), "指令有 {0} 个字符，上限为 {1} 个"),
-    (re.compile(r"^text contains only punctuation"), "文本只有标点符号，没有可朗读的内容"),
-    (re.compile(r"^nothing speakable in the text"), "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）"),
-    (re.compile(r"SSML tags are not supported"), "不支持 SSML 标签，请输入纯文本"),
-    (re.compile(r"^No speech found"), "未检测到语音：参考音频是静音（或几乎静音）"),
-    (re.compile(r"is sampled at (\d+) Hz; prompts need at least (\d+) Hz"), "采样率 {0} Hz 太低，参考音频至少需要 {1} Hz"),
-    (re.compile(r"is (\d+) s long; prompts may be at most (\d+) s"), "参考音频长 {0} 秒，最长 {1} 秒"),
-    (re.compile(r"invalid samples \(NaN or infinity\)"), "参考音频含有无效采样值，请重新导出为普通 PCM 音频"),
-    (re.compile(r"^The prompt file is empty"), "参考音频文件是空的"),
-    (re.compile(r"already exists; choose another name"), "已有同名音色，请换一个名字"),
-    (re.compile(r"^the voice name is empty"), "音色名称为空"),
-    (re.compile(r"^busy: (\d+) jobs? running and (\d+) waiting"), "正忙：{0} 个任务在运行，{1} 个在排队"),
-    (re.compile(r"^the box is too hot"), "设备温度过高，暂不接受新任务，请降温后再试"),
-    (re.compile(r"^the server is shutting down"), "服务正在关闭"),
-]
+#: Chinese for the service's commonest refusals, by error code (cosyedge.errors), filled from the
+#: error's params; the service's reasons are English and the page is bilingual. A code not listed
+#: (also one whose message carries its own Chinese) is shown in English alone.
+REASONS_ZH = {
+    "text_too_long": "文本有 {length} 个字符，上限为 {limit} 个",
+    "instruction_too_long": "指令有 {length} 个字符，上限为 {limit} 个",
+    "text_only_punctuation": "文本只有标点符号，没有可朗读的内容",
+    "text_no_supported_script": "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）",
+    "text_markup": "不支持 SSML 标签，请输入纯文本",
+    "prompt_silent": "未检测到语音：参考音频是静音（或几乎静音）",
+    "prompt_rate_too_low": "采样率 {rate} Hz 太低，参考音频至少需要 {minimum} Hz",
+    "prompt_too_long": "参考音频长 {seconds:.0f} 秒，最长 {maximum:.0f} 秒",
+    "prompt_invalid_samples": "参考音频含有无效采样值，请重新导出为普通 PCM 音频",
+    "prompt_empty_file": "参考音频文件是空的",
+    "voice_id_taken": "已有同名音色，请换一个名字",
+    "voice_name_taken": "已有同名音色，请换一个名字",
+    "voice_name_empty": "音色名称为空",
+    "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
+    "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
+    "shutting_down": "服务正在关闭",
+}
 
 
-def chinese_reason(message: str) -> str | None:
-    """The Chinese for a service reason in :data:`_REASONS_ZH`; None when it has its own Chinese or
-    is not listed."""
-    if re.search(r"[\u4e00-\u9fff]", message):
+def chinese_reason(exc: CosyedgeError) -> str | None:
+    """The page's Chinese for an error, from its code and params; None for a code not in
+    :data:`REASONS_ZH`."""
+    template = REASONS_ZH.get(exc.code)
+    if template is None:
         return None
-    for pattern, chinese in _REASONS_ZH:
-        match = pattern.search(message)
-        if match:
-            return chinese.format(*match.groups())
-    return None
+    try:
+        return template.format(**exc.params)
+    except (KeyError, IndexError, ValueError):  # raised without the params its Chinese names
+        logger.warning("error %s lacks the params of its Chinese (%s)", exc.code, dict(exc.params))
+        return None
 
 
 def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
     """Map the project's errors to a lasting Gradio error with a title naming the kind. The message
     is the service's own (English); the title and the retry hint are the page's (bilingual)."""
-    chinese = chinese_reason(exc.message)
+    chinese = chinese_reason(exc)
     message = f"{exc.message} / {chinese}" if chinese else exc.message
     if isinstance(exc, BusyError):
         return ui_error(f"{message} (retry in about {exc.retry_after} s / 约 {exc.retry_after} 秒后重试)",
@@ -162,17 +167,33 @@ def plain(text: object) -> str:
     return "".join(out)
 
 
-#: The service's notes name REST fields; the page names its own controls.
-_PAGE_WORDS = {"prompt_text": "the prompt transcript", "prompt_audio": "the prompt audio",
-               " (voice_id)": "", "speaker ": "the voice "}
+#: Notes that name REST fields, by note code (cosyedge.notes), in the page's words for its own
+#: controls, filled from the note's params; other notes are shown as the service wrote them.
+PAGE_NOTES = {
+    "prompt_audio_ignored": "the prompt audio ignored: the saved voice {voice_id!r} was used instead",
+    "speaker_ignored_saved_voice":
+        "the voice {speaker!r} ignored: the voice comes from the saved voice {voice_id!r}",
+    "speaker_ignored_prompt_audio": "the voice {speaker!r} ignored: the voice comes from the prompt audio",
+    "prompt_text_ignored_saved_voice":
+        "the prompt transcript ignored: the saved voice keeps its own transcript",
+    "prompt_text_ignored_no_prompt":
+        "the prompt transcript ignored: it is the transcript of the prompt audio, and no prompt audio was sent",
+    "prompt_text_ignored_no_clone":
+        "the prompt transcript ignored: the {engine} engine cannot clone; it matches the voice from the "
+        "sound of the prompt audio alone, without its transcript",
+}
 
 
-def _page_words(note: str) -> str:
-    """A service note in the page's terms: "prompt_text ignored: ..." -> "the prompt transcript
-    ignored: ..."."""
-    for field_name, words in _PAGE_WORDS.items():
-        note = note.replace(field_name, words)
-    return note
+def page_note(note: str) -> str:
+    """A service note in the page's terms (:data:`PAGE_NOTES`), or as it is."""
+    template = PAGE_NOTES.get(note.code) if isinstance(note, Note) else None
+    if template is None:
+        return note
+    try:
+        return template.format(**note.params)
+    except (KeyError, IndexError, ValueError):  # made without the params its page words name
+        logger.warning("note %s lacks the params of its page words (%s)", note.code, dict(note.params))
+        return note
 
 
 def describe(result: TTSResult) -> str:
@@ -180,7 +201,7 @@ def describe(result: TTSResult) -> str:
     names, the instruction) goes through :func:`plain`."""
     instruct = result.instruct
     voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(result.voice_match)}"
-    if "similarity" in result.voice_match:  # the voice search's own figures, before synthesis
+    if code_of(result.voice_match) == "voice_match_approx":  # the voice search's figures, before synthesis
         voice += (" (the voice search's estimate on its own test sentences, not this audio / "
                   "音色搜索在其测试句上的估计，并非本次音频)")
     lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
@@ -197,7 +218,7 @@ def describe(result: TTSResult) -> str:
     if result.skipped:
         lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
     if result.notes:
-        notes = "; ".join(_page_words(note) for note in result.notes)
+        notes = "; ".join(page_note(note) for note in result.notes)
         lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
                  f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")

@@ -175,11 +175,13 @@ def _user_part(panel: str) -> str:
 
 
 def test_panel_says_which_similarity_was_measured_on_this_audio():
+    from cosyedge.notes import Note
     from cosyedge.web.ui import describe
 
-    panel = describe(result_with(
-        voice="prompt audio", similarity=0.49,
-        voice_match="approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50"))
+    match = Note("approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50",
+                 code="voice_match_approx", method="approximate voice match", before=0.31,
+                 nearest="female_1", after=0.50)
+    panel = describe(result_with(voice="prompt audio", similarity=0.49, voice_match=match))
     voice_line = next(line for line in panel.split("\n\n") if "Voice / 音色" in line)
     measured = next(line for line in panel.split("\n\n") if "0.49" in line)
     assert "estimate" in voice_line and "not this audio" in voice_line
@@ -188,17 +190,21 @@ def test_panel_says_which_similarity_was_measured_on_this_audio():
 
 
 def test_panel_lists_text_not_read_and_fields_ignored():
+    from cosyedge.notes import Note
     from cosyedge.web.ui import describe
 
     skipped = ["5 Hangul characters not read (<b>안녕하세요</b>)"]
-    notes = ["prompt_text ignored: this engine matches the voice from the sound alone"]
+    notes = [Note("prompt_text ignored: the kokoro engine cannot clone; it matches the voice from the sound "
+                  "of prompt_audio alone, without its transcript", code="prompt_text_ignored_no_clone",
+                  engine="kokoro")]
     panel = describe(result_with(skipped=skipped, notes=notes))
     not_read = next(line for line in panel.split("\n\n") if "Not read aloud / 未朗读" in line)
     ignored = next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line)
     assert "<b>" not in not_read and "안녕하세요" in not_read  # user text, shown as text
     # in the page's words, not the REST field names
-    assert "the prompt transcript ignored: this engine matches the voice" in ignored
-    assert "prompt_text" not in ignored
+    assert "the prompt transcript ignored: the kokoro engine cannot clone; it matches the voice" in ignored
+    assert "from the sound of the prompt audio alone" in ignored
+    assert "prompt_text" not in ignored and "prompt_audio" not in ignored
     plain_panel = describe(result_with())
     assert "Not read aloud" not in plain_panel and "Ignored" not in plain_panel
 
@@ -330,3 +336,187 @@ def test_common_refusals_carry_chinese_too(make_service):
         asyncio.run(run_request(service, TTSRequest(text="<speak>hi</speak>"),
                                 SimpleNamespace(session_hash="z"), Progress()))
     assert "不支持 SSML 标签" in info.value.message
+
+
+# --- the page's words come from codes, never from the English text ------------------------------
+
+#: The refusals the page translated when it read the service's English with regexes.
+TRANSLATED_BEFORE = {"text_too_long", "instruction_too_long", "text_only_punctuation",
+                     "text_no_supported_script", "text_markup", "prompt_silent", "prompt_rate_too_low",
+                     "prompt_too_long", "prompt_invalid_samples", "prompt_empty_file", "voice_id_taken",
+                     "voice_name_taken", "voice_name_empty", "queue_full", "too_hot", "shutting_down"}
+
+
+def test_every_code_the_page_words_is_in_the_error_and_note_trees():
+    from cosyedge.errors import error_codes
+    from cosyedge.notes import NOTE_CODES
+    from cosyedge.web.ui import PAGE_NOTES, REASONS_ZH
+
+    assert set(REASONS_ZH) - set(error_codes()) == set()
+    assert set(PAGE_NOTES) - set(NOTE_CODES) == set()
+    assert set(REASONS_ZH) == TRANSLATED_BEFORE  # and every refusal translated before still is
+
+
+def tone(seconds: float, rate: int):
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.2 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
+
+
+def wav(seconds: float, rate: int) -> bytes:
+    from cosyedge.audio import wav_bytes
+
+    return wav_bytes(tone(seconds, rate), rate)
+
+
+def real_refusals(service, tmp_path):
+    """Each refusal the page translates, raised by the code that raises it, with the page's Chinese."""
+    import threading
+
+    import numpy as np
+
+    from cosyedge import synthesis, voices
+    from cosyedge.audio import condition_prompt, condition_prompt_array
+    from cosyedge.engines.kokoro.frontend import KokoroFrontend
+    from cosyedge.jobs import JobQueue
+    from cosyedge.thermal import ThermalSnapshot
+
+    def kokoro(text):
+        frontend = KokoroFrontend()
+        try:
+            frontend.sentences(text)
+        finally:
+            frontend.close()
+
+    def rename_onto_a_voice():
+        (tmp_path / "new").mkdir()
+        (tmp_path / "held").mkdir()
+        (tmp_path / "held" / "meta.json").write_text("{}")
+        voices._rename_to_new(tmp_path / "new", tmp_path / "held", "ms-lee")
+
+    def save_twice():
+        library = voices.VoiceLibrary(tmp_path / "library")
+        prompt = condition_prompt_array(tone(4.0, 16000), 16000)
+        for _ in range(2):
+            library.save("王老师", prompt, None, engine="fake", model_id="fake-sine")
+
+    def full_queue():
+        started, release = threading.Event(), threading.Event()
+        queue = JobQueue(1, 0)
+        try:
+            queue.submit(lambda job: (started.set(), release.wait(10)))
+            assert started.wait(10)  # running, so the queue is full: 1 running, 0 waiting
+            queue.submit(lambda job: None)
+        finally:
+            release.set()
+            queue.shutdown()
+
+    def hot_queue():
+        hot = SimpleNamespace(snapshot=lambda: ThermalSnapshot(state="critical", refuse_new=True,
+                                                               message="too hot (93 °C)"))
+        queue = JobQueue(1, 1, thermal=hot)
+        try:
+            queue.submit(lambda job: None)
+        finally:
+            queue.shutdown()
+
+    def closed_queue():
+        queue = JobQueue(1, 1)
+        queue.shutdown()
+        queue.submit(lambda job: None)
+
+    long_file, low_file = wav(121.0, 16000), wav(4.0, 8000)
+    nan = tone(4.0, 16000)
+    nan[100] = np.nan
+    return [
+        ("text_too_long", lambda: service.validate(TTSRequest(text="x" * 5001)), "文本有 5001 个字符，上限为 5000 个"),
+        ("text_too_long", lambda: synthesis.check_text("x" * 11, 10), "文本有 11 个字符，上限为 10 个"),
+        ("instruction_too_long", lambda: service.validate(TTSRequest(text="hi", instruct="x" * 501)),
+         "指令有 501 个字符，上限为 500 个"),
+        ("text_markup", lambda: service.validate(TTSRequest(text="<speak>hi</speak>")), "不支持 SSML 标签，请输入纯文本"),
+        ("text_only_punctuation", lambda: kokoro("。！？"), "文本只有标点符号，没有可朗读的内容"),
+        ("text_no_supported_script", lambda: kokoro("😀😀"),
+         "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）"),
+        ("prompt_silent", lambda: condition_prompt_array(np.zeros(48000, np.float32), 16000),
+         "未检测到语音：参考音频是静音（或几乎静音）"),
+        ("prompt_rate_too_low", lambda: condition_prompt_array(tone(4.0, 8000), 8000),
+         "采样率 8000 Hz 太低，参考音频至少需要 16000 Hz"),
+        ("prompt_rate_too_low", lambda: condition_prompt(low_file, max_bytes=10 ** 8),
+         "采样率 8000 Hz 太低，参考音频至少需要 16000 Hz"),
+        ("prompt_too_long", lambda: condition_prompt_array(tone(121.0, 16000), 16000), "参考音频长 121 秒，最长 120 秒"),
+        ("prompt_too_long", lambda: condition_prompt(long_file, max_bytes=10 ** 8), "参考音频长 121 秒，最长 120 秒"),
+        ("prompt_invalid_samples", lambda: condition_prompt_array(nan, 16000),
+         "参考音频含有无效采样值，请重新导出为普通 PCM 音频"),
+        ("prompt_empty_file", lambda: condition_prompt(b"", max_bytes=10), "参考音频文件是空的"),
+        ("voice_id_taken", rename_onto_a_voice, "已有同名音色，请换一个名字"),
+        ("voice_name_taken", save_twice, "已有同名音色，请换一个名字"),
+        ("voice_name_empty", lambda: voices.name_to_id("  "), "音色名称为空"),
+        ("queue_full", full_queue, "正忙：1 个任务在运行，0 个在排队"),
+        ("too_hot", hot_queue, "设备温度过高，暂不接受新任务，请降温后再试"),
+        ("shutting_down", closed_queue, "服务正在关闭"),
+    ]
+
+
+def test_each_translated_refusal_is_raised_with_its_code_and_params(make_service, tmp_path):
+    """The real raise sites give the codes and params the page's Chinese needs: a raise site whose
+    English is reworded keeps its Chinese, since the page never reads the English."""
+    from cosyedge.errors import CosyedgeError
+    from cosyedge.web.ui import _ui_error
+
+    service = make_service()
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)  # presets known: the service checks them too
+    refusals = real_refusals(service, tmp_path)
+    assert {code for code, _, _ in refusals} == TRANSLATED_BEFORE
+    for code, refuse, chinese in refusals:
+        with pytest.raises(CosyedgeError) as info:
+            refuse()
+        assert info.value.code == code, (code, info.value.message)
+        assert f"{info.value.message} / {chinese}" in html.unescape(_ui_error(info.value).message), code
+
+
+@pytest.mark.parametrize("code, params, chinese", [
+    ("text_too_long", {"length": 5001, "limit": 5000}, "文本有 5001 个字符，上限为 5000 个"),
+    ("prompt_too_long", {"seconds": 130.4, "maximum": 120.0}, "参考音频长 130 秒，最长 120 秒"),
+    ("queue_full", {"running": 2, "waiting": 8}, "正忙：2 个任务在运行，8 个在排队"),
+    ("voice_name_taken", {"name": "Ms Lee", "voice_id": "ms-lee"}, "已有同名音色，请换一个名字"),
+])
+def test_a_reworded_message_keeps_its_chinese(code, params, chinese):
+    from cosyedge.errors import error_codes
+    from cosyedge.web.ui import _ui_error
+
+    reworded = error_codes()[code]("Worded quite differently now (see the docs)", code=code, **params)
+    shown = html.unescape(_ui_error(reworded).message)
+    assert "Worded quite differently now (see the docs) / " + chinese in shown
+
+
+def test_an_error_without_chinese_is_shown_in_english_alone():
+    from cosyedge.errors import NotFoundError, TextError
+    from cosyedge.web.ui import CANNOT_GENERATE, _ui_error
+
+    assert _ui_error(NotFoundError("no saved voice 'x'")).message == f"{CANNOT_GENERATE}: no saved voice 'x'"
+    # a code whose Chinese needs params the error lacks: English alone, not a broken page
+    assert _ui_error(TextError("too long", code="text_too_long")).message == f"{CANNOT_GENERATE}: too long"
+
+
+def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
+    """The service's notes name REST fields; the page says them in the words of its own controls."""
+    from pathlib import Path
+
+    service = make_service()
+    prompt = Path(wav_path(tmp_path, 4.0)).read_bytes()
+    saved = service.save_voice("Ms Lee", prompt, "hello")
+
+    def ignored(tts: TTSRequest) -> str:
+        _, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="n"), Progress()))
+        return html.unescape(next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line))
+
+    assert ignored(TTSRequest(text="Hi.", voice_id=saved.id, prompt_audio=prompt, speaker="male_1",
+                              prompt_text="hello")).endswith(
+        "the prompt audio ignored: the saved voice 'ms-lee' was used instead; the voice 'male_1' ignored: "
+        "the voice comes from the saved voice 'ms-lee'; the prompt transcript ignored: the saved voice "
+        "keeps its own transcript")
+    assert ignored(TTSRequest(text="Hi.", prompt_audio=prompt, speaker="male_1", prompt_text="hello")).endswith(
+        "the voice 'male_1' ignored: the voice comes from the prompt audio; the prompt transcript ignored: "
+        "the fake engine cannot clone; it matches the voice from the sound of the prompt audio alone, "
+        "without its transcript")

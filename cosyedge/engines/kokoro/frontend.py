@@ -119,7 +119,7 @@ class KokoroFrontend:
         for group in self._sentence_groups(cleaned, language):
             out.extend(self._pack(group, first=not out))
         if not out:
-            raise TextError(self._why_nothing(cleaned))
+            raise self._nothing_to_read(cleaned)
         return out
 
     def unread(self, text: str, language: str = "auto") -> list[str]:
@@ -296,10 +296,12 @@ class KokoroFrontend:
                 logger.info("text looks like %r; it is read with the English G2P (zh, en, ja only)", detected)
 
     @staticmethod
-    def _why_nothing(cleaned: str) -> str:
+    def _nothing_to_read(cleaned: str) -> TextError:
         import unicodedata
 
         if all(unicodedata.category(c)[0] in "PZ" or c.isspace() for c in cleaned):
-            return "text contains only punctuation; there is nothing to read"
-        return ("nothing speakable in the text: it has no Chinese, English or Japanese words or numbers "
-                "(only emoji, symbols or unsupported scripts)")
+            return TextError("text contains only punctuation; there is nothing to read",
+                             code="text_only_punctuation")
+        return TextError("nothing speakable in the text: it has no Chinese, English or Japanese words or "
+                         "numbers (only emoji, symbols or unsupported scripts)",
+                         code="text_no_supported_script")

@@ -1,0 +1,72 @@
+"""Notes the service reports next to a result: each with a stable code, its params and its English.
+
+A :class:`Note` is its English text (a ``str``, so REST bodies, headers, logs and the CLI carry it
+exactly as they always have) that also knows its ``code`` and the ``params`` it was made from, so
+the page can say it in its own words (:mod:`cosyedge.web.ui` keys its wording by code) and nothing
+ever reads the text to learn what a note means. Every code is listed in :data:`NOTE_CODES`.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping
+
+#: Every note code, by what reports it (a test checks each ``Note(..., code=...)`` against these).
+NOTE_CODES = (
+    # request fields that had no effect (service.ignored_inputs)
+    "prompt_audio_ignored", "speaker_ignored_saved_voice", "speaker_ignored_prompt_audio",
+    "prompt_text_ignored_saved_voice", "prompt_text_ignored_no_prompt", "prompt_text_ignored_no_clone",
+    # a language setting the script overrode (text.langid.language_notes)
+    "language_not_applied",
+    # text not read aloud (text.langid.Unread)
+    "tag_not_read", "emoji_not_read", "symbols_not_read", "script_not_read",
+    # what the voice became (service)
+    "voice_preset", "voice_native_clone", "voice_match_approx", "voice_match_method",
+    "voice_instruct_preset",
+    # what an instruction did: the summary line (instruct.InstructPlan.message)
+    "instruct_none", "instruct_native", "instruct_nothing_understood", "instruct_nothing_supported",
+    "instruct_partly_applied", "instruct_applied",
+    # ... its applied lines
+    "instruct_control", "instruct_voice_preset", "instruct_voice_kept", "instruct_voice_instead",
+    "instruct_voice_not", "instruct_voice_approximated", "instruct_emotion_approximated",
+    "instruct_emotion_not", "instruct_language", "instruct_style_negated", "instruct_speed_limited",
+    "instruct_pitch_limited", "instruct_volume_limited", "instruct_speed_combined_limited",
+    "instruct_native_passed", "instruct_native_reading",
+    # ... and its not-supported lines
+    "instruct_voice_timbre", "instruct_voice_missing", "instruct_emotion_unheard", "instruct_emotion_gap",
+    "instruct_language_unsupported", "instruct_style_unsupported", "instruct_conflict",
+    "instruct_not_understood",
+    # what conditioning did to a prompt (audio.condition_prompt_array)
+    "prompt_clipping", "prompt_silence_trimmed", "prompt_cut", "prompt_low_level",
+    "prompt_channels_cancel",
+)
+
+
+class Note(str):
+    """A note for people: the English text with its ``code`` and ``params``.
+
+    ``Note("speed ×0.80 ('slowly')", code="instruct_control", control="speed ×0.80", phrase="slowly")``
+    compares, prints and serializes as its text; the page renders ``code`` and ``params`` instead.
+    """
+
+    code: str
+    params: Mapping[str, Any]
+
+    def __new__(cls, text: str, *, code: str, **params: Any) -> Note:
+        note = super().__new__(cls, text)
+        note.code = code
+        note.params = MappingProxyType(params)
+        return note
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # str's own would rebuild a copy from the text alone, without the code
+        return _restore, (str(self), self.code, dict(self.params))
+
+
+def _restore(text: str, code: str, params: dict[str, Any]) -> Note:
+    return Note(text, code=code, **params)
+
+
+def code_of(text: str) -> str | None:
+    """The code of a note; None for plain text (an older result, or text that is no note)."""
+    return text.code if isinstance(text, Note) else None
