@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import errno
 import gc
-import json
 import logging
 import re
 import shutil
@@ -39,6 +38,7 @@ from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine,
                                postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
+from cosyedge.manifest import read_identity
 from cosyedge.streaming import AudioStream, StreamInfo
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
@@ -415,9 +415,8 @@ class Service:
         if self.holder.name:
             return self.holder.name
         try:
-            manifest = json.loads((self.settings.model_path / "manifest.json").read_text("utf-8"))
-            return str(manifest.get("engine", "unknown"))
-        except (OSError, ValueError):
+            return read_identity(self.settings.model_path).engine
+        except (CosyedgeError, OSError):
             return "unknown"
 
     def status(self, owner: str | None = None) -> ServiceStatus:

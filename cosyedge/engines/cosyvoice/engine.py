@@ -13,7 +13,8 @@ instruct2             instruction + ``<|endofprompt|>`` + text       prompt toke
 SFT preset            text only (+ instruction when given)           the preset's embedding only
 ====================  =============================================  ==================================
 
-``options.language`` is not needed: like upstream, the text's script picks the normalization.
+``options.language`` is not needed: like upstream, the text's script picks the normalization. The
+model's version (from its manifest) names the engine (``cosyvoice2``).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
 from cosyedge.heap import trim_heap
+from cosyedge.manifest import engine_name
 
 logger = logging.getLogger(__name__)
 
-ENGINE_NAME = "cosyvoice2"
 SAMPLE_RATE = 24000
 MAX_INSTRUCT_CHARS = 500
 
@@ -45,13 +46,13 @@ MAX_INSTRUCT_CHARS = 500
 class CosyVoiceEngine:
     """CosyVoice2-0.5B on onnxruntime: native 3 s cloning, cross-lingual cloning and instructions."""
 
-    name = ENGINE_NAME
-
     def __init__(self, model_id: str, lm: SpeechLM, token2wav, tokenizer: TextTokenizer,
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
                  sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False,
-                 lm_loader: Callable[[], SpeechLM] | None = None) -> None:
+                 lm_loader: Callable[[], SpeechLM] | None = None, version: int = 2) -> None:
         self.model_id = model_id
+        self.version = version
+        self.name = engine_name("cosyvoice", version)
         self._lm: SpeechLM | None = lm
         self.lm_config = lm.config
         # With a loader, the LLM (~0.4 GB resident) is dropped while a new voice is encoded and nobody
@@ -81,6 +82,7 @@ class CosyVoiceEngine:
         from cosyedge.engines.cosyvoice.token2wav import Token2Wav
 
         model = ModelDir.load(model_dir)
+        identity = model.identity
         threads = int(getattr(settings, "threads", 0) or 0)
         frontend = model.config("frontend")
         # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
@@ -102,10 +104,10 @@ class CosyVoiceEngine:
                                  model.manifest.get("config", {}).get("features"))
 
         trim_heap()  # the graphs' protobuf copies are freed now; give them back
-        logger.info("CosyVoice engine %s loaded (%d presets)", model.path.name, len(presets))
-        return cls(model.path.name, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
+        logger.info("CosyVoice engine %s loaded (%d presets)", identity.model_id, len(presets))
+        return cls(identity.model_id, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
-                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads))
+                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version)
 
     # -- voices ---------------------------------------------------------------------------------
     def presets(self) -> list[str]:
