@@ -448,6 +448,29 @@ class Service:
         with self._in_use_lock:
             self._leases[Path(path).resolve()] = time.monotonic() + seconds
 
+    # --- jobs and limits, for the adapters ------------------------------------------------
+    def job(self, job_id: str) -> Job | None:
+        """The job with this id, if the queue knows it; else None."""
+        return self.queue.get(job_id)
+
+    def active_jobs(self) -> list[Job]:
+        """Running then waiting jobs, in order."""
+        return self.queue.active_jobs()
+
+    def position(self, job: Job) -> int | None:
+        """A waiting job's 1-based place in the queue; None when it is not waiting."""
+        return self.queue.position(job)
+
+    @property
+    def capacity(self) -> int:
+        """How many jobs the queue holds at once, running and waiting."""
+        return self.settings.concurrency + self.settings.queue_size
+
+    @property
+    def max_upload_mb(self) -> float:
+        """The largest prompt or voice upload accepted, in MB."""
+        return self.settings.max_upload_mb
+
     # --- submitting -----------------------------------------------------------------------
     def validate(self, request: TTSRequest) -> None:
         """Check everything that can be checked without the engine; raise an InputError naming it."""
