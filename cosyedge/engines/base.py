@@ -31,6 +31,8 @@ class Capabilities:
     languages: tuple[str, ...]
     sample_rate: int
     speed_range: tuple[float, float] = (0.5, 2.0)
+    #: The longest instruction (characters) the engine takes; before a load the default is the limit.
+    max_instruct_chars: int = 500
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ SFT preset            text only (+ instruction when given)           the preset'
 ====================  =============================================  ==================================
 
 ``options.language`` is not needed: like upstream, the text's script picks the normalization. The
-model's version (from its manifest) names the engine (``cosyvoice2``).
+model's version (from its manifest) names the engine (``cosyvoice2``) and picks the instruction format
+(``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
+from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
@@ -40,7 +42,6 @@ from cosyedge.manifest import engine_name
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
-MAX_INSTRUCT_CHARS = 500
 
 
 class CosyVoiceEngine:
@@ -109,9 +110,15 @@ class CosyVoiceEngine:
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
                    lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version)
 
-    # -- voices ---------------------------------------------------------------------------------
+    # -- voices and instructions -----------------------------------------------------------------
     def presets(self) -> list[str]:
         return sorted(self._presets)
+
+    def format_instruction(self, instruction: str) -> str:
+        """``instruction`` in this model version's prompt format (what the LLM reads before the text)."""
+        return format_instruction(instruction, self.version)
+
+    # -- the parts' memory ----------------------------------------------------------------------
 
     @property
     def lm(self) -> SpeechLM:
@@ -179,9 +186,10 @@ class CosyVoiceEngine:
         """(LLM prompt text ids, LLM prompt speech, flow tokens, flow mel, embedding, mode name)."""
         instruct_ids: list[int] = []
         if instruct:
-            if len(instruct) > MAX_INSTRUCT_CHARS:
-                raise ParameterError(f"instruction is {len(instruct)} characters; keep it under {MAX_INSTRUCT_CHARS}")
-            text = instruct if END_OF_PROMPT in instruct else instruct + END_OF_PROMPT
+            limit = self.capabilities.max_instruct_chars
+            if len(instruct) > limit:
+                raise ParameterError(f"instruction is {len(instruct)} characters; keep it under {limit}")
+            text = instruct if END_OF_PROMPT in instruct else self.format_instruction(instruct)
             instruct_ids = self.tokenizer.encode(text)
         empty_tokens = np.zeros(0, dtype=np.int64)
         empty_mel = np.zeros((0, 80), dtype=np.float32)
