@@ -384,10 +384,15 @@ class Service:
         return list(self.holder.presets) if self.holder.presets is not None else list(SEED_PRESETS)
 
     def voices(self) -> dict[str, Any]:
-        """Presets and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
+        """Presets, what each is made of (``preset_details``, docs/web.md; known once the engine has
+        loaded) and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
         clone, instruct = self.abilities()
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s} for v in self.library.list()]
-        return {"presets": self.presets(), "saved": saved,
+        caps = self.holder.capabilities
+        details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
+                    "languages": list(d.made_of), "made_of": d.made_of}
+                   for d in (caps.preset_details if caps is not None else ())]
+        return {"presets": self.presets(), "preset_details": details, "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct}

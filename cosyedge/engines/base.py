@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -20,6 +20,16 @@ ProgressFn = Callable[[int, int], None]
 CancelFn = Callable[[], bool]
 
 LANGUAGES = ("auto", "zh", "en", "ja")
+
+
+@dataclass(frozen=True)
+class PresetDetail:
+    """What one built-in voice is made of in each language it reads (``made_of[language]``): a blend of
+    Kokoro voice packs, ``{"packs": {pack: weight}}`` (weights sum to 1), or a speaker of CosyVoice's
+    SFT table, ``{"speaker": name}``. ``/voices`` lists them as ``preset_details`` (docs/web.md)."""
+
+    name: str
+    made_of: dict[str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class Capabilities:
     speed_range: tuple[float, float] = (0.5, 2.0)
     #: The longest instruction (characters) the engine takes; before a load the default is the limit.
     max_instruct_chars: int = 500
+    #: What each preset is made of, in ``presets()`` order (empty: not described).
+    preset_details: tuple[PresetDetail, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
-                                   VoicePrompt)
+from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
+                                   SynthesisOptions, VoicePrompt)
 from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
@@ -73,8 +73,12 @@ class CosyVoiceEngine:
         # the LLM and flow activations of a synthesis.
         self.keep_prompt_encoder = keep_prompt_encoder
         self._lock = threading.Lock()
-        self.capabilities = Capabilities(native_clone=True, native_instruct=True,
-                                         languages=("auto", "zh", "en", "ja"), sample_rate=sample_rate)
+        languages = ("auto", "zh", "en", "ja")
+        # Any SFT speaker reads every language the model does (as the clones do, cross-lingually).
+        details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
+                        for name in self.presets())
+        self.capabilities = Capabilities(native_clone=True, native_instruct=True, languages=languages,
+                                         sample_rate=sample_rate, preset_details=details)
 
     @classmethod
     def load(cls, model_dir: Path, settings) -> "CosyVoiceEngine":
