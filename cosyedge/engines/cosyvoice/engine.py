@@ -123,15 +123,29 @@ class CosyVoiceEngine:
         return format_instruction(instruction, self.version)
 
     # -- the parts' memory ----------------------------------------------------------------------
-
     @property
     def lm(self) -> SpeechLM:
         """The speech LLM, reopened if it was released for a prompt encoding."""
-        with self._using_lm() as lm:
+        with self.using_lm() as lm:
             return lm
 
+    @property
+    def lm_loaded(self) -> bool:
+        """True while the LLM is in memory (False between a prompt encoding and the next sentence)."""
+        return self._lm is not None
+
+    @property
+    def lm_users(self) -> int:
+        """How many syntheses are using the LLM right now (it is not released while any do)."""
+        return self._lm_users
+
+    @property
+    def prompt_encoder_loaded(self) -> bool:
+        """True while campplus + the speech tokenizer are in memory."""
+        return self._prompt_encoder is not None
+
     @contextmanager
-    def _using_lm(self) -> Iterator[SpeechLM]:
+    def using_lm(self) -> Iterator[SpeechLM]:
         """The LLM, kept loaded until the block ends (a prompt encoding may not release it meanwhile)."""
         with self._lm_lock:
             if self._lm is None:
@@ -163,6 +177,12 @@ class CosyVoiceEngine:
                 self._prompt_encoder = self._prompt_encoder_factory()
             return self._prompt_encoder
 
+    def release_prompt_encoder(self) -> None:
+        """Drop campplus + the speech tokenizer; the next new voice opens them again."""
+        with self._lock:
+            self._prompt_encoder = None
+        trim_heap()
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
         """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
@@ -174,9 +194,7 @@ class CosyVoiceEngine:
         finally:
             del encoder
             if not self.keep_prompt_encoder:
-                with self._lock:
-                    self._prompt_encoder = None
-                trim_heap()
+                self.release_prompt_encoder()
         text = (transcript or "").strip()
         meta = {"transcript": self.normalizer.normalize(text) if text else None,
                 "duration_s": round(float(np.asarray(audio).size) / sample_rate, 3),
@@ -239,7 +257,7 @@ class CosyVoiceEngine:
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
             text_ids = self.tokenizer.encode(sentence)
-            with self._using_lm() as lm:
+            with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)
