@@ -5,8 +5,9 @@ controls the app will really apply (speed factor, pitch shift, gain, voice prese
 plus two lists written for people: what was applied and what was not, each line a
 :class:`~cosyedge.notes.Note` (its English text with a code and the parts it was built from, so
 lines are built from parts, never edited as text). Engines with native instruct (CosyVoice) also get
-``native_instruction``, the text formatted for the model; for them the controls are an explanation
-only and nothing is applied on top (see :func:`apply_plan`).
+``native_instruction``, the text formatted for the model by the engine itself
+(``engine.format_instruction``: the prompt format is the model's); for them the controls are an
+explanation only and nothing is applied on top (see :func:`apply_plan`).
 
 How an instruction is read (the rules the tests pin down):
 
@@ -42,7 +43,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -52,7 +53,10 @@ from cosyedge.notes import Note, code_of
 
 logger = logging.getLogger(__name__)
 
-MAX_INSTRUCTION_CHARS = 500  # the service's limit too
+#: The instruction limit before an engine is loaded (the service's check); a loaded engine's is its
+#: ``capabilities.max_instruct_chars``.
+MAX_INSTRUCTION_CHARS = Capabilities(native_clone=False, native_instruct=False, languages=(),
+                                     sample_rate=0).max_instruct_chars
 
 #: Base effect of one plain cue (intensity 1.0).
 SPEED_SLOW = 0.8
@@ -65,11 +69,6 @@ PITCH_RANGE_ST = (-6.0, 6.0)
 GAIN_RANGE_DB = (-18.0, 9.0)
 
 SLIGHT, NORMAL, STRONG, EXTREME = 0.5, 1.0, 1.5, 2.0
-
-#: Native instruct formats per model version (see docs/research on CosyVoice prompt formats).
-END_OF_PROMPT = "<|endofprompt|>"
-V3_SYSTEM = "You are a helpful assistant."
-MODEL_VERSIONS = ("cosyvoice1", "cosyvoice2", "cosyvoice3")
 
 
 #: The summary of a request without an instruction (also the service's, when it makes no plan).
@@ -476,25 +475,6 @@ def _clamp(value: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, value))
 
 
-def format_native_instruction(instruction: str, model_version: str = "cosyvoice2") -> str:
-    """The instruction as a CosyVoice model expects it.
-
-    v1-Instruct and v2 (instruct2): ``"<instruction><|endofprompt|>"``; v3:
-    ``"You are a helpful assistant. <instruction><|endofprompt|>"``. Special tokens typed by the
-    user (``<|...|>``) are removed first, so the wrapping is idempotent-safe and cannot be spoofed.
-    """
-    if model_version not in MODEL_VERSIONS:
-        raise ParameterError(f"model_version {model_version!r} must be one of {', '.join(MODEL_VERSIONS)}",
-                             code="model_version_unknown", model_version=model_version, choices=MODEL_VERSIONS)
-    text = re.sub(r"<\|[^|>]*\|>", " ", instruction)
-    text = re.sub(r"\s+", " ", text).strip()
-    if model_version == "cosyvoice3":
-        if text.startswith(V3_SYSTEM):
-            text = text[len(V3_SYSTEM):].strip()
-        return f"{V3_SYSTEM} {text}{END_OF_PROMPT}"
-    return f"{text}{END_OF_PROMPT}"
-
-
 def _choose_preset(category: str, presets: Sequence[str]) -> str | None:
     for name in presets:
         if name == category or name.startswith(category + "_"):
@@ -503,18 +483,19 @@ def _choose_preset(category: str, presets: Sequence[str]) -> str | None:
 
 
 def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str] = (),
-         model_version: str = "cosyvoice2") -> InstructPlan:
+         native_format: Callable[[str], str] | None = None) -> InstructPlan:
     """Read ``instruction`` into explicit controls for an engine with ``capabilities``.
 
     ``presets`` are the engine's built-in voices (a voice ask picks the first one of that kind, e.g.
-    "male_1"); ``model_version`` chooses the native format when ``capabilities.native_instruct``.
+    "male_1"); ``native_format`` is the engine's instruction format when ``capabilities.native_instruct``
+    (without one the instruction goes as written).
     """
     if not isinstance(instruction, str):
         raise ParameterError("instruct must be a string, e.g. \"read it slowly\"", code="instruct_not_string")
-    if len(instruction) > MAX_INSTRUCTION_CHARS:
+    if len(instruction) > capabilities.max_instruct_chars:
         raise ParameterError(f"instruct is {len(instruction)} characters; the limit is "
-                             f"{MAX_INSTRUCTION_CHARS}", code="instruct_too_long", length=len(instruction),
-                             limit=MAX_INSTRUCTION_CHARS)
+                             f"{capabilities.max_instruct_chars}", code="instruct_too_long",
+                             length=len(instruction), limit=capabilities.max_instruct_chars)
     original = instruction.strip()
     if not original:
         return InstructPlan()
@@ -534,7 +515,7 @@ def plan(instruction: str, capabilities: Capabilities, *, presets: Sequence[str]
         result = InstructPlan(instruction=original, speed=speed, pitch_semitones=pitch, gain_db=gain,
                               emotions=tuple(name for name, _ in draft.emotions),
                               applied=tuple(lines), native=True,
-                              native_instruction=format_native_instruction(original, model_version))
+                              native_instruction=native_format(original) if native_format else original)
     else:
         if not hits:
             draft.not_supported.append(Note(f"'{original}': no instruction this engine understands; "
@@ -803,27 +784,13 @@ def _speed_of(hit: _Hit) -> float:
 # --------------------------------------------------------------------------- applying
 
 
-def model_version_of(engine: Engine) -> str:
-    """The native instruct format an engine wants: its ``instruct_format`` attribute when it has one,
-    otherwise read from the model id ("cosyvoice3…"/"…-v3" -> v3, "…300m…"/"cosyvoice1" -> v1, else v2).
-    """
-    declared = getattr(engine, "instruct_format", None)
-    if declared in MODEL_VERSIONS:
-        return str(declared)
-    ident = f"{getattr(engine, 'name', '')} {getattr(engine, 'model_id', '')}".lower()
-    if re.search(r"cosyvoice-?1(?![0-9])|300m", ident):
-        return "cosyvoice1"
-    if re.search(r"cosyvoice-?3(?![0-9])|(?<![a-z0-9])v3(?![0-9])", ident):
-        return "cosyvoice3"
-    return "cosyvoice2"
-
-
 def plan_for_engine(instruction: str, engine: Engine) -> InstructPlan:
-    """:func:`plan` with the engine's capabilities, presets and native format filled in."""
+    """:func:`plan` with the engine's capabilities and presets; an engine with native instruct also
+    has ``format_instruction`` (its model's prompt format, e.g. CosyVoice's per version)."""
     caps = engine.capabilities
-    presets = () if caps.native_instruct else tuple(engine.presets())
-    return plan(instruction, caps, presets=presets, model_version=model_version_of(engine))
-
+    if caps.native_instruct:
+        return plan(instruction, caps, native_format=engine.format_instruction)  # type: ignore[attr-defined]
+    return plan(instruction, caps, presets=tuple(engine.presets()))
 
 
 @dataclass(frozen=True)

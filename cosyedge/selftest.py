@@ -60,7 +60,7 @@ def check_imports(modules: Iterable[str] = RUNTIME_MODULES) -> CheckResult:
 def check_manifest(model_dir: Path) -> CheckResult:
     """Every file the manifest lists exists with its size and sha256 (shared rules: cosyedge.manifest)."""
     from cosyedge.errors import ModelMissingError
-    from cosyedge.manifest import read_manifest, verify_files
+    from cosyedge.manifest import manifest_identity, read_manifest, verify_files
 
     name = f"model {model_dir.name}"
     try:
@@ -72,12 +72,13 @@ def check_manifest(model_dir: Path) -> CheckResult:
         if outside:
             return CheckResult(name, False, f"manifest names files outside {model_dir}: {outside}")
         verify_files(model_dir, manifest, "recreate the model directory")
+        engine = manifest_identity(manifest, model_dir).engine
     except ModelMissingError as exc:
         return CheckResult(name, False, str(exc))
     except (OSError, KeyError, TypeError) as exc:
         return CheckResult(name, False, f"cannot verify {model_dir}: {exc}")
     total = sum((model_dir / rel).stat().st_size for rel in manifest["files"])
-    return CheckResult(name, True, f"{manifest['engine']}, {len(manifest['files'])} files, "
+    return CheckResult(name, True, f"{engine}, {len(manifest['files'])} files, "
                                    f"{total / 1e6:.1f} MB, sha256 ok")
 
 

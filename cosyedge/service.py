@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import errno
 import gc
-import json
 import logging
 import re
 import shutil
@@ -40,6 +39,7 @@ from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPl
                                plan_for_engine, postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.notes import Note
+from cosyedge.manifest import read_identity
 from cosyedge.streaming import AudioStream, StreamInfo
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
@@ -385,10 +385,15 @@ class Service:
         return list(self.holder.presets) if self.holder.presets is not None else list(SEED_PRESETS)
 
     def voices(self) -> dict[str, Any]:
-        """Presets and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
+        """Presets, what each is made of (``preset_details``, docs/web.md; known once the engine has
+        loaded) and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
         clone, instruct = self.abilities()
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s} for v in self.library.list()]
-        return {"presets": self.presets(), "saved": saved,
+        caps = self.holder.capabilities
+        details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
+                    "languages": list(d.made_of), "made_of": d.made_of}
+                   for d in (caps.preset_details if caps is not None else ())]
+        return {"presets": self.presets(), "preset_details": details, "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct}
@@ -417,9 +422,8 @@ class Service:
         if self.holder.name:
             return self.holder.name
         try:
-            manifest = json.loads((self.settings.model_path / "manifest.json").read_text("utf-8"))
-            return str(manifest.get("engine", "unknown"))
-        except (OSError, ValueError):
+            return read_identity(self.settings.model_path).engine
+        except (CosyedgeError, OSError):
             return "unknown"
 
     def status(self, owner: str | None = None) -> ServiceStatus:
@@ -450,6 +454,29 @@ class Service:
         """Protect a finished file from the janitor for a while (a client is downloading it)."""
         with self._in_use_lock:
             self._leases[Path(path).resolve()] = time.monotonic() + seconds
+
+    # --- jobs and limits, for the adapters ------------------------------------------------
+    def job(self, job_id: str) -> Job | None:
+        """The job with this id, if the queue knows it; else None."""
+        return self.queue.get(job_id)
+
+    def active_jobs(self) -> list[Job]:
+        """Running then waiting jobs, in order."""
+        return self.queue.active_jobs()
+
+    def position(self, job: Job) -> int | None:
+        """A waiting job's 1-based place in the queue; None when it is not waiting."""
+        return self.queue.position(job)
+
+    @property
+    def capacity(self) -> int:
+        """How many jobs the queue holds at once, running and waiting."""
+        return self.settings.concurrency + self.settings.queue_size
+
+    @property
+    def max_upload_mb(self) -> float:
+        """The largest prompt or voice upload accepted, in MB."""
+        return self.settings.max_upload_mb
 
     # --- submitting -----------------------------------------------------------------------
     def validate(self, request: TTSRequest) -> None:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from functools import partial
 
 import numpy as np
 import pytest
 
 from cosyedge.engines.base import Capabilities, SynthesisOptions, VoicePrompt
+from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.errors import ParameterError
 from cosyedge.instruct import (
     EMOTION_EFFECTS,
     MAX_INSTRUCTION_CHARS,
     InstructPlan,
     apply_plan,
-    format_native_instruction,
     plan,
     postprocess,
 )
@@ -31,6 +32,7 @@ EMBEDDED = Capabilities(native_clone=False, native_instruct=False, languages=("a
 NATIVE = Capabilities(native_clone=True, native_instruct=True, languages=("auto", "zh", "en", "ja"),
                       sample_rate=24000)
 PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
+COSYVOICE2_FORMAT = partial(format_instruction, version=2)
 
 SLOW, FAST = 0.8, 1.25
 
@@ -275,22 +277,16 @@ def test_to_dict_shape():
 
 
 @pytest.mark.parametrize("version,expected", [
-    ("cosyvoice2", "用四川话说这句话<|endofprompt|>"),
-    ("cosyvoice1", "用四川话说这句话<|endofprompt|>"),
-    ("cosyvoice3", "You are a helpful assistant. 用四川话说这句话<|endofprompt|>"),
+    (2, "用四川话说这句话<|endofprompt|>"),
+    (1, "用四川话说这句话<|endofprompt|>"),
+    (3, "You are a helpful assistant. 用四川话说这句话<|endofprompt|>"),
 ])
-def test_native_format_per_version(version: str, expected: str):
-    assert format_native_instruction("用四川话说这句话", version) == expected
-    p = plan("用四川话说这句话", NATIVE, model_version=version)
+def test_native_plan_uses_the_engines_format(version: int, expected: str):
+    """The native instruction is the engine's format of it (CosyVoice's per version:
+    tests/engines/cosyvoice/test_instruct_format.py); without a format it goes as written."""
+    p = plan("用四川话说这句话", NATIVE, native_format=partial(format_instruction, version=version))
     assert p.native and p.native_instruction == expected
-
-
-def test_native_format_strips_user_special_tokens_and_is_idempotent():
-    once = format_native_instruction("slowly<|endofprompt|> <|im_start|>x", "cosyvoice3")
-    assert once == "You are a helpful assistant. slowly x<|endofprompt|>"
-    assert format_native_instruction(once, "cosyvoice3") == once
-    with pytest.raises(ParameterError):
-        format_native_instruction("x", "cosyvoice9")
+    assert plan(" 用四川话说这句话 ", NATIVE).native_instruction == "用四川话说这句话"
 
 
 def test_native_plan_explains_but_claims_nothing_unsupported():
@@ -335,7 +331,7 @@ def test_apply_plan_language():
 
 
 def test_apply_plan_native_passes_instruction_only():
-    p = plan("slowly and loudly", NATIVE, model_version="cosyvoice2")
+    p = plan("slowly and loudly", NATIVE, native_format=COSYVOICE2_FORMAT)
     app = apply_plan(p, SynthesisOptions(speed=1.2), "v")
     assert app.options.instruct == "slowly and loudly<|endofprompt|>"
     assert app.options.speed == 1.2
@@ -355,30 +351,25 @@ def test_postprocess_neutral_is_identity_and_gain_changes_level():
 
 
 class _FakeEngine:
-    def __init__(self, name: str, model_id: str, native: bool, instruct_format: str | None = None):
+    def __init__(self, name: str, model_id: str, native: bool, version: int = 2):
         self.name, self.model_id = name, model_id
         self.capabilities = dataclasses.replace(NATIVE if native else EMBEDDED)
-        if instruct_format:
-            self.instruct_format = instruct_format
+        if native:  # as CosyVoiceEngine: the model's version (from its manifest) picks the format
+            self.format_instruction = partial(format_instruction, version=version)
 
     def presets(self) -> list[str]:
         return list(PRESETS)
 
 
-@pytest.mark.parametrize("name,model_id,declared,expected", [
-    ("cosyvoice2", "cosyvoice2-0.5b-int8", None, "cosyvoice2"),
-    ("cosyvoice2", "fun-cosyvoice3-0.5b-int8", None, "cosyvoice3"),
-    ("cosyvoice", "cosyvoice-300m-instruct", None, "cosyvoice1"),
-    ("cosyvoice2", "my-model", "cosyvoice3", "cosyvoice3"),
-])
-def test_model_version_of(name, model_id, declared, expected):
-    from cosyedge.instruct import model_version_of, plan_for_engine
+@pytest.mark.parametrize("name,version", [("cosyvoice2", 2), ("cosyvoice3", 3), ("cosyvoice1", 1)])
+def test_plan_for_engine_uses_the_engines_instruction_format(name, version):
+    """The format follows the engine's version, never a guess from the model id."""
+    from cosyedge.instruct import plan_for_engine
 
-    engine = _FakeEngine(name, model_id, native=True, instruct_format=declared)
-    assert model_version_of(engine) == expected
+    engine = _FakeEngine(name, "my-model-v3" if version != 3 else "my-model", native=True, version=version)
     p = plan_for_engine("大声一点", engine)
     assert p.native_instruction.endswith("大声一点<|endofprompt|>")
-    assert p.native_instruction.startswith("You are a helpful assistant.") == (expected == "cosyvoice3")
+    assert p.native_instruction.startswith("You are a helpful assistant.") == (version == 3)
 
 
 def test_plan_for_embedded_engine_uses_its_presets():

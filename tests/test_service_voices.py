@@ -147,3 +147,31 @@ def test_cancel_while_the_voice_is_prepared_stops_at_once(make_service, fake_fac
     fake_factory.engine.encode_delay = 0.0
     run(service, text="Again.", prompt_audio=prompt)
     assert service.prompt_cache.misses == 2 and service.prompt_cache.hits == 0
+
+
+def test_voices_say_what_each_preset_is_made_of(make_service):
+    """``preset_details`` (docs/web.md): per preset and language it reads, what it is made of; here
+    Kokoro's blends of packs (engines/kokoro/presets.py) on the fake engine. Empty before a load."""
+    import dataclasses
+    import json
+
+    from cosyedge.engines.kokoro import presets
+    from tests.helpers.fake_engine import FakeEngine
+
+    def kokoro_like() -> FakeEngine:
+        engine = FakeEngine()
+        engine.capabilities = dataclasses.replace(engine.capabilities, preset_details=presets.preset_details())
+        return engine
+
+    service = make_service(factory=kokoro_like)
+    assert service.voices()["preset_details"] == []
+    run(service, text="Hello.")
+    voices = json.loads(json.dumps(service.voices()))  # as /voices sends it
+    details = voices["preset_details"]
+    assert [d["name"] for d in details] == voices["presets"]
+    languages = ["zh", "en", "ja"]
+    assert details[3] == {"name": "male_2", "engine": "fake", "model": "fake-sine", "languages": languages,
+                          "made_of": {lang: {"packs": {"jm_kumo": 0.8, "jf_gongitsune": 0.2}} for lang in languages}}
+    for detail in details:
+        assert detail["languages"] == languages
+        assert all(sum(recipe["packs"].values()) == pytest.approx(1.0) for recipe in detail["made_of"].values())

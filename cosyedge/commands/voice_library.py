@@ -99,10 +99,10 @@ def saved_voice_prompt(settings: config.Settings, engine: object, voice_id: str)
 
 def _engine_name(settings: config.Settings) -> str:
     """The configured model's engine, from its manifest ("" when the model is not set up yet)."""
-    from cosyedge.manifest import read_manifest
+    from cosyedge.manifest import read_identity
 
     try:
-        return str(read_manifest(settings.model_path, "")["engine"])
+        return read_identity(settings.model_path).engine
     except ModelMissingError:  # a missing model must not stop saving a recording
         return ""
 

@@ -7,18 +7,19 @@ import logging
 from cosyedge.config import Settings
 from cosyedge.engines.base import Engine
 from cosyedge.errors import CosyedgeError, ModelMissingError
-from cosyedge.manifest import read_manifest, verify_files
+from cosyedge.manifest import manifest_identity, read_manifest, verify_files
 
 logger = logging.getLogger(__name__)
 
-#: What each engine does natively, (clone, instruct), by the manifest's engine name: known before
+#: What each engine does natively, (clone, instruct), by engine name (cosyedge.manifest): known before
 #: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
 #: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
 NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True)}
 
 
 def load_engine(settings: Settings) -> Engine:
-    """Load the engine named by ``models/<settings.model>/manifest.json`` (heavy: sessions, weights)."""
+    """Load the engine of the model family that ``models/<settings.model>/manifest.json`` names
+    (heavy: sessions, weights)."""
     hint = ("run `python -m cosyedge setup-model`" if settings.model == "kokoro-int8"
             else f"convert a checkpoint into {settings.model_path} with `python -m cosyedge convert`")
     if not (settings.model_path / "manifest.json").is_file():  # a typo in --model / COSYEDGE_MODEL?
@@ -26,13 +27,13 @@ def load_engine(settings: Settings) -> Engine:
         if present:
             hint += f", or pick a model that is there: {', '.join(present)} (--model or COSYEDGE_MODEL)"
     manifest = read_manifest(settings.model_path, hint)
-    engine_name = manifest["engine"]
-    if engine_name == "kokoro":
+    identity = manifest_identity(manifest, settings.model_path)
+    if identity.known and identity.family == "kokoro":
         from cosyedge.engines.kokoro.engine import KokoroEngine as engine_class
-    elif engine_name == "cosyvoice2":
+    elif identity.known and identity.family == "cosyvoice":  # its engine refuses a version it cannot run
         from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine as engine_class
     else:
-        raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {engine_name!r}")
+        raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {identity.engine!r}")
     try:
         return engine_class.load(settings.model_path, settings)
     except CosyedgeError:

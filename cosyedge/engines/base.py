@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -23,6 +23,16 @@ LANGUAGES = ("auto", "zh", "en", "ja")
 
 
 @dataclass(frozen=True)
+class PresetDetail:
+    """What one built-in voice is made of in each language it reads (``made_of[language]``): a blend of
+    Kokoro voice packs, ``{"packs": {pack: weight}}`` (weights sum to 1), or a speaker of CosyVoice's
+    SFT table, ``{"speaker": name}``. ``/voices`` lists them as ``preset_details`` (docs/web.md)."""
+
+    name: str
+    made_of: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What an engine can truly do; the UI and API report these, never more."""
 
@@ -31,6 +41,10 @@ class Capabilities:
     languages: tuple[str, ...]
     sample_rate: int
     speed_range: tuple[float, float] = (0.5, 2.0)
+    #: The longest instruction (characters) the engine takes; before a load the default is the limit.
+    max_instruct_chars: int = 500
+    #: What each preset is made of, in ``presets()`` order (empty: not described).
+    preset_details: tuple[PresetDetail, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cosyedge.errors import InputError, ModelMissingError
-from cosyedge.manifest import sha256_file
+from cosyedge.manifest import identity_fields, sha256_file
 
 logger = logging.getLogger(__name__)
 
-ENGINE = "cosyvoice2"
+#: The model family and version a conversion writes into its manifest (schema: cosyedge.manifest).
+FAMILY, VERSION = "cosyvoice", 2
 FORMAT_VERSION = 1
 CONFIG_NAME = "cosyvoice2.yaml"
 QUANTIZE_CHOICES = ("none", "int8")
@@ -299,7 +300,7 @@ def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, A
         if name.endswith((".pt", ".yaml", ".onnx")):
             source_files[name] = sha256_file(ctx.src / name)
     return {
-        "engine": ENGINE,
+        **identity_fields(FAMILY, VERSION),
         "format_version": FORMAT_VERSION,
         "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", 24000),
         "quantization": "int8" if ctx.quantize == "int8" else "fp32",

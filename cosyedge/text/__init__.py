@@ -1,1 +1,7 @@
-"""Language-aware text handling: normalization, language tagging, sentence splitting."""
+"""Kokoro's text handling: cleanup, language tagging, normalization, sentence splitting, G2P helpers.
+
+Used by the Kokoro frontend (``cosyedge.engines.kokoro``). CosyVoice does not use this package: its
+text must match what upstream CosyVoice's own frontend feeds the model, so its normalizer and
+splitter live in its engine (``cosyedge.engines.cosyvoice.text_normalize``). Each engine has one home
+for its text rules; neither borrows the other's.
+"""

@@ -418,11 +418,11 @@ def build_router(service: Service) -> APIRouter:
     @router.get("/jobs", tags=["jobs"])
     async def jobs() -> dict[str, Any]:
         """Running and waiting jobs."""
-        return {"jobs": [_job_info(service, job) for job in service.queue.active_jobs()]}
+        return {"jobs": [_job_info(service, job) for job in service.active_jobs()]}
 
     @router.get("/jobs/{job_id}", responses=errors, tags=["jobs"])
     async def job_status(job_id: str) -> dict[str, Any]:
-        job = service.queue.get(job_id)
+        job = service.job(job_id)
         if job is None:
             raise NotFoundError(f"no job {job_id!r}", code="job_unknown", job_id=job_id)
         return _job_info(service, job)
@@ -432,7 +432,7 @@ def build_router(service: Service) -> APIRouter:
     async def job_audio(job_id: str, token: str = "") -> StreamingResponse:
         """A streaming job's audio from its start, as a WAV stream of unknown length (the page's
         live player). Reading it does not cancel the job; the job's owner does that."""
-        job = service.queue.get(job_id)
+        job = service.job(job_id)
         stream = job.stream if job is not None else None
         if stream is None or not secrets.compare_digest(stream.token.encode(), token.encode()):
             raise NotFoundError(f"no audio stream for job {job_id!r}", code="job_stream_unknown", job_id=job_id)
@@ -445,7 +445,7 @@ def build_router(service: Service) -> APIRouter:
     @router.delete("/jobs/{job_id}", responses=errors, tags=["jobs"])
     async def cancel_job(job_id: str) -> dict[str, Any]:
         """Cancel a waiting job at once, or a running one between two sentences."""
-        job = service.queue.get(job_id)
+        job = service.job(job_id)
         if job is None:
             raise NotFoundError(f"no job {job_id!r}", code="job_unknown", job_id=job_id)
         return {"job_id": job_id, "cancelled": service.cancel(job_id), "state": job.state.value}
@@ -455,7 +455,7 @@ def build_router(service: Service) -> APIRouter:
 
 def _job_info(service: Service, job: Any) -> dict[str, Any]:
     return {"job_id": job.id, "state": job.state.value, "phase": job.phase,
-            "position": service.queue.position(job),
+            "position": service.position(job),
             "progress": {"done": job.done_steps, "total": job.total_steps}}
 
 
@@ -677,7 +677,7 @@ def create_api(service: Service) -> FastAPI:
     router = build_router(service)
     app.include_router(router)
     app.add_middleware(RouteErrorMiddleware, routes=[r for r in router.routes if isinstance(r, APIRoute)])
-    limit = int(service.settings.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
+    limit = int(service.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(PartialFileGuard)
     return app

@@ -354,7 +354,7 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
             done, _ = await asyncio.wait({waiter}, timeout=0.25)
             if done:
                 break
-            position = service.queue.position(job)
+            position = service.position(job)
             if position is not None:
                 progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
             elif job.total_steps and job.done_steps < job.total_steps:  # the sentence being made
@@ -643,5 +643,5 @@ def queue_settings(service: Service) -> dict[str, int]:
     JobQueue alone decides who runs, who waits and who is told "busy"; Gradio never queues work of
     its own behind the JobQueue's back.
     """
-    capacity = service.settings.concurrency + service.settings.queue_size
+    capacity = service.capacity
     return {"max_size": capacity, "default_concurrency_limit": capacity}

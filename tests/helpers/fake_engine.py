@@ -15,6 +15,7 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, Capabilities, CancelFn, ProgressFn, SynthesisOptions,
                                    VoicePrompt)
+from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.errors import CancelledError
 
 SAMPLE_RATE = 24000
@@ -50,6 +51,10 @@ class FakeEngine:
 
     def presets(self) -> list[str]:
         return list(PRESETS)
+
+    def format_instruction(self, instruction: str) -> str:
+        """As CosyVoice 2 reads it (asked for when ``native_instruct``)."""
+        return format_instruction(instruction, 2)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:

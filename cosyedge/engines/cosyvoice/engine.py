@@ -13,7 +13,9 @@ instruct2             instruction + ``<|endofprompt|>`` + text       prompt toke
 SFT preset            text only (+ instruction when given)           the preset's embedding only
 ====================  =============================================  ==================================
 
-``options.language`` is not needed: like upstream, the text's script picks the normalization.
+``options.language`` is not needed: like upstream, the text's script picks the normalization. The
+model's version (from its manifest) names the engine (``cosyvoice2``) and picks the instruction format
+(``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
 """
 
 from __future__ import annotations
@@ -26,32 +28,32 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
-                                   VoicePrompt)
+from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
+                                   SynthesisOptions, VoicePrompt)
+from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
 from cosyedge.heap import trim_heap
+from cosyedge.manifest import engine_name
 
 logger = logging.getLogger(__name__)
 
-ENGINE_NAME = "cosyvoice2"
 SAMPLE_RATE = 24000
-MAX_INSTRUCT_CHARS = 500
 
 
 class CosyVoiceEngine:
     """CosyVoice2-0.5B on onnxruntime: native 3 s cloning, cross-lingual cloning and instructions."""
 
-    name = ENGINE_NAME
-
     def __init__(self, model_id: str, lm: SpeechLM, token2wav, tokenizer: TextTokenizer,
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
                  sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False,
-                 lm_loader: Callable[[], SpeechLM] | None = None) -> None:
+                 lm_loader: Callable[[], SpeechLM] | None = None, version: int = 2) -> None:
         self.model_id = model_id
+        self.version = version
+        self.name = engine_name("cosyvoice", version)
         self._lm: SpeechLM | None = lm
         self.lm_config = lm.config
         # With a loader, the LLM (~0.4 GB resident) is dropped while a new voice is encoded and nobody
@@ -71,8 +73,12 @@ class CosyVoiceEngine:
         # the LLM and flow activations of a synthesis.
         self.keep_prompt_encoder = keep_prompt_encoder
         self._lock = threading.Lock()
-        self.capabilities = Capabilities(native_clone=True, native_instruct=True,
-                                         languages=("auto", "zh", "en", "ja"), sample_rate=sample_rate)
+        languages = ("auto", "zh", "en", "ja")
+        # Any SFT speaker reads every language the model does (as the clones do, cross-lingually).
+        details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
+                        for name in self.presets())
+        self.capabilities = Capabilities(native_clone=True, native_instruct=True, languages=languages,
+                                         sample_rate=sample_rate, preset_details=details)
 
     @classmethod
     def load(cls, model_dir: Path, settings) -> "CosyVoiceEngine":
@@ -81,6 +87,7 @@ class CosyVoiceEngine:
         from cosyedge.engines.cosyvoice.token2wav import Token2Wav
 
         model = ModelDir.load(model_dir)
+        identity = model.identity
         threads = int(getattr(settings, "threads", 0) or 0)
         frontend = model.config("frontend")
         # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
@@ -102,23 +109,43 @@ class CosyVoiceEngine:
                                  model.manifest.get("config", {}).get("features"))
 
         trim_heap()  # the graphs' protobuf copies are freed now; give them back
-        logger.info("CosyVoice engine %s loaded (%d presets)", model.path.name, len(presets))
-        return cls(model.path.name, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
+        logger.info("CosyVoice engine %s loaded (%d presets)", identity.model_id, len(presets))
+        return cls(identity.model_id, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
-                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads))
+                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version)
 
-    # -- voices ---------------------------------------------------------------------------------
+    # -- voices and instructions -----------------------------------------------------------------
     def presets(self) -> list[str]:
         return sorted(self._presets)
 
+    def format_instruction(self, instruction: str) -> str:
+        """``instruction`` in this model version's prompt format (what the LLM reads before the text)."""
+        return format_instruction(instruction, self.version)
+
+    # -- the parts' memory ----------------------------------------------------------------------
     @property
     def lm(self) -> SpeechLM:
         """The speech LLM, reopened if it was released for a prompt encoding."""
-        with self._using_lm() as lm:
+        with self.using_lm() as lm:
             return lm
 
+    @property
+    def lm_loaded(self) -> bool:
+        """True while the LLM is in memory (False between a prompt encoding and the next sentence)."""
+        return self._lm is not None
+
+    @property
+    def lm_users(self) -> int:
+        """How many syntheses are using the LLM right now (it is not released while any do)."""
+        return self._lm_users
+
+    @property
+    def prompt_encoder_loaded(self) -> bool:
+        """True while campplus + the speech tokenizer are in memory."""
+        return self._prompt_encoder is not None
+
     @contextmanager
-    def _using_lm(self) -> Iterator[SpeechLM]:
+    def using_lm(self) -> Iterator[SpeechLM]:
         """The LLM, kept loaded until the block ends (a prompt encoding may not release it meanwhile)."""
         with self._lm_lock:
             if self._lm is None:
@@ -150,6 +177,12 @@ class CosyVoiceEngine:
                 self._prompt_encoder = self._prompt_encoder_factory()
             return self._prompt_encoder
 
+    def release_prompt_encoder(self) -> None:
+        """Drop campplus + the speech tokenizer; the next new voice opens them again."""
+        with self._lock:
+            self._prompt_encoder = None
+        trim_heap()
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
         """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
@@ -161,9 +194,7 @@ class CosyVoiceEngine:
         finally:
             del encoder
             if not self.keep_prompt_encoder:
-                with self._lock:
-                    self._prompt_encoder = None
-                trim_heap()
+                self.release_prompt_encoder()
         text = (transcript or "").strip()
         meta = {"transcript": self.normalizer.normalize(text) if text else None,
                 "duration_s": round(float(np.asarray(audio).size) / sample_rate, 3),
@@ -177,9 +208,10 @@ class CosyVoiceEngine:
         """(LLM prompt text ids, LLM prompt speech, flow tokens, flow mel, embedding, mode name)."""
         instruct_ids: list[int] = []
         if instruct:
-            if len(instruct) > MAX_INSTRUCT_CHARS:
-                raise ParameterError(f"instruction is {len(instruct)} characters; keep it under {MAX_INSTRUCT_CHARS}")
-            text = instruct if END_OF_PROMPT in instruct else instruct + END_OF_PROMPT
+            limit = self.capabilities.max_instruct_chars
+            if len(instruct) > limit:
+                raise ParameterError(f"instruction is {len(instruct)} characters; keep it under {limit}")
+            text = instruct if END_OF_PROMPT in instruct else self.format_instruction(instruct)
             instruct_ids = self.tokenizer.encode(text)
         empty_tokens = np.zeros(0, dtype=np.int64)
         empty_mel = np.zeros((0, 80), dtype=np.float32)
@@ -225,7 +257,7 @@ class CosyVoiceEngine:
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
             text_ids = self.tokenizer.encode(sentence)
-            with self._using_lm() as lm:
+            with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)

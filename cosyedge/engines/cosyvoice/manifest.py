@@ -1,13 +1,13 @@
 """A converted CosyVoice model directory: ``manifest.json``, file verification and ONNX sessions.
 
-The manifest is written by ``python -m cosyedge convert``; it names the engine, the format version, the
+The manifest is written by ``python -m cosyedge convert``; it names the model (family ``cosyvoice``
+and its version, read by :func:`cosyedge.manifest.manifest_identity`), the format version, the
 runtime constants of each part (``config``), and every file with its sha256. Loading checks that every
 listed file is present (and, when asked, that its hash matches) and says which command rebuilds it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,13 +16,14 @@ from typing import Any
 
 from cosyedge.errors import ModelMissingError
 from cosyedge.heap import trim_heap
-from cosyedge.manifest import sha256_file
+from cosyedge.manifest import MANIFEST_NAME as MANIFEST
+from cosyedge.manifest import ModelIdentity, manifest_identity, read_manifest, sha256_file
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 SUPPORTED_FORMATS = (1,)
-ENGINES = ("cosyvoice2",)
+#: The CosyVoice versions this runtime runs (the schema knows 1, 2 and 3: cosyedge.manifest).
+RUNS_VERSIONS = (2,)
 
 
 def _fix_hint(directory: Path) -> str:
@@ -33,28 +34,33 @@ def _fix_hint(directory: Path) -> str:
 
 @dataclass(frozen=True)
 class ModelDir:
-    """A verified model directory and its parsed manifest."""
+    """A verified model directory, its parsed manifest and its identity."""
 
     path: Path
     manifest: dict[str, Any]
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """Family, version, model id and engine name, as :mod:`cosyedge.manifest` reads them."""
+        return manifest_identity(self.manifest, self.path)
 
     @classmethod
     def load(cls, directory: Path | str, verify_hashes: bool = False) -> "ModelDir":
         """Read and check ``manifest.json``; ``verify_hashes`` also re-hashes every file (slower)."""
         directory = Path(directory)
         manifest_path = directory / MANIFEST
-        if not manifest_path.is_file():
-            raise ModelMissingError(f"{manifest_path} not found; {_fix_hint(directory)}")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ModelMissingError(f"{manifest_path} is unreadable ({exc}); {_fix_hint(directory)}") from exc
-        if not isinstance(manifest, dict) or manifest.get("engine") not in ENGINES:
+        manifest = read_manifest(directory, _fix_hint(directory))
+        model = cls(directory, manifest)
+        identity = model.identity
+        if identity.family != "cosyvoice":
             raise ModelMissingError(f"{manifest_path} is not a CosyVoice manifest; {_fix_hint(directory)}")
+        if identity.version not in RUNS_VERSIONS:
+            raise ModelMissingError(f"{manifest_path} is CosyVoice version {identity.version!r}; this cosyedge "
+                                    f"runs CosyVoice {', '.join(map(str, RUNS_VERSIONS))}")
         if manifest.get("format_version") not in SUPPORTED_FORMATS:
             raise ModelMissingError(f"{manifest_path} has format version {manifest.get('format_version')!r}, "
                                     f"this cosyedge reads {SUPPORTED_FORMATS}; {_fix_hint(directory)}")
-        files = manifest.get("files", {})
+        files = manifest["files"]
         missing = [name for name in files if not (directory / name).is_file()]
         if missing:
             raise ModelMissingError(f"{directory} lacks {', '.join(sorted(missing))}; {_fix_hint(directory)}")
@@ -63,7 +69,6 @@ class ModelDir:
             if "bytes" in info and size != info["bytes"]:
                 raise ModelMissingError(f"{directory / name} has {size} bytes, the manifest says "
                                         f"{info['bytes']} (truncated or replaced); {_fix_hint(directory)}")
-        model = cls(directory, manifest)
         if verify_hashes:
             model.verify_hashes(files)
         return model

@@ -7,6 +7,9 @@ TN, any digits left spelled out, and a split where length counts tokenizer token
 upstream's lengths (at most 80, at least 60 before a cut, a tail under 20 merged into the previous
 piece) and drop pieces that are only punctuation. Japanese/Korean script skips TN and uses the
 character split. Text with special markup (``<|...|>``) is not normalized, as upstream.
+
+This is CosyVoice's own text handling, kept apart from :mod:`cosyedge.text` (Kokoro's frontend): the
+model was trained on upstream's normalization, so this module follows upstream's rules, not ours.
 """
 
 from __future__ import annotations

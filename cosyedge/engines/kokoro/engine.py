@@ -179,8 +179,8 @@ class KokoroEngine:
     model_id: str = model_files.MODEL_ID
     name: str = "kokoro"
     capabilities: Capabilities = field(default_factory=lambda: Capabilities(
-        native_clone=False, native_instruct=False, languages=("zh", "en", "ja"),
-        sample_rate=model_files.SAMPLE_RATE))
+        native_clone=False, native_instruct=False, languages=presets.PACK_LANGUAGES,
+        sample_rate=model_files.SAMPLE_RATE, preset_details=presets.preset_details()))
     parallel_runs: int = MAX_PARALLEL_RUNS
     overlap: Overlap = DEFAULT_OVERLAP
     look_ahead_budget: float = LOOK_AHEAD_BUDGET

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cosyedge.engines.base import PresetDetail
 from cosyedge.errors import NotFoundError
 
 #: preset name -> {pack name: weight}; weights sum to 1.
@@ -23,8 +24,18 @@ PRESETS: dict[str, dict[str, float]] = {
 }
 
 
+#: What every pack reads (the one multilingual model; the accent is the pack's).
+PACK_LANGUAGES = ("zh", "en", "ja")
+
+
 def preset_names() -> list[str]:
     return list(PRESETS)
+
+
+def preset_details() -> tuple[PresetDetail, ...]:
+    """Each preset's blend of packs, the same in every language it reads."""
+    return tuple(PresetDetail(name, {language: {"packs": dict(weights)} for language in PACK_LANGUAGES})
+                 for name, weights in PRESETS.items())
 
 
 def blend(packs: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:

@@ -74,32 +74,34 @@ def test_manifest_lists_llm_and_frontend_files(models_dir):
 
 def test_prompt_encoder_is_released_after_each_use(engine, prompt):
     """campplus + the speech tokenizer are not kept next to the LLM and flow between clone requests."""
-    assert engine._prompt_encoder is None
+    assert not engine.prompt_encoder_loaded
     engine.keep_prompt_encoder = True
     try:
         again = engine.encode_prompt(speechlike(3.0), 24000, "Hello world, this is a tiny test.")
-        assert engine._prompt_encoder is not None
+        assert engine.prompt_encoder_loaded
         np.testing.assert_array_equal(again.arrays["tokens"], prompt.arrays["tokens"])
     finally:
         engine.keep_prompt_encoder = False
-        engine._prompt_encoder = None
+        engine.release_prompt_encoder()
+    assert not engine.prompt_encoder_loaded
 
 
 def test_llm_is_released_for_a_new_voice_and_reopened_with_the_same_output(engine, prompt):
     """The LLM is not resident next to the speech tokenizer, and reopening it changes nothing."""
     before, _ = _run(engine, "Hello world.", prompt, seed=3)
     engine.encode_prompt(speechlike(2.0, seed=9), 24000, None)
-    assert engine._lm is None  # released while the prompt encoders ran
+    assert not engine.lm_loaded  # released while the prompt encoders ran
     after, _ = _run(engine, "Hello world.", prompt, seed=3)
-    assert engine._lm is not None  # the sentence reopened it
+    assert engine.lm_loaded  # the sentence reopened it
     np.testing.assert_array_equal(before[0].audio, after[0].audio)
 
 
 def test_llm_in_use_is_not_released(engine, prompt):
-    with engine._using_lm() as lm:  # as a synthesis on the other worker holds it
+    with engine.using_lm():  # as a synthesis on the other worker holds it
+        assert engine.lm_users == 1
         engine.encode_prompt(speechlike(2.0, seed=9), 24000, None)
-        assert engine._lm is lm
-    assert engine._lm_users == 0
+        assert engine.lm_loaded
+    assert engine.lm_users == 0
 
 
 def test_engine_protocol_and_capabilities(engine):
@@ -112,6 +114,31 @@ def test_engine_protocol_and_capabilities(engine):
                                              engine.capabilities.native_instruct)
     assert engine.capabilities.sample_rate == 24000
     assert engine.presets() == sorted(PRESET_NAMES)
+    # /voices' preset_details: each SFT speaker, in every language the model reads
+    assert [(d.name, d.made_of) for d in engine.capabilities.preset_details] == [
+        (name, {lang: {"speaker": name} for lang in ("zh", "en", "ja")}) for name in sorted(PRESET_NAMES)]
+    assert engine.version == 2 and engine.format_instruction("slowly") == "slowly<|endofprompt|>"
+
+
+def test_a_model_converted_before_the_family_schema_loads_unchanged(models_dir, tmp_path, prompt):
+    """Today's manifests name only ``"engine": "cosyvoice2"``: same engine name, so the voices
+    encoded for it (and the prompt cache's keys) still fit."""
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(models_dir / MODEL_ID, models / MODEL_ID)
+    path = models / MODEL_ID / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    assert (manifest["engine"], manifest["family"], manifest["version"]) == ("cosyvoice2", "cosyvoice", 2)
+    del manifest["family"], manifest["version"]
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    old = load_engine(Settings(models_dir=models, model=MODEL_ID, onnx_threads=1))
+    try:
+        assert (old.name, old.model_id, old.version) == ("cosyvoice2", MODEL_ID, 2)
+        chunks, _ = _run(old, "Hello world.", prompt, seed=3)  # a voice encoded by the other engine object
+        assert chunks and chunks[0].audio.size > 0
+    finally:
+        old.close()
 
 
 def test_encode_prompt_is_aligned_and_serializable(engine, prompt):
