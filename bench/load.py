@@ -59,7 +59,10 @@ class CountingEngine:
     def encode_prompt(self, audio: Any, sample_rate: int, transcript: str | None) -> Any:
         return self.inner.encode_prompt(audio, sample_rate, transcript)
 
-    def synthesize(self, text: str, voice: Any, options: Any, progress: Any = None,
+    def analyze(self, text: str, language: str = "auto") -> Any:
+        return self.inner.analyze(text, language)
+
+    def synthesize(self, text: Any, voice: Any, options: Any, progress: Any = None,
                    cancelled: Any = None) -> Iterator[Any]:
         with self._lock:
             self.active += 1

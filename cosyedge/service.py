@@ -1,4 +1,4 @@
-"""The facade that the UI and the REST API share: validate, queue, synthesize, report honestly.
+"""The facade that the UI and the REST API share: prepare, queue, synthesize, report honestly.
 
 * :class:`EngineHolder` loads the engine on first use (nothing heavy at start), counts its users, and
   releases it after ``idle_unload_minutes`` without use so the memory returns to the system.
@@ -6,9 +6,13 @@
   and says in the :class:`TTSResult` exactly what the engine did (preset used instead of a clone,
   which parts of an instruction were applied and which not, ...).
 
-Voice prompts and the saved-voice library plug in at ``_resolve_voice`` (returns a
-:class:`VoiceChoice`, with room for a similarity score); instructions go through
-:mod:`cosyedge.instruct` in ``_plan_instruct``.
+One request path, shared by the job's worker and the CLI: :meth:`Service.prepare` checks a request
+once and decodes its prompt once (before the queue, no engine needed) into a
+:class:`PreparedRequest`; :meth:`Service.resolve` turns that, with the loaded engine, into a
+:class:`ResolvedRequest`: the voice (``_resolve_voice``: a preset, or a prompt or saved voice
+encoded through the prompt cache), the instruction (``_plan_instruct``, :mod:`cosyedge.instruct`),
+the notes, and the engine's one pass over the text (``Engine.analyze``), which synthesis reads and
+the report quotes; :func:`write_wav` writes a result, mapping a full disk in one place.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import gc
 import logging
 import re
@@ -31,16 +36,18 @@ import numpy as np
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.engines import NATIVE_ABILITIES
-from cosyedge.engines.base import LANGUAGES, Capabilities, Engine, SynthesisOptions, VoicePrompt
+from cosyedge.engines.base import (LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
+                                   TextAnalysis, VoicePrompt)
 from cosyedge.errors import (AudioError, CancelledError, CosyedgeError, NameError_, NotFoundError,
                              ParameterError, StorageFullError, TextError)
 from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
                                plan_for_engine, postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
-from cosyedge.notes import Note
 from cosyedge.manifest import read_identity
+from cosyedge.notes import Note
 from cosyedge.streaming import AudioStream, StreamInfo
+from cosyedge.synthesis import check_text
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
@@ -61,9 +68,6 @@ SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=
 SEED_PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
 #: Client-chosen job ids (so a REST client can cancel its own pending request).
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: SSML-style markup: engines would read the tags aloud ("less than speak greater than ...").
-SSML_TAG_RE = re.compile(r"</?\s*(speak|prosody|break|emphasis|say-as|voice|phoneme|sub|audio|mark|"
-                         r"lang|p|s|w|amazon:[\w-]+|mstts:[\w-]+)(\s[^<>]*)?/?>", re.IGNORECASE)
 #: How long a UI client may still download a finished WAV before the janitor may remove it.
 DOWNLOAD_LEASE_S = 30 * 60
 
@@ -96,6 +100,30 @@ class VoiceChoice:
     prompt: ConditionedPrompt | None = None  # the conditioned prompt audio, when one was used
 
 
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request after :meth:`Service.prepare`: checked once (everything that needs no engine) and
+    its prompt audio decoded and conditioned once. The job's worker and the CLI take it from here
+    (:meth:`Service.resolve`)."""
+
+    request: TTSRequest
+    prompt: ConditionedPrompt | None = None  # the conditioned ``prompt_audio``, when one was sent
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    """A prepared request resolved against the loaded engine, each part once: the voice, the options
+    with the instruction folded in, the engine's one pass over the text (what synthesis reads, what
+    the report says was skipped and where the language setting was not applied), and the notes."""
+
+    choice: VoiceChoice
+    options: SynthesisOptions
+    plan: InstructPlan | None
+    analysis: TextAnalysis
+    notes: list[str]  # request fields ignored (ignored_inputs), then the engine's language notes
+    skipped: list[str]  # text not read aloud (TextAnalysis.skipped)
+
+
 @dataclass
 class TTSResult:
     """The audio and a truthful account of how it was made."""
@@ -112,8 +140,8 @@ class TTSResult:
     seconds: float  # wall time of the synthesis
     path: Path | None = None
     similarity: float | None = None  # see VoiceChoice.similarity
-    notes: list[str] = field(default_factory=list)  # request fields ignored, and why (ignored_inputs)
-    skipped: list[str] = field(default_factory=list)  # text not read aloud (unread_text)
+    notes: list[str] = field(default_factory=list)  # see ResolvedRequest.notes
+    skipped: list[str] = field(default_factory=list)  # text not read aloud (TextAnalysis.skipped)
 
     @property
     def duration(self) -> float:
@@ -479,19 +507,10 @@ class Service:
         return self.settings.max_upload_mb
 
     # --- submitting -----------------------------------------------------------------------
-    def validate(self, request: TTSRequest) -> None:
-        """Check everything that can be checked without the engine; raise an InputError naming it."""
-        s = self.settings
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise TextError("text is empty: type something to read", code="text_empty")
-        if len(request.text) > s.max_text_chars:
-            raise TextError(f"text is {len(request.text)} characters; the limit is {s.max_text_chars}",
-                            code="text_too_long", length=len(request.text), limit=s.max_text_chars)
-        tag = SSML_TAG_RE.search(request.text)
-        if tag:
-            raise TextError(f"text contains markup ({tag.group(0)[:40]}): SSML tags are not supported; "
-                            "send plain text (use speed and instruct for delivery)",
-                            code="text_markup", markup=tag.group(0)[:40])
+    def prepare(self, request: TTSRequest) -> PreparedRequest:
+        """Check everything that can be checked without the engine (an InputError names what is
+        wrong) and decode the prompt audio, once: the job's worker and the CLI take it from here."""
+        check_text(request.text, self.settings.max_text_chars)
         if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
             raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}",
                                  code="speed_not_number", type=type(request.speed).__name__)
@@ -512,12 +531,14 @@ class Service:
                             limit=MAX_TRANSCRIPT_CHARS)
         if request.voice_id is not None:
             self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
+        prompt = None
         if request.prompt_audio is not None:
-            self._condition(request.prompt_audio)  # every prompt problem is refused before queueing
+            prompt = self._condition(request.prompt_audio)  # a bad prompt is refused before queueing
         if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
             raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "
                             f"{MAX_INSTRUCTION_CHARS}", code="instruction_too_long",
                             length=len(request.instruct), limit=MAX_INSTRUCTION_CHARS)
+        return PreparedRequest(request, prompt)
 
     @staticmethod
     def _check_preset(name: str, presets: list[str]) -> str:
@@ -530,7 +551,7 @@ class Service:
 
     def submit(self, request: TTSRequest, owner: str | None = None,
                job_id: str | None = None, stream: bool = False) -> Job:
-        """Validate, then queue; raises InputError/NotFoundError at once and BusyError when full.
+        """Prepare, then queue; raises InputError/NotFoundError at once and BusyError when full.
 
         ``stream``: the job gets an :class:`~cosyedge.streaming.AudioStream` (``job.stream``) that
         receives each joined piece as soon as it is made; the result and the file are as usual.
@@ -542,7 +563,7 @@ class Service:
             with self._submitting_lock:
                 self._submitting.setdefault(owner, set()).add(cancelled)
         try:
-            self.validate(request)
+            prepared = self.prepare(request)
         except BaseException:
             self._submitted(owner, cancelled)
             raise
@@ -551,7 +572,7 @@ class Service:
         # it in between) or as a queued job, never both.
         with self._submitting_lock:
             try:
-                return self.queue.submit(lambda job: self._run(job, request), owner=owner,
+                return self.queue.submit(functools.partial(self._run, prepared=prepared), owner=owner,
                                          job_id=job_id, stream=AudioStream() if stream else None,
                                          cancelled=cancelled.is_set())
             finally:
@@ -580,27 +601,21 @@ class Service:
             return self.queue.cancel_owner(owner) + len(pending)
 
     # --- the work itself (a worker thread) ------------------------------------------------
-    def _run(self, job: Job, request: TTSRequest) -> TTSResult:
+    def _run(self, job: Job, prepared: PreparedRequest) -> TTSResult:
         started = time.monotonic()
         with self.holder.use(on_loading=lambda: job.set_phase(PHASE_LOADING)) as engine:
             if job.is_cancelled():
                 raise CancelledError("cancelled before synthesis started")
-            if request.prompt_audio is not None or request.voice_id is not None:
-                job.set_phase(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
-            choice = self._resolve_voice(engine, request, job.is_cancelled)
-            options = SynthesisOptions(speed=float(request.speed), language=request.language)
-            plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
-            notes = ignored_inputs(request, engine)
-            skipped = unread_text(engine, request.text, options.language)
-            job.set_phase(PHASE_SYNTHESIZING)
+            resolved = self.resolve(engine, prepared, job.is_cancelled, job.set_phase)
 
             def progress(done: int, total: int) -> None:
                 job.report(done, total)
                 job.set_phase(f"sentence {done}/{total}")
 
+            choice, plan = resolved.choice, resolved.plan
             sample_rate = engine.capabilities.sample_rate
             if job.stream is None:
-                out = synthesize(engine, request.text, choice.voice, options,
+                out = synthesize(engine, resolved.analysis, choice.voice, resolved.options,
                                  self.settings.max_text_chars, progress=progress,
                                  cancelled=job.is_cancelled)
                 audio = out.audio if plan is None else postprocess(out.audio, sample_rate, plan)
@@ -610,9 +625,9 @@ class Service:
                                             model_id=engine.model_id,
                                             report={"voice": choice.name, "voice_match": choice.match,
                                                     "instruct": instruct_report(plan),
-                                                    "notes": notes, "skipped": skipped}))
-                audio, sentences = self._stream(job, job.stream, engine, request.text, choice.voice,
-                                                options, plan, progress)
+                                                    "notes": resolved.notes,
+                                                    "skipped": resolved.skipped}))
+                audio, sentences = self._stream(job, job.stream, engine, resolved, progress)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
             similarity = choice.similarity
@@ -627,21 +642,44 @@ class Service:
                                voice_match=choice.match, similarity=similarity,
                                instruct=instruct_report(plan),
                                sentences=sentences, seconds=time.monotonic() - started,
-                               notes=notes, skipped=skipped)
-        if request.keep_file:
+                               notes=resolved.notes, skipped=resolved.skipped)
+        if prepared.request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
         return result
 
-    def _stream(self, job: Job, stream: AudioStream, engine: Engine, text: str,
-                voice: str | VoicePrompt, options: SynthesisOptions, plan: InstructPlan | None,
+    def resolve(self, engine: Engine, prepared: PreparedRequest, cancelled: CancelFn | None = None,
+                phase: Callable[[str], None] | None = None) -> ResolvedRequest:
+        """Resolve a prepared request against the loaded engine, each step once: the voice (a
+        prompt is encoded through the cache: seconds on a miss, stopped when ``cancelled()``), the
+        instruction, the notes, and the engine's one pass over the text. ``phase`` hears the job's
+        phases (:data:`PHASE_PREPARING_VOICE`, then :data:`PHASE_SYNTHESIZING`)."""
+        request = prepared.request
+        say = phase or (lambda _: None)
+        if request.prompt_audio is not None or request.voice_id is not None:
+            say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
+        choice = self._resolve_voice(engine, prepared, cancelled)
+        options = SynthesisOptions(speed=float(request.speed), language=request.language)
+        plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
+        notes = ignored_inputs(request, engine)
+        say(PHASE_SYNTHESIZING)
+        analysis = engine.analyze(request.text, options.language)
+        if request.language != "auto":
+            notes.extend(analysis.notes)
+        return ResolvedRequest(choice=choice, options=options, plan=plan, analysis=analysis,
+                               notes=notes, skipped=list(analysis.skipped))
+
+    def _stream(self, job: Job, stream: AudioStream, engine: Engine, resolved: ResolvedRequest,
                 progress: Callable[[int, int], None]) -> tuple[np.ndarray, int]:
         """Synthesize, putting each joined piece on the stream as soon as it is made.
 
-        Pitch and gain effects (``plan``) run on each piece here rather than on the whole audio,
-        so what is streamed is final; the result (and file) is exactly the streamed pieces joined.
+        Pitch and gain effects (``resolved.plan``) run on each piece here rather than on the whole
+        audio, so what is streamed is final; the result (and file) is exactly the streamed pieces
+        joined.
         """
         pieces: list[np.ndarray] = []
-        for _, piece in stream_pieces(engine, text, voice, options, self.settings.max_text_chars,
+        plan = resolved.plan
+        for _, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
+                                      resolved.options, self.settings.max_text_chars,
                                       progress=progress, cancelled=job.is_cancelled):
             if job.is_cancelled():  # cancelled while this chunk was made: stream nothing more
                 raise CancelledError("cancelled")
@@ -658,16 +696,8 @@ class Service:
         with self._in_use_lock:
             self._writing.add(path)
         try:
-            write_wav_atomic(path, audio, sample_rate)
+            write_wav(path, audio, sample_rate)
             self.lease(path)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            free = shutil.disk_usage(path.parent).free / 1e6
-            raise StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, "
-                                   f"this result needs {len(audio) * 2 / 1e6:.1f} MB): old outputs "
-                                   "can be deleted to make room", code="disk_full", folder=str(path.parent),
-                                   free_mb=free, needed_mb=len(audio) * 2 / 1e6) from exc
         finally:
             with self._in_use_lock:
                 self._writing.discard(path)
@@ -676,14 +706,16 @@ class Service:
     def _condition(self, data: bytes) -> ConditionedPrompt:
         return condition_prompt(data, max_bytes=int(self.settings.max_upload_mb * 1024 * 1024))
 
-    def _resolve_voice(self, engine: Engine, request: TTSRequest,
-                       cancelled: Callable[[], bool] | None = None) -> VoiceChoice:
+    def _resolve_voice(self, engine: Engine, prepared: PreparedRequest,
+                       cancelled: CancelFn | None = None) -> VoiceChoice:
         """Pick the engine's voice: a preset, or a prompt (uploaded or saved) encoded through the cache.
 
-        A prompt is conditioned (cosyedge.audio), then encoded once per (audio, transcript, engine,
-        model) by the prompt cache: a native clone on CosyVoice, the approximate voice match on Kokoro.
+        The uploaded prompt was conditioned by :meth:`prepare` (cosyedge.audio); a prompt is encoded
+        once per (audio, transcript, engine, model) by the prompt cache: a native clone on
+        CosyVoice, the approximate voice match on Kokoro.
         """
-        if request.voice_id is None and request.prompt_audio is None:
+        request = prepared.request
+        if request.voice_id is None and prepared.prompt is None:
             preset = self._check_preset(request.speaker or "", list(engine.presets()))
             return VoiceChoice(preset, preset, Note("preset", code="voice_preset"))
         if request.voice_id is not None:
@@ -693,7 +725,7 @@ class Service:
             # an engine that cannot clone matches from the sound alone: the transcript would only
             # split the prompt cache (a new match for the same audio); ignored_inputs says so
             transcript = (request.prompt_text or None) if engine.capabilities.native_clone else None
-            prompt = self._condition(request.prompt_audio)
+            prompt = prepared.prompt
             name = "prompt audio"
         encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt)
@@ -750,26 +782,24 @@ def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
             notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
                               "the voice from the sound of prompt_audio alone, without its transcript",
                               code="prompt_text_ignored_no_clone", engine=engine.name))
-    probe = getattr(engine, "language_notes", None)  # optional, like unread_text
-    if probe is not None and request.language != "auto":
-        try:
-            notes.extend(probe(request.text, request.language))
-        except CosyedgeError:
-            pass  # the synthesis names the problem itself
     return notes
 
 
-def unread_text(engine: Engine, text: str, language: str) -> list[str]:
-    """What the engine will not read aloud in ``text``, from an engine that can tell (an optional
-    ``unread_text(text, language)`` method, e.g. Kokoro's: other languages' tags, unsupported
-    scripts); empty otherwise. Text with nothing readable at all fails in synthesis with a 400."""
-    probe = getattr(engine, "unread_text", None)
-    if probe is None:
-        return []
+def write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> Path:
+    """Write a result's WAV atomically (:func:`cosyedge.audio.write_wav_atomic`); a full disk or
+    quota is a StorageFullError saying how much room there is and how much the result needs (the
+    one mapping, for the service's outputs and the CLI's ``-o``). Other OSErrors are raised as they
+    are, for the caller to word."""
     try:
-        return list(probe(text, language))
-    except CosyedgeError:
-        return []  # the synthesis names the problem itself
+        return write_wav_atomic(path, audio, sample_rate)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        free = shutil.disk_usage(path.parent).free / 1e6
+        raise StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, "
+                               f"this result needs {len(audio) * 2 / 1e6:.1f} MB): old outputs "
+                               "can be deleted to make room", code="disk_full", folder=str(path.parent),
+                               free_mb=free, needed_mb=len(audio) * 2 / 1e6) from exc
 
 
 def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:

@@ -1,24 +1,32 @@
 """One synthesis run from text to a finished waveform, shared by the CLI and the service.
 
-Checks the text against the limit, drives ``engine.synthesize`` sentence by sentence and joins the
-chunks with short pauses. :func:`stream` hands out each joined piece as soon as its chunk is made
-(for streaming clients); :func:`synthesize` is the same run collected into one waveform. Queues,
-files and HTTP are the caller's business.
+:func:`check_text` is the one check of a request's text (the service runs it when a request is
+prepared). :func:`stream` drives ``engine.synthesize`` sentence by sentence and joins the chunks
+with short pauses, handing out each joined piece as soon as its chunk is made (for streaming
+clients); :func:`synthesize` is the same run collected into one waveform. Both take the raw text
+(checked here) or the engine's :class:`~cosyedge.engines.base.TextAnalysis` of a checked text, so
+the engine's text pass is not repeated. Queues, files and HTTP are the caller's business.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
 from cosyedge.audio import Joiner
-from cosyedge.engines.base import AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions, VoicePrompt
+from cosyedge.engines.base import (AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions,
+                                   TextAnalysis, VoicePrompt)
 from cosyedge.errors import TextError
 
 logger = logging.getLogger(__name__)
+
+#: SSML-style markup: engines would read the tags aloud ("less than speak greater than ...").
+SSML_TAG_RE = re.compile(r"</?\s*(speak|prosody|break|emphasis|say-as|voice|phoneme|sub|audio|mark|"
+                         r"lang|p|s|w|amazon:[\w-]+|mstts:[\w-]+)(\s[^<>]*)?/?>", re.IGNORECASE)
 
 
 @dataclass
@@ -35,32 +43,35 @@ class SynthesisResult:
 
 
 def check_text(text: object, max_chars: int) -> str:
-    """The text to speak, or TextError saying what is wrong with it."""
-    if not isinstance(text, str):
-        raise TextError(f"text must be a string, not {type(text).__name__}", code="text_not_string")
-    if not text.strip():
-        raise TextError("text is empty; type something to read", code="text_empty")
+    """The text to speak, or TextError saying what is wrong with it (empty, too long, markup)."""
+    if not isinstance(text, str) or not text.strip():
+        raise TextError("text is empty: type something to read", code="text_empty")
     if len(text) > max_chars:
-        raise TextError(f"text has {len(text)} characters; the limit is {max_chars} "
-                        "(split it, or raise COSYEDGE_MAX_TEXT_CHARS)", code="text_too_long",
-                        length=len(text), limit=max_chars)
+        raise TextError(f"text is {len(text)} characters; the limit is {max_chars}",
+                        code="text_too_long", length=len(text), limit=max_chars)
+    tag = SSML_TAG_RE.search(text)
+    if tag:
+        raise TextError(f"text contains markup ({tag.group(0)[:40]}): SSML tags are not supported; "
+                        "send plain text (use speed and instruct for delivery)",
+                        code="text_markup", markup=tag.group(0)[:40])
     return text
 
 
-def stream(engine: Engine, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
-           max_chars: int, progress: ProgressFn | None = None,
+def stream(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
+           options: SynthesisOptions, max_chars: int, progress: ProgressFn | None = None,
            cancelled: CancelFn | None = None) -> Iterator[tuple[AudioChunk, np.ndarray]]:
     """Each chunk as the engine makes it, with its joined piece (the pause before it + the faded
     chunk; empty for a silent chunk); the pieces in order concatenate to :func:`synthesize`'s audio.
-    The text is checked before the engine runs, so a bad text fails before anything is yielded."""
-    text = check_text(text, max_chars)
+    A raw text is checked before the engine runs, so a bad text fails before anything is yielded."""
+    if not isinstance(text, TextAnalysis):
+        text = check_text(text, max_chars)
     joiner = Joiner(engine.capabilities.sample_rate)
     for chunk in engine.synthesize(text, voice, options, progress=progress, cancelled=cancelled):
         yield chunk, joiner.piece(chunk.audio, chunk.pause_after_s)
 
 
-def synthesize(engine: Engine, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
-               max_chars: int, progress: ProgressFn | None = None,
+def synthesize(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
+               options: SynthesisOptions, max_chars: int, progress: ProgressFn | None = None,
                cancelled: CancelFn | None = None) -> SynthesisResult:
     """Run the engine over every sentence and join the result."""
     pieces, sentences = [], []

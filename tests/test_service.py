@@ -1,4 +1,4 @@
-"""Service: validation, honest reports, lazy load, idle unload, outputs and in-use paths."""
+"""Service: checks (prepare), honest reports, lazy load, idle unload, outputs and in-use paths."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import soundfile as sf
 
 from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
                              ParameterError, PayloadTooLargeError, TextError)
-from cosyedge.engines.base import VoicePrompt
+from cosyedge.engines.base import SynthesisOptions, VoicePrompt
 from cosyedge.service import PHASE_PREPARING_VOICE, SEED_PRESETS, Service, TTSRequest
 
 
@@ -145,14 +145,14 @@ def test_cancel_while_a_request_is_still_being_checked_cancels_its_job(make_serv
 
     service = make_service()
     checking = threading.Event()
-    validate = Service.validate
+    prepare = Service.prepare
 
-    def slow_validate(self, request):
+    def slow_prepare(self, request):
         checking.set()
         time.sleep(0.3)
-        return validate(self, request)
+        return prepare(self, request)
 
-    monkeypatch.setattr(Service, "validate", slow_validate)
+    monkeypatch.setattr(Service, "prepare", slow_prepare)
     jobs = []
     submitter = threading.Thread(
         target=lambda: jobs.append(service.submit(TTSRequest(text="Hello."), owner="ui:a")))
@@ -186,13 +186,14 @@ def test_a_request_cancelled_while_being_checked_never_reaches_a_worker(make_ser
         return job
 
     monkeypatch.setattr(service.queue, "submit", eager_submit)
-    validate = Service.validate
+    prepare = Service.prepare
 
     def cancel_during_check(self, request):
-        validate(self, request)
+        prepared = prepare(self, request)
         assert self.cancel_owner("ui:a") == 1  # the Cancel click lands while the request is checked
+        return prepared
 
-    monkeypatch.setattr(Service, "validate", cancel_during_check)
+    monkeypatch.setattr(Service, "prepare", cancel_during_check)
     job = service.submit(TTSRequest(text="Hello."), owner="ui:a")
     assert job.finished and job.state is JobState.CANCELLED
     assert ran == []
@@ -337,3 +338,65 @@ def test_a_language_setting_that_was_not_applied_is_noted(make_service):
     assert any(n.startswith("language en not applied to 6 characters: read as Chinese") for n in notes), notes
     job = service.submit(TTSRequest(text="今天天气真好。", language="auto"))
     assert job.wait(30) and not job.outcome().notes
+
+
+# --- one request path: each step once -----------------------------------------------------------
+
+
+def test_the_prompt_is_decoded_once_per_request(make_service, monkeypatch):
+    """prepare() conditions the upload before the queue; the worker encodes that same prompt."""
+    import cosyedge.service as service_module
+
+    decoded = []
+    condition = service_module.condition_prompt
+
+    def counting_condition(data, **kwargs):
+        decoded.append(len(data))
+        return condition(data, **kwargs)
+
+    monkeypatch.setattr(service_module, "condition_prompt", counting_condition)
+    service = make_service()
+    result = run(service, timeout=120, text="Hello.", prompt_audio=wav_file(4.0))
+    assert result.voice == "prompt audio"
+    assert decoded == [len(wav_file(4.0))]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_engine_reads_the_text_once_per_request(make_service, fake_factory, stream):
+    """One text pass (``Engine.analyze``) gives the report's skipped text and language notes and the
+    sentences that are synthesized: the engine is handed the analysis, not the text again."""
+    service = make_service()
+    job = service.submit(TTSRequest(text="今天天气真好。Привет! Second one.", language="en"), stream=stream)
+    assert job.wait(10)
+    result = job.outcome()
+    engine = fake_factory.engine
+    assert engine.analyses == 1
+    assert result.sentences == 3
+    assert any(n.startswith("language en not applied to 6 characters") for n in result.notes), result.notes
+    assert any("Cyrillic" in s for s in result.skipped), result.skipped
+    if stream:
+        assert job.stream.info.report["skipped"] == result.skipped
+    assert engine.calls[-1][0] == "今天天气真好。Привет! Second one."
+    # other callers hand the engine a plain string: it then makes its own pass
+    assert len(list(engine.synthesize("One. Two.", "female_1", SynthesisOptions()))) == 2
+    assert engine.analyses == 2
+
+
+def test_the_worker_runs_the_prepared_request(make_service, monkeypatch):
+    """submit() prepares once and the queued job resolves exactly that prepared request."""
+    prepared, resolved = [], []
+    prepare, resolve = Service.prepare, Service.resolve
+
+    def recording_prepare(self, request):
+        prepared.append(prepare(self, request))
+        return prepared[-1]
+
+    def recording_resolve(self, engine, request, *args):
+        resolved.append(request)
+        return resolve(self, engine, request, *args)
+
+    monkeypatch.setattr(Service, "prepare", recording_prepare)
+    monkeypatch.setattr(Service, "resolve", recording_resolve)
+    run(make_service(), text="Hello.", prompt_audio=wav_file(4.0))
+    assert len(prepared) == 1 and prepared[0].prompt is not None
+    assert resolved == prepared and resolved[0] is prepared[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import errno
+import functools
 import os
 import sys
 from pathlib import Path
@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from cosyedge import config, instruct, synthesis
-from cosyedge.audio import wav_bytes, write_wav_atomic
+from cosyedge.audio import wav_bytes
+from cosyedge.commands.voice_library import describe
 from cosyedge.engines import load_engine
-from cosyedge.engines.base import LANGUAGES, SynthesisOptions, VoicePrompt
-from cosyedge.errors import ParameterError, StorageFullError, TextError
+from cosyedge.engines.base import LANGUAGES, VoicePrompt
+from cosyedge.errors import ParameterError, TextError
+from cosyedge.service import Service, TTSRequest, write_wav
 
 #: ``-f -`` reads the text from stdin, ``-o -`` writes the WAV to stdout (messages then go to stderr).
 STDIO = "-"
@@ -79,45 +81,41 @@ def check_output(output: str) -> None:
 
 
 def write_output(output: str, audio: np.ndarray, sample_rate: int) -> str:
-    """Write the WAV (atomically, or to stdout for ``-``); what was written, for the last message."""
+    """Write the WAV (atomically, or to stdout for ``-``); what was written, for the last message.
+    A full disk is the service's StorageFullError (:func:`cosyedge.service.write_wav`)."""
     if output == STDIO:
         sys.stdout.buffer.write(wav_bytes(audio, sample_rate))
         sys.stdout.buffer.flush()
         return "WAV to stdout"
     try:
-        return str(write_wav_atomic(output, audio, sample_rate))
+        return str(write_wav(Path(output), audio, sample_rate))
     except OSError as exc:
-        error = StorageFullError if exc.errno == errno.ENOSPC else ParameterError
-        raise error(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise ParameterError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
+    """The service's request path without its queue: prepare (every check, before the model
+    loads), resolve against the engine, synthesize, apply the instruction's effects, write."""
     settings = config.from_args(args)
-    text = read_text(args)
-    synthesis.check_text(text, settings.max_text_chars)  # fail before loading the model
+    request = TTSRequest(text=read_text(args), speaker=args.voice, voice_id=args.voice_id,
+                         instruct=args.instruct, speed=args.speed, language=args.lang)
+    service = Service(settings, engine_factory=functools.partial(load_engine, settings))
+    prepared = service.prepare(request)
     check_output(args.output)
     say = sys.stderr if args.output == STDIO else sys.stdout  # stdout may carry the WAV itself
-    engine = load_engine(settings)
-    options = SynthesisOptions(speed=args.speed, language=args.lang)
-    voice: str | VoicePrompt = args.voice
-    if args.voice_id:
-        from cosyedge.commands.voice_library import describe, saved_voice_prompt
-
-        voice = saved_voice_prompt(settings, engine, args.voice_id)
-        if describe(voice.meta):
+    with service.holder.use() as engine:
+        resolved = service.resolve(engine, prepared)
+        voice, plan = resolved.choice.voice, resolved.plan
+        if isinstance(voice, VoicePrompt) and describe(voice.meta):
             print(describe(voice.meta), file=say)
-    the_plan = None
-    if args.instruct:
-        the_plan = instruct.plan_for_engine(args.instruct, engine)
-        app = instruct.apply_plan(the_plan, options, voice, speed_range=engine.capabilities.speed_range)
-        options, voice, the_plan = app.options, app.voice, app.plan
-    result = synthesis.synthesize(engine, text, voice, options, max_chars=settings.max_text_chars)
+        result = synthesis.synthesize(engine, resolved.analysis, voice, resolved.options,
+                                      max_chars=settings.max_text_chars)
     audio = result.audio
-    if the_plan is not None:
-        audio = instruct.postprocess(audio, result.sample_rate, the_plan)
-        for line in the_plan.applied:
+    if plan is not None:
+        audio = instruct.postprocess(audio, result.sample_rate, plan)
+        for line in plan.applied:
             print(f"applied: {line}", file=say)
-        for line in the_plan.not_supported:
+        for line in plan.not_supported:
             print(f"not applied: {line}", file=say)
     written = write_output(args.output, audio, result.sample_rate)
     print(f"wrote {written} ({len(audio) / result.sample_rate:.2f} s, {len(result.sentences)} sentences)",

@@ -91,12 +91,6 @@ def describe(meta: dict) -> str | None:
     return str(meta["method"]) if meta.get("method") else None
 
 
-def saved_voice_prompt(settings: config.Settings, engine: object, voice_id: str):
-    """The encoded prompt of a saved voice for ``engine``, through the prompt cache."""
-    prompt, transcript, _ = library_for(settings).load(voice_id)
-    return cache_for(settings).get_or_encode(engine, prompt, transcript)
-
-
 def _engine_name(settings: config.Settings) -> str:
     """The configured model's engine, from its manifest ("" when the model is not set up yet)."""
     from cosyedge.manifest import read_identity

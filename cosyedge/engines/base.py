@@ -57,6 +57,23 @@ class SynthesisOptions:
     seed: int | None = None
 
 
+@dataclass(frozen=True)
+class TextAnalysis:
+    """An engine's one pass over a request's text: what it will read, in order, and what it will not.
+
+    ``sentences`` are the engine's own units, handed back to ``synthesize`` (Kokoro's phonemized
+    sentences, CosyVoice's normalized pieces: one model call each); ``skipped`` says what will not be
+    read aloud (other languages' tags, unsupported scripts); ``notes`` where the language setting
+    was not applied (text read in its script's language instead). The service reports both.
+    """
+
+    text: str
+    language: str
+    sentences: tuple[Any, ...]
+    skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 @dataclass
 class AudioChunk:
     """One synthesized sentence (or the first clauses of one): mono float32 samples in [-1, 1].
@@ -129,11 +146,18 @@ class Engine(Protocol):
         """Encode conditioned prompt audio into a reusable VoicePrompt; an encoding that takes long
         (Kokoro's voice match: seconds) stops early (raise CancelledError) when ``cancelled()``."""
 
-    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
+        """Clean, split and read ``text`` once, for ``language`` (a request's ``options.language``);
+        raise TextError when nothing in it can be read."""
+
+    def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None,
                    cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
         """Yield chunks in order as they are made (one per sentence, or per clause group when an
-        engine cuts a long first sentence); stop early (raise CancelledError) when ``cancelled()``."""
+        engine cuts a long first sentence); stop early (raise CancelledError) when ``cancelled()``.
+
+        ``text`` is the text itself or this engine's :meth:`analyze` of it, whose sentences are then
+        read as they are (the text is not cleaned and split again)."""
 
     def close(self) -> None:
         """Release sessions and memory."""

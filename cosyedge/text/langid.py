@@ -201,34 +201,54 @@ def parse_tags(text: str, language: str = AUTO, unread: Unread | None = None) ->
 _NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese"}
 
 
+@dataclass
+class Unapplied:
+    """Where a language setting other than auto was not applied: the letters of untagged text that
+    :func:`segment` read in another language by their script, counted per language. Tags are the
+    user's own choice and are not counted."""
+
+    language: str
+    letters: dict[str, int] = field(default_factory=dict)  # language read instead -> letters
+
+    def add_block(self, block_language: str, runs: list[Run]) -> None:
+        """Count one tag block's runs (only a block that the setting, not a tag, gave its language)."""
+        if self.language not in LANGUAGES or block_language != self.language:
+            return
+        for run in runs:
+            if run.language != self.language:
+                letters = sum(1 for ch in run.text if ch.isalpha())
+                self.letters[run.language] = self.letters.get(run.language, 0) + letters
+
+    def notes(self) -> list[Note]:
+        """One line per language read instead ("language en not applied to 6 characters: ...")."""
+        return [Note(f"language {self.language} not applied to {count} character{'s' if count > 1 else ''}: "
+                     f"read as {_NAMES[other]} by their script (Latin letters as English, kana as Japanese, "
+                     f"Chinese characters as Chinese unless the language is ja)",
+                     code="language_not_applied", language=self.language, count=count, read_as=other)
+                for other, count in self.letters.items() if count]
+
+
 def language_notes(text: str, language: str, default: str = "zh") -> list[Note]:
     """What a language setting other than auto did not decide: one note per language that untagged
     characters were read in instead, by their script ("English" over Chinese characters reads them
-    as Chinese, exactly as auto does). Tags are the user's own choice and are not reported."""
+    as Chinese, exactly as auto does); see :class:`Unapplied`."""
     if language not in LANGUAGES:
         return []
-    counts: dict[str, int] = {}
-    for block_language, block in parse_tags(text, language):
-        if block_language != language:
-            continue  # a tag chose the language of this block
-        for run in _segment_block(block, block_language, default):
-            if run.language != language:
-                letters = sum(1 for ch in run.text if ch.isalpha())
-                counts[run.language] = counts.get(run.language, 0) + letters
-    return [Note(f"language {language} not applied to {count} character{'s' if count > 1 else ''}: "
-                 f"read as {_NAMES[other]} by their script (Latin letters as English, kana as Japanese, "
-                 f"Chinese characters as Chinese unless the language is ja)",
-                 code="language_not_applied", language=language, count=count, read_as=other)
-            for other, count in counts.items() if count]
+    unapplied = Unapplied(language)
+    segment(text, language, default, unapplied=unapplied)
+    return unapplied.notes()
 
 
-def segment(text: str, language: str = AUTO, default: str = "zh",
-            unread: Unread | None = None) -> list[Run]:
+def segment(text: str, language: str = AUTO, default: str = "zh", unread: Unread | None = None,
+            unapplied: Unapplied | None = None) -> list[Run]:
     """Split ``text`` (tags allowed) into runs of one language each, in order; what is not read
-    (other languages' tags, unsupported scripts) is recorded in ``unread`` when given."""
+    (other languages' tags, unsupported scripts) is recorded in ``unread`` and where the language
+    setting was not applied in ``unapplied``, when given."""
     runs: list[Run] = []
     for block_language, block in parse_tags(text, language, unread):
         block_runs = _segment_block(block, block_language, default, unread)
+        if unapplied is not None:
+            unapplied.add_block(block_language, block_runs)
         if block_runs:
             first = block_runs[0]
             block_runs[0] = Run(first.language, first.text, new_block=bool(runs))

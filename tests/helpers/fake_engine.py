@@ -1,7 +1,8 @@
 """A small engine implementing the Engine protocol for web/service tests: one sine tone per sentence.
 
 ``delay`` slows each sentence on purpose (load and cancel tests); ``active``/``peak`` count how
-many syntheses run at once, so a test can prove the queue's limit.
+many syntheses run at once, so a test can prove the queue's limit; ``analyses`` counts the text
+passes (``analyze``, also the one ``synthesize`` makes when handed raw text).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Iterator
 import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, Capabilities, CancelFn, ProgressFn, SynthesisOptions,
-                                   VoicePrompt)
+                                   TextAnalysis, VoicePrompt)
 from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.errors import CancelledError
+from cosyedge.text import langid
 
 SAMPLE_RATE = 24000
 PRESETS = ["female_1", "female_2", "male_1", "male_2", "child"]
@@ -48,6 +50,7 @@ class FakeEngine:
         self.active = 0
         self.peak = 0
         self.sentences_done = 0
+        self.analyses = 0
 
     def presets(self) -> list[str]:
         return list(PRESETS)
@@ -68,11 +71,22 @@ class FakeEngine:
                            arrays={"mean": np.array([float(np.mean(audio))], dtype=np.float32)},
                            meta={"transcript": transcript, "sample_rate": sample_rate})
 
-    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
+        """Sentences split at end punctuation; what is skipped and the language notes come from the
+        shared text rules (cosyedge.text.langid), as on the Kokoro engine."""
+        with self._lock:
+            self.analyses += 1
+        unread, unapplied = langid.Unread(), langid.Unapplied(language)
+        langid.segment(text, language, "zh", unread, unapplied)
+        return TextAnalysis(text=text, language=language, sentences=tuple(split_sentences(text) or [text]),
+                            skipped=tuple(unread.notes()), notes=tuple(unapplied.notes()))
+
+    def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None,
                    cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
-        self.calls.append((text, voice, options))
-        sentences = split_sentences(text) or [text]
+        analysis = text if isinstance(text, TextAnalysis) else self.analyze(text, options.language)
+        self.calls.append((analysis.text, voice, options))
+        sentences = analysis.sentences
         with self._lock:
             self.active += 1
             self.peak = max(self.peak, self.active)
@@ -94,20 +108,6 @@ class FakeEngine:
         finally:
             with self._lock:
                 self.active -= 1
-
-    def unread_text(self, text: str, language: str = "auto") -> list[str]:
-        """Like the Kokoro engine's: what the shared text rules (cosyedge.text.langid) do not read."""
-        from cosyedge.text import langid
-
-        unread = langid.Unread()
-        langid.segment(text, language, "zh", unread)
-        return unread.notes()
-
-    def language_notes(self, text: str, language: str = "auto") -> list[str]:
-        """Like the Kokoro engine's (the shared text rules)."""
-        from cosyedge.text import langid
-
-        return langid.language_notes(text, language)
 
     def close(self) -> None:
         self.closed = True

@@ -140,7 +140,7 @@ class ExplodingEngine(FakeEngine):
 
     def synthesize(self, text, voice, options, progress=None, cancelled=None):
         for index, chunk in enumerate(super().synthesize(text, voice, options, progress, cancelled)):
-            if "BOOM" in text and index == 1:
+            if "BOOM" in getattr(text, "text", text) and index == 1:  # the text or its TextAnalysis
                 raise RuntimeError("onnxruntime: simulated kernel failure")
             yield chunk
 

@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
-                                   SynthesisOptions, VoicePrompt)
+                                   SynthesisOptions, TextAnalysis, VoicePrompt)
 from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
@@ -238,16 +238,21 @@ class CosyVoiceEngine:
             return instruct_ids, [], empty_tokens, empty_mel, self._presets[voice], "sft"
         raise ParameterError("CosyVoice needs a voice: upload or record a prompt, or pick a preset")
 
-    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
-                   progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
-        """Yield one :class:`AudioChunk` per sentence; raises :class:`CancelledError` when asked to stop."""
-        if not isinstance(text, str) or not text.strip():
-            raise TextError("text is empty")
-        prompt_text, prompt_speech, flow_tokens, flow_mel, embedding, mode = \
-            self._conditioning(voice, (options.instruct or "").strip() or None)
-        sentences = self.normalizer.split(text)
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
+        """The normalized pieces :meth:`synthesize` reads, one LLM call each (upstream's
+        normalization and split lengths). CosyVoice reads every script and picks the normalization
+        from the text itself, so nothing is skipped and the language setting needs no note."""
+        sentences = tuple(self.normalizer.split(text))
         if not sentences:
             raise TextError("the text has nothing to speak (only punctuation or markup)")
+        return TextAnalysis(text=text, language=language, sentences=sentences)
+
+    def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
+                   progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
+        """Yield one :class:`AudioChunk` per sentence; raises :class:`CancelledError` when asked to stop."""
+        prompt_text, prompt_speech, flow_tokens, flow_mel, embedding, mode = \
+            self._conditioning(voice, (options.instruct or "").strip() or None)
+        sentences = (text if isinstance(text, TextAnalysis) else self.analyze(text, options.language)).sentences
         seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         rng = np.random.default_rng(seed)
         chooser: Chooser = RasSampler(eos=self.lm_config.eos, seed=int(rng.integers(2 ** 31)))

@@ -19,7 +19,7 @@ import numpy as np
 
 from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
-                                   VoicePrompt)
+                                   TextAnalysis, VoicePrompt)
 from cosyedge.engines.kokoro import model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
@@ -66,6 +66,8 @@ class Frontend(Protocol):
     """Text -> sentences of Kokoro phonemes (see ``frontend.KokoroFrontend``)."""
 
     def sentences(self, text: str, language: str = "auto") -> list[Any]: ...
+
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis: ...
 
     def token_ids(self, phonemes: str) -> list[int]: ...
 
@@ -250,14 +252,21 @@ class KokoroEngine:
         audio = self.session.run(None, feeds)[0]
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
-    def synthesize(self, text: str, voice: str | VoicePrompt, options: SynthesisOptions,
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
+        """The frontend's one pass: the sentences :meth:`synthesize` reads, what it will not read
+        aloud (other languages' tags, unsupported scripts) and where the language setting was not
+        applied (text read by its script's language)."""
+        return self.frontend.analyze(text, language)
+
+    def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None,
                    cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
         low, high = self.capabilities.speed_range
         if not low <= options.speed <= high:
             raise ParameterError(f"speed {options.speed} is out of range; use {low}-{high}")
         pack = self.style_pack(voice)  # fail on an unknown voice before any work
-        sentences = self.frontend.sentences(text, options.language)
+        sentences = (text.sentences if isinstance(text, TextAnalysis)
+                     else self.frontend.sentences(text, options.language))
         total = len(sentences)
         calls = []
         for index, sentence in enumerate(sentences):
@@ -279,16 +288,6 @@ class KokoroEngine:
         sr = self.capabilities.sample_rate
         return AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
                           text=sentence.text, index=index, total=total, pause_after_s=pause)
-
-    def unread_text(self, text: str, language: str = "auto") -> list[str]:
-        """Notes on what :meth:`synthesize` will not read aloud in ``text`` (other languages' tags,
-        unsupported scripts), from the frontend; the service puts them in the result's ``skipped``."""
-        return self.frontend.unread(text, language)
-
-    def language_notes(self, text: str, language: str = "auto") -> list[str]:
-        """Where the language setting was not applied (text read by its script's language); the
-        service puts them in the result's ``notes``."""
-        return self.frontend.language_notes(text, language)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:

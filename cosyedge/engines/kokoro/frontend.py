@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from cosyedge.engines.base import TextAnalysis
 from cosyedge.errors import ParameterError, TextError
 from cosyedge.text import cleanup, langid, split
 from cosyedge.text.normalize import normalize
@@ -109,37 +110,18 @@ class KokoroFrontend:
 
     def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
         """Split ``text`` into sentences ready for the model; raises TextError if nothing to say."""
-        if not isinstance(text, str):
-            raise TextError(f"text must be a string, not {type(text).__name__}")
-        language = self._check_language(language)
-        cleaned = cleanup.clean(text)
-        if not cleaned:
-            raise TextError("text is empty")
-        out: list[Sentence] = []
-        for group in self._sentence_groups(cleaned, language):
-            out.extend(self._pack(group, first=not out))
-        if not out:
-            raise self._nothing_to_read(cleaned)
-        return out
+        return self._read(text, language)
 
-    def unread(self, text: str, language: str = "auto") -> list[str]:
-        """What :meth:`sentences` will not read aloud in ``text``, one note per tag or script
-        ("tag [fr] not read aloud: ...", "5 Hangul characters not read (안녕하세요): ..."); empty
-        when everything is read. Cheap: cleanup and language runs only, no normalization or G2P."""
-        if not isinstance(text, str):
-            return []
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
+        """:meth:`sentences`, with what they leave out, from the same one pass over the text:
+        ``skipped``, one note per tag or script not read aloud ("tag [fr] not read aloud: ...",
+        "5 Hangul characters not read (안녕하세요): ..."), and ``notes``, where a language setting
+        other than auto was not applied (see :class:`cosyedge.text.langid.Unapplied`)."""
         unread = langid.Unread()
-        langid.segment(cleanup.clean(text), self._check_language(language), self.default_language,
-                       unread)
-        return unread.notes()
-
-    def language_notes(self, text: str, language: str = "auto") -> list[str]:
-        """Where a language setting other than auto was not applied (text read by its script's
-        language instead); see :func:`cosyedge.text.langid.language_notes`."""
-        if not isinstance(text, str):
-            return []
-        return langid.language_notes(cleanup.clean(text), self._check_language(language),
-                                     self.default_language)
+        unapplied = langid.Unapplied(self._check_language(language))
+        sentences = self._read(text, language, unread, unapplied)
+        return TextAnalysis(text=text, language=language, sentences=tuple(sentences),
+                            skipped=tuple(unread.notes()), notes=tuple(unapplied.notes()))
 
     def token_ids(self, phonemes: str) -> list[int]:
         """Model ids for ``phonemes`` (unknown symbols dropped, at most ``max_phonemes`` kept).
@@ -156,6 +138,23 @@ class KokoroFrontend:
 
     # -- steps --------------------------------------------------------------------------------
 
+    def _read(self, text: str, language: str, unread: langid.Unread | None = None,
+              unapplied: langid.Unapplied | None = None) -> list[Sentence]:
+        """The one pass: cleanup, language runs (recording what is not read and where the setting
+        was not applied, when asked), normalization, clause splitting, G2P, packing into calls."""
+        if not isinstance(text, str):
+            raise TextError(f"text must be a string, not {type(text).__name__}")
+        language = self._check_language(language)
+        cleaned = cleanup.clean(text)
+        if not cleaned:
+            raise TextError("text is empty")
+        out: list[Sentence] = []
+        for group in self._sentence_groups(cleaned, language, unread, unapplied):
+            out.extend(self._pack(group, first=not out))
+        if not out:
+            raise self._nothing_to_read(cleaned)
+        return out
+
     @staticmethod
     def _check_language(language: str) -> str:
         lang = (language or "auto").strip().lower()
@@ -166,11 +165,12 @@ class KokoroFrontend:
                                  f"{', '.join(LANGUAGE_CHOICES)}")
         return lang
 
-    def _sentence_groups(self, text: str, language: str) -> list[list[tuple[str, split.Clause]]]:
+    def _sentence_groups(self, text: str, language: str, unread: langid.Unread | None = None,
+                         unapplied: langid.Unapplied | None = None) -> list[list[tuple[str, split.Clause]]]:
         """Normalized clauses, tagged with their language, grouped into sentences."""
         groups: list[list[tuple[str, split.Clause]]] = []
         current: list[tuple[str, split.Clause]] = []
-        runs = langid.segment(text, language, self.default_language)
+        runs = langid.segment(text, language, self.default_language, unread, unapplied)
         self._log_foreign_latin(runs)
         for run in runs:
             if run.new_block and current:

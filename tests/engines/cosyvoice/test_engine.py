@@ -187,6 +187,19 @@ def test_seed_makes_synthesis_repeatable(engine, prompt):
     assert a[0].audio.shape != c[0].audio.shape or not np.array_equal(a[0].audio, c[0].audio)
 
 
+def test_synthesize_reads_its_own_analysis_as_it_reads_the_text(engine, prompt):
+    analysis = engine.analyze(LONG_TEXT, "en")
+    assert analysis.sentences == tuple(engine.normalizer.split(LONG_TEXT))
+    assert analysis.skipped == () and analysis.notes == ()
+    from_text, _ = _run(engine, LONG_TEXT, prompt, seed=3)
+    from_analysis, _ = _run(engine, analysis, prompt, seed=3)
+    for a, b in zip(from_analysis, from_text, strict=True):
+        assert a.text == b.text
+        np.testing.assert_array_equal(a.audio, b.audio)
+    with pytest.raises(TextError, match="nothing to speak"):
+        engine.analyze("。！？")
+
+
 def test_speed_changes_duration(engine, prompt):
     slow, _ = _run(engine, "Hello world.", prompt, seed=3, speed=0.5)
     normal, _ = _run(engine, "Hello world.", prompt, seed=3, speed=1.0)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt
+from cosyedge.engines.base import Engine, SynthesisOptions, TextAnalysis, VoicePrompt
 from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
 from cosyedge.engines.kokoro.presets import PRESETS
 from cosyedge.errors import CancelledError, EngineError, NotFoundError, ParameterError
@@ -22,6 +22,9 @@ class SplitOnPeriodFrontend:
 
     def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
         return [Sentence(p.strip(), p.strip()) for p in text.split(".") if p.strip()]
+
+    def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
+        return TextAnalysis(text=text, language=language, sentences=tuple(self.sentences(text, language)))
 
     def token_ids(self, phonemes: str) -> list[int]:
         return [1 + (ord(c) % 100) for c in phonemes]
@@ -46,6 +49,16 @@ def test_engine_satisfies_protocol(engine):
     assert isinstance(engine, Engine)
     assert engine.presets() == ["female_1", "female_2", "male_1", "male_2", "child"]
     assert not engine.capabilities.native_clone and not engine.capabilities.native_instruct
+
+
+def test_synthesize_reads_its_own_analysis_as_it_reads_the_text(engine):
+    text = "Hello there. General Kenobi. Bye."
+    analysis = engine.analyze(text, "en")
+    from_analysis = run(engine, analysis, language="en")
+    from_text = run(engine, text, language="en")
+    assert [c.text for c in from_analysis] == [c.text for c in from_text] == ["Hello there", "General Kenobi", "Bye"]
+    for a, b in zip(from_analysis, from_text):
+        np.testing.assert_array_equal(a.audio, b.audio)
 
 
 def test_one_chunk_per_sentence_with_progress(engine):

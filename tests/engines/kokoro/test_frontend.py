@@ -153,9 +153,29 @@ def test_token_ids(frontend):
 def test_unread_names_what_sentences_leave_out(frontend):
     out = frontend.sentences("[fr]Bonjour. [ko]안녕하세요 class.")
     assert "fr" not in " ".join(s.text for s in out).lower()  # the tag is not read as letters
-    notes = frontend.unread("[fr]Bonjour. [ko]안녕하세요 class.")
+    notes = frontend.analyze("[fr]Bonjour. [ko]안녕하세요 class.").skipped
     assert [n.split(" not read")[0] for n in notes] == ["tag [fr]", "tag [ko]", "5 Hangul characters"]
-    assert frontend.unread("[zh]今天天气真好[en]It's sunny today") == []
+    assert frontend.analyze("[zh]今天天气真好[en]It's sunny today").skipped == ()
+
+
+@pytest.mark.parametrize("text, language", [
+    ("[fr]Bonjour. [ko]안녕하세요 class.", "auto"), ("今天天气真好。Hello there!", "en"),
+    ("東京に行きます。I like it.", "ZH"), ("[en]Hello[/en] 你好 Привет 😀", "mul"),
+    ("你好，世界！今天是2024年1月1日。", "ja"),
+])
+def test_analyze_is_sentences_and_their_notes_in_one_pass(frontend, text, language):
+    """The engine's one text pass gives the same sentences as ``sentences`` and the same reports as
+    the language rules run on their own (cleanup, then langid)."""
+    from cosyedge.text import cleanup, langid
+
+    analysis = frontend.analyze(text, language)
+    assert list(analysis.sentences) == frontend.sentences(text, language)
+    lang = "auto" if language.lower() == "mul" else language.lower()
+    unread = langid.Unread()
+    langid.segment(cleanup.clean(text), lang, frontend.default_language, unread)
+    assert list(analysis.skipped) == unread.notes()
+    assert list(analysis.notes) == langid.language_notes(cleanup.clean(text), lang, frontend.default_language)
+    assert analysis.text == text and analysis.language == language
 
 
 def test_runs_without_model_files_from_injected_vocab():

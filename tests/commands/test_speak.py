@@ -1,0 +1,71 @@
+"""`speak` in-process on the fake engine: the CLI runs the service's request path (one prepare step)."""
+
+from __future__ import annotations
+
+import pytest
+import soundfile as sf
+
+from cosyedge.cli import main
+from cosyedge.errors import CosyedgeError
+from cosyedge.service import Service, TTSRequest
+from tests.helpers.fake_engine import FakeEngine
+
+
+@pytest.fixture
+def engines(monkeypatch):
+    """The engines the CLI loads (fake ones), in order."""
+    made: list[FakeEngine] = []
+
+    def load_engine(settings):
+        made.append(FakeEngine())
+        return made[-1]
+
+    monkeypatch.setattr("cosyedge.commands.speak.load_engine", load_engine)
+    return made
+
+
+def speak(tmp_path, *args: str) -> list[str]:
+    return ["speak", *args, "--prompts-dir", str(tmp_path / "prompts"),
+            "--models-dir", str(tmp_path / "models")]
+
+
+def test_speak_prepares_and_resolves_like_the_service(tmp_path, engines, monkeypatch, capsys):
+    prepared, resolved = [], []
+    prepare, resolve = Service.prepare, Service.resolve
+
+    def recording_prepare(self, request):
+        prepared.append(prepare(self, request))
+        return prepared[-1]
+
+    def recording_resolve(self, engine, request, *args):
+        resolved.append(request)
+        return resolve(self, engine, request, *args)
+
+    monkeypatch.setattr(Service, "prepare", recording_prepare)
+    monkeypatch.setattr(Service, "resolve", recording_resolve)
+    out = tmp_path / "hello.wav"
+    assert main(speak(tmp_path, "Hello there. Bye.", "--instruct", "louder", "-o", str(out))) == 0
+    assert [p.request for p in prepared] == [TTSRequest(text="Hello there. Bye.", speaker="female_1",
+                                                        instruct="louder")]
+    assert resolved == prepared
+    (engine,) = engines
+    assert engine.analyses == 1  # one text pass, as in the service
+    assert sf.info(out).samplerate == 24000
+    stdout = capsys.readouterr().out
+    assert "applied: " in stdout and f"wrote {out} (" in stdout and "2 sentences)" in stdout
+
+
+@pytest.mark.parametrize("fields, flags", [
+    ({"text": "<speak>Hello</speak>"}, ["<speak>Hello</speak>"]),
+    ({"text": "x" * 5001}, ["x" * 5001]),
+    ({"text": "hi", "speed": 3.0}, ["hi", "--speed", "3"]),
+    ({"text": "hi", "voice_id": "nobody"}, ["hi", "--voice-id", "nobody"]),
+    ({"text": "hi", "instruct": "x" * 501}, ["hi", "--instruct", "x" * 501]),
+])
+def test_speak_refuses_what_the_service_refuses_in_the_same_words(tmp_path, engines, make_service,
+                                                                 capsys, fields, flags):
+    with pytest.raises(CosyedgeError) as refused:
+        make_service().submit(TTSRequest(**fields))
+    assert main(speak(tmp_path, *flags, "-o", str(tmp_path / "x.wav"))) == 2
+    assert capsys.readouterr().err.strip() == f"error: {refused.value.message}"
+    assert engines == []  # refused before the model loads
