@@ -430,11 +430,11 @@ def real_refusals(service, tmp_path):
     nan = tone(4.0, 16000)
     nan[100] = np.nan
     return [
-        ("text_too_long", lambda: service.validate(TTSRequest(text="x" * 5001)), "文本有 5001 个字符，上限为 5000 个"),
+        ("text_too_long", lambda: service.prepare(TTSRequest(text="x" * 5001)), "文本有 5001 个字符，上限为 5000 个"),
         ("text_too_long", lambda: synthesis.check_text("x" * 11, 10), "文本有 11 个字符，上限为 10 个"),
-        ("instruction_too_long", lambda: service.validate(TTSRequest(text="hi", instruct="x" * 501)),
+        ("instruction_too_long", lambda: service.prepare(TTSRequest(text="hi", instruct="x" * 501)),
          "指令有 501 个字符，上限为 500 个"),
-        ("text_markup", lambda: service.validate(TTSRequest(text="<speak>hi</speak>")), "不支持 SSML 标签，请输入纯文本"),
+        ("text_markup", lambda: service.prepare(TTSRequest(text="<speak>hi</speak>")), "不支持 SSML 标签，请输入纯文本"),
         ("text_only_punctuation", lambda: kokoro("。！？"), "文本只有标点符号，没有可朗读的内容"),
         ("text_no_supported_script", lambda: kokoro("😀😀"),
          "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）"),

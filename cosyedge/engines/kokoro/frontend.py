@@ -143,7 +143,8 @@ class KokoroFrontend:
         """The one pass: cleanup, language runs (recording what is not read and where the setting
         was not applied, when asked), normalization, clause splitting, G2P, packing into calls."""
         if not isinstance(text, str):
-            raise TextError(f"text must be a string, not {type(text).__name__}")
+            raise TextError(f"text must be a string, not {type(text).__name__}", code="text_not_string",
+                            type=type(text).__name__)
         language = self._check_language(language)
         cleaned = cleanup.clean(text)
         if not cleaned:
