@@ -111,6 +111,18 @@ class AudioStream:
         """True once the audio is gone for new readers (the job finished long ago)."""
         return self._released
 
+    @property
+    def readers(self) -> int:
+        """How many readers are iterating now (release drops the audio once the last one stops)."""
+        with self._cond:
+            return self._readers
+
+    @property
+    def held_pieces(self) -> int:
+        """How many pieces the stream holds in memory (0 once released and no reader is left)."""
+        with self._cond:
+            return len(self._pieces)
+
     def _join(self) -> None:
         with self._cond:
             if self._released:

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Set up the dev environment (if needed) and run the test suite.
 #   scripts/test.sh              the whole suite, as CI runs it:
+#                                  0. the tiny converted CosyVoice model that .venv tests use, built in
+#                                     .venv-ref into test-artifacts/tiny-models (reused while its stamp matches),
 #                                  1. every test not marked `reference` in .venv (the app's environment: no torch),
 #                                  2. the tests marked `reference` (parity against upstream PyTorch) in .venv-ref.
 #   scripts/test.sh --fast       the quick loop (under 3 minutes): .venv only, without the tests marked
-#                                slow, browser, load or reference; more arguments go to pytest.
-#   scripts/test.sh ARGS...      only the first run, with ARGS passed to pytest (e.g. a test file).
+#                                slow, browser, load or reference (nothing there needs step 0); more
+#                                arguments go to pytest.
+#   scripts/test.sh ARGS...      steps 0 and 1, with ARGS passed to pytest (e.g. a test file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -32,6 +35,8 @@ if [ "$fast" = 1 ]; then
   run_pytest .venv -m "not slow and not browser and not load and not reference" "$@"
   exit $?
 fi
+# Built here, before pytest, so that .venv tests find it (tests/helpers/tiny_models.py).
+.venv-ref/bin/python -m tests.helpers.cosyvoice_tiny --out test-artifacts/tiny-models
 if [ $# -gt 0 ]; then
   run_pytest .venv "$@"
   exit $?

@@ -101,6 +101,26 @@ def server(make_service, live_server):
     return srv
 
 
+# --- tiny CosyVoice model (built in .venv-ref, used in .venv) -------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_cosyvoice_models() -> Path:
+    """``models/`` holding the tiny converted CosyVoice2 model ``cosyvoice2-tiny`` (random weights).
+
+    Built once per run in .venv-ref by scripts/test.sh and cached under test-artifacts/tiny-models
+    (tests/helpers/tiny_models.py); shared by every test, so treat it as read-only. Fails, naming
+    the command that builds it, when it is missing or older than its sources: it never skips.
+    """
+    from tests.helpers import tiny_models
+
+    try:
+        return tiny_models.require()
+    except tiny_models.TinyModelsMissing as exc:
+        reason = str(exc)
+    pytest.fail(reason, pytrace=False)
+
+
 # --- the two environments ----------------------------------------------------------------------
 
 

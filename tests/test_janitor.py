@@ -201,12 +201,12 @@ def test_unreadable_entry_is_skipped(tmp_path, monkeypatch):
 
     class Entry:
         def __init__(self, entry):
-            self._entry, self.name, self.path = entry, entry.name, entry.path
+            self.real, self.name, self.path = entry, entry.name, entry.path
 
         def stat(self, follow_symlinks=True):
             if self.name == "a.wav":
                 raise OSError(5, "Input/output error")
-            return self._entry.stat(follow_symlinks=follow_symlinks)
+            return self.real.stat(follow_symlinks=follow_symlinks)
 
     monkeypatch.setattr(os, "scandir", lambda p: [Entry(e) for e in real_scandir(p)])
     assert names(sweep(out, NOW, JanitorPolicy())) == {"b.wav"}

@@ -11,6 +11,7 @@ import pytest
 from cosyedge.errors import BusyError, CancelledError, EngineError, TextError
 from cosyedge.jobs import JobQueue, JobState
 from cosyedge.thermal import ThermalSnapshot
+from tests.helpers.waiting import Looks
 
 
 class Gate:
@@ -168,10 +169,14 @@ def test_wait_async_does_not_block_the_loop():
 
 
 class FakeThermal:
+    """Hands out the snapshot the test sets; ``looks`` counts who read it (see tests/helpers/waiting.py)."""
+
     def __init__(self) -> None:
         self.snap = ThermalSnapshot()
+        self.looks = Looks()
 
     def snapshot(self) -> ThermalSnapshot:
+        self.looks.record()
         return self.snap
 
 
@@ -183,7 +188,8 @@ def test_thermal_limits_concurrency_holds_and_refuses():
     try:
         jobs = [queue.submit(gate.work(i)) for i in range(3)]
         wait_for(lambda: queue.stats().running == 1)
-        time.sleep(0.2)
+        thermal.looks.reset()
+        thermal.looks.wait_for_a_worker()  # the idle worker declined the second job
         assert queue.stats().running == 1 and queue.stats().limit == 1
         thermal.snap = ThermalSnapshot(state="critical", temp_c=95.0, refuse_new=True,
                                        message="95 °C")
@@ -192,7 +198,8 @@ def test_thermal_limits_concurrency_holds_and_refuses():
         thermal.snap = ThermalSnapshot(state="hot", temp_c=85.0, hold_new=True)
         gate.release.set()
         assert jobs[0].wait(5)
-        time.sleep(1.5)  # held: nothing new starts while hot
+        thermal.looks.reset()
+        thermal.looks.wait_for_a_worker()  # held: a worker looked while hot and started nothing
         assert not jobs[1].finished and queue.position(jobs[1]) == 1
         thermal.snap = ThermalSnapshot(state="normal", temp_c=50.0)
         assert all(j.wait(5) for j in jobs)

@@ -37,7 +37,10 @@ def test_pieces_reach_blocking_and_async_readers_in_order_and_the_error_comes_la
 
     async def main() -> tuple[list[float], BaseException | None]:
         task = asyncio.ensure_future(read_async())
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 5
+        while stream.readers < 2:  # both readers wait before the first piece comes
+            assert time.monotonic() < deadline, "the readers never started"
+            await asyncio.sleep(0.005)
         def produce() -> None:
             stream.start(StreamInfo(sample_rate=24000, engine="fake", model_id="m"))
             for value in (1.0, 2.0, 3.0):
@@ -151,7 +154,7 @@ def test_release_does_not_cut_a_reader_that_is_still_reading():
     assert [float(first[0]), *(float(p[0]) for p in reader)] == [1.0, 2.0, 3.0]
     with pytest.raises(RuntimeError, match="released"):   # a reader arriving now is turned away
         next(stream.pieces(timeout=1))
-    assert stream._pieces == []   # the last reader gone: the memory is dropped
+    assert stream.held_pieces == 0   # the last reader gone: the memory is dropped
 
 
 def test_release_does_not_cut_an_async_reader_that_is_still_reading():
@@ -168,7 +171,7 @@ def test_release_does_not_cut_an_async_reader_that_is_still_reading():
         return got
 
     assert asyncio.run(main()) == [1.0, 2.0, 3.0]
-    assert stream._pieces == []
+    assert stream.held_pieces == 0
 
 
 def test_a_finished_streaming_job_holds_its_audio_once(make_service):

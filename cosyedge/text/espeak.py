@@ -80,6 +80,12 @@ class EspeakClient:
             return None
         return " ".join(part.strip() for part in reply.get("ipa", []) if part.strip())
 
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of the running worker, or None when none runs (the next call starts one)."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
     def close(self) -> None:
         """Stop the worker (it is started again on the next call)."""
         with self._lock:

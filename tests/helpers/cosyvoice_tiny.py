@@ -5,18 +5,33 @@
 ``CosyVoice-BlankEN/`` (tiny Qwen2 config + weights + a tiny Qwen2-layout tokenizer), stand-ins for
 ``campplus.onnx`` and ``speech_tokenizer_v2.onnx`` with the official input/output signatures, and a
 ``spk2info.pt`` with two SFT speakers. The LLM's end-of-speech bias is raised (:data:`EOS_BIAS`).
+
+Run as a module it builds the cache that `.venv` tests use (see tests/helpers/tiny_models.py)::
+
+    .venv-ref/bin/python -m tests.helpers.cosyvoice_tiny --out test-artifacts/tiny-models
+
+It converts the checkpoint with int8 as ``cosyvoice2-tiny`` and does nothing while the cache's stamp
+still matches (``--force`` rebuilds).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from tests.helpers import cosyvoice_llm_reference as _llm_reference, cosyvoice_reference as _reference
+from tests.helpers import REPO, cosyvoice_llm_reference as _llm_reference, cosyvoice_reference as _reference
+from tests.helpers import tiny_models
 from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
+from tests.helpers.tiny_models import PRESET_NAMES
 
-PRESET_NAMES = ("中文女", "英文男")
 #: Added to the end-of-speech logit of the random LLM so that synthesis stops soon after the minimum
 #: length instead of running to 20x the text (keeps the tests fast; the decision rules are unchanged).
 EOS_BIAS = 12.0
@@ -103,3 +118,61 @@ def converted_models_dir(tmp_path_factory, model_id: str = "cosyvoice2-tiny") ->
         convert(tiny_source_dir(tmp_path_factory), root / "models" / model_id, quantize="int8")
         _CACHE[model_id] = root / "models"
     return _CACHE[model_id]
+
+
+# --- the cache for .venv tests (tests/helpers/tiny_models.py) ----------------------------------
+
+
+def build_cache(out: Path) -> Path:
+    """Build the converted tiny model into ``out`` (replacing what is there); returns its models dir.
+
+    Run in a process of its own (:func:`main`): the stamp lists the repository files this process
+    has imported, so anything else loaded before would only make the cache go stale more often.
+    """
+    from cosyedge.export.cosyvoice2 import convert
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        source = write_tiny_checkpoint(work / "src" / "CosyVoice2-0.5B")["dir"]
+        convert(source, tiny_models.models_dir(work) / tiny_models.MODEL_ID, quantize="int8")
+        shutil.rmtree(work / "src")  # .venv tests need the converted model only
+        stamp = tiny_models.stamp(tiny_models.repo_sources(list(sys.modules.values())))
+        (work / tiny_models.STAMP_NAME).write_text(json.dumps(stamp, indent=1, ensure_ascii=False) + "\n",
+                                                   encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tiny_models.models_dir(out)
+
+
+def cached_models_dir(out: Path = tiny_models.DEFAULT_OUT) -> Path:
+    """The cache's models dir for tests in this environment (.venv-ref), built first if it is stale."""
+    if tiny_models.stale_reason(out, check_versions=True) is not None:
+        subprocess.run([sys.executable, "-m", "tests.helpers.cosyvoice_tiny", "--out", str(out)],
+                       cwd=REPO, check=True, timeout=900)
+    return tiny_models.require(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.helpers.cosyvoice_tiny",
+                                     description="Build the tiny converted CosyVoice2 model .venv tests use.")
+    parser.add_argument("--out", type=Path, default=tiny_models.DEFAULT_OUT,
+                        help="cache directory (default: test-artifacts/tiny-models)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    reason = "--force" if args.force else tiny_models.stale_reason(out, check_versions=True)
+    if reason is None:
+        print(f"tiny CosyVoice model up to date: {tiny_models.models_dir(out)}")
+        return 0
+    print(f"building the tiny CosyVoice model ({reason}) ...", flush=True)
+    print(f"tiny CosyVoice model built: {build_cache(out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

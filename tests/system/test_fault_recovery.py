@@ -250,6 +250,7 @@ def test_disk_full_on_outputs_gives_a_clear_error_and_the_janitor_frees_space(
     assert path is not None and sf.read(path)[0].size > 0
 
 
+@pytest.mark.slow  # ~5.5 s: the page's server, a gradio client, its 2 s shutdown
 def test_disk_full_reaches_the_page_as_a_message(make_service, web_settings, live_server,
                                                  monkeypatch, tmp_path):
     def full(_fd: int) -> None:

@@ -14,6 +14,7 @@ import pytest
 from cosyedge.janitor import Janitor, JanitorPolicy
 from cosyedge.service import TTSRequest
 from cosyedge.thermal import ThermalGovernor, ThermalThresholds
+from tests.helpers.waiting import Looks
 
 pytestmark = pytest.mark.load
 
@@ -94,12 +95,14 @@ def test_app_keeps_serving_while_the_janitor_runs(make_service, live_server, fak
 
 
 class Dial:
-    """A sensor whose temperature the test sets."""
+    """A sensor whose temperature the test sets; ``looks`` counts who read it (tests/helpers/waiting.py)."""
 
     def __init__(self, temp: float | None) -> None:
         self.temp = temp
+        self.looks = Looks()
 
     def __call__(self) -> float | None:
+        self.looks.record()
         return self.temp
 
 
@@ -146,8 +149,9 @@ def test_governor_throttles_the_live_app(make_service, live_server, fake_factory
         assert health["queue"]["waiting"] == 1 and health["queue"]["running"] == 0
         assert health["thermal"]["message"] == "cooling down (84 °C)"
         assert "84 °C (hot): cooling down (84 °C)" in service.status().line()  # the UI status line
-        time.sleep(1.5)  # stays held while hot
-        assert "r" not in result
+        dial.looks.reset()
+        dial.looks.wait_for_a_worker()  # stays held while hot: a worker looked and started nothing
+        assert service.queue.stats().waiting == 1 and "r" not in result
         dial.temp = 60.0  # cooled: the held job runs
         waiter.join(30)
         assert result["r"].status_code == 200

@@ -122,6 +122,7 @@ def slow_server(make_service, live_server, fake_factory):
 LONG_TEXT = " ".join(f"Sentence number {i}." for i in range(10))
 
 
+@pytest.mark.slow  # ~4 s: ten sentences at 0.4 s each, in real time
 def test_first_bytes_arrive_while_the_job_still_runs(slow_server):
     payload = {"model": "tts-1", "input": LONG_TEXT, "voice": "female_1", "response_format": "pcm",
                "stream_format": "audio"}
@@ -255,6 +256,10 @@ def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake
              "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 7860)}
     sent: list[dict] = []
 
+    def job_id(messages: list[dict]) -> str:
+        """The job's id, from the response's start message (sent even when the send then fails)."""
+        return dict(messages[0]["headers"])[b"x-cosyedge-job-id"].decode()
+
     async def main() -> BaseException | None:
         messages = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -274,18 +279,18 @@ def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake
             await app(scope, receive, send)
         except BaseException as exc:  # noqa: BLE001 - kept, as a server's log would keep it
             kept = exc
-        job = next(iter(service.queue._jobs.values()))
+        job = service.queue.get(job_id(sent))
         for _ in range(300):   # the event loop keeps running, as a server's does
             if job.finished:
                 break
             await asyncio.sleep(0.01)
         assert job.finished, "job kept running after the server said the client was gone"
-        assert job.stream._readers == 0, "the response still counts as a reader of the stream"
+        assert job.stream.readers == 0, "the response still counts as a reader of the stream"
         return kept
 
     kept = asyncio.run(main())
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
-    job = next(iter(service.queue._jobs.values()))
+    job = service.queue.get(job_id(sent))
     assert job.state is JobState.CANCELLED and kept is not None
     assert fake_factory.engine.sentences_done < 10
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -118,7 +119,9 @@ def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, f
         assert "emotion 'happy'" in panel and "approximated" in panel
         page.screenshot(path=str(ARTIFACTS / "instruct-result.png"), full_page=True)
         assert fake_factory.loads == 1
-        page.wait_for_timeout(2500)  # let the status line refresh once
+        # the status line refreshes every STATUS_REFRESH_S: wait for it to say the model is loaded
+        expect(page.locator("#preset-status")).to_contain_text(re.compile(r"(?<!not )loaded"),
+                                                                timeout=10_000)
         assert "loaded" in page.locator("#preset-status").inner_text()
     finally:
         context.close()

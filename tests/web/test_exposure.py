@@ -40,7 +40,10 @@ def ui_server(make_service, live_server, web_settings):
 
 
 def raw_request(port: int, head: bytes, body: bytes = b"", wait: float = 5.0) -> tuple[float, bytes]:
-    """Send bytes on a fresh socket; (seconds until the first answer, the whole answer)."""
+    """Send bytes on a fresh socket; (seconds until the first answer, the whole answer).
+
+    The answer is whole at its Content-Length, or else when the server closes the connection (a
+    refused upload stays open until the server's keep-alive timeout: waiting for that added 5 s)."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
         started = time.monotonic()
         sock.sendall(head + body)
@@ -50,10 +53,24 @@ def raw_request(port: int, head: bytes, body: bytes = b"", wait: float = 5.0) ->
             took = time.monotonic() - started
             while chunk:
                 data += chunk
+                if _complete(data):
+                    break
                 chunk = sock.recv(65536)
         except socket.timeout:
             took = time.monotonic() - started
         return took, data
+
+
+def _complete(answer: bytes) -> bool:
+    """Whether ``answer`` holds its headers and the whole body they announce by Content-Length."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value.strip())
+    return False
 
 
 def test_default_bind_is_loopback():

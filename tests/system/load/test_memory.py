@@ -45,7 +45,9 @@ def test_async_waiters_get_their_result_even_when_many_jobs_finish_at_once(make_
 
     async def main() -> list[float]:
         jobs = [service.submit(TTSRequest(text=f"Quick {i}.")) for i in range(KEEP_RESULTS)]
+        deadline = time.monotonic() + 30
         while not all(job.finished for job in jobs):  # all finish before anyone awaits
+            assert time.monotonic() < deadline, "the jobs did not finish"
             await asyncio.sleep(0.05)
         return [(await job.wait_async()).duration for job in jobs]
 
