@@ -20,6 +20,7 @@ from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.engines.kokoro.pipeline import Abandoned, Overlap, RunSlots, Ticket
 from cosyedge.errors import CancelledError, EngineError
 from tests.helpers.tiny_kokoro import Sentence
+from tests.helpers.waiting import wait_until
 
 PACK = np.zeros((510, 1, 256), dtype=np.float32)
 #: How long a scripted call waits for the call it is ordered after: long enough never to matter
@@ -246,13 +247,6 @@ def _start(slots: RunSlots, ticket: Ticket, started: list, release: threading.Ev
     return thread
 
 
-def _wait_for(condition, timeout: float = 2.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.005)
-
-
 def test_urgent_call_is_served_before_an_earlier_look_ahead():
     slots = RunSlots(1, budget=1000)
     started: list = []
@@ -260,16 +254,16 @@ def test_urgent_call_is_served_before_an_earlier_look_ahead():
     first = Ticket(1, urgent=True)
     look_ahead, urgent = Ticket(1), Ticket(1, urgent=True)
     threads = [_start(slots, first, started, gates[0])]
-    _wait_for(lambda: started == [first])
+    wait_until(lambda: started == [first])
     threads.append(_start(slots, look_ahead, started, gates[1]))
-    _wait_for(lambda: slots.waiting == 1)  # the look-ahead is waiting first
+    wait_until(lambda: slots.waiting == 1)  # the look-ahead is waiting first
     threads.append(_start(slots, urgent, started, gates[2]))
-    _wait_for(lambda: slots.waiting == 2)
+    wait_until(lambda: slots.waiting == 2)
     gates[0].set()
-    _wait_for(lambda: len(started) == 2)
+    wait_until(lambda: len(started) == 2)
     assert started[1] is urgent
     gates[2].set()
-    _wait_for(lambda: len(started) == 3)
+    wait_until(lambda: len(started) == 3)
     assert started[2] is look_ahead
     gates[1].set()
     for t in threads:
@@ -283,17 +277,17 @@ def test_budget_holds_back_look_ahead_but_not_urgent_calls():
     gates = [threading.Event() for _ in range(3)]
     big = Ticket(8, urgent=True)
     threads = [_start(slots, big, started, gates[0])]
-    _wait_for(lambda: started == [big])
+    wait_until(lambda: started == [big])
     waiting = Ticket(5)
     threads.append(_start(slots, waiting, started, gates[1]))
-    _wait_for(lambda: slots.waiting == 1)
+    wait_until(lambda: slots.waiting == 1)
     assert started == [big]  # 8 + 5 > 10
     gates[0].set()
-    _wait_for(lambda: len(started) == 2)
+    wait_until(lambda: len(started) == 2)
     assert started[1] is waiting
     urgent = Ticket(8, urgent=True)
     threads.append(_start(slots, urgent, started, gates[2]))
-    _wait_for(lambda: len(started) == 3)  # 5 + 8 > 10, but urgent calls are not budgeted
+    wait_until(lambda: len(started) == 3)  # 5 + 8 > 10, but urgent calls are not budgeted
     for gate in gates:
         gate.set()
     for t in threads:
@@ -307,11 +301,11 @@ def test_abandoned_ticket_never_runs():
     gates = [threading.Event(), threading.Event()]
     first, queued = Ticket(1, urgent=True), Ticket(1)
     threads = [_start(slots, first, started, gates[0])]
-    _wait_for(lambda: started == [first])
+    wait_until(lambda: started == [first])
     threads.append(_start(slots, queued, started, gates[1]))
-    _wait_for(lambda: slots.waiting == 1)
+    wait_until(lambda: slots.waiting == 1)
     slots.abandon(queued)
-    _wait_for(lambda: len(started) == 2)
+    wait_until(lambda: len(started) == 2)
     assert started[1] == "abandoned"
     gates[0].set()
     for t in threads:
