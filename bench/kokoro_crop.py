@@ -10,7 +10,7 @@ Two fused runners on the runtime graph in one process, without and with ``crop=T
 inputs interleaved (``--rounds`` times each, process CPU time, median), ``--threads`` intra-op threads
 (1 by default: CPU time then compares variants on a shared machine). Per call: rendered/kept audio,
 the spoken span (``trim_silence`` of the uncropped output), and over that span the spectral
-distance (``optimize.spectral_distance_db``), level (RMS dB) and F0 (median |cents|, pyworld
+distance (``checks.spectral_distance_db``), level (RMS dB) and F0 (median |cents|, pyworld
 DIO + StoneMask, frames voiced in both) of the cropped output against the uncropped one; ``floor``
 is the distance of the uncropped runner from itself with the style vector scaled by 1 + 1e-6 (the
 int8 rounding floor). ``lead``/``tail`` margin: frames between the cut and the spoken span (the crop
@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 from bench.kokoro_rtf import TEXTS, VOICE, load_average, measured_header, write_section  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.kokoro import fused_runtime, model_files  # noqa: E402
-from cosyedge.engines.kokoro.engine import EDGE_PAD_S, SILENCE_THRESHOLD, KokoroEngine  # noqa: E402
-from cosyedge.engines.kokoro.optimize import spectral_distance_db  # noqa: E402
+from cosyedge.engines.kokoro.engine import KokoroEngine  # noqa: E402
+from cosyedge.engines.kokoro.silence import EDGE_PAD_S, SILENCE_THRESHOLD  # noqa: E402
+from cosyedge.export.kokoro.checks import spectral_distance_db  # noqa: E402
 from cosyedge.manifest import read_manifest  # noqa: E402
 
 SR = 24_000

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cosyedge.engines.kokoro import fused_ops, model_files, optimize  # noqa: E402
+from cosyedge.engines.kokoro import fused_ops, model_files  # noqa: E402
+from cosyedge.export.kokoro import checks  # noqa: E402
 from kokoro_rtf import VARIANT_TEXT, load_average, measured_header, variant_feeds, write_section  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
 
@@ -40,7 +41,7 @@ def variants() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def run(model_dir: Path, reps: int) -> dict:
-    from cosyedge.engines.kokoro.engine import make_session
+    from cosyedge.engines.kokoro.sessions import make_session
     from cosyedge.engines.kokoro.fused_runtime import FusedSession
 
     manifest_graph = model_dir / "kokoro-v1.0.int8.conv-as-matmul.onnx"
@@ -72,7 +73,7 @@ def run(model_dir: Path, reps: int) -> dict:
                     "saved": base - statistics.median(cpu1[label]), "wall2": statistics.median(wall2[label]),
                     "wall2_min": min(wall2[label]), "cpu2": statistics.median(cpu2[label]),
                     "segments": sessions[(label, 1)].segments,
-                    "distance": optimize.spectral_distance_db(shipped, audio[label]),
+                    "distance": checks.spectral_distance_db(shipped, audio[label]),
                     "same_as_first": same})
     return {"rows": out, "reps": reps, "phonemes": n_phonemes, "audio_s": shipped.size / 24_000}
 
@@ -97,7 +98,7 @@ def stft_check(model_dir: Path) -> str:
     from onnx import TensorProto, helper
 
     from cosyedge.engines.kokoro import kernels
-    from cosyedge.engines.kokoro.engine import make_session
+    from cosyedge.engines.kokoro.sessions import make_session
     from cosyedge.engines.kokoro.fused_runtime import FusedSession
 
     path = model_dir / "kokoro-v1.0.int8.conv-as-matmul.onnx"
@@ -138,7 +139,7 @@ def stft_check(model_dir: Path) -> str:
             moved = np.abs(phase(real[b], imag[b]) - phase(real_ref[0, b], imag_ref[0, b])) > 1
             flips.append(f"{np.count_nonzero(moved & negative)} of {np.count_nonzero(negative)}")
         lines.append(f"| {label} | {np.abs(real - real_ref[0]).max():.1e} / {np.abs(imag - imag_ref[0]).max():.1e} "
-                     f"| {' / '.join(flips)} | {optimize.spectral_distance_db(shipped, audio):.3f} dB |")
+                     f"| {' / '.join(flips)} | {checks.spectral_distance_db(shipped, audio):.3f} dB |")
     return "\n".join(lines)
 
 

@@ -54,7 +54,9 @@ from bench.machine_speed import gemm_rate, speed_line  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import model_files  # noqa: E402
-from cosyedge.engines.kokoro.engine import SILENCE_THRESHOLD, KokoroEngine, make_session, trim_silence  # noqa: E402
+from cosyedge.engines.kokoro.engine import KokoroEngine  # noqa: E402
+from cosyedge.engines.kokoro.sessions import make_session  # noqa: E402
+from cosyedge.engines.kokoro.silence import SILENCE_THRESHOLD, trim_silence  # noqa: E402
 
 SECTION_KEYS = ("calls", "options", "edges", "steps")
 MODEL_DIR = ROOT / "models" / model_files.MODEL_ID

@@ -14,7 +14,7 @@ engine loads them) and run interleaved on the same input, so a busy machine slow
 alike. The figure to compare on a shared machine is the single-thread process CPU time; the
 2-thread ratio (1-thread wall / 2-thread wall) only means something when the second core is free.
 Output is compared with the shipped graph: bit-identical, or the band-energy distance that
-``setup-model`` checks (``optimize.spectral_distance_db``) and the log-mel distance used elsewhere.
+``setup-model`` checks (``checks.spectral_distance_db``) and the log-mel distance used elsewhere.
 """
 
 from __future__ import annotations
@@ -33,17 +33,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cosyedge.engines.kokoro import model_files, optimize  # noqa: E402
+from cosyedge.engines.kokoro import model_files  # noqa: E402
+from cosyedge.export.kokoro import assembly, checks, optimize  # noqa: E402
 from kokoro_rtf import VARIANT_TEXT, compare, load_average, measured_header, variant_feeds, write_section  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
 
 LEVERS: list[tuple[str, tuple[str, ...] | None]] = [
     ("shipped int8 graph", None),
     ("conv_as_matmul (channel-first im2col, no transposes)", ("conv_as_matmul",)),
-    ("+ square (Pow(x, 2) -> Mul)", model_files.EXACT_PASSES),
-    ("+ float_tail (MatMulIntegerToFloat)", model_files.EXACT_PASSES + ("float_tail",)),
-    ("+ instance_norm (AdaIN in one kernel)", model_files.EXACT_PASSES + ("instance_norm",)),
-    ("all: the runtime graph", model_files.RUNTIME_PASSES),
+    ("+ square (Pow(x, 2) -> Mul)", assembly.EXACT_PASSES),
+    ("+ float_tail (MatMulIntegerToFloat)", assembly.EXACT_PASSES + ("float_tail",)),
+    ("+ instance_norm (AdaIN in one kernel)", assembly.EXACT_PASSES + ("instance_norm",)),
+    ("all: the runtime graph", assembly.RUNTIME_PASSES),
 ]
 
 
@@ -82,7 +83,7 @@ def open_session(path: Path, threads: int, label: str = ""):
         from cosyedge.engines.kokoro.fused_runtime import FusedSession
 
         return FusedSession(path, threads)
-    from cosyedge.engines.kokoro.engine import make_session
+    from cosyedge.engines.kokoro.sessions import make_session
 
     return make_session(path, threads, "disable")
 
@@ -92,7 +93,7 @@ def output_note(reference: np.ndarray, audio: np.ndarray) -> str:
         return "bit-identical"
     if audio.shape != reference.shape:
         return compare(reference, audio)
-    return f"{compare(reference, audio)}; band distance {optimize.spectral_distance_db(reference, audio):.2f} dB"
+    return f"{compare(reference, audio)}; band distance {checks.spectral_distance_db(reference, audio):.2f} dB"
 
 
 def run_levers(model_dir: Path, reps: int, cache: Path, previous: Path | None, fused_only: bool = False) -> dict:

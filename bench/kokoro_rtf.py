@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
-from cosyedge.engines.kokoro import model_files, optimize  # noqa: E402
+from cosyedge.engines.kokoro import model_files  # noqa: E402
+from cosyedge.export.kokoro import assembly, measured_passes  # noqa: E402
 from cosyedge.engines.kokoro.engine import MAX_PHONEMES, KokoroEngine, open_runtime  # noqa: E402
 from cosyedge.manifest import read_manifest  # noqa: E402
 
@@ -242,9 +243,9 @@ VARIANTS = [
     Variant("ConvInteger -> fp32 Conv", "fp32_conv", "all"),
     Variant("fully fp32 (Conv, MatMul, LSTM)", "fp32_all", "all"),
 ]
-# "runtime": the passes setup-model applies (model_files.RUNTIME_PASSES); bench/kokoro_levers.py
+# "runtime": the passes setup-model applies (assembly.RUNTIME_PASSES); bench/kokoro_levers.py
 # measures each of them on its own.
-GRAPH_PASSES = {"runtime": model_files.RUNTIME_PASSES, "fp32_conv": ("conv",), "fp32_all": ("conv", "matmul", "lstm")}
+GRAPH_PASSES = {"runtime": assembly.RUNTIME_PASSES, "fp32_conv": ("conv",), "fp32_all": ("conv", "matmul", "lstm")}
 
 
 def variant_graphs(model_dir: Path, cache: Path) -> dict[str, Path]:
@@ -256,7 +257,7 @@ def variant_graphs(model_dir: Path, cache: Path) -> dict[str, Path]:
     for key, passes in GRAPH_PASSES.items():
         path = cache / f"{key}-{'+'.join(passes)}-{stamp}.onnx"
         if not path.exists():
-            optimize.derive(shipped, path, passes)
+            measured_passes.derive(shipped, path, passes)
         files[key] = path
     return files
 

@@ -105,7 +105,7 @@ install_requirements() {
     fi
 }
 
-prepare_model() {  # the embedded engine's derived runtime graph is per version (model_files.RUNTIME_VERSION)
+prepare_model() {  # the embedded engine's derived runtime graph is per version (export/kokoro/assembly.RUNTIME_VERSION)
     if [ -n "${COSYEDGE_MODEL_CMD:-}" ]; then
         as_owner bash -c "$COSYEDGE_MODEL_CMD"
     else

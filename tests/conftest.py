@@ -20,12 +20,13 @@ from tests.helpers.live_server import LiveServer
 def kokoro_models_dir(tmp_path_factory) -> Path:
     """A models/ directory holding the real embedded model (assembled from the PyPI packages)."""
     from cosyedge.engines.kokoro import model_files
+    from cosyedge.export.kokoro import assembly
 
     repo_models = REPO / "models"
     if (repo_models / model_files.MODEL_ID / "manifest.json").is_file():
         return repo_models
     models = tmp_path_factory.mktemp("models")
-    model_files.assemble(models)
+    assembly.assemble(models)
     return models
 
 

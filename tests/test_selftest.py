@@ -174,8 +174,9 @@ def test_selftest_command_on_the_real_embedded_model(tmp_path):
     import sys
 
     from cosyedge.engines.kokoro import model_files
+    from cosyedge.export.kokoro import assembly
 
-    model_dir = model_files.assemble(tmp_path / "models")
+    model_dir = assembly.assemble(tmp_path / "models")
     cmd = [sys.executable, "-m", "cosyedge", "selftest", "--models-dir", str(tmp_path / "models"),
            "--outputs-dir", str(tmp_path / "outputs"), "--prompts-dir", str(tmp_path / "prompts")]
     root = REPO

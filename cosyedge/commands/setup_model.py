@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from cosyedge import config
-from cosyedge.engines.kokoro import model_files
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Setup-time code (graph derivation and its checks): imported only when this command runs.
+    from cosyedge.export.kokoro import assembly
+
     settings = config.from_env(models_dir=args.models_dir)
-    target = model_files.assemble(settings.models_path, force=args.force)
+    target = assembly.assemble(settings.models_path, force=args.force)
     print(f"ok: {target} (verified sha256)")
     return 0

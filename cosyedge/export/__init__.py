@@ -1,7 +1,9 @@
-"""Converter from official PyTorch checkpoints to cosyedge ONNX model directories (export time only).
+"""Build time: the converter from official PyTorch checkpoints to cosyedge ONNX model directories
+(``python -m cosyedge convert``), and the embedded Kokoro model's setup (``kokoro``, run by
+``python -m cosyedge setup-model``).
 
 This package is the only place in cosyedge that uses torch, and it imports it inside functions:
-nothing under ``cosyedge/engines/`` imports from here. ``python -m cosyedge convert`` is its entry point.
+nothing under ``cosyedge/engines/`` imports from here.
 """
 
 from __future__ import annotations

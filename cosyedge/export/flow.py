@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from cosyedge.errors import InputError
 from cosyedge.export import read_source
+from cosyedge.export.upstream_config import section
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ def quiet_export() -> Iterator[None]:
 
 def flow_config(config: dict[str, Any]):
     """FlowConfig from the parsed yaml's ``flow`` section (CausalMaskedDiffWithXvec only)."""
-    from cosyedge.export.cosyvoice2 import section
     from cosyedge.export.flow_nets import FlowConfig
 
     flow = section(config, "flow")

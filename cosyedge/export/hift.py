@@ -17,6 +17,7 @@ from typing import Any
 
 from cosyedge.errors import InputError
 from cosyedge.export import read_source
+from cosyedge.export.upstream_config import section
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,6 @@ OPSET = 17
 
 def hift_config(config: dict[str, Any]):
     """HiftConfig from the parsed yaml's ``hift`` section (24 kHz HiFTGenerator only)."""
-    from cosyedge.export.cosyvoice2 import section
     from cosyedge.export.hift_nets import HiftConfig
 
     h = section(config, "hift")

@@ -244,7 +244,7 @@ def test_failed_selftest_rolls_back_and_the_old_commit_runs_again(box):
 
 
 def test_failed_model_setup_rolls_back_and_the_old_version_gets_its_model_back(box):
-    """The embedded model's derived files follow the code (model_files.RUNTIME_VERSION): a new
+    """The embedded model's derived files follow the code (assembly.RUNTIME_VERSION): a new
     version whose setup-model fails is rolled back, and setup-model runs again for the old one."""
     box.commit("v2")
     marker = box.models

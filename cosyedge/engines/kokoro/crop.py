@@ -29,8 +29,10 @@ The bounds rule is measured, not proven: if the returned audio is still loud at 
 cut (``CUT_SPEECH``), the runner renders that call again whole (``WHOLE``), so an unusual voice or
 speed costs time, never the end of a word.
 
-``prepare_graph`` rewrites a runtime graph in place for this (host steps ``CropInputs`` and
-``CropOutput`` in the ``HOST_DOMAIN`` domain, which ``fused_runtime.FusedSession`` runs in Python).
+``prepare_graph`` rewrites a runtime graph in place for this when the runner loads (host steps
+``CropInputs`` and ``CropOutput`` in the ``HOST_DOMAIN`` domain, which ``fused_runtime.FusedSession``
+runs in Python); the file on disk stays the one setup checked. Setup's check of the crop is
+``cosyedge.export.kokoro.checks.check_cropped_audio``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.engines.kokoro.graph_index import GraphIndex
+from cosyedge.engines.kokoro.silence import SILENCE_THRESHOLD
 from cosyedge.errors import EngineError
 
 logger = logging.getLogger(__name__)
@@ -63,7 +67,6 @@ WHOLE = "crop/whole"
 CUT_SPEECH = "crop/cut_speech"
 CUT_CHECK_FRAMES = 1
 
-SAMPLE_RATE = 24_000
 # Predicted energy N above these: speech (silence sits at -5 to -10 depending on the voice). Lower
 # than needed on purpose: the end of a call's speech must never be cut (measured: docs/benchmarks.md).
 LEAD_THRESHOLD = -4.0
@@ -186,10 +189,8 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     export (then the runner runs uncropped)."""
     from onnx import TensorProto, helper
 
-    from cosyedge.engines.kokoro.fused_runtime import _Index
-
     graph = model.graph
-    index = _Index(graph)  # built before the rewrite below: producers and constants as exported
+    index = GraphIndex(graph)  # built before the rewrite below: producers and constants as exported
     producer = index.producer
     for name in (X_INPUT, F0_INPUT, ENERGY_INPUT):
         if name not in producer:
@@ -223,10 +224,10 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     counts = {"reduce_mean": 0, "instance_norm": 0}
     for node in nodes:
         if node.name.startswith(GENERATOR) and node.op_type == "ReduceMean":
-            rewritten += _weighted_reduce_mean(node, index)
+            rewritten += weighted_reduce_mean(node, index)
             counts["reduce_mean"] += 1
         elif node.name.startswith(GENERATOR) and node.op_type == "InstanceNormalization" and weight_instance_norms:
-            rewritten += _weighted_instance_norm(node, inits)
+            rewritten += weighted_instance_norm(node, inits)
             counts["instance_norm"] += 1
         else:
             rewritten.append(node)
@@ -235,7 +236,7 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     rewritten.append(crop_out)
     del graph.node[:]
     graph.node.extend(rewritten)
-    graph.initializer.extend(inits + _constants())
+    graph.initializer.extend(inits + shared_constants())
     graph.output.append(helper.make_tensor_value_info(OFFSET_OUTPUT, TensorProto.INT64, []))
     host_types = {X_INPUT + "/cropped": TensorProto.FLOAT, F0_INPUT + "/cropped": TensorProto.FLOAT,
                   WEIGHTS: TensorProto.FLOAT, PHASE_SHIFT: TensorProto.FLOAT, SPAN: TensorProto.INT64,
@@ -246,7 +247,7 @@ def prepare_graph(model: Any, weight_instance_norms: bool) -> Source:
     return source
 
 
-def _sine_source(graph: Any, index: Any) -> Source:
+def _sine_source(graph: Any, index: GraphIndex) -> Source:
     """Harmonic multipliers and sample rate from the source's Mul -> Div before its CumSum."""
     value, producer = index.value, index.producer
     cumsums = [n for n in graph.node if n.op_type == "CumSum" and n.name.startswith(GENERATOR)]
@@ -293,7 +294,7 @@ def _weighted_mean(x: str, w: str, w_sum: str, out: str, tag: str) -> list:
             helper.make_node("Div", [f"{tag}/sum", w_sum], [out])]
 
 
-def _time_axis_only(node: Any, index: Any) -> None:
+def _time_axis_only(node: Any, index: GraphIndex) -> None:
     axes = index.value(node.input[1]) if len(node.input) > 1 and node.input[1] else None
     if axes is None:
         raise EngineError(f"crop: {node.name} has no constant axes")
@@ -302,7 +303,7 @@ def _time_axis_only(node: Any, index: Any) -> None:
         raise EngineError(f"crop: {node.name} is not a time-axis mean")
 
 
-def _weighted_reduce_mean(node: Any, index: Any) -> list:
+def weighted_reduce_mean(node: Any, index: GraphIndex) -> list:
     """ReduceMean over time -> sum(w * x) / sum(w)."""
     _time_axis_only(node, index)
     tag = "crop/" + node.name
@@ -310,7 +311,7 @@ def _weighted_reduce_mean(node: Any, index: Any) -> list:
     return nodes + _weighted_mean(node.input[0], w, total, node.output[0], tag)
 
 
-def _weighted_instance_norm(node: Any, inits: list) -> list:
+def weighted_instance_norm(node: Any, inits: list) -> list:
     """InstanceNormalization(x, gamma, beta) -> the same with weighted mean and variance."""
     from onnx import helper, numpy_helper
 
@@ -333,7 +334,7 @@ def _weighted_instance_norm(node: Any, inits: list) -> list:
     return nodes
 
 
-def _constants() -> list:
+def shared_constants() -> list:
     """The initializers the rewritten nodes share."""
     from onnx import numpy_helper
 
@@ -403,8 +404,6 @@ class CropOutput:
 def speech_at_cut(audio: np.ndarray, edge: int, lead_cut: bool, tail_cut: bool) -> bool:
     """Whether ``audio`` has a sample ``trim_silence`` would count as sound within ``edge`` samples
     of a side that was cut (``lead_cut``/``tail_cut``)."""
-    from cosyedge.engines.kokoro.engine import SILENCE_THRESHOLD
-
     return bool((lead_cut and np.any(np.abs(audio[:edge]) > SILENCE_THRESHOLD))
                 or (tail_cut and np.any(np.abs(audio[-edge:]) > SILENCE_THRESHOLD)))
 
@@ -417,28 +416,3 @@ def frame_weights(weights: np.ndarray, length: int) -> np.ndarray:
     if length < w.size:
         raise EngineError(f"crop: a tensor of {length} steps is shorter than its {w.size} frames")
     return w[(np.arange(length, dtype=np.int64) * w.size) // length]
-
-
-def check_cropped_audio(reference: np.ndarray, audio: np.ndarray, offset: int,
-                        tolerance_db: float | None = None) -> float:
-    """Raise RuntimeError unless the cropped ``audio`` (starting ``offset`` samples into the
-    uncropped output) holds the reference's whole spoken span (what ``trim_silence`` keeps) and
-    is within ``tolerance_db`` (default: optimize.SPECTRAL_TOLERANCE_DB) of the reference over the
-    samples it has. Returns the spectral distance."""
-    from cosyedge.engines.kokoro.engine import EDGE_PAD_S, SILENCE_THRESHOLD
-    from cosyedge.engines.kokoro.optimize import SPECTRAL_TOLERANCE_DB, spectral_distance_db
-
-    tolerance_db = SPECTRAL_TOLERANCE_DB if tolerance_db is None else tolerance_db
-    if not np.all(np.isfinite(audio)):
-        raise RuntimeError("the cropped runner gives non-finite samples on the check input")
-    loud = np.flatnonzero(np.abs(reference) > SILENCE_THRESHOLD)
-    pad = int(EDGE_PAD_S * SAMPLE_RATE)
-    first, last = max(0, int(loud[0]) - pad), min(reference.size, int(loud[-1]) + pad)
-    if offset < 0 or offset > first or offset + audio.size < last:
-        raise RuntimeError(f"the crop cuts speech: it returns samples {offset}-{offset + audio.size}, "
-                           f"the spoken span is {first}-{last}")
-    distance = spectral_distance_db(reference[offset:offset + audio.size], audio)
-    if not distance <= tolerance_db:
-        raise RuntimeError(f"the cropped runner is {distance:.2f} dB from the shipped graph on the check "
-                           f"input (tolerance {tolerance_db} dB)")
-    return distance

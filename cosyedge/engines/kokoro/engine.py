@@ -20,8 +20,10 @@ import numpy as np
 from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
-from cosyedge.engines.kokoro import model_files, presets
+from cosyedge.engines.kokoro import crop, fused_runtime, model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
+from cosyedge.engines.kokoro.sessions import Session, make_session
+from cosyedge.engines.kokoro.silence import trim_silence
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
 from cosyedge.manifest import read_manifest, verify_files
 from cosyedge.text import langid
@@ -29,8 +31,6 @@ from cosyedge.text import langid
 logger = logging.getLogger(__name__)
 
 MAX_PHONEMES = 510
-SILENCE_THRESHOLD = 0.003
-EDGE_PAD_S = 0.04
 WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
 #: Silence after a call that was cut at a clause inside a sentence (the short first chunk). Each
 #: chunk also keeps EDGE_PAD_S of its own near-silence at both ends, so the gap heard is this plus
@@ -56,12 +56,6 @@ LOOK_AHEAD_BUDGET = float(MAX_PHONEMES)
 DEFAULT_OVERLAP = Overlap(first=False, guard=2.0)
 
 
-class Session(Protocol):
-    """The part of onnxruntime.InferenceSession we use (tests pass fakes or tiny models)."""
-
-    def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[Any]: ...
-
-
 class Frontend(Protocol):
     """Text -> sentences of Kokoro phonemes (see ``frontend.KokoroFrontend``)."""
 
@@ -74,52 +68,8 @@ class Frontend(Protocol):
     def close(self) -> None: ...
 
 
-GRAPH_OPTIMIZATION = ("disable", "basic", "extended", "all")
-
-
-def session_options(threads: int, graph_optimization: str = "all") -> Any:
-    """onnxruntime SessionOptions tuned for a small box (see bench/kokoro_rtf.py for the trials);
-    shared by the one-session graph and the fused runner's segments.
-
-    ``graph_optimization`` is onnxruntime's level by name; the manifest says which one a graph wants
-    (the setup-time optimized graph is loaded with "disable": it is already optimized offline).
-    """
-    import onnxruntime as ort
-
-    levels = dict(zip(GRAPH_OPTIMIZATION, (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                                           ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                                           ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                                           ort.GraphOptimizationLevel.ORT_ENABLE_ALL)))
-    if graph_optimization not in levels:
-        raise EngineError(f"unknown graph optimization {graph_optimization!r}; "
-                          f"use one of {GRAPH_OPTIMIZATION}")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = levels[graph_optimization]
-    # Idle worker threads sleep instead of spinning: two jobs share two cores with the web server,
-    # and spinning burned ~1/3 more CPU for no faster result (docs/benchmarks.md, variants table).
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return opts
-
-
-def make_session(onnx_path: Path, threads: int, graph_optimization: str = "all") -> Session:
-    """The runtime graph in one CPU onnxruntime session (:func:`session_options`)."""
-    import onnxruntime as ort
-
-    opts = session_options(threads, graph_optimization)
-    # No memory pattern: onnxruntime plans one block per input shape, and every sentence has a new
-    # shape, so the arena kept growing (VmHWM 607 -> 409 MB over the bench calls, no repeat-run page
-    # faults; same CPU time, bit-identical audio; bench/kokoro_gap.py, "options").
-    opts.enable_mem_pattern = False
-    return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
-
-
 def _crop_checked(runner: dict) -> bool:
     """Whether setup checked the generator input crop with this code's version of it."""
-    from cosyedge.engines.kokoro import crop
-
     checked = runner.get("crop") or {}
     if checked and checked.get("version") != crop.CROP_VERSION:
         logger.warning("the generator input crop was checked by another version (%s, this is %s): rendering "
@@ -133,8 +83,6 @@ def open_runtime(model_dir: Path, graph: dict, threads: int) -> Session:
     (``runner``, same version as this code; with the generator input crop when setup checked that
     too, ``runner["crop"]``), else the graph in one onnxruntime session. A cropped runner that fails
     to load falls back to the uncropped one, a fused runner to the plain session, with a warning."""
-    from cosyedge.engines.kokoro import fused_runtime
-
     path = Path(model_dir) / graph["file"]
     runner = graph.get("runner") or {}
     if runner.get("kind") == fused_runtime.RUNNER_KIND:
@@ -160,15 +108,6 @@ def call_cost(n_phonemes: int, speed: float) -> float:
     """A call's share of the look-ahead budget: its audio length (and so its activation memory)
     grows with the phonemes and shrinks with the speed."""
     return n_phonemes / speed if speed > 0 else float(n_phonemes)
-
-
-def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Cut the model's leading/trailing near-silence, keeping a short pad so consonants survive."""
-    loud = np.flatnonzero(np.abs(audio) > SILENCE_THRESHOLD)
-    if loud.size == 0:
-        return audio
-    pad = int(EDGE_PAD_S * sample_rate)
-    return audio[max(0, loud[0] - pad): loud[-1] + pad]
 
 
 @dataclass

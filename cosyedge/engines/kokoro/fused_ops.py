@@ -41,6 +41,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cosyedge.engines.kokoro.graph_index import GraphIndex, find_matches
+from cosyedge.engines.kokoro.sessions import segment_session_options
 from cosyedge.errors import EngineError
 
 logger = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ def _attrs(node: Any) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _match_spectrum(g: Any, stft: Any) -> Spectrum:
+def _match_spectrum(g: GraphIndex, stft: Any) -> Spectrum:
     """The spectrum pattern starting at ``stft``, or ValueError saying why it is not one."""
     if len(stft.input) < 3 or not stft.input[2] or _attrs(stft).get("onesided", 1) != 1:
         raise ValueError("not a windowed onesided STFT")
@@ -118,8 +120,6 @@ def _match_spectrum(g: Any, stft: Any) -> Spectrum:
 
 def find_spectra(graph: Any, prefix: str = GENERATOR_PREFIX) -> list[Spectrum]:
     """Every fusable STFT under ``prefix`` (node names), in graph order."""
-    from cosyedge.engines.kokoro.fused_runtime import find_matches
-
     return find_matches(graph, "STFT", prefix, _match_spectrum, "a fusable STFT")
 
 
@@ -213,7 +213,7 @@ class BiasResidual:
         return [self.y]
 
 
-def _match_bias_residual(g: Any, add: Any) -> BiasResidual:
+def _match_bias_residual(g: GraphIndex, add: Any) -> BiasResidual:
     graph_outputs = {o.name for o in g.graph.output}
     if add.output[0] in graph_outputs:  # the step writes into a buffer the runner reuses
         raise ValueError("the sum is a graph output")
@@ -235,8 +235,6 @@ def _match_bias_residual(g: Any, add: Any) -> BiasResidual:
 
 def find_bias_residuals(graph: Any, prefix: str = RESIDUAL_PREFIX) -> list[BiasResidual]:
     """Every bias + residual Add pair under ``prefix`` (node names), in graph order."""
-    from cosyedge.engines.kokoro.fused_runtime import find_matches
-
     return find_matches(graph, "Add", prefix, _match_bias_residual, "a bias + residual pair")
 
 
@@ -300,7 +298,7 @@ class Upsampler:
         return [self.y]
 
 
-def _match_upsampler(g: Any, node: Any) -> Upsampler:
+def _match_upsampler(g: GraphIndex, node: Any) -> Upsampler:
     attrs = _attrs(node)
     if len(node.input) != 3 or node.input[1] not in g.inits or node.input[2] not in g.inits:
         raise ValueError("weight and bias must be constants")
@@ -317,8 +315,6 @@ def _match_upsampler(g: Any, node: Any) -> Upsampler:
 
 def find_upsamplers(graph: Any, prefix: str = UPSAMPLER_PREFIX) -> list[Upsampler]:
     """Every two-tap upsampler ConvTranspose under ``prefix`` (node names), in graph order."""
-    from cosyedge.engines.kokoro.fused_runtime import find_matches
-
     return find_matches(graph, "ConvTranspose", prefix, _match_upsampler, "a two-tap upsampler")
 
 
@@ -365,8 +361,6 @@ class UpsamplerStep:
 
     def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int, tile: int = TILE_STEPS) -> None:
         import onnxruntime as ort
-
-        from cosyedge.engines.kokoro.fused_runtime import segment_session_options
 
         self.pool, self.parts, self.tile = pool, max(1, parts), max(1, int(tile))
         self.inputs = pattern.inputs

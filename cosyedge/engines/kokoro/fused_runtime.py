@@ -32,11 +32,14 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from cosyedge.engines.kokoro import crop as crop_graph
 from cosyedge.engines.kokoro import fused_ops
+from cosyedge.engines.kokoro.graph_index import GraphIndex, find_matches
+from cosyedge.engines.kokoro.sessions import register_shared_arena, segment_session_options
 from cosyedge.errors import EngineError
 from cosyedge.heap import trim_heap
 
@@ -44,7 +47,9 @@ logger = logging.getLogger(__name__)
 
 CHAIN_PREFIX = "/decoder/"
 RUNNER_KIND = "fused_chains"
-RUNNER_VERSION = 3  # bump when the kernels or the partitioning change (2: the fused STFT; 3: int8 upsamplers); with RUNTIME_VERSION
+# Bump when the kernels or the partitioning change (2: the fused STFT; 3: int8 upsamplers), together
+# with cosyedge.export.kokoro.assembly.RUNTIME_VERSION.
+RUNNER_VERSION = 3
 # A call whose largest kernel buffer is above this many bytes (the levers input, 6.6 s of audio,
 # needs 45 MB) gives its memory back when it ends: kernel buffers above it are dropped and
 # onnxruntime's shared arena is shrunk. Shorter calls keep both, which saves their page faults.
@@ -82,47 +87,7 @@ class Chain:
         return [self.col, self.scale, self.zero_point]
 
 
-class _Index:
-    """Producer/consumer maps and initializer values of one GraphProto."""
-
-    def __init__(self, graph: Any) -> None:
-        from onnx import numpy_helper
-
-        self.graph = graph
-        self.inits = {t.name: t for t in graph.initializer}
-        self.producer = {out: node for node in graph.node for out in node.output if out}
-        self.consumers: dict[str, list] = {}
-        for node in graph.node:
-            for name in dict.fromkeys(node.input):
-                if name:
-                    self.consumers.setdefault(name, []).append(node)
-        self._to_array = numpy_helper.to_array
-
-    def users(self, name: str) -> list:
-        return self.consumers.get(name, [])
-
-    def only_user(self, name: str, op_type: str) -> Any:
-        users = self.users(name)
-        if len(users) != 1 or users[0].op_type != op_type:
-            raise ValueError(f"{name!r} feeds {[u.op_type for u in users]}, not one {op_type}")
-        return users[0]
-
-    def const(self, name: str) -> np.ndarray:
-        if name not in self.inits:
-            raise ValueError(f"{name!r} is not an initializer")
-        return self._to_array(self.inits[name])
-
-    def value(self, name: str) -> np.ndarray | None:
-        """An initializer's or a Constant node's value; None for a computed tensor."""
-        if name in self.inits:
-            return self._to_array(self.inits[name])
-        node = self.producer.get(name)
-        if node is not None and node.op_type == "Constant":
-            return self._to_array(node.attribute[0].t)
-        return None
-
-
-def _match_chain(g: _Index, dql: Any) -> Chain:
+def _match_chain(g: GraphIndex, dql: Any) -> Chain:
     """The chain ending in ``dql``'s consumers, or ValueError saying why this DQL is not one."""
     from onnx import helper
 
@@ -210,7 +175,7 @@ def _match_chain(g: _Index, dql: Any) -> Chain:
     return chain
 
 
-def _skip_channel_bias(g: _Index, x: str, norm: Any, channels: int, nodes: list) -> str:
+def _skip_channel_bias(g: GraphIndex, x: str, norm: Any, channels: int, nodes: list) -> str:
     """If ``x`` is ``y + b`` with a constant per-channel ``b`` and read only by the instance norm,
     return ``y`` (adding the Add to ``nodes``): the norm subtracts each channel's mean, so the bias
     cancels (exactly in arithmetic, to float rounding here) and one full pass is saved."""
@@ -228,20 +193,6 @@ def _skip_channel_bias(g: _Index, x: str, norm: Any, channels: int, nodes: list)
     return next(name for name in add.input if name != consts[0])
 
 
-def find_matches(graph: Any, op_type: str, prefix: str, match: Callable[[_Index, Any], Any], what: str) -> list:
-    """``match(index, node)`` for every ``op_type`` node under ``prefix`` (node names), in graph
-    order; a node it rejects (ValueError/StopIteration: the pattern is not there) is logged and skipped."""
-    g = _Index(graph)
-    found = []
-    for node in graph.node:
-        if node.op_type == op_type and node.name.startswith(prefix):
-            try:
-                found.append(match(g, node))
-            except (ValueError, StopIteration) as exc:
-                logger.debug("%s: not %s (%s)", node.name, what, exc)
-    return found
-
-
 def find_chains(graph: Any, prefix: str = CHAIN_PREFIX) -> list[Chain]:
     """Every conv-input chain under ``prefix`` (node names), in graph order."""
     return find_matches(graph, "DynamicQuantizeLinear", prefix, _match_chain, "a fusable chain")
@@ -250,18 +201,18 @@ def find_chains(graph: Any, prefix: str = CHAIN_PREFIX) -> list[Chain]:
 # --- steps ------------------------------------------------------------------------------------
 
 
-class _Segment:
+class Segment:
     """An onnxruntime session over a run of graph nodes."""
 
     def __init__(self, session: Any, inputs: list[str], outputs: list[str]) -> None:
         self.session, self.inputs, self.outputs = session, inputs, outputs
 
-    def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
+    def run(self, tensors: dict[str, np.ndarray], state: "RunState") -> dict[str, np.ndarray]:
         values = self.session.run(self.outputs, {name: tensors[name] for name in self.inputs}, state.run_options)
         return dict(zip(self.outputs, values))
 
 
-class _Buffers:
+class Buffers:
     """Reusable byte buffers for the kernels' outputs and scratch, shared by all calls (thread-safe).
 
     Fresh buffers cost page faults on every call: buffers made per call cost ~8 % of the whole
@@ -317,10 +268,10 @@ class _Buffers:
 
 
 @dataclass
-class _RunState:
+class RunState:
     """What one ``run`` call uses: the shared buffers, and which of its live tensors sit in one."""
 
-    buffers: _Buffers
+    buffers: Buffers
     owned: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # tensor name -> (role, raw buffer)
     largest: int = 0  # bytes of the largest kernel buffer this call used
     run_options: Any = None  # onnxruntime RunOptions for the next segment (None: the defaults)
@@ -335,7 +286,7 @@ class _Kernel:
         self.inputs = chain.inputs
         self.outputs = chain.outputs
 
-    def run(self, tensors: dict[str, np.ndarray], state: _RunState) -> dict[str, np.ndarray]:
+    def run(self, tensors: dict[str, np.ndarray], state: RunState) -> dict[str, np.ndarray]:
         """The chain's three outputs; the im2col sits in one of ``state``'s buffers (``state.owned``
         says which: give it back when the tensor is dropped)."""
         from cosyedge.engines.kokoro import kernels
@@ -353,11 +304,9 @@ class _Kernel:
             gamma = beta = chain.alpha  # unused
         weights = chain.alpha  # unused unless the norm is weighted
         if chain.weights:
-            from cosyedge.engines.kokoro.crop import frame_weights
-
             weights = state.frame_weights.get(t_len)  # 42 chains share a handful of lengths
             if weights is None:
-                weights = state.frame_weights[t_len] = frame_weights(tensors[chain.weights], t_len)
+                weights = state.frame_weights[t_len] = crop_graph.frame_weights(tensors[chain.weights], t_len)
         scales, shifts, mins, maxs = np.empty((4, channels), np.float32)
 
         def spread(kernel, *args) -> None:
@@ -387,18 +336,16 @@ class _HostStep:
         if list(node.input) != self.inputs or list(node.output) != self.outputs:
             raise EngineError(f"host step {node.name} does not match its implementation")
 
-    def run(self, tensors: dict[str, np.ndarray], state: "_RunState") -> dict[str, np.ndarray]:
+    def run(self, tensors: dict[str, np.ndarray], state: "RunState") -> dict[str, np.ndarray]:
         return self.host.run(tensors, state)
 
 
 def _host_steps(graph: Any, source: Any) -> list[_HostStep]:
     """The crop's host steps in ``graph`` (see crop.prepare_graph)."""
-    from cosyedge.engines.kokoro import crop
-
-    makers = {"CropInputs": lambda: crop.CropInputs(source), "CropOutput": crop.CropOutput}
+    makers = {"CropInputs": lambda: crop_graph.CropInputs(source), "CropOutput": crop_graph.CropOutput}
     steps = []
     for node in graph.node:
-        if node.domain == crop.HOST_DOMAIN:
+        if node.domain == crop_graph.HOST_DOMAIN:
             if node.op_type not in makers:
                 raise EngineError(f"unknown host step {node.op_type}")
             steps.append(_HostStep(node, makers[node.op_type]()))
@@ -427,7 +374,7 @@ def _elem_types(model: Any) -> dict[str, int]:
     return types
 
 
-def _depth_first_order(graph: Any, units: Sequence[list] = ()) -> list:
+def depth_first_order(graph: Any, units: Sequence[list] = ()) -> list:
     """The graph's nodes in a depth-first topological order: each node right after the nodes it
     needs, found from the graph outputs, inputs in order (nodes no output needs go last, in graph
     order). The vocoder's parallel resblocks (one input, three branches summed) then run branch by
@@ -468,9 +415,6 @@ def _depth_first_order(graph: Any, units: Sequence[list] = ()) -> list:
     return order
 
 
-_shared_arena: list[bool] = []  # process-wide onnxruntime state: registered once per process
-
-
 NUMBA_CACHE_NAME = "numba-cache"  # in the model directory, when the package directory is read-only
 
 
@@ -486,15 +430,18 @@ def _writable_dir(path: Path) -> bool:
         return False
 
 
-def keep_kernel_cache_local(model_dir: Path) -> None:
-    """Where numba caches the compiled kernels: next to kernels.py when that ``__pycache__`` is
-    writable (a checkout), else ``<model_dir>/numba-cache`` rather than numba's fallback under
-    ``~/.cache`` (an install owned by another user). Left alone when NUMBA_CACHE_DIR is set, or when
-    neither directory is writable (numba then uses its user-wide cache). Call before the first
-    import of ``kernels``: numba picks the location when a cached function is defined."""
+def keep_kernel_cache_local(model_dir: Path, package_cache: Path | None = None) -> None:
+    """Where numba caches the compiled kernels: in numba's own first choice, the ``__pycache__``
+    next to kernels.py (``package_cache``, given by tests), when it is writable (a checkout), else
+    ``<model_dir>/numba-cache`` rather than numba's fallback under ``~/.cache`` (an install owned
+    by another user). Left alone when NUMBA_CACHE_DIR is set, or when neither directory is
+    writable (numba then uses its user-wide cache). Call before the first import of ``kernels``:
+    numba picks the location when a cached function is defined."""
     import numba
 
-    if numba.config.CACHE_DIR or _writable_dir(Path(__file__).resolve().parent / "__pycache__"):
+    if package_cache is None:
+        package_cache = Path(__file__).resolve().parent / "__pycache__"
+    if numba.config.CACHE_DIR or _writable_dir(package_cache):
         return
     local = Path(model_dir) / NUMBA_CACHE_NAME
     if _writable_dir(local):
@@ -503,33 +450,6 @@ def keep_kernel_cache_local(model_dir: Path) -> None:
     else:
         logger.warning("neither the package directory nor %s is writable: numba uses its user-wide cache",
                        local)
-
-
-def _register_shared_arena() -> None:
-    """Register one CPU arena in onnxruntime's process environment for the segments to share.
-
-    Each session otherwise grows its own arena to its largest tensors: 45 segments held ~1.5 GB
-    after one call on the levers input (measured), against one arena for the whole graph."""
-    import onnxruntime as ort
-
-    if _shared_arena:
-        return
-    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-    try:
-        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
-    except Exception as exc:  # noqa: BLE001 - already registered by someone else in this process
-        logger.debug("shared onnxruntime arena not registered: %s", exc)
-    _shared_arena.append(True)
-
-
-def segment_session_options(threads: int) -> Any:
-    """The engine's session options (graph already optimized offline), on the shared arena."""
-    from cosyedge.engines.kokoro.engine import session_options
-
-    opts = session_options(threads, "disable")
-    opts.add_session_config_entry("session.use_env_allocators", "1")
-    opts.log_severity_level = 3
-    return opts
 
 
 class FusedSession:
@@ -558,8 +478,6 @@ class FusedSession:
         graph = model.graph
         source = None
         if crop:
-            from cosyedge.engines.kokoro import crop as crop_graph
-
             source = crop_graph.prepare_graph(model, weight_instance_norms=chains == "ort")
         found = find_chains(graph)
         if not found:
@@ -578,12 +496,12 @@ class FusedSession:
             taken.update(id(node) for node in pattern.nodes)
             others.append(pattern)
         types = _elem_types(model)
-        _register_shared_arena()
+        register_shared_arena()
         self.threads = max(1, int(threads))
-        self._buffers = _Buffers()
+        self.buffers = Buffers()
         self.keep_bytes = int(keep_bytes)
-        self._shrink = ort.RunOptions()  # frees the arena's unused regions when the run ends
-        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        self.shrink_options = ort.RunOptions()  # frees the arena's unused regions when the run ends
+        self.shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="kokoro-chain") \
             if self.threads > 1 and chains == "numba" else None
         if chains == "numba":
@@ -602,7 +520,7 @@ class FusedSession:
         remaining = {id(chain): len(chain.nodes) for chain in patterns}
         ready: dict[str, Any] = {}  # output name -> pattern whose nodes have all been passed
         groups: list[Any] = []  # node lists (segments) and patterns
-        for node in _depth_first_order(graph, [p.nodes for p in [*others, *hosts]]):
+        for node in depth_first_order(graph, [p.nodes for p in [*others, *hosts]]):
             for name in node.input:  # a pattern whose outputs this node (or its own pattern) reads
                 if name in ready:
                     due = ready[name]
@@ -635,7 +553,7 @@ class FusedSession:
         for i in range(len(groups) - 1, -1, -1):  # outputs a step must hand on = read later
             wanted[i] = [name for name in makes[i] if name in later]
             later |= set(needs[i])
-        self.steps: list[Any] = []  # _Segment, _Kernel, fused_ops and crop host steps
+        self.steps: list[Any] = []  # Segment, _Kernel, fused_ops and crop host steps
         for i, group in enumerate(groups):
             if isinstance(group, _HostStep):
                 self.steps.append(group)
@@ -663,8 +581,8 @@ class FusedSession:
         self.output_names = graph_outputs
         self.chains = len(found)
         self.fused_ops = [type(p).__name__ for p in others]
-        self.segments = sum(isinstance(s, _Segment) for s in self.steps)
-        self._last_segment = max((i for i, step in enumerate(self.steps) if isinstance(step, _Segment)), default=-1)
+        self.segments = sum(isinstance(s, Segment) for s in self.steps)
+        self._last_segment = max((i for i, step in enumerate(self.steps) if isinstance(step, Segment)), default=-1)
         # Drop every reference into the parsed model (a NodeProto keeps all of it alive), then
         # return the freed heap: building the segments parses and copies the weights a few times,
         # which left ~70 MB of freed but held heap (measured).
@@ -678,7 +596,7 @@ class FusedSession:
 
     @staticmethod
     def _segment(model: Any, nodes: list, inputs: list[str], outputs: list[str], types: dict[str, int],
-                 inits: dict, threads: int, ort: Any) -> _Segment:
+                 inits: dict, threads: int, ort: Any) -> Segment:
         from onnx import helper
 
         used = {name for node in nodes for name in node.input if name in inits}
@@ -693,17 +611,15 @@ class FusedSession:
         sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
         session = ort.InferenceSession(sub.SerializeToString(), segment_session_options(threads),
                                        providers=["CPUExecutionProvider"])
-        return _Segment(session, inputs, outputs)
+        return Segment(session, inputs, outputs)
 
     def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run all steps in order on ``feeds``; return the requested graph outputs (all if None).
         With the crop, a call whose audio is loud at a cut edge is rendered again whole."""
         outputs, cut_speech = self._run_steps(output_names, feeds)
         if cut_speech:
-            from cosyedge.engines.kokoro import crop
-
             logger.info("generator input crop: speech reaches a cut edge; rendering this call whole")
-            outputs, _ = self._run_steps(output_names, {**feeds, crop.WHOLE: np.array(True)})
+            outputs, _ = self._run_steps(output_names, {**feeds, crop_graph.WHOLE: np.array(True)})
         return outputs
 
     def _run_steps(self, output_names: Sequence[str] | None,
@@ -711,11 +627,11 @@ class FusedSession:
         """One pass over the steps: the requested outputs, and the crop's cut-speech flag (False
         without the crop)."""
         tensors = dict(feeds)
-        state = _RunState(self._buffers)
+        state = RunState(self.buffers)
         try:
             for i, (step, drop) in enumerate(zip(self.steps, self._drop_after)):
                 if i == self._last_segment and state.largest > self.keep_bytes:
-                    state.run_options = self._shrink  # a long call: shrink the arena after its last segment
+                    state.run_options = self.shrink_options  # a long call: shrink the arena after its last segment
                 tensors.update(step.run(tensors, state))
                 for name in drop:
                     tensors.pop(name, None)
@@ -735,4 +651,4 @@ class FusedSession:
         """Stop the chain thread pool (sessions are freed with the object)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        self._buffers.clear()
+        self.buffers.clear()

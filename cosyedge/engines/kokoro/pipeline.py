@@ -69,6 +69,12 @@ class RunSlots:
         with self._cond:
             return self._running
 
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a slot now (abandoned ones included until they give up)."""
+        with self._cond:
+            return len(self._waiting)
+
     @contextmanager
     def hold(self, ticket: Ticket) -> Iterator[None]:
         """Wait for a slot, hold it for the block; raises :class:`Abandoned` if given up first."""

@@ -34,8 +34,9 @@ from typing import Any, Callable
 import numpy as np
 
 from cosyedge.engines.base import VoicePrompt
-from cosyedge.errors import CancelledError
 from cosyedge.engines.kokoro import presets
+from cosyedge.engines.kokoro.silence import trim_silence
+from cosyedge.errors import CancelledError
 from cosyedge.speaker import SpeakerEncoder, cosine, shared_encoder
 
 logger = logging.getLogger(__name__)
@@ -127,8 +128,6 @@ class _Scorer:
         self.evals = 0
 
     def probe(self, pack: np.ndarray) -> np.ndarray:
-        from cosyedge.engines.kokoro.engine import trim_silence
-
         self.evals += 1
         pieces = [trim_silence(self.engine.infer(ids, pack, 1.0), self.rate) for ids in self.ids]
         return np.concatenate(pieces)
@@ -215,7 +214,7 @@ def save_probe_table(engine: Any, path: Path = PROBE_TABLE) -> Path:
     return path
 
 
-def _load_probe_table(engine: Any, path: Path = PROBE_TABLE) -> dict[str, PackProbe]:
+def load_probe_table(engine: Any, path: Path = PROBE_TABLE) -> dict[str, PackProbe]:
     """The stored probe table, or {} when absent, unreadable or made for other packs/encoder/probe."""
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -237,7 +236,7 @@ def _pack_probes(scorer: _Scorer, names: list[str], use_table: bool = True) -> d
     (``PROBE_TABLE``) fills the memo without probing."""
     memo: dict[str, PackProbe] = scorer.engine.__dict__.setdefault(_MEMO_ATTR, {})
     if use_table and not memo:
-        memo.update(_load_probe_table(scorer.engine))
+        memo.update(load_probe_table(scorer.engine))
     for name in names:
         if name not in memo:
             audio = scorer.probe(scorer.engine.packs[name])

@@ -1,6 +1,6 @@
 """The generator input crop (engines/kokoro/crop.py): the crop rule, the weighted statistics (numba
-kernel and the onnxruntime rewrite), the sine phase shift, the setup check and, on the real model
-(slow), cropped against uncropped audio."""
+kernel and the onnxruntime rewrite), the sine phase shift and, on the real model (slow), cropped
+against uncropped audio. Setup's check of the crop: tests/export/kokoro/."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cosyedge.engines.kokoro import crop, fused_runtime, kernels, model_files, optimize
-from cosyedge.engines.kokoro.engine import open_runtime, trim_silence
+from cosyedge.engines.kokoro import crop, fused_runtime, kernels, model_files
+from cosyedge.engines.kokoro.engine import open_runtime
+from cosyedge.engines.kokoro.graph_index import GraphIndex
+from cosyedge.engines.kokoro.silence import trim_silence
+from cosyedge.export.kokoro import assembly, checks
 
 RNG = np.random.default_rng(11)
 
@@ -169,11 +172,11 @@ def test_onnxruntime_weighted_norms_match_the_plain_ones(op):
     graph = model.graph
     node = graph.node[0]
     inits: list = []
-    rewrite = crop._weighted_instance_norm(node, inits) if op == "InstanceNormalization" \
-        else crop._weighted_reduce_mean(node, fused_runtime._Index(graph))
+    rewrite = crop.weighted_instance_norm(node, inits) if op == "InstanceNormalization" \
+        else crop.weighted_reduce_mean(node, GraphIndex(graph))
     del graph.node[:]
     graph.node.extend(rewrite)
-    graph.initializer.extend(inits + crop._constants())
+    graph.initializer.extend(inits + crop.shared_constants())
     weighted = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = RNG.normal(2, 3, (1, 4, 300)).astype(np.float32)
     ones = np.ones((1, 1, 30), np.float32)
@@ -193,7 +196,7 @@ def test_reduce_mean_over_channels_is_refused():
     model = _norm_model("ReduceMean")
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([1], np.int64), "axes"))
     with pytest.raises(Exception, match="not a time-axis mean"):
-        crop._weighted_reduce_mean(model.graph.node[0], fused_runtime._Index(model.graph))
+        crop.weighted_reduce_mean(model.graph.node[0], GraphIndex(model.graph))
 
 
 # --- checks and fallbacks ------------------------------------------------------------------------------
@@ -209,50 +212,12 @@ def test_speech_at_cut_looks_only_at_edges_that_were_cut():
     assert crop.speech_at_cut(audio, 300, lead_cut=True, tail_cut=False)
 
 
-def test_check_refuses_a_crop_that_cuts_speech_or_moves_it():
-    t = np.arange(24_000, dtype=np.float32)
-    reference = np.where((t > 6000) & (t < 18_000), 0.3 * np.sin(t / 9), 1e-4).astype(np.float32)
-    good = reference[3000:21_000].copy()
-    assert crop.check_cropped_audio(reference, good, 3000) == 0.0
-    with pytest.raises(RuntimeError, match="cuts speech"):
-        crop.check_cropped_audio(reference, reference[7000:21_000], 7000)
-    with pytest.raises(RuntimeError, match="dB from the shipped graph"):
-        crop.check_cropped_audio(reference, 3 * good, 3000)
-
-
 def test_a_graph_that_is_not_the_kokoro_export_is_not_cropped(tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["audio"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
                               [helper.make_tensor_value_info("audio", TensorProto.FLOAT, None)])
     with pytest.raises(Exception, match="crop: the graph has no"):
         crop.prepare_graph(helper.make_model(graph), weight_instance_norms=False)
-
-
-def test_setup_names_the_crop_only_when_its_check_passes(tmp_path, monkeypatch, caplog):
-    """Step 4 of the setup: a crop out of tolerance (or cutting speech) is left out of the manifest."""
-    t = np.arange(24_000, dtype=np.float32)
-    reference = np.where((t > 6000) & (t < 18_000), 0.3 * np.sin(t / 9), 1e-4).astype(np.float32)
-    returned = {"audio": reference[3000:21_000], "offset": 3000}
-
-    class FakeSession:
-        def __init__(self, *args, **kwargs):
-            assert kwargs.get("crop") is True
-
-        def run(self, names, feeds):
-            return [returned["audio"], np.array(returned["offset"], np.int64)]
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(fused_runtime, "FusedSession", FakeSession)
-    monkeypatch.setattr(optimize, "check_feeds", lambda voices: {})
-    entry = model_files._check_crop(tmp_path / "g.onnx", reference, tmp_path / "v.npz")
-    assert entry["version"] == crop.CROP_VERSION and "0.00 dB" in entry["output_vs_shipped"]
-    returned["audio"] = reference[9000:21_000]
-    returned["offset"] = 9000
-    with caplog.at_level(logging.WARNING):
-        assert model_files._check_crop(tmp_path / "g.onnx", reference, tmp_path / "v.npz") is None
-    assert "crop is not usable" in caplog.text
 
 
 def test_a_crop_checked_by_another_version_is_not_used(tmp_path, monkeypatch, caplog):
@@ -275,7 +240,7 @@ def test_a_crop_checked_by_another_version_is_not_used(tmp_path, monkeypatch, ca
 
 @pytest.fixture(scope="module")
 def runtime_graph(kokoro_models_dir):
-    model_dir = model_files.assemble(kokoro_models_dir)
+    model_dir = assembly.assemble(kokoro_models_dir)
     return model_dir, json.loads((model_dir / "manifest.json").read_text())["runtime_graph"]
 
 
@@ -292,7 +257,7 @@ def test_real_crop_renders_less_and_keeps_the_speech_within_tolerance(runtime_gr
     exact = fused_runtime.FusedSession(path, 1, chains="ort", crop=True)
     with np.load(model_dir / model_files.VOICES_NAME) as packs:
         pack = packs["jf_alpha"]
-    for ids in (optimize.CHECK_TOKENS[:12] + (4,), optimize.CHECK_TOKENS):
+    for ids in (checks.CHECK_TOKENS[:12] + (4,), checks.CHECK_TOKENS):
         feeds = {"tokens": np.array([[0, *ids, 0]], np.int64), "style": pack[len(ids) - 1].reshape(1, 256),
                  "speed": np.array([1.0], np.float32)}
         reference = full.run(None, feeds)[0].reshape(-1)
@@ -300,7 +265,7 @@ def test_real_crop_renders_less_and_keeps_the_speech_within_tolerance(runtime_gr
             audio, offset = session.run(None, feeds)
             audio, offset = audio.reshape(-1), int(offset)
             assert audio.size < reference.size - 0.3 * 24_000  # at least 0.3 s less rendered audio
-            assert crop.check_cropped_audio(reference, audio, offset) < 1.6
+            assert checks.check_cropped_audio(reference, audio, offset) < 1.6
             assert abs(trim_silence(audio, 24_000).size - trim_silence(reference, 24_000).size) < 0.01 * 24_000
     for session in (full, cropped, exact):
         session.close()
@@ -318,7 +283,7 @@ def test_real_crop_that_cuts_speech_renders_the_call_whole(runtime_graph, monkey
     cropped = fused_runtime.FusedSession(path, 2, crop=True)
     with np.load(model_dir / model_files.VOICES_NAME) as packs:
         pack = packs["jf_alpha"]
-    ids = optimize.CHECK_TOKENS
+    ids = checks.CHECK_TOKENS
     feeds = {"tokens": np.array([[0, *ids, 0]], np.int64), "style": pack[len(ids) - 1].reshape(1, 256),
              "speed": np.array([1.0], np.float32)}
     reference = full.run(None, feeds)[0].reshape(-1)
@@ -327,6 +292,6 @@ def test_real_crop_that_cuts_speech_renders_the_call_whole(runtime_graph, monkey
     assert "rendering this call whole" in caplog.text
     audio = audio.reshape(-1)
     assert int(offset) == 0 and audio.size == reference.size
-    assert optimize.spectral_distance_db(reference, audio) < optimize.SPECTRAL_TOLERANCE_DB
+    assert checks.spectral_distance_db(reference, audio) < checks.SPECTRAL_TOLERANCE_DB
     for session in (full, cropped):
         session.close()

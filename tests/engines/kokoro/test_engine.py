@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from cosyedge.engines.base import Engine, SynthesisOptions, TextAnalysis, VoicePrompt
-from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
+from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.engines.kokoro.presets import PRESETS
+from cosyedge.engines.kokoro.sessions import make_session
 from cosyedge.errors import CancelledError, EngineError, NotFoundError, ParameterError
 from tests.helpers import tiny_kokoro
 from tests.helpers.tiny_kokoro import Sentence
@@ -180,20 +182,11 @@ def test_clause_cut_chunk_gets_the_clause_pause_and_stream_equals_file(engine, l
     assert pieces[0][1][0] == 0.0 and pieces[0][1][int(CROSSFADE_S * sr)] == chunks[0].audio[int(CROSSFADE_S * sr)]
 
 
-def test_session_has_no_memory_pattern_and_same_audio(tmp_path):
-    """Every sentence is a new input shape, so a per-shape memory pattern only grew the arena
-    (bench/kokoro_gap.py, "options"); without it the audio must stay bit-identical."""
-    import onnxruntime as ort
+def test_runtime_graph_missing_from_manifest_names_the_fix(tmp_path):
+    from cosyedge.config import from_env
+    from cosyedge.errors import ModelMissingError
 
-    path = tiny_kokoro.build(tmp_path / "tiny.onnx")
-    session = make_session(path, 1)
-    opts = session.get_session_options()
-    assert opts.enable_mem_pattern is False
-    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    opts.enable_mem_pattern = True
-    patterned = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    style = np.random.default_rng(1).normal(0, 0.2, (1, 256)).astype(np.float32)
-    for n in (5, 17, 9, 17):
-        feeds = {"tokens": np.arange(n + 2, dtype=np.int64).reshape(1, -1) % 50, "style": style,
-                 "speed": np.array([1.0], np.float32)}
-        assert np.array_equal(session.run(None, feeds)[0], patterned.run(None, feeds)[0])
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"engine": "kokoro", "files": {}, "runtime_graph": {"file": "elsewhere.onnx"}}))
+    with pytest.raises(ModelMissingError, match="elsewhere.onnx.*setup-model"):
+        KokoroEngine.load(tmp_path, from_env({}, onnx_threads=1))

@@ -14,8 +14,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cosyedge.engines.kokoro import fused_runtime, model_files, optimize
-from cosyedge.engines.kokoro.engine import make_session, open_runtime
+from cosyedge.engines.kokoro import fused_runtime, model_files
+from cosyedge.engines.kokoro.engine import open_runtime
+from cosyedge.engines.kokoro.sessions import make_session
+from cosyedge.export.kokoro import assembly, checks
 
 RNG = np.random.default_rng(7)
 P = "/decoder/generator/block/"
@@ -241,7 +243,7 @@ class _RecordingSession:
 
 
 def test_buffers_release_above_drops_only_the_large_free_buffers():
-    buffers = fused_runtime._Buffers()
+    buffers = fused_runtime.Buffers()
     small, small_raw = buffers.take("snake", (10, 10), np.float32)
     big, big_raw = buffers.take("im2col", (1000, 10), np.int8)
     buffers.give("snake", small_raw)
@@ -263,18 +265,17 @@ def test_a_long_call_gives_its_memory_back_and_a_short_one_keeps_it(tmp_path):
     keep_all = fused_runtime.FusedSession(path, threads=2, keep_bytes=1 << 40)
     calls: list = []
     for step in fused.steps:
-        if isinstance(step, fused_runtime._Segment):
+        if isinstance(step, fused_runtime.Segment):
             step.session = _RecordingSession(step.session, calls)
     segments = fused.segments
 
     first = fused.run(None, short)[0]
-    assert fused._buffers.held_bytes() > 0  # kept for the next call
+    assert fused.buffers.held_bytes() > 0  # kept for the next call
     assert calls == [None] * segments
     calls.clear()
     out_long = fused.run(None, long)[0]
-    assert fused._buffers.held_bytes() <= keep  # the im2col of 4000 frames is gone
-    assert all(b.size <= keep for free in fused._buffers._free.values() for b in free)
-    assert calls[:-1] == [None] * (segments - 1) and calls[-1] is fused._shrink  # arena shrunk at the end
+    assert fused.buffers.held_bytes() <= keep  # the im2col of 4000 frames is gone
+    assert calls[:-1] == [None] * (segments - 1) and calls[-1] is fused.shrink_options  # arena shrunk at the end
     calls.clear()
     again = fused.run(None, short)[0]
     assert calls == [None] * segments
@@ -282,7 +283,7 @@ def test_a_long_call_gives_its_memory_back_and_a_short_one_keeps_it(tmp_path):
     np.testing.assert_array_equal(first, again)
     np.testing.assert_array_equal(first, keep_all.run(None, short)[0])
     np.testing.assert_array_equal(out_long, keep_all.run(None, long)[0])
-    assert keep_all._buffers.held_bytes() > keep
+    assert keep_all.buffers.held_bytes() > keep
 
 
 def test_depth_first_order_runs_parallel_branches_one_after_the_other():
@@ -294,7 +295,7 @@ def test_depth_first_order_runs_parallel_branches_one_after_the_other():
              helper.make_node("Add", ["a2", "b2"], ["y"], name="sum")]
     info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
     graph = helper.make_graph(nodes, "g", info[:1], info[1:])
-    order = [node.name for node in fused_runtime._depth_first_order(graph)]
+    order = [node.name for node in fused_runtime.depth_first_order(graph)]
     assert order == ["a1", "a2", "b1", "b2", "sum", "unused"]
 
 
@@ -336,38 +337,11 @@ def test_engine_falls_back_to_one_session_when_the_runner_is_unusable(tmp_path, 
     assert isinstance(open_runtime(tmp_path, {"file": "c.onnx"}, 1), ort.InferenceSession)
 
 
-def test_setup_leaves_the_runner_out_when_its_check_fails(tmp_path, monkeypatch, caplog):
-    """Step 3 of the setup: a runner that lands out of tolerance is not named in the manifest."""
-    model = chain_model(4, 3, 1, norm=False)
-    onnx.save(model, tmp_path / "c.onnx")
-
-    class FakeSession:
-        chains = 1
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def run(self, names, feeds):
-            return [np.ones(4000, np.float32)]
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(fused_runtime, "FusedSession", FakeSession)
-    monkeypatch.setattr(optimize, "check_feeds", lambda voices: {})
-    reference = np.sin(np.arange(4000, dtype=np.float32) / 7)
-    with caplog.at_level(logging.WARNING):
-        assert model_files._check_fused_runner(tmp_path / "c.onnx", reference, tmp_path / "v.npz") is None
-    assert "fused runner is not usable" in caplog.text
-    entry = model_files._check_fused_runner(tmp_path / "c.onnx", np.ones(4000, np.float32), tmp_path / "v.npz")
-    assert entry["kind"] == fused_runtime.RUNNER_KIND and entry["version"] == fused_runtime.RUNNER_VERSION
-
-
 # --- the real model --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def runtime_graph(kokoro_models_dir):
-    model_dir = model_files.assemble(kokoro_models_dir)
+    model_dir = assembly.assemble(kokoro_models_dir)
     return model_dir, json.loads((model_dir / "manifest.json").read_text())["runtime_graph"]
 
 
@@ -399,7 +373,7 @@ def test_real_runner_partitions_exactly_and_fuses_within_tolerance(runtime_graph
     without.close()
     shipped = make_session(model_dir / model_files.ONNX_NAME, 1, "all").run(None, feeds)[0]
     assert a.shape == shipped.shape and a.size > 12_000
-    assert optimize.spectral_distance_db(shipped, a) < optimize.SPECTRAL_TOLERANCE_DB
+    assert checks.spectral_distance_db(shipped, a) < checks.SPECTRAL_TOLERANCE_DB
     fused.close()
 
 
@@ -566,9 +540,9 @@ def test_depth_first_order_places_a_unit_as_one_block():
              helper.make_node("Add", ["e", "u2"], ["y"], name="sum")]
     info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
     graph = helper.make_graph(nodes, "g", info[:1], info[1:])
-    assert [n.name for n in fused_runtime._depth_first_order(graph)] == ["pre", "u1", "early", "u2", "sum"]
+    assert [n.name for n in fused_runtime.depth_first_order(graph)] == ["pre", "u1", "early", "u2", "sum"]
     unit = [node for node in graph.node if node.name in ("u1", "u2")]  # the graph's own NodeProtos
-    order = [n.name for n in fused_runtime._depth_first_order(graph, [unit])]
+    order = [n.name for n in fused_runtime.depth_first_order(graph, [unit])]
     assert order == ["pre", "u1", "u2", "early", "sum"]
 
 
@@ -658,7 +632,7 @@ def test_bias_residual_step_is_bit_identical_to_onnxruntimes_two_adds():
     feeds = {"mm": rng.normal(0, 3, (1, 13, 4001)).astype(np.float32), "r": rng.normal(0, 1, (1, 13, 4001)).astype(np.float32)}
     session = ort_session(model)
     ref = session.run(None, feeds)[0]  # Relu of onnxruntime's sum: compared bit for bit below
-    state = fused_runtime._RunState(fused_runtime._Buffers())
+    state = fused_runtime.RunState(fused_runtime.Buffers())
     with ThreadPoolExecutor(1) as pool:
         for step, st in ((fused_ops.BiasResidualStep(pattern, None, 1), None),
                          (fused_ops.BiasResidualStep(pattern, pool, 2), state)):
@@ -747,11 +721,12 @@ import sys
 from pathlib import Path
 from cosyedge.engines.kokoro import fused_runtime as fr
 
-package = Path(fr.__file__).resolve().parent / "__pycache__"
-if sys.argv[2] == "read-only":  # as if the checkout belonged to another user
-    real = fr._writable_dir
-    fr._writable_dir = lambda path: False if Path(path) == package else real(path)
-fr.keep_kernel_cache_local(Path(sys.argv[1]))
+model_dir = Path(sys.argv[1])
+if sys.argv[2] == "read-only":  # as if the checkout belonged to another user: no directory can be made there
+    (model_dir / "not-a-dir").write_text("")
+    fr.keep_kernel_cache_local(model_dir, package_cache=model_dir / "not-a-dir" / "__pycache__")
+else:
+    fr.keep_kernel_cache_local(model_dir)
 from cosyedge.engines.kokoro import kernels
 kernels.compile_kernels()
 """

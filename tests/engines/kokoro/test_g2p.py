@@ -102,12 +102,10 @@ def test_symbols_outside_the_vocab_are_dropped(vocab):
 
 
 def test_a_failing_g2p_library_costs_the_text_not_the_request(vocab, caplog):
-    g = KokoroG2P(vocab)
-
     def broken(text):
         raise RuntimeError("library bug")
 
-    g._g2p["ja"] = broken
+    g = KokoroG2P(vocab, g2p={"ja": broken})
     try:
         assert g.phonemize("東京", "ja") == ""
         assert "ja G2P failed" in caplog.text

@@ -1,8 +1,9 @@
 """Two Kokoro calls in flight: order, the engine-wide run limit, cancellation and errors.
 
-The engine runs on a scripted fake session whose calls sleep for a chosen time per sentence, so
-calls really overlap and can finish out of order; the real model's output is compared with
-sequential synthesis in tests/engines/kokoro/test_real_model.py.
+The engine runs on a scripted fake session whose calls sleep for a chosen time per sentence (the
+work) and, where a test needs an order, wait for another call to start or end, so calls really
+overlap and finish out of order; the real model's output is compared with sequential synthesis in
+tests/engines/kokoro/test_real_model.py.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.engines.kokoro.pipeline import Abandoned, Overlap, RunSlots, Ticket
 from cosyedge.errors import CancelledError, EngineError
 from tests.helpers.tiny_kokoro import Sentence
+from tests.helpers.waiting import wait_until
 
 PACK = np.zeros((510, 1, 256), dtype=np.float32)
+#: How long a scripted call waits for the call it is ordered after: long enough never to matter
+#: when the pipeline behaves, short enough that a pipeline that does not overlap fails the test.
+ORDER_TIMEOUT_S = 5.0
 
 
 class NumberedFrontend:
@@ -38,20 +43,33 @@ class NumberedFrontend:
 
 
 class ScriptedSession:
-    """Each call sleeps ``delays[sentence]`` (default ``delay``), may fail, and is recorded."""
+    """Each call sleeps ``delays[sentence]`` (default ``delay``), then, if ``after[sentence]`` is
+    ``(kind, other)``, waits until call ``other`` has had its ``kind`` ("start" or "end") event;
+    it may fail, and is recorded."""
 
     def __init__(self, delays: dict[int, float] | None = None, delay: float = 0.02,
                  fail: tuple[int, ...] = (), on_end: dict[int, Callable[[], object]] | None = None,
-                 samples_per_token: int = 2400) -> None:
+                 samples_per_token: int = 2400, after: dict[int, tuple[str, int]] | None = None) -> None:
         self.samples_per_token = samples_per_token  # 0.1 s of audio per phoneme: far ahead of the calls
         self.delays = delays or {}
         self.delay = delay
         self.fail = fail
         self.on_end = on_end or {}
+        self.after = after or {}
         self.lock = threading.Lock()
         self.active = 0
         self.max_active = 0
         self.events: list[tuple[str, int, float]] = []  # ("start" | "end", sentence, time)
+        self.seen: dict[tuple[str, int], threading.Event] = {}
+
+    def _seen(self, kind: str, sentence: int) -> threading.Event:
+        with self.lock:
+            return self.seen.setdefault((kind, sentence), threading.Event())
+
+    def _record(self, kind: str, sentence: int) -> None:
+        with self.lock:
+            self.events.append((kind, sentence, time.monotonic()))
+        self._seen(kind, sentence).set()
 
     def run(self, output_names, feeds):
         tokens = feeds["tokens"][0, 1:-1]
@@ -59,9 +77,11 @@ class ScriptedSession:
         with self.lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
-            self.events.append(("start", sentence, time.monotonic()))
+        self._record("start", sentence)
         try:
             time.sleep(self.delays.get(sentence, self.delay))
+            if sentence in self.after:
+                self._seen(*self.after[sentence]).wait(ORDER_TIMEOUT_S)
             if sentence in self.on_end:
                 self.on_end[sentence]()
             if sentence in self.fail:
@@ -70,7 +90,7 @@ class ScriptedSession:
         finally:
             with self.lock:
                 self.active -= 1
-                self.events.append(("end", sentence, time.monotonic()))
+            self._record("end", sentence)
 
     def order(self, kind: str) -> list[int]:
         return [s for k, s, _ in self.events if k == kind]
@@ -93,7 +113,7 @@ def synth(engine: KokoroEngine, text: str, **kwargs):
 
 
 def test_chunks_come_in_order_when_calls_finish_out_of_order():
-    session = ScriptedSession(delays={1: 0.3, 2: 0.01})
+    session = ScriptedSession(after={1: ("end", 2)})
     progress = []
     chunks = list(synth(make_engine(session), "5 5 5 5", progress=lambda d, t: progress.append((d, t))))
     assert session.order("end")[:3] == [0, 2, 1]  # the look-ahead call finished first ...
@@ -104,12 +124,12 @@ def test_chunks_come_in_order_when_calls_finish_out_of_order():
 
 
 def test_first_call_runs_alone_unless_the_policy_overlaps_it():
-    alone = ScriptedSession(delay=0.05)
+    alone = ScriptedSession(delay=0.05, after={1: ("start", 2)})
     list(synth(make_engine(alone), "5 5 5"))
     assert alone.at("start", 1) >= alone.at("end", 0)
     assert alone.at("start", 2) < alone.at("end", 1)  # from the second call on, two in flight
 
-    together = ScriptedSession(delay=0.05)
+    together = ScriptedSession(delay=0.05, after={0: ("start", 1)})
     list(synth(make_engine(together, overlap=Overlap(first=True)), "5 5 5"))
     assert together.at("start", 1) < together.at("end", 0)
 
@@ -120,7 +140,7 @@ def test_guard_looks_ahead_only_while_the_audio_ahead_covers_the_next_call():
     chunks = list(synth(make_engine(starved, overlap=Overlap(guard=2.0)), "5 5 5 5"))
     assert starved.max_active == 1 and levels(chunks) == [0.01, 0.02, 0.03, 0.04]
     # 0.5 s of audio per 20 ms call: plenty ahead, so two in flight from the second call on
-    ahead = ScriptedSession(delay=0.02)
+    ahead = ScriptedSession(delay=0.02, after={1: ("start", 2)})
     list(synth(make_engine(ahead, overlap=Overlap(guard=2.0)), "5 5 5 5"))
     assert ahead.max_active == 2
     assert ahead.at("start", 1) >= ahead.at("end", 0)
@@ -191,7 +211,7 @@ def test_error_in_the_second_call_is_raised_in_its_place():
 
 def test_error_in_a_look_ahead_call_waits_for_the_chunks_before_it():
     # call 2 fails at once while call 1 is still running: chunks 0 and 1 come out first
-    session = ScriptedSession(delays={1: 0.2, 2: 0.0}, fail=(2,))
+    session = ScriptedSession(delays={2: 0.0}, fail=(2,), after={1: ("end", 2)})
     gen = synth(make_engine(session), "5 5 5 5")
     assert next(gen).index == 0
     assert next(gen).index == 1
@@ -205,7 +225,7 @@ def test_look_ahead_respects_the_memory_budget():
     long = ScriptedSession(delay=0.03)
     list(synth(make_engine(long), "300 300 300 300"))
     assert long.max_active == 1
-    short = ScriptedSession(delay=0.03)
+    short = ScriptedSession(delay=0.03, after={1: ("start", 2)})
     list(synth(make_engine(short), "200 200 200 200"))
     assert short.max_active == 2
 
@@ -227,13 +247,6 @@ def _start(slots: RunSlots, ticket: Ticket, started: list, release: threading.Ev
     return thread
 
 
-def _wait_for(condition, timeout: float = 2.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.005)
-
-
 def test_urgent_call_is_served_before_an_earlier_look_ahead():
     slots = RunSlots(1, budget=1000)
     started: list = []
@@ -241,16 +254,16 @@ def test_urgent_call_is_served_before_an_earlier_look_ahead():
     first = Ticket(1, urgent=True)
     look_ahead, urgent = Ticket(1), Ticket(1, urgent=True)
     threads = [_start(slots, first, started, gates[0])]
-    _wait_for(lambda: started == [first])
+    wait_until(lambda: started == [first])
     threads.append(_start(slots, look_ahead, started, gates[1]))
-    time.sleep(0.05)  # the look-ahead is waiting first
+    wait_until(lambda: slots.waiting == 1)  # the look-ahead is waiting first
     threads.append(_start(slots, urgent, started, gates[2]))
-    time.sleep(0.05)
+    wait_until(lambda: slots.waiting == 2)
     gates[0].set()
-    _wait_for(lambda: len(started) == 2)
+    wait_until(lambda: len(started) == 2)
     assert started[1] is urgent
     gates[2].set()
-    _wait_for(lambda: len(started) == 3)
+    wait_until(lambda: len(started) == 3)
     assert started[2] is look_ahead
     gates[1].set()
     for t in threads:
@@ -264,17 +277,17 @@ def test_budget_holds_back_look_ahead_but_not_urgent_calls():
     gates = [threading.Event() for _ in range(3)]
     big = Ticket(8, urgent=True)
     threads = [_start(slots, big, started, gates[0])]
-    _wait_for(lambda: started == [big])
+    wait_until(lambda: started == [big])
     waiting = Ticket(5)
     threads.append(_start(slots, waiting, started, gates[1]))
-    time.sleep(0.05)
+    wait_until(lambda: slots.waiting == 1)
     assert started == [big]  # 8 + 5 > 10
     gates[0].set()
-    _wait_for(lambda: len(started) == 2)
+    wait_until(lambda: len(started) == 2)
     assert started[1] is waiting
     urgent = Ticket(8, urgent=True)
     threads.append(_start(slots, urgent, started, gates[2]))
-    _wait_for(lambda: len(started) == 3)  # 5 + 8 > 10, but urgent calls are not budgeted
+    wait_until(lambda: len(started) == 3)  # 5 + 8 > 10, but urgent calls are not budgeted
     for gate in gates:
         gate.set()
     for t in threads:
@@ -288,11 +301,11 @@ def test_abandoned_ticket_never_runs():
     gates = [threading.Event(), threading.Event()]
     first, queued = Ticket(1, urgent=True), Ticket(1)
     threads = [_start(slots, first, started, gates[0])]
-    _wait_for(lambda: started == [first])
+    wait_until(lambda: started == [first])
     threads.append(_start(slots, queued, started, gates[1]))
-    time.sleep(0.05)
+    wait_until(lambda: slots.waiting == 1)
     slots.abandon(queued)
-    _wait_for(lambda: len(started) == 2)
+    wait_until(lambda: len(started) == 2)
     assert started[1] == "abandoned"
     gates[0].set()
     for t in threads:

@@ -88,10 +88,10 @@ class _Shared:
     """The session's engine behind a Service, which must not close it at teardown."""
 
     def __init__(self, engine) -> None:
-        self._engine = engine
+        self.inner = engine
 
     def __getattr__(self, name):
-        return getattr(self._engine, name)
+        return getattr(self.inner, name)
 
     def close(self) -> None:
         pass
@@ -157,11 +157,12 @@ def test_engine_load_readies_the_language_detector(kokoro_models_dir, monkeypatc
     from cosyedge.engines import load_engine
     from cosyedge.text import langid
 
-    monkeypatch.setattr(factory, "_factory", None)
-    monkeypatch.setattr(langid, "_detector_ready", False)
+    readied = []
+    load_detector = langid.load_detector
+    monkeypatch.setattr(langid, "load_detector", lambda: readied.append(True) or load_detector())
     engine = load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=1))
     try:
-        assert factory._factory is not None
+        assert readied == [True]
         monkeypatch.setattr(factory.DetectorFactory, "load_profile",
                             lambda *a, **k: pytest.fail("profiles loaded in a job"))
         engine.frontend.sentences("The first English request of the day, long enough to be checked.")
@@ -181,3 +182,30 @@ def test_the_fused_runner_runs_one_call_at_a_time(kokoro_engine):
     text = "Every spring, the school organizes a trip. The children walk along the river."
     chunks = list(engine.synthesize(text, "female_1", SynthesisOptions(language="en")))
     assert len(chunks) >= 3 and engine.runs.peak == 1
+
+
+def test_engine_loads_the_runtime_graph_named_in_the_manifest(kokoro_models_dir, monkeypatch):
+    from cosyedge.config import from_env
+    from cosyedge.engines.kokoro import engine as engine_module
+    from cosyedge.export.kokoro import assembly
+    from cosyedge.manifest import read_manifest
+
+    assembled = assembly.assemble(kokoro_models_dir)  # up to date with this code
+    opened = []
+    real = engine_module.make_session
+
+    def spy(path, threads, graph_optimization="all"):
+        opened.append((path.name, graph_optimization))
+        return real(path, threads, graph_optimization)
+
+    monkeypatch.setattr(engine_module, "make_session", spy)
+    engine = engine_module.KokoroEngine.load(assembled, from_env({}, onnx_threads=1))
+    # setup checked the fused runner on this graph (step 3), so the engine runs it that way
+    from cosyedge.engines.kokoro.fused_runtime import FusedSession
+
+    assert isinstance(engine.session, FusedSession) and opened == []
+    engine.close()
+    manifest = read_manifest(assembled, "hint")
+    graph = {k: v for k, v in manifest["runtime_graph"].items() if k != "runner"}
+    assert engine_module.open_runtime(assembled, graph, 1) is not None
+    assert opened == [(assembly.RUNTIME_NAME, "disable")]

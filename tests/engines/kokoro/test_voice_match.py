@@ -92,7 +92,7 @@ def test_similarity_is_a_cosine_that_separates_speakers(engine):
 
 @pytest.mark.slow
 def test_stored_probe_table_matches_the_installed_model(engine):
-    table = voice_match._load_probe_table(engine)
+    table = voice_match.load_probe_table(engine)
     assert set(table) == set(engine.packs) | {"preset:male_2"}
     assert table["jm_kumo"].f0 < 130 < table["jf_alpha"].f0  # the male pack speaks lower
 
@@ -154,4 +154,4 @@ def test_stale_probe_table_is_ignored():
         assert npz["fingerprint"].size == 64
     other = SimpleNamespace(model_id="kokoro-int8",
                             packs={"jf_alpha": np.zeros((510, 1, 256), np.float32)})
-    assert voice_match._load_probe_table(other) == {}
+    assert voice_match.load_probe_table(other) == {}
