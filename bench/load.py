@@ -306,7 +306,7 @@ def main() -> int:
 
         inner: Callable[[], Any] = lambda: FakeEngine(delay=args.delay)  # noqa: E731
     else:
-        from cosyedge.engines import load_engine
+        from cosyedge.engines.loader import load_engine
 
         inner = lambda: load_engine(settings)  # noqa: E731
     factory, made = counting_factory(inner)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyedge import config  # noqa: E402
 from cosyedge.audio import condition_prompt  # noqa: E402
-from cosyedge.engines import load_engine  # noqa: E402
+from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import voice_match  # noqa: E402
 from cosyedge.speaker import similarity  # noqa: E402

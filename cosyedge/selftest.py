@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 #: What the service needs at run time; a broken venv fails here, before a restart does.
 RUNTIME_MODULES = (
     "numpy", "onnxruntime", "soundfile", "psutil",
-    "cosyedge.config", "cosyedge.errors", "cosyedge.audio", "cosyedge.manifest", "cosyedge.engines",
+    "cosyedge.config", "cosyedge.errors", "cosyedge.audio", "cosyedge.manifest", "cosyedge.engines.loader",
     "cosyedge.engines.base", "cosyedge.engines.kokoro.engine", "cosyedge.engines.kokoro.frontend",
     "cosyedge.janitor", "cosyedge.thermal", "cosyedge.jobs", "cosyedge.service",
     # the web app (gradio is the slow one: a few seconds on a small box)
@@ -120,7 +120,7 @@ def check_synthesis(settings: Settings, load: Callable[[Settings], object] | Non
     from cosyedge.engines.base import SynthesisOptions
 
     if load is None:
-        from cosyedge.engines import load_engine as load
+        from cosyedge.engines.loader import load_engine as load
     name = "synthesis"
     started = time.monotonic()
     engine = None

@@ -35,7 +35,7 @@ import numpy as np
 
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
-from cosyedge.engines import NATIVE_ABILITIES
+from cosyedge.engines.loader import NATIVE_ABILITIES
 from cosyedge.engines.base import (LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
 from cosyedge.errors import (AudioError, CancelledError, CosyedgeError, NameError_, NotFoundError,
@@ -328,7 +328,7 @@ class Service:
         self.settings = settings
         if engine_factory is None:
             def engine_factory() -> Engine:
-                from cosyedge.engines import load_engine
+                from cosyedge.engines.loader import load_engine
 
                 return load_engine(self.engine_settings())
         self.holder = EngineHolder(engine_factory, settings.idle_unload_minutes * 60.0, clock)

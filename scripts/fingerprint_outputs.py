@@ -61,7 +61,7 @@ def _prompt_wave(sample_rate: int) -> np.ndarray:
 def kokoro_part() -> dict[str, str]:
     from cosyedge import config, synthesis
     from cosyedge.audio import condition_prompt_array
-    from cosyedge.engines import load_engine
+    from cosyedge.engines.loader import load_engine
     from cosyedge.engines.base import SynthesisOptions
     from cosyedge.engines.kokoro import model_files
     from cosyedge.voices import PromptCache
@@ -94,7 +94,7 @@ def kokoro_part() -> dict[str, str]:
 def cosyvoice_part() -> dict[str, str]:
     from cosyedge import config, synthesis
     from cosyedge.audio import condition_prompt_array
-    from cosyedge.engines import load_engine
+    from cosyedge.engines.loader import load_engine
     from cosyedge.engines.base import SynthesisOptions
     from cosyedge.engines.cosyvoice import llm
     from cosyedge.export.cosyvoice2 import convert

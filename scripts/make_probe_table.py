@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyedge import config  # noqa: E402
-from cosyedge.engines import load_engine  # noqa: E402
+from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.kokoro import voice_match  # noqa: E402
 
 if __name__ == "__main__":

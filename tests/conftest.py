@@ -34,7 +34,7 @@ def kokoro_models_dir(tmp_path_factory) -> Path:
 def kokoro_engine(kokoro_models_dir):
     """The real Kokoro engine, loaded once (2 threads)."""
     from cosyedge import config
-    from cosyedge.engines import load_engine
+    from cosyedge.engines.loader import load_engine
 
     return load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=2))
 

@@ -24,17 +24,6 @@ from tests.helpers import REPO
 
 PACKAGE = "cosyedge"
 
-#: Imports that close a cycle and are known, each with why it is still there. The test below fails
-#: when one of them no longer closes a cycle, so the list cannot outlive the cycle.
-KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    # ``load_engine`` in the package ``cosyedge.engines`` imports each engine class inside the
-    # function; every engine module imports ``cosyedge.engines.base`` and so the package. Moving
-    # ``load_engine`` (and NATIVE_ABILITIES) out of ``engines/__init__.py`` removes both.
-    ("cosyedge.engines", "cosyedge.engines.kokoro.engine"): "load_engine dispatches from the package __init__",
-    ("cosyedge.engines", "cosyedge.engines.cosyvoice.engine"): "load_engine dispatches from the package __init__",
-}
-
-
 def module_files(root: Path, package: str) -> dict[str, Path]:
     """Dotted module name -> file, for every module under ``root/package`` (a package by its
     ``__init__.py``)."""
@@ -134,26 +123,12 @@ def _shortest_cycle(graph: dict[str, set[str]], group: set[str]) -> list[str]:
     raise AssertionError(f"{sorted(group)} is not a cycle")
 
 
-def without(graph: dict[str, set[str]], edges) -> dict[str, set[str]]:
-    """``graph`` less the ``(importer, imported)`` pairs in ``edges``."""
-    return {v: {w for w in targets if (v, w) not in edges} for v, targets in graph.items()}
-
-
 # --- the package ---------------------------------------------------------------------------------
 
 
 def test_cosyedge_has_no_import_cycles():
-    cycles = find_cycles(without(import_graph(REPO), KNOWN_CYCLE_EDGES))
+    cycles = find_cycles(import_graph(REPO))
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
-
-
-def test_each_known_cycle_edge_still_closes_a_cycle():
-    graph = import_graph(REPO)
-    for (importer, imported), why in KNOWN_CYCLE_EDGES.items():
-        assert imported in graph[importer], f"{importer} no longer imports {imported}: drop it from KNOWN_CYCLE_EDGES"
-        others = without(graph, {edge for edge in KNOWN_CYCLE_EDGES if edge != (importer, imported)})
-        assert any(importer in cycle and imported in cycle for cycle in find_cycles(others)), \
-            f"{importer} -> {imported} ({why}) closes no cycle any more: drop it from KNOWN_CYCLE_EDGES"
 
 
 # --- the checker on trees made to fail --------------------------------------------------------------
@@ -216,7 +191,7 @@ def test_checker_finds_the_old_kokoro_cycle_put_back_inside_a_function(tmp_path)
             from cosyedge.engines.kokoro.engine import make_session
             return make_session
         """), encoding="utf-8")
-    cycles = find_cycles(without(import_graph(tmp_path), KNOWN_CYCLE_EDGES))
+    cycles = find_cycles(import_graph(tmp_path))
     assert ["cosyedge.engines.kokoro.engine", "cosyedge.engines.kokoro.fused_runtime",
             "cosyedge.engines.kokoro.engine"] in cycles
 

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from cosyedge.audio import ConditionedPrompt
 from cosyedge.config import Settings
-from cosyedge.engines import load_engine
+from cosyedge.engines.loader import load_engine
 from cosyedge.errors import ModelMissingError
 from cosyedge.manifest import (ModelIdentity, engine_name, identity_fields, read_identity, read_manifest,
                                write_manifest)

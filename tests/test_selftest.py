@@ -146,9 +146,9 @@ def test_engine_that_cannot_load_fails(box):
 
 
 def test_command_prints_one_line_per_check_and_exits_zero_only_if_all_pass(box, monkeypatch, capsys):
-    import cosyedge.engines
+    import cosyedge.engines.loader
 
-    monkeypatch.setattr(cosyedge.engines, "load_engine", lambda s: FakeEngine())
+    monkeypatch.setattr(cosyedge.engines.loader, "load_engine", lambda s: FakeEngine())
     args = ["selftest", "--models-dir", str(box.models_path), "--outputs-dir", str(box.outputs_path),
             "--prompts-dir", str(box.prompts_path)]
     assert cli.main(args) == 0
@@ -156,7 +156,7 @@ def test_command_prints_one_line_per_check_and_exits_zero_only_if_all_pass(box, 
     assert len(lines) == 6 and all(line.startswith("PASS  ") for line in lines[:5])
     assert lines[-1] == "selftest: all passed"
 
-    monkeypatch.setattr(cosyedge.engines, "load_engine",
+    monkeypatch.setattr(cosyedge.engines.loader, "load_engine",
                         lambda s: FakeEngine(audio=np.zeros(100, dtype=np.float32)))
     assert cli.main(args) == 1
     lines = capsys.readouterr().out.splitlines()

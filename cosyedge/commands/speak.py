@@ -13,7 +13,7 @@ import numpy as np
 from cosyedge import config, instruct, synthesis
 from cosyedge.audio import wav_bytes
 from cosyedge.commands.voice_library import describe
-from cosyedge.engines import load_engine
+from cosyedge.engines.loader import load_engine
 from cosyedge.engines.base import LANGUAGES, VoicePrompt
 from cosyedge.errors import ParameterError, TextError
 from cosyedge.service import Service, TTSRequest, write_wav

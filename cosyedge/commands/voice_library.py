@@ -107,7 +107,7 @@ def run_save(args: argparse.Namespace) -> int:
                               filename=args.audio.name)
     engine_name, model_id = _engine_name(settings), settings.model
     if args.encode:
-        from cosyedge.engines import load_engine
+        from cosyedge.engines.loader import load_engine
 
         engine = load_engine(settings)
         encoded = cache_for(settings).get_or_encode(engine, prompt, args.transcript)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cosyedge import config
-from cosyedge.engines import load_engine
+from cosyedge.engines.loader import load_engine
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,7 +1,7 @@
 """The CosyVoice2 engine on a converted tiny checkpoint: modes, voices, errors, no torch at run time.
 
 The checkpoint is the official layout with random weights (see ``_tiny_checkpoint``), converted by
-the converter behind ``python -m cosyedge convert cosyvoice2`` (int8), then loaded through ``cosyedge.engines.load_engine``
+the converter behind ``python -m cosyedge convert cosyvoice2`` (int8), then loaded through ``cosyedge.engines.loader.load_engine``
 the way the app does. The audio is noise; these tests check plumbing, shapes, durations and errors.
 """
 
@@ -20,7 +20,7 @@ pytest.importorskip("torch", reason="building the tiny checkpoint needs the refe
 pytestmark = [pytest.mark.reference, pytest.mark.slow]  # builds, converts and runs tiny models (~10-40 s)
 
 from cosyedge.config import Settings  # noqa: E402
-from cosyedge.engines import load_engine  # noqa: E402
+from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt  # noqa: E402
 from cosyedge.errors import (AudioError, CancelledError, InputError, NotFoundError, ParameterError,  # noqa: E402
                              TextError)
@@ -108,7 +108,7 @@ def test_engine_protocol_and_capabilities(engine):
     assert isinstance(engine, Engine)
     assert engine.name == "cosyvoice2" and engine.model_id == MODEL_ID
     assert engine.capabilities.native_clone and engine.capabilities.native_instruct
-    from cosyedge.engines import NATIVE_ABILITIES  # what the page says before the engine loads
+    from cosyedge.engines.loader import NATIVE_ABILITIES  # what the page says before the engine loads
 
     assert NATIVE_ABILITIES[engine.name] == (engine.capabilities.native_clone,
                                              engine.capabilities.native_instruct)
@@ -261,7 +261,7 @@ def test_engine_runs_with_torch_blocked(models_dir, tmp_path):
         sys.meta_path.insert(0, Block())
         import numpy as np
         from cosyedge.config import Settings
-        from cosyedge.engines import load_engine
+        from cosyedge.engines.loader import load_engine
         from cosyedge.engines.base import SynthesisOptions
         eng = load_engine(Settings(models_dir={str(models_dir)!r}, model={MODEL_ID!r}, onnx_threads=1))
         t = np.arange(48000) / 24000

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.reference, pytest.mark.slow]  # builds (once, cached),
 
 from cosyedge import synthesis  # noqa: E402
 from cosyedge.config import Settings  # noqa: E402
-from cosyedge.engines import load_engine  # noqa: E402
+from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from tests.helpers.cosyvoice_tiny import cached_models_dir  # noqa: E402
 from tests.helpers.tiny_models import MODEL_ID  # noqa: E402

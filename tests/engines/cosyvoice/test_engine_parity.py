@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="the parity tests need the reference
 pytestmark = [pytest.mark.reference, pytest.mark.slow]  # builds, converts and runs tiny models (~10-40 s)
 
 from cosyedge.config import Settings  # noqa: E402
-from cosyedge.engines import load_engine  # noqa: E402
+from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
 from tests.helpers import cosyvoice_llm_reference as _llm_reference, cosyvoice_reference as _reference  # noqa: E402
 from tests.helpers.cosyvoice_tiny import write_tiny_checkpoint  # noqa: E402

@@ -35,7 +35,7 @@ def test_speech_is_non_silent_and_plausibly_long(kokoro_engine, text, lo, hi):
 
 def test_declared_abilities_match_the_engine(kokoro_engine):
     """What the page says before the engine loads (by the manifest's engine name) is what it can do."""
-    from cosyedge.engines import NATIVE_ABILITIES
+    from cosyedge.engines.loader import NATIVE_ABILITIES
 
     caps = kokoro_engine.capabilities
     assert NATIVE_ABILITIES[kokoro_engine.name] == (caps.native_clone, caps.native_instruct)
@@ -140,7 +140,7 @@ def test_two_calls_in_flight_give_the_sequential_chunks(kokoro_engine):
 def test_a_one_thread_engine_runs_one_call_at_a_time(kokoro_models_dir):
     # the thermal governor's fewer threads must also turn the overlap off
     from cosyedge import config
-    from cosyedge.engines import load_engine
+    from cosyedge.engines.loader import load_engine
 
     engine = load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=1))
     try:
@@ -154,7 +154,7 @@ def test_engine_load_readies_the_language_detector(kokoro_models_dir, monkeypatc
     import langdetect.detector_factory as factory
 
     from cosyedge import config
-    from cosyedge.engines import load_engine
+    from cosyedge.engines.loader import load_engine
     from cosyedge.text import langid
 
     readied = []

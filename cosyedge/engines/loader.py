@@ -1,0 +1,48 @@
+"""Which engine a model directory needs, and loading it: ``load_engine(settings)`` reads the
+manifest's model family and builds that engine; ``NATIVE_ABILITIES`` says what each engine does
+natively before any engine is loaded. Kept out of the package ``__init__`` so that the engines,
+which import ``cosyedge.engines.base``, do not import the module that imports them."""
+
+from __future__ import annotations
+
+import logging
+
+from cosyedge.config import Settings
+from cosyedge.engines.base import Engine
+from cosyedge.errors import CosyedgeError, ModelMissingError
+from cosyedge.manifest import manifest_identity, read_manifest, verify_files
+
+logger = logging.getLogger(__name__)
+
+#: What each engine does natively, (clone, instruct), by engine name (cosyedge.manifest): known before
+#: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
+#: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
+NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True)}
+
+
+def load_engine(settings: Settings) -> Engine:
+    """Load the engine of the model family that ``models/<settings.model>/manifest.json`` names
+    (heavy: sessions, weights)."""
+    hint = ("run `python -m cosyedge setup-model`" if settings.model == "kokoro-int8"
+            else f"convert a checkpoint into {settings.model_path} with `python -m cosyedge convert`")
+    if not (settings.model_path / "manifest.json").is_file():  # a typo in --model / COSYEDGE_MODEL?
+        present = sorted(path.parent.name for path in settings.models_path.glob("*/manifest.json"))
+        if present:
+            hint += f", or pick a model that is there: {', '.join(present)} (--model or COSYEDGE_MODEL)"
+    manifest = read_manifest(settings.model_path, hint)
+    identity = manifest_identity(manifest, settings.model_path)
+    if identity.known and identity.family == "kokoro":
+        from cosyedge.engines.kokoro.engine import KokoroEngine as engine_class
+    elif identity.known and identity.family == "cosyvoice":  # its engine refuses a version it cannot run
+        from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine as engine_class
+    else:
+        raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {identity.engine!r}")
+    try:
+        return engine_class.load(settings.model_path, settings)
+    except CosyedgeError:
+        raise
+    except Exception:
+        # Loading checks sizes only; a same-size damaged file fails inside onnxruntime or numpy with
+        # an error that names neither the file nor the fix. Hashing (only now) finds it.
+        verify_files(settings.model_path, manifest, hint)
+        raise
