@@ -10,61 +10,17 @@ fails.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-import cosyedge
 from cosyedge.errors import BusyError, InputError, ModelMissingError, TextError, error_codes
-
-PACKAGE = Path(cosyedge.__file__).parent
-
-
-def package_sources() -> dict[str, str]:
-    """Every module of the package: path relative to the repository -> source."""
-    return {str(path.relative_to(PACKAGE.parent)): path.read_text("utf-8")
-            for path in sorted(PACKAGE.rglob("*.py"))}
-
-
-def _literals(node: ast.expr) -> list[str | None]:
-    """The strings ``node`` can be: a literal, or either literal of ``a if cond else b``; None for
-    anything else (the checks can only vouch for literals)."""
-    if isinstance(node, ast.IfExp):
-        return _literals(node.body) + _literals(node.orelse)
-    return [node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None]
-
-
-def coded_calls(source: str, names: set[str]) -> Iterator[tuple[int, str, str | None]]:
-    """(line, callee, code) for each call of one of ``names`` given ``code=`` (see :func:`_literals`)."""
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        callee = (func.id if isinstance(func, ast.Name) else
-                  func.attr if isinstance(func, ast.Attribute) else None)
-        if callee not in names:
-            continue
-        for keyword in node.keywords:
-            if keyword.arg == "code":
-                for code in _literals(keyword.value):
-                    yield node.lineno, callee, code
-
+from tests.helpers.code_scan import PACKAGE, code_problems, package_sources
 
 def error_code_problems(sources: dict[str, str]) -> tuple[list[str], set[str]]:
     """(problems, codes raised): a code its type does not list, or one that is no literal."""
     types = {cls.__name__: cls for cls in error_codes().values()}
-    problems, used = [], set()
-    for path, source in sources.items():
-        for line, callee, code in coded_calls(source, set(types)):
-            listed = types[callee].__dict__.get("codes", ())
-            if code is None:
-                problems.append(f"{path}:{line}: {callee}(code=...) is not a string literal")
-            elif code not in listed:
-                problems.append(f"{path}:{line}: {callee} does not list the code {code!r}")
-            else:
-                used.add(code)
-    return problems, used
+    return code_problems(sources, set(types), lambda callee: types[callee].__dict__.get("codes", ()),
+                         lambda callee, code: f"{callee} does not list the code {code!r}")
 
 
 def test_every_raise_site_names_a_code_its_type_lists():

@@ -9,23 +9,15 @@ import pickle
 import pytest
 
 from cosyedge.notes import NOTE_CODES, Note, code_of
-from tests.test_errors import coded_calls, package_sources
+from tests.helpers.code_scan import code_problems, package_sources
 
 
 def note_code_problems(sources: dict[str, str]) -> tuple[list[str], set[str]]:
-    """(problems, codes used): a ``Note(..., code=...)`` whose code is not listed or no literal."""
-    problems, used = [], set()
-    for path, source in sources.items():
-        if path.endswith("cosyedge/notes.py"):
-            continue  # the type itself rebuilds copies from a code it is given
-        for line, _, code in coded_calls(source, {"Note"}):
-            if code is None:
-                problems.append(f"{path}:{line}: Note(code=...) is not a string literal")
-            elif code not in NOTE_CODES:
-                problems.append(f"{path}:{line}: note code {code!r} is not in NOTE_CODES")
-            else:
-                used.add(code)
-    return problems, used
+    """(problems, codes used): a ``Note(..., code=...)`` whose code is not listed or no literal.
+    ``cosyedge/notes.py`` itself is left out: the type rebuilds copies from a code it is given."""
+    sources = {path: source for path, source in sources.items() if not path.endswith("cosyedge/notes.py")}
+    return code_problems(sources, {"Note"}, lambda callee: NOTE_CODES,
+                         lambda callee, code: f"note code {code!r} is not in NOTE_CODES")
 
 
 def test_every_note_names_a_listed_code_and_every_code_is_used():

@@ -16,6 +16,7 @@ from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotF
                              ParameterError, PayloadTooLargeError, TextError)
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt
 from cosyedge.service import PHASE_PREPARING_VOICE, SEED_PRESETS, Service, TTSRequest
+from tests.helpers.request_path import record_request_path
 
 
 def wav_file(seconds: float = 1.0, rate: int = 16000) -> bytes:
@@ -384,19 +385,7 @@ def test_the_engine_reads_the_text_once_per_request(make_service, fake_factory, 
 
 def test_the_worker_runs_the_prepared_request(make_service, monkeypatch):
     """submit() prepares once and the queued job resolves exactly that prepared request."""
-    prepared, resolved = [], []
-    prepare, resolve = Service.prepare, Service.resolve
-
-    def recording_prepare(self, request):
-        prepared.append(prepare(self, request))
-        return prepared[-1]
-
-    def recording_resolve(self, engine, request, *args):
-        resolved.append(request)
-        return resolve(self, engine, request, *args)
-
-    monkeypatch.setattr(Service, "prepare", recording_prepare)
-    monkeypatch.setattr(Service, "resolve", recording_resolve)
+    prepared, resolved = record_request_path(monkeypatch)
     run(make_service(), text="Hello.", prompt_audio=wav_file(4.0))
     assert len(prepared) == 1 and prepared[0].prompt is not None
     assert resolved == prepared and resolved[0] is prepared[0]

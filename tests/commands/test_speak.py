@@ -7,8 +7,9 @@ import soundfile as sf
 
 from cosyedge.cli import main
 from cosyedge.errors import CosyedgeError
-from cosyedge.service import Service, TTSRequest
+from cosyedge.service import TTSRequest
 from tests.helpers.fake_engine import FakeEngine
+from tests.helpers.request_path import record_request_path
 
 
 @pytest.fixture
@@ -30,19 +31,7 @@ def speak(tmp_path, *args: str) -> list[str]:
 
 
 def test_speak_prepares_and_resolves_like_the_service(tmp_path, engines, monkeypatch, capsys):
-    prepared, resolved = [], []
-    prepare, resolve = Service.prepare, Service.resolve
-
-    def recording_prepare(self, request):
-        prepared.append(prepare(self, request))
-        return prepared[-1]
-
-    def recording_resolve(self, engine, request, *args):
-        resolved.append(request)
-        return resolve(self, engine, request, *args)
-
-    monkeypatch.setattr(Service, "prepare", recording_prepare)
-    monkeypatch.setattr(Service, "resolve", recording_resolve)
+    prepared, resolved = record_request_path(monkeypatch)
     out = tmp_path / "hello.wav"
     assert main(speak(tmp_path, "Hello there. Bye.", "--instruct", "louder", "-o", str(out))) == 0
     assert [p.request for p in prepared] == [TTSRequest(text="Hello there. Bye.", speaker="female_1",

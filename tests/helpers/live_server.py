@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 
@@ -38,3 +39,12 @@ class LiveServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 15) -> None:
+    """Stop an app server started as a subprocess: SIGTERM, then SIGKILL after ``grace_s``."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -21,7 +21,7 @@ import pytest
 import soundfile as sf
 
 from tests.helpers import REPO
-from tests.helpers.live_server import free_port
+from tests.helpers.live_server import free_port, stop_process
 from tests.helpers.tiny_models import MODEL_ID, PRESET_NAMES
 
 pytestmark = pytest.mark.slow  # starts the whole app in its own process (~10-30 s)
@@ -49,11 +49,7 @@ def app_server(tiny_cosyvoice_models, tmp_path_factory):
             time.sleep(0.3)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def _wav_b64(seconds: float = 3.0, sr: int = 16000) -> str:

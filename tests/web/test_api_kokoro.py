@@ -12,13 +12,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import soundfile as sf
 
-from tests.helpers.live_server import free_port
+from tests.helpers.live_server import free_port, stop_process
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
@@ -64,11 +63,7 @@ def app_server(tmp_path_factory, kokoro_models_dir):
         proc.url = url  # type: ignore[attr-defined]
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def test_lazy_load_real_tts_openai_and_idle_unload(app_server, record_property):
