@@ -39,7 +39,7 @@ def kokoro_engine(kokoro_models_dir):
     return load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=2))
 
 
-# --- web / service (issue 3) ------------------------------------------------------------------
+# --- web / service ------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -538,7 +538,7 @@ def build_ui(service: Service) -> "gr.Blocks":
                          show_progress_on=[out[1]])
         # The job is cancelled in the JobQueue; the generate event then ends by itself with
         # "Cancelled / 已取消". Gradio's own ``cancels=[event]`` is not used: a Gradio-cancelled
-        # event often left red "Error" badges on the three outputs (seen 2 of 3 times on fac32b1).
+        # event can leave red "Error" badges over the three outputs.
         stop.click(cancel, inputs=None, outputs=[out[-1], out[1]], queue=False)
         return event
 

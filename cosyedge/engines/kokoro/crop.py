@@ -1,4 +1,4 @@
-"""Generator input crop for the fused Kokoro runner (issue 2, speed): render less edge silence.
+"""Generator input crop for the fused Kokoro runner (for speed): render less edge silence.
 
 Every Kokoro call renders ~0.27 s of silence before the speech and ~0.65 s after it, which the
 engine then trims. The vocoder (``/decoder/decoder/generator``) is ~75 % of a call and costs the

@@ -1,4 +1,4 @@
-"""Fused steps for the vocoder's other single-threaded onnxruntime ops (issue 2, speed).
+"""Fused steps for the vocoder's other single-threaded onnxruntime ops (for speed).
 
 ``fused_runtime.FusedSession`` runs the runtime graph as onnxruntime segments with fused steps in
 between. Besides the conv-input chains (``fused_runtime.Chain``) it takes the patterns found here

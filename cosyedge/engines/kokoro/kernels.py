@@ -1,4 +1,4 @@
-"""Fused numba kernel for the Kokoro vocoder's conv-input chain (issue 2, speed).
+"""Fused numba kernel for the Kokoro vocoder's conv-input chain (for speed).
 
 In the runtime graph every vocoder conv reads its input through the same chain of onnxruntime ops::
 

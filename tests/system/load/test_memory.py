@@ -1,4 +1,4 @@
-"""Memory over many jobs: finished jobs must not keep their audio alive (leak found by the soak)."""
+"""Memory over many jobs: finished jobs must not keep their audio alive."""
 
 from __future__ import annotations
 
