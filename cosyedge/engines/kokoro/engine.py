@@ -25,7 +25,7 @@ from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in
 from cosyedge.engines.kokoro.sessions import Session, make_session
 from cosyedge.engines.kokoro.silence import trim_silence
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
-from cosyedge.manifest import read_manifest, verify_files
+from cosyedge.manifest import manifest_identity, read_manifest, verify_files
 from cosyedge.text import langid
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class KokoroEngine:
         logger.info("loaded Kokoro %s from %s with %d threads, model runs at once: %d (%s)", graph["file"],
                     model_dir, settings.threads, parallel_runs, type(session).__name__)
         return cls(session=session, packs=packs, frontend=frontend,
-                   model_id=manifest.get("model_id", model_files.MODEL_ID), parallel_runs=parallel_runs)
+                   model_id=manifest_identity(manifest, model_dir).model_id, parallel_runs=parallel_runs)
 
     def presets(self) -> list[str]:
         return presets.preset_names()
