@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
-from cosyedge.jobs import Job
-from cosyedge.jobs import PHASE_STARTING
+from cosyedge.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
 from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
                               SPEED_RANGE, Service, TTSRequest, TTSResult)
@@ -123,13 +122,19 @@ REASONS_ZH = {
 def chinese_reason(exc: CosyedgeError) -> str | None:
     """The page's Chinese for an error, from its code and params; None for a code not in
     :data:`REASONS_ZH`."""
-    template = REASONS_ZH.get(exc.code)
+    return _fill(REASONS_ZH, exc.code, exc.params)
+
+
+def _fill(templates: dict[str, str], code: str, params: Any) -> str | None:
+    """``templates[code]`` filled from ``params``; None when the code has no template, or when the
+    error or note was made without the params its template names (logged)."""
+    template = templates.get(code)
     if template is None:
         return None
     try:
-        return template.format(**exc.params)
-    except (KeyError, IndexError, ValueError):  # raised without the params its Chinese names
-        logger.warning("error %s lacks the params of its Chinese (%s)", exc.code, dict(exc.params))
+        return template.format(**params)
+    except (KeyError, IndexError, ValueError):
+        logger.warning("%s lacks the params of the page's words for it (%s)", code, dict(params))
         return None
 
 
@@ -186,14 +191,9 @@ PAGE_NOTES = {
 
 def page_note(note: str) -> str:
     """A service note in the page's terms (:data:`PAGE_NOTES`), or as it is."""
-    template = PAGE_NOTES.get(note.code) if isinstance(note, Note) else None
-    if template is None:
+    if not isinstance(note, Note):
         return note
-    try:
-        return template.format(**note.params)
-    except (KeyError, IndexError, ValueError):  # made without the params its page words name
-        logger.warning("note %s lacks the params of its page words (%s)", note.code, dict(note.params))
-        return note
+    return _fill(PAGE_NOTES, note.code, note.params) or note
 
 
 def describe(result: TTSResult) -> str:
