@@ -71,14 +71,16 @@ class ParameterError(InputError):
     kind = "invalid_parameter"
     codes = ("speed_not_number", "speed_out_of_range", "language_unknown", "job_id_in_use",
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
-             "consent_required", "consent_reference_invalid")
+             "consent_required", "consent_reference_invalid", "model_not_loaded",
+             "voice_type_unsupported")
 
 
 class NameError_(InputError):  # noqa: N801 - trailing underscore avoids shadowing the builtin
     kind = "invalid_name"
     codes = ("job_id_invalid", "voice_name_not_text", "voice_name_empty", "voice_name_control_chars",
              "voice_name_slash", "voice_name_too_long", "voice_name_not_allowed", "voice_name_no_id",
-             "voice_id_invalid", "voice_id_taken", "voice_name_taken", "voice_names_exhausted")
+             "voice_id_invalid", "voice_id_taken", "voice_name_taken", "voice_names_exhausted",
+             "voice_name_preset")
 
 
 class NotFoundError(CosyedgeError):

@@ -9,9 +9,11 @@
 * ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
 * ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
   page's live player; the token is the stream's own, never listed).
+* ``/v1/models``, ``/v1/audio/models``, ``/v1/audio/voices`` (list, create, delete) and how
+  ``/v1/audio/speech`` reads ``model`` and ``voice``: :mod:`cosyedge.web.openai_routes`.
 
-Every error is ``{"error": {"type", "code", "message"}}`` with its 4xx/5xx status (429 carries
-Retry-After; ``code`` names the exact refusal, see cosyedge.errors), including a body that is not a
+Every error is ``{"error": {"type", "code", "message", "param"}}`` (OpenAI's shape) with its
+4xx/5xx status (429 carries Retry-After; ``code`` names the exact refusal, see cosyedge.errors), including a body that is not a
 JSON object, a wrong method on a REST path (405 with Allow) and an unknown path (404), though the
 page is mounted at "/" (:class:`RouteErrorMiddleware`).
 A request whose client disconnects while its job waits or runs cancels that job.
@@ -46,6 +48,7 @@ from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeErro
 from cosyedge.jobs import Job
 from cosyedge.service import Service, TTSRequest, TTSResult
 from cosyedge.streaming import AudioStream
+from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class ErrorBody(BaseModel):
     type: str
     code: str = Field(description="Which refusal exactly: stable (the type when there is no finer code)")
     message: str
+    param: str | None = Field(None, description="Always null; OpenAI's error shape has it")
 
 
 class ErrorResponse(BaseModel):
@@ -110,10 +114,11 @@ class SpeechBody(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(description="Any name; the loaded engine is reported in X-Cosyedge-Engine")
+    model: str = Field(description="The loaded model (GET /v1/models), or tts-1 / tts-1-hd for it")
     input: str
-    voice: str = Field(description="A preset name, e.g. female_1; OpenAI's names (alloy, nova, echo, "
-                                   "onyx, ...) map to the nearest preset")
+    voice: str | VoiceRef = Field(description="A preset name (e.g. female_1), a saved voice id or "
+                                              '{"id": ...}; OpenAI\'s names (alloy, nova, echo, onyx, '
+                                              "...) map to the nearest preset")
     response_format: Literal["wav", "pcm", "mp3", "opus", "flac"] = "mp3"
     speed: float = Field(1.0, strict=True, description="0.5-2.0 (OpenAI's 0.25-4.0 is refused outside it)")
     instructions: str | None = None
@@ -121,17 +126,15 @@ class SpeechBody(BaseModel):
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
 
 
+#: The error answers every route documents (OpenAPI).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 404, 413, 429, 503)}
+
+
 def pcm_media_type(sample_rate: int) -> str:
     """Raw 16-bit little-endian mono. Not ``audio/L16``: that type is big-endian (RFC 2586), and a
     player trusting it would play these bytes as noise."""
     return f"audio/pcm; rate={sample_rate}; channels=1; bits=16; endianness=little"
-
-
-#: OpenAI's voice names, for clients that send their default ("alloy"): the nearest preset by the
-#: voice's kind. The preset used is in the answer's X-Cosyedge-Report header; docs/web.md lists them.
-OPENAI_VOICES = {"alloy": "female_1", "nova": "female_2", "shimmer": "female_1", "coral": "female_2",
-                 "sage": "female_1", "echo": "male_2", "onyx": "male_1", "ash": "male_1",
-                 "ballad": "male_2", "fable": "male_2", "verse": "male_1"}
 
 
 #: The audio route's token in a logged path (uvicorn's access log writes each path with its query).
@@ -160,7 +163,7 @@ def install_log_redaction(logger_name: str = "uvicorn.access") -> None:
 def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None,
                    code: str | None = None) -> JSONResponse:
     """The one JSON error shape; ``code`` defaults to ``kind`` (errors with no finer code)."""
-    return JSONResponse({"error": {"type": kind, "code": code or kind, "message": message}},
+    return JSONResponse({"error": {"type": kind, "code": code or kind, "message": message, "param": None}},
                         status_code=status, headers=headers)
 
 
@@ -366,9 +369,7 @@ def _report_header(result: TTSResult) -> str:
 def build_router(service: Service) -> APIRouter:
     """All REST routes, bound to one service (no globals)."""
     router = APIRouter()
-    errors = {400: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
-              413: {"model": ErrorResponse}, 429: {"model": ErrorResponse},
-              503: {"model": ErrorResponse}}
+    errors = ERROR_RESPONSES
 
     @router.post("/tts", response_model=TTSResponse, responses=errors, tags=["tts"])
     async def tts(body: TTSBody, request: Request) -> TTSResponse:
@@ -390,8 +391,8 @@ def build_router(service: Service) -> APIRouter:
                                                 **errors}, response_class=Response, tags=["openai"])
     async def speech(body: SpeechBody, request: Request) -> Response:
         """OpenAI-compatible speech; the audio bytes come back in the requested format."""
-        voice = body.voice.strip().lower()  # OpenAI's names are lowercase; "Female_1" is meant too
-        req = TTSRequest(text=body.input, speaker=OPENAI_VOICES.get(voice, voice), speed=body.speed,
+        check_model(service, body.model)
+        req = TTSRequest(text=body.input, **voice_fields(service, body.voice), speed=body.speed,
                          instruct=body.instructions)
         if body.stream_format == "audio" and body.response_format in STREAM_FORMATS:
             return await stream_job(service, request, req, body.response_format)
@@ -544,7 +545,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
 #: Listed in the 404 for an unknown path (the page itself is at "/").
 REST_ROUTES = ("POST /tts", "POST /v1/audio/speech", "GET /health", "GET /voices", "GET /jobs",
-               "GET /jobs/{id}", "GET /jobs/{id}/audio", "DELETE /jobs/{id}")
+               "GET /jobs/{id}", "GET /jobs/{id}/audio", "DELETE /jobs/{id}", "GET /v1/models",
+               "GET /v1/audio/models", "GET /v1/audio/voices", "POST /v1/audio/voices",
+               "DELETE /v1/audio/voices/{id}")
 
 
 def _no_route(method: str, path: str) -> JSONResponse:
@@ -676,9 +679,11 @@ def create_api(service: Service) -> FastAPI:
                   description="Offline text to speech: seed-compatible /tts and OpenAI-style speech.",
                   docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
     install_error_handlers(app)
-    router = build_router(service)
-    app.include_router(router)
-    app.add_middleware(RouteErrorMiddleware, routes=[r for r in router.routes if isinstance(r, APIRoute)])
+    routers = (build_router(service), build_openai_router(service, ERROR_RESPONSES))
+    for router in routers:
+        app.include_router(router)
+    app.add_middleware(RouteErrorMiddleware,
+                       routes=[r for router in routers for r in router.routes if isinstance(r, APIRoute)])
     limit = int(service.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
     app.add_middleware(BodyLimitMiddleware, max_bytes=limit)
     app.add_middleware(PartialFileGuard)

@@ -232,7 +232,7 @@ def test_wrong_method_and_unknown_route_keep_the_error_shape_next_to_the_page(ma
         assert r.status_code == 405, (method, path, r.status_code, r.text)
         assert r.headers["allow"] == allow
         assert r.json()["error"]["type"] == "method_not_allowed", r.text
-    for path in ("/v1/models", "/no/such/route"):
+    for path in ("/v1/no-such-list", "/no/such/route"):
         r = httpx.get(f"{server.url}{path}")
         assert r.status_code == 404, r.text
         assert r.json()["error"]["type"] == "not_found" and path in r.json()["error"]["message"]
