@@ -71,7 +71,7 @@ def test_rest_error_body_carries_the_code(make_service):
 
     client = TestClient(create_api(make_service()))
     body = client.post("/tts", json={"text": "x" * 5001}).json()
-    assert set(body["error"]) == {"type", "code", "message"}
+    assert set(body["error"]) == {"type", "code", "message", "param"}  # param: OpenAI's shape
     assert body["error"]["type"] == "invalid_text" and body["error"]["code"] == "text_too_long"
     assert body["error"]["message"] == "text is 5001 characters; the limit is 5000"
     assert client.get("/jobs/nope").json()["error"]["code"] == "job_unknown"
