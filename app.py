@@ -2,6 +2,8 @@
 
     python app.py                          # http://127.0.0.1:7860, this machine only
     COSYEDGE_AUTH=user:pw python app.py --host 0.0.0.0   # on the LAN, with credentials
+    python app.py --wyoming-port 10200     # also a Wyoming TTS server (Home Assistant), loopback only
+    python app.py --wyoming-port 10200 --wyoming-host 0.0.0.0 --wyoming-allow 192.168.1.20
 
 Nothing heavy happens here: the engine loads on the first job and is released when idle.
 """
@@ -19,6 +21,8 @@ from cosyedge.config import Settings, SettingsError, add_arguments, from_args
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from cosyedge.web.wyoming_server import WyomingServer, WyomingSettings
 
     from cosyedge.janitor import Janitor
     from cosyedge.jobs import ThermalSource
@@ -48,6 +52,47 @@ def check_exposure(settings: Settings) -> None:
     raise SettingsError(f"host {settings.host} exposes the app on the network: set "
                         "COSYEDGE_AUTH=user:password, or pass --insecure-no-auth to serve without "
                         "credentials")
+
+
+def wyoming_settings(args: argparse.Namespace) -> "WyomingSettings | None":
+    """The Wyoming server's settings from the flags (or COSYEDGE_WYOMING_*), None when it is off.
+
+    Wyoming has no authentication: a host other than loopback needs an allow-list of client
+    addresses, or the server is not started at all."""
+    from cosyedge.web.wyoming_server import WyomingSettings
+
+    port = args.wyoming_port if args.wyoming_port is not None else os.environ.get("COSYEDGE_WYOMING_PORT")
+    if port in (None, ""):
+        return None
+    try:
+        port = int(port)
+    except ValueError:
+        raise SettingsError(f"--wyoming-port {port!r} must be a port number") from None
+    if not 1 <= port <= 65535:
+        raise SettingsError(f"--wyoming-port {port} must be 1-65535")
+    host = args.wyoming_host or os.environ.get("COSYEDGE_WYOMING_HOST") or "127.0.0.1"
+    allow_text = args.wyoming_allow if args.wyoming_allow is not None else os.environ.get(
+        "COSYEDGE_WYOMING_ALLOW", "")
+    allow = tuple(a.strip() for a in allow_text.split(",") if a.strip())
+    for entry in allow:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise SettingsError(f"--wyoming-allow: {entry!r} is not an IP address or network") from None
+    if not is_loopback(host) and not allow:
+        raise SettingsError(f"--wyoming-host {host} opens the Wyoming server (which has no "
+                            "authentication) to the network: name the clients that may use it with "
+                            "--wyoming-allow ADDRESS[,ADDRESS...] (e.g. your Home Assistant's address)")
+    return WyomingSettings(port=port, host=host, allow=allow)
+
+
+def start_wyoming(service: "Service", settings: "WyomingSettings | None") -> "WyomingServer | None":
+    """The Wyoming TTS server on the same service (queue, thermal limits, model), when asked for."""
+    if settings is None:
+        return None
+    from cosyedge.web.wyoming_server import WyomingServer
+
+    return WyomingServer(service, settings).start()
 
 
 def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
@@ -98,6 +143,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--insecure-no-auth", dest="insecure_no_auth", action="store_true",
                         default=None, help="serve a non-local --host without credentials (warns)")
     parser.add_argument("--max-text-chars", dest="max_text_chars", type=int)
+    parser.add_argument("--wyoming-port", dest="wyoming_port",
+                        help="also serve the Wyoming TTS protocol on this port (Home Assistant; "
+                             "env COSYEDGE_WYOMING_PORT; off by default)")
+    parser.add_argument("--wyoming-host", dest="wyoming_host",
+                        help="address the Wyoming server binds (default 127.0.0.1; env COSYEDGE_WYOMING_HOST)")
+    parser.add_argument("--wyoming-allow", dest="wyoming_allow", metavar="ADDRESSES",
+                        help="comma-separated client addresses or networks the Wyoming server answers "
+                             "besides loopback; required with a non-loopback --wyoming-host "
+                             "(env COSYEDGE_WYOMING_ALLOW)")
     return parser.parse_args(argv)
 
 
@@ -108,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=settings.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_exposure(settings)
+        wyoming = wyoming_settings(args)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -118,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
 
     service = make_service(settings, ThermalGovernor.from_settings(settings))
     janitor = start_janitor(settings, service)
+    try:
+        wyoming_server = start_wyoming(service, wyoming)
+    except OSError as exc:
+        print(f"error: cannot start the Wyoming server on port {wyoming.port}: {exc}", file=sys.stderr)
+        janitor.stop()
+        service.close()
+        return 2
     app = build_app(service)
     logger.info("cosyedge on http://%s:%d (model %s loads on the first job)", settings.host,
                 settings.port, settings.model)
@@ -126,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         uvicorn.run(app, host=settings.host, port=settings.port,
                     log_level=settings.log_level.lower(), timeout_graceful_shutdown=5)
     finally:
+        if wyoming_server is not None:
+            wyoming_server.stop()
         janitor.stop()
         service.close()
     return 0
