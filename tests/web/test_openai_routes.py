@@ -112,3 +112,23 @@ def test_deleting_an_unknown_or_traversal_id_is_refused(server, client):
     r = httpx.post(f"{server.url}/v1/audio/speech", json={"model": "tts-1", "input": "Hi.",
                                                            "voice": {"id": "nobody"}})
     assert r.status_code == 404 and r.json()["error"]["code"] == "preset_unknown", r.text
+
+
+def test_the_voice_routes_follow_the_apps_auth(make_service, web_settings, live_server):
+    """With COSYEDGE_AUTH on, listing, saving and deleting voices need the password (Bearer, what
+    the openai client sends as its api_key)."""
+    import dataclasses
+
+    from openai import AuthenticationError, OpenAI
+
+    service = make_service(dataclasses.replace(web_settings, host="0.0.0.0", auth="teacher:s3cret"))
+    server = live_server(service)
+    for method, path in (("GET", "/v1/models"), ("GET", "/v1/audio/voices"), ("GET", "/v1/audio/models"),
+                         ("POST", "/v1/audio/voices"), ("DELETE", "/v1/audio/voices/x")):
+        assert httpx.request(method, server.url + path).status_code == 401, (method, path)
+    with pytest.raises(AuthenticationError):
+        OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).models.list()
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="s3cret", max_retries=0)
+    voice = client.audio.voices.create(name="Ms Lee", audio_sample=("lee.wav", wav_bytes(), "audio/wav"),
+                                       consent="true")
+    assert client.audio.voices.delete(voice.id).deleted

@@ -4,6 +4,7 @@ classes against a live server on 127.0.0.1, over the fake engine."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import sys
 import threading
@@ -112,6 +113,20 @@ def test_a_bad_voice_and_over_long_text_are_error_events_with_codes(wyoming):
     (error,) = asyncio.run(speak(server, "x" * (service.settings.max_text_chars + 1)))
     assert error.code == "text_too_long"
     assert isinstance(asyncio.run(speak(server, "Still here."))[-1], AudioStop)  # the server lives on
+
+
+def test_a_busy_box_answers_with_an_error_event(wyoming, make_service, web_settings, fake_factory):
+    from cosyedge.service import TTSRequest
+
+    fake_factory.engine_kwargs["delay"] = 0.3
+    service = make_service(dataclasses.replace(web_settings, concurrency=1, queue_size=0))
+    server, _ = wyoming(service)
+    running = service.submit(TTSRequest(text="One. Two. Three. Four."))
+    try:
+        (error,) = asyncio.run(speak(server, "Hello."))
+        assert isinstance(error, Error) and error.code == "queue_full" and "busy" in error.text.lower()
+    finally:
+        service.cancel(running.id)
 
 
 def test_a_client_that_disconnects_mid_stream_ends_its_job(wyoming, make_service, fake_factory):
