@@ -134,11 +134,11 @@ def build_openai_router(service: Service, errors: dict[int | str, dict[str, Any]
     @router.post("/v1/audio/voices", responses=errors)
     async def create_voice(name: str = Form(...), audio_sample: UploadFile = File(...),
                            consent: str | None = Form(None), transcript: str | None = Form(None),
-                           type: str | None = Form(None)) -> dict[str, Any]:  # noqa: A002 - OpenAI's field
+                           voice_type: str | None = Form(None, alias="type")) -> dict[str, Any]:
         """Save an uploaded recording as a voice (``consent``: "true" or a consent id)."""
-        if type not in (None, "", "audio_sample"):
-            raise ParameterError(f"voice type {type!r} is not supported: only audio_sample (a recording)",
-                                 code="voice_type_unsupported", type=type)
+        if voice_type not in (None, "", "audio_sample"):
+            raise ParameterError(f"voice type {voice_type!r} is not supported: only audio_sample (a "
+                                 "recording)", code="voice_type_unsupported", type=voice_type)
         data = await audio_sample.read()
         info = await asyncio.to_thread(service.save_voice, name, data, transcript,
                                        consent=_consent_value(consent))

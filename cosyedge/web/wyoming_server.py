@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 #: Samples per ``audio-chunk`` (~85 ms at 24 kHz): small enough for a player to start at once.
 SAMPLES_PER_CHUNK = 2048
-_ATTRIBUTION = Attribution(name="cosyedge", url="https://localhost/")
+_ATTRIBUTION = Attribution(name="cosyedge", url="")  # nothing to link to: the box is offline
 #: Where a streamed text may be cut: after a sentence end and a space, or after a CJK sentence end.
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])")
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
