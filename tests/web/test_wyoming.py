@@ -156,6 +156,9 @@ def test_a_client_that_leaves_while_its_job_waits_takes_it_out_of_the_queue(wyom
     fake_factory.engine_kwargs["delay"] = 0.3
     server, service = wyoming(make_service())
     busy = [service.submit(TTSRequest(text="One. Two. Three. Four. Five. Six.")) for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while service.queue.stats().running < 2 and time.monotonic() < deadline:  # both have started
+        time.sleep(0.02)
 
     async def ask_and_leave():
         async with client(server) as c:
