@@ -13,9 +13,9 @@
   ``/v1/audio/speech`` reads ``model`` and ``voice``: :mod:`cosyedge.web.openai_routes`.
 
 Every error is ``{"error": {"type", "code", "message", "param"}}`` (OpenAI's shape) with its
-4xx/5xx status (429 carries Retry-After; ``code`` names the exact refusal, see cosyedge.errors), including a body that is not a
-JSON object, a wrong method on a REST path (405 with Allow) and an unknown path (404), though the
-page is mounted at "/" (:class:`RouteErrorMiddleware`).
+4xx/5xx status (429 carries Retry-After; ``code`` names the exact refusal, see cosyedge.errors),
+including a body that is not a JSON object, a wrong method on a REST path (405 with Allow) and an
+unknown path (404), though the page is mounted at "/" (:class:`RouteErrorMiddleware`).
 A request whose client disconnects while its job waits or runs cancels that job.
 """
 
