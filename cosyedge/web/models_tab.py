@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CANNOT_SWITCH = "Cannot switch the model / 无法切换模型"
-HEADERS = ["Model / 模型", "Engine / 引擎", "Can do / 能力", "Size / 大小", "Licence / 许可", "Served / 使用中"]
+HEADERS = ["Model / 模型", "Engine / 引擎", "Can do / 能力", "Size / 大小", "Licence / 许可"]
+SERVED = " (serving / 使用中)"
 INTRO = ("Every usable model folder under models/. The model serves everyone on this box: switching "
          "is refused while anyone's job runs or waits, and the new model loads on the next Generate. "
          "Add a copied model folder with `python -m cosyedge models import PATH` (it checks every "
@@ -47,8 +48,8 @@ def rows(listing: dict[str, Any]) -> list[list[str]]:
         caps = model["capabilities"]
         can = ("clones a voice" if caps["native_clone"] else "approximate voice match") + "; " + (
             "follows instructions" if caps["native_instruct"] else "instructions as controls")
-        out.append([model["id"], model["engine"], can, model["size"], model["licence"],
-                    "yes / 是" if model["current"] else ""])
+        out.append([model["id"] + (SERVED if model["current"] else ""), model["engine"], can, model["size"],
+                    model["licence"]])
     return out
 
 

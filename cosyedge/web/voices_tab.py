@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
+
 from cosyedge.errors import CosyedgeError
 from cosyedge.service import Service
 from cosyedge.voices import VoiceInfo
@@ -112,7 +114,8 @@ def build(service: Service, explain: Explain) -> VoicesTab:
             name = next((v.name for v in service.saved_voices() if v.id == voice_id), "")
         except CosyedgeError as exc:
             raise explain(exc, CANNOT) from exc
-        return (rate, pcm), name, gr.update(visible=False)
+        pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767).astype(np.int16)  # what the player plays, unconverted
+        return (rate, pcm16), name, gr.update(visible=False)
 
     def rename(voice_id: str | None, new_name: str) -> tuple[dict, dict, str]:
         if not voice_id:
