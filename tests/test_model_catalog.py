@@ -131,3 +131,13 @@ def test_import_refuses_what_is_not_a_model_folder(tmp_path):
         assert refused.value.code == "model_folder_invalid"
     with pytest.raises(InputError):
         catalog.import_folder(make_model(tmp_path / "usb", "fine"), name="../escape")
+
+
+def test_a_converted_cosyvoice2_model_carries_its_licence(tiny_cosyvoice_models):
+    from cosyedge.export.cosyvoice2 import LICENCE
+
+    info = ModelCatalog(tiny_cosyvoice_models).get("cosyvoice2-tiny")
+    assert info.engine == "cosyvoice2" and (info.native_clone, info.native_instruct) == (True, True)
+    assert info.licence == f"weights: {LICENCE['weights']}; code: {LICENCE['code']}"
+    assert info.size_bytes == sum(p.stat().st_size for p in (tiny_cosyvoice_models / "cosyvoice2-tiny").rglob("*")
+                                  if p.is_file() and p.name != "manifest.json")
