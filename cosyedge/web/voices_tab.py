@@ -58,7 +58,7 @@ class VoicesTab:
 def rows(voices: list[VoiceInfo]) -> list[list[str]]:
     """The table's rows: name, length, the models it is encoded for, the model it was saved with."""
     return [[voice.name, f"{voice.duration_s:.1f} s",
-             ", ".join(voice.encoded_for) or "not yet / 尚未",
+             ", ".join(voice.encoded_for) or "none recorded / 无记录",
              voice.model_id or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(voice.created))]
             for voice in voices]
 

@@ -121,7 +121,7 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         table = page.locator("#voices-table")
         expect(table).to_contain_text("Ms Lee", timeout=15_000)
         expect(table).to_contain_text("5.0 s")
-        expect(table).to_contain_text("not yet")
+        expect(table).to_contain_text("none recorded")
         choose(page, "voices-choice", "Ms Lee (ms-lee)")
         page.locator("#voices-recording audio[src]").first.wait_for(state="attached", timeout=15_000)
         recording = page.locator("#voices-recording a[download]").first.get_attribute("href", timeout=10_000)
@@ -148,8 +148,11 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         expect(page.locator("#clone-saved input").first).to_have_value("Teacher Lee (saved / 已保存)",
                                                                        timeout=15_000)
         assert page.get_by_role("tab", name=TABS["clone"]).get_attribute("aria-selected") == "true"
+        _, panel = generate(page, "clone", "Good morning, class.")  # the prompt was cleared: the saved voice speaks
+        assert "saved voice Teacher Lee" in panel
 
         page.get_by_role("tab", name=STUDIO_TABS["voices"]).click()
+        expect(table).to_contain_text("fake/fake-sine", timeout=15_000)  # now encoded for the model used
         page.locator("#voices-delete").click()
         expect(page.locator("#voices-confirm")).to_contain_text("cannot be undone", timeout=10_000)
         page.locator("#voices-delete-no").click()  # it asks; keeping it keeps it
