@@ -162,7 +162,7 @@ def wav_bytes(seconds: float = 4.0, rate: int = 24000) -> bytes:
 
 
 def test_a_saved_voice_records_the_models_it_was_encoded_for(studio):
-    info = studio.save_voice("Ms Lee", wav_bytes(), "hello")
+    info = studio.save_voice("Ms Lee", wav_bytes(), "hello", consent=True)
     assert info.encoded_for == ()
     studio.prompt_cache.max_entries = 0  # the cache keeps nothing: the voice's own record must
     job = studio.submit(TTSRequest(text="First.", voice_id=info.id))
@@ -180,8 +180,9 @@ def test_a_saved_voice_records_the_models_it_was_encoded_for(studio):
     studio.delete_voice(renamed.id)
     assert studio.saved_voices() == []
     back = studio.import_voice(exported)
-    # on an import the voice is new to this box's models: encoded for none yet
+    # on an import the voice is new to this box's models: encoded for none yet; its consent came along
     assert (back.name, back.encoded_for) == ("Ms Lee senior", ())
+    assert back.consent is not None and back.consent == renamed.consent == info.consent
     pcm, rate = studio.voice_recording(back.id)
     assert rate == 24000 and len(pcm) == pytest.approx(4.0 * 24000, rel=0.05)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from cosyedge.consent import describe as describe_consent
 from cosyedge.errors import CosyedgeError
 from cosyedge.service import Service
 from cosyedge.voices import VoiceInfo
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HEADERS = ["Name / 名称", "Length / 时长", "Encoded for / 已编码", "Saved with / 保存时的模型",
-           "Saved on / 保存时间"]
+           "Saved on / 保存时间", "Speaker's consent / 说话人同意"]
 INTRO = ("Voices saved from the clone tab (or imported). They are stored on this box as audio and "
          "can be used with every model; \"encoded for\" lists the models that have already used "
          "one (its first use on another model takes longer) / 从克隆页保存（或导入）的音色，以音频形式"
@@ -56,10 +57,12 @@ class VoicesTab:
 
 
 def rows(voices: list[VoiceInfo]) -> list[list[str]]:
-    """The table's rows: name, length, the models it is encoded for, the model it was saved with."""
+    """The table's rows: name, length, the models it is encoded for, the model it was saved with,
+    when, and when the speaker's consent was confirmed (cosyedge.consent; it travels in the zip)."""
     return [[voice.name, f"{voice.duration_s:.1f} s",
              ", ".join(voice.encoded_for) or "none recorded / 无记录",
-             voice.model_id or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(voice.created))]
+             voice.model_id or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(voice.created)),
+             describe_consent(voice.consent)]
             for voice in voices]
 
 

@@ -113,6 +113,7 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         # save from the clone tab, as a teacher does
         page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
         page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
+        page.locator("#clone-consent input[type=checkbox]").check()
         page.locator("#clone-save-name textarea, #clone-save-name input").first.fill("Ms Lee")
         page.locator("#clone-save").click()
         page.locator(".toast-body", has_text="Saved / 已保存: Ms Lee").wait_for(timeout=15_000)
@@ -122,6 +123,7 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         expect(table).to_contain_text("Ms Lee", timeout=15_000)
         expect(table).to_contain_text("5.0 s")
         expect(table).to_contain_text("none recorded")
+        expect(table).to_contain_text("consent given")  # the clone tab's box, recorded with the voice
         choose(page, "voices-choice", "Ms Lee (ms-lee)")
         page.locator("#voices-recording audio[src]").first.wait_for(state="attached", timeout=15_000)
         recording = page.locator("#voices-recording a[download]").first.get_attribute("href", timeout=10_000)
@@ -141,7 +143,8 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         data = fetch_bytes(page, link.get_attribute("href"))
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             assert sorted(zf.namelist()) == ["meta.json", "transcript.txt", "voice.wav"]
-            assert json.loads(zf.read("meta.json"))["name"] == "Teacher Lee"
+            meta = json.loads(zf.read("meta.json"))
+            assert meta["name"] == "Teacher Lee" and meta["consent"]["given_at"] > 0
         page.screenshot(path=str(ARTIFACTS / "voices.png"), full_page=True)
 
         page.locator("#voices-use").click()
@@ -171,6 +174,8 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         page.locator("#voices-import").click()
         expect(page.locator("#voices-message")).to_contain_text("Imported / 已导入: Teacher Lee", timeout=15_000)
         assert [v.name for v in service.saved_voices()] == ["Teacher Lee"]
+        assert service.saved_voices()[0].consent.given_at == meta["consent"]["given_at"]
+        expect(table).to_contain_text("consent given")
     finally:
         context.close()
 
