@@ -1,4 +1,5 @@
-"""The Gradio page: three tabs over one :class:`~cosyedge.service.Service`. Handlers stay thin.
+"""The Gradio page: three generate tabs over one :class:`~cosyedge.service.Service`, and the
+studio tabs it mounts (``models_tab``, ``voices_tab``, ``history_tab``). Handlers stay thin.
 
 Every generate handler submits a streaming :class:`TTSRequest`, shows a live player at once, then
 waits for its job while reporting the queue position or per-sentence progress through
