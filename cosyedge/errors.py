@@ -93,7 +93,7 @@ class NotFoundError(CosyedgeError):
 class ConflictError(CosyedgeError):
     http_status = 409
     kind = "conflict"
-    codes = ("model_switch_busy", "model_exists")
+    codes = ("model_switch_busy", "model_switch_loading", "model_exists")
 
 
 class PayloadTooLargeError(CosyedgeError):

@@ -556,8 +556,8 @@ class Service:
             if self.holder.state != "not loaded":  # a load or release still under way
                 raise ConflictError(f"cannot switch to {model_id!r} now: {self.settings.model!r} is "
                                     f"{self.holder.state}; try again in a moment",
-                                    code="model_switch_busy", model=model_id, current=self.settings.model,
-                                    running=0, waiting=0)
+                                    code="model_switch_loading", model=model_id,
+                                    current=self.settings.model, state=self.holder.state)
             self.holder.forget()
             self.settings = dataclasses.replace(self.settings, model=model_id)
         logger.info("serving model %s (%s); it loads on the next job", model_id, info.engine)

@@ -190,3 +190,26 @@ def test_a_saved_voice_records_the_models_it_was_encoded_for(studio):
 def test_settings_stay_as_given_apart_from_the_model(studio, web_settings):
     studio.switch_model("cosyvoice2-int8")
     assert studio.settings == dataclasses.replace(web_settings, model="cosyvoice2-int8")
+
+
+def test_switching_while_the_old_model_is_still_being_released_is_refused(studio):
+    closing, release = threading.Event(), threading.Event()
+    job = studio.submit(TTSRequest(text="Load it."))
+    assert job.wait(10)
+    engine = studio.engines[0]
+
+    def slow_close():
+        closing.set()
+        assert release.wait(10)
+
+    engine.close = slow_close
+    unloading = threading.Thread(target=studio.holder.unload)  # the idle unload, at the wrong moment
+    unloading.start()
+    assert closing.wait(10)
+    with pytest.raises(ConflictError) as refused:
+        studio.switch_model("cosyvoice2-int8")
+    assert refused.value.code == "model_switch_loading" and "releasing memory" in refused.value.message
+    assert studio.settings.model == "kokoro-int8"
+    release.set()
+    unloading.join(10)
+    assert studio.switch_model("cosyvoice2-int8").id == "cosyvoice2-int8"
