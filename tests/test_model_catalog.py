@@ -133,6 +133,7 @@ def test_import_refuses_what_is_not_a_model_folder(tmp_path):
         catalog.import_folder(make_model(tmp_path / "usb", "fine"), name="../escape")
 
 
+@pytest.mark.slow  # the tiny converted model: scripts/test.sh builds it for the whole suite, not --fast
 def test_a_converted_cosyvoice2_model_carries_its_licence(tiny_cosyvoice_models):
     from cosyedge.export.cosyvoice2 import LICENCE
 
