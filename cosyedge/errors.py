@@ -9,6 +9,7 @@
     │   ├── ParameterError        a number or option out of range / wrong type
     │   └── NameError_            a voice or file name that is not allowed
     ├── NotFoundError (404)       unknown voice, job or model
+    ├── ConflictError (409)       not now: e.g. switching models while jobs run or wait
     ├── PayloadTooLargeError (413)
     ├── BusyError (429)           queue full or the box is too hot; carries retry_after
     ├── CancelledError (499)      the job was cancelled by its client
@@ -51,7 +52,8 @@ class InputError(CosyedgeError):
     kind = "invalid_input"
     codes = ("voice_file_not_zip", "voice_file_members", "voice_file_damaged",
              "voice_file_transcript_not_utf8", "voice_file_meta_not_json", "voice_file_meta_format",
-             "voice_file_meta_field", "transcript_too_long", "transcript_nul")
+             "voice_file_meta_field", "transcript_too_long", "transcript_nul",
+             "model_folder_invalid", "model_file_corrupt", "model_not_usable")
 
 
 class TextError(InputError):
@@ -87,7 +89,13 @@ class NotFoundError(CosyedgeError):
     http_status = 404
     kind = "not_found"
     codes = ("preset_unknown", "saved_voice_unknown", "saved_voice_damaged", "job_unknown",
-             "job_stream_unknown", "job_stream_released")
+             "job_stream_unknown", "job_stream_released", "model_unknown")
+
+
+class ConflictError(CosyedgeError):
+    http_status = 409
+    kind = "conflict"
+    codes = ("model_switch_busy", "model_switch_loading", "model_exists")
 
 
 class PayloadTooLargeError(CosyedgeError):

@@ -33,19 +33,21 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from cosyedge import history
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.consent import require_consent
 from cosyedge.engines.loader import NATIVE_ABILITIES
 from cosyedge.engines.base import (LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
-from cosyedge.errors import (AudioError, CancelledError, CosyedgeError, NameError_, NotFoundError,
-                             ParameterError, StorageFullError, TextError)
+from cosyedge.errors import (AudioError, CancelledError, ConflictError, CosyedgeError, NameError_,
+                             NotFoundError, ParameterError, StorageFullError, TextError)
 from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
                                plan_for_engine, postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.manifest import read_identity
+from cosyedge.model_catalog import ModelCatalog, ModelInfo
 from cosyedge.notes import Note
 from cosyedge.streaming import AudioStream, StreamInfo
 from cosyedge.synthesis import check_text
@@ -289,6 +291,14 @@ class EngineHolder:
         logger.info("engine %s (%s) loaded in %.1f s", engine.name, engine.model_id,
                     time.monotonic() - started)
 
+    def forget(self) -> None:
+        """Drop the facts remembered of the last engine (after :meth:`unload`, before another
+        model is served: its name, presets and capabilities are not the next model's)."""
+        with self._cond:
+            self.name = self.model_id = None
+            self.presets = None
+            self.capabilities = None
+
     def unload_if_idle(self) -> bool:
         """Release the engine when unused for ``idle_seconds``; True when it was released."""
         if self.idle_seconds <= 0:
@@ -337,6 +347,7 @@ class Service:
         # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
         self.prompt_cache = PromptCache(settings.prompts_path / "cache")
         self.library = VoiceLibrary(settings.prompts_path / "library")
+        self.catalog = ModelCatalog(settings.models_path)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self._in_use_lock = threading.Lock()
         self._writing: set[Path] = set()
@@ -526,6 +537,79 @@ class Service:
         """The largest prompt or voice upload accepted, in MB."""
         return self.settings.max_upload_mb
 
+    # --- models (cosyedge.model_catalog) --------------------------------------------------
+    def models(self) -> dict[str, Any]:
+        """The usable models under models/ (engine, capabilities, size, licence), which one is
+        served, and the directories that hold no usable model with the reason."""
+        usable, unusable = self.catalog.scan()
+        return {"current": self.settings.model, "loaded": self.holder.loaded,
+                "models": [{**info.as_dict(), "current": info.id == self.settings.model}
+                           for info in usable],
+                "unusable": [entry.as_dict() for entry in unusable]}
+
+    def switch_model(self, model_id: str) -> ModelInfo:
+        """Serve ``model_id`` from the next job on (it loads then, lazily, as at start).
+
+        Refused with a ConflictError (``model_switch_busy``) while any job runs or waits, or a
+        request is being checked: no job is drained or dropped. The engine in memory is released
+        before the new model is chosen, so two models are never held at once."""
+        info = self.catalog.get(model_id)  # NotFoundError / InputError naming the problem
+        with self._submitting_lock:  # no request is queued while the model changes
+            jobs = self.queue.stats()
+            if self.active_jobs() or self._submitting:
+                raise ConflictError(
+                    f"cannot switch to {model_id!r} now: {jobs.running} job(s) running and "
+                    f"{jobs.waiting} waiting on {self.settings.model!r}; switch when they have "
+                    "finished (nothing was cancelled)", code="model_switch_busy", model=model_id,
+                    current=self.settings.model, running=jobs.running, waiting=jobs.waiting)
+            if model_id == self.settings.model:
+                return info
+            self.holder.unload()
+            if self.holder.state != "not loaded":  # a load or release still under way
+                raise ConflictError(f"cannot switch to {model_id!r} now: {self.settings.model!r} is "
+                                    f"{self.holder.state}; try again in a moment",
+                                    code="model_switch_loading", model=model_id,
+                                    current=self.settings.model, state=self.holder.state)
+            self.holder.forget()
+            self.settings = dataclasses.replace(self.settings, model=model_id)
+        logger.info("serving model %s (%s); it loads on the next job", model_id, info.engine)
+        return info
+
+    # --- saved voices and the page's history, for the studio tabs -------------------------
+    def saved_voices(self) -> list[VoiceInfo]:
+        """Every saved voice with its own record (name, length, models it is encoded for)."""
+        return self.library.list()
+
+    def voice_recording(self, voice_id: str) -> tuple[np.ndarray, int]:
+        """A saved voice's recording as (float samples, sample rate), for playing it back."""
+        prompt, _, _ = self.library.load(voice_id)
+        return prompt.pcm, prompt.sample_rate
+
+    def rename_voice(self, voice_id: str, new_name: str) -> VoiceInfo:
+        return self.library.rename(voice_id, new_name)
+
+    def delete_voice(self, voice_id: str) -> None:
+        self.library.delete(voice_id)
+
+    def export_voice(self, voice_id: str) -> bytes:
+        """The voice as the .zip that ``library export`` writes."""
+        return self.library.export(voice_id)
+
+    def import_voice(self, data: bytes, name: str | None = None) -> VoiceInfo:
+        """Import a voice .zip with the checks of ``library import`` (size limit included)."""
+        limit = int(self.settings.max_upload_mb * 1024 * 1024)
+        return self.library.import_zip(data, max_bytes=limit, name=name)
+
+    def history(self, limit: int = 50) -> list[history.HistoryEntry]:
+        """The page's last outputs still on disk, newest first (:mod:`cosyedge.history`)."""
+        return history.entries(self.settings.outputs_path, limit)
+
+    def retention(self) -> dict[str, float]:
+        """How long outputs are kept: the janitor's limits (0 = no limit), for the page to say."""
+        s = self.settings
+        return {"max_age_hours": s.janitor_max_age_hours, "max_total_mb": s.janitor_max_total_mb,
+                "max_files": s.janitor_max_files}
+
     # --- submitting -----------------------------------------------------------------------
     def prepare(self, request: TTSRequest) -> PreparedRequest:
         """Check everything that can be checked without the engine (an InputError names what is
@@ -666,7 +750,18 @@ class Service:
                                notes=resolved.notes, skipped=resolved.skipped)
         if prepared.request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
+            self._record_history(result, prepared.request.text)
         return result
+
+    def _record_history(self, result: TTSResult, text: str) -> None:
+        """The History tab's record of a page output (:mod:`cosyedge.history`); a record that cannot
+        be written costs the list an entry, never the result."""
+        assert result.path is not None
+        try:
+            history.record(result.path, text, voice=str(result.voice), engine=result.engine,
+                           model=result.model_id, duration_s=result.duration)
+        except OSError as exc:
+            logger.warning("could not write the history record of %s: %s", result.path.name, exc)
 
     def resolve(self, engine: Engine, prepared: PreparedRequest, cancelled: CancelFn | None = None,
                 phase: Callable[[str], None] | None = None) -> ResolvedRequest:
@@ -749,7 +844,18 @@ class Service:
             prompt = prepared.prompt
             name = "prompt audio"
         encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
+        if request.voice_id is not None:
+            self._record_encoding(request.voice_id, engine)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt)
+
+    def _record_encoding(self, voice_id: str, engine: Engine) -> None:
+        """Note in the saved voice's own record that it is encoded for this model; a voice renamed
+        or deleted meanwhile just is not noted (the job goes on with the audio it read)."""
+        try:
+            self.library.record_encoding(voice_id, engine.name, engine.model_id)
+        except (CosyedgeError, OSError) as exc:
+            logger.warning("could not note that voice %s is encoded for %s: %s", voice_id,
+                           engine.model_id, exc)
 
     @staticmethod
     def _plan_instruct(engine: Engine, instruct: str | None, options: SynthesisOptions,

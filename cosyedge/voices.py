@@ -236,6 +236,10 @@ class VoiceInfo:
     #: When the user confirmed the speaker's consent (cosyedge.consent); None: saved before it was
     #: asked for ("consent not recorded"), still usable.
     consent: ConsentRecord | None = None
+    #: The models this voice has been encoded for on this box, as ``engine/model_id``: recorded by
+    #: :meth:`VoiceLibrary.record_encoding` when a job uses it (the prompt cache may evict the
+    #: encoding itself; this record stays with the voice).
+    encoded_for: tuple[str, ...] = ()
 
 
 def name_to_id(name: Any) -> tuple[str, str]:
@@ -279,6 +283,7 @@ class VoiceLibrary:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+        self._meta_lock = threading.Lock()
         self._restore_interrupted_overwrites()
 
     def _restore_interrupted_overwrites(self) -> None:
@@ -408,6 +413,18 @@ class VoiceLibrary:
             raise
         return info
 
+    def record_encoding(self, voice_id: str, engine: str, model_id: str) -> VoiceInfo:
+        """Add ``engine/model_id`` to the voice's ``encoded_for`` (no write when it is there)."""
+        model = f"{engine}/{model_id}"
+        with self._meta_lock:  # two jobs on the same voice must not drop each other's model
+            path = self._existing(voice_id)
+            info = self._read_meta(path)
+            if model in info.encoded_for:
+                return info
+            info = replace(info, encoded_for=(*info.encoded_for, model))
+            write_atomic(path / META_NAME, _meta_bytes(info))
+            return info
+
     def _id_for(self, display: str, voice_id: str) -> str:
         """``voice_id``, or the first free ``voice_id-2``, ``-3``... when a voice with another name
         holds it (汪老师 and 王老师 are both wang-lao-shi); NameError_ when that voice has this very
@@ -495,7 +512,8 @@ class VoiceLibrary:
         return VoiceInfo(id=path.name, name=str(meta["name"]), engine=str(meta["engine"]),
                          model_id=str(meta["model_id"]), duration_s=float(meta["duration_s"]),
                          created=float(meta["created"]), notes=tuple(meta.get("notes", ())),
-                         consent=ConsentRecord.from_meta(meta.get("consent")))
+                         consent=ConsentRecord.from_meta(meta.get("consent")),
+                         encoded_for=tuple(str(m) for m in meta.get("encoded_for", ())))
 
 
 def _float_wav(prompt: ConditionedPrompt) -> bytes:
@@ -510,7 +528,8 @@ def _float_wav(prompt: ConditionedPrompt) -> bytes:
 
 def _meta_bytes(info: VoiceInfo) -> bytes:
     meta = {"format": LIBRARY_FORMAT, **asdict(info), "notes": list(info.notes),
-            "consent": info.consent.to_meta() if info.consent is not None else None}
+            "consent": info.consent.to_meta() if info.consent is not None else None,
+            "encoded_for": list(info.encoded_for)}
     return json.dumps(meta, ensure_ascii=False, indent=2).encode("utf-8")
 
 

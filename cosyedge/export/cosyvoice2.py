@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 #: The model family and version a conversion writes into its manifest (schema: cosyedge.manifest).
 FAMILY, VERSION = "cosyvoice", 2
 FORMAT_VERSION = 1
+#: The manifest's ``licence`` (docs/models.md): the terms of the converted weights, shown by the model
+#: picker. Third parties state Apache-2.0 for the official weights; the model card is the authority.
+LICENCE = {"weights": "Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B; see its model card)",
+           "code": "Apache-2.0 (FunAudioLLM/CosyVoice)"}
 QUANTIZE_CHOICES = ("none", "int8")
 
 
@@ -205,6 +209,7 @@ def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, A
         "format_version": FORMAT_VERSION,
         "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", 24000),
         "quantization": "int8" if ctx.quantize == "int8" else "fp32",
+        "licence": LICENCE,
         "steps": steps,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "converter": f"cosyedge {version}",

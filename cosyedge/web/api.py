@@ -6,6 +6,7 @@
   With ``"stream_format": "audio"`` and wav or pcm, the audio is streamed: the first bytes leave as
   soon as the first chunk is made. Errors before that are the usual JSON; after it the stream just
   ends early and the failure is logged (see docs/web.md).
+* ``GET /models``, ``POST /models/switch`` (``{"model": id}``; 409 while jobs run or wait).
 * ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
 * ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
   page's live player; the token is the stream's own, never listed).
@@ -107,6 +108,14 @@ class TTSResponse(BaseModel):
     skipped: list[str] = Field(default_factory=list,
                                description="Text not read aloud (other languages' tags, unsupported "
                                            "scripts), one line per tag or script")
+
+
+class SwitchBody(BaseModel):
+    """``POST /models/switch`` body."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str = Field(description="A model id from GET /models (its folder under models/)")
 
 
 class SpeechBody(BaseModel):
@@ -417,6 +426,17 @@ def build_router(service: Service) -> APIRouter:
     async def voices() -> dict[str, Any]:
         """Preset and saved voices."""
         return service.voices()
+
+    @router.get("/models", tags=["models"])
+    async def models() -> dict[str, Any]:
+        """The usable models under models/ (engine, capabilities, size, licence) and which is served."""
+        return await asyncio.to_thread(service.models)
+
+    @router.post("/models/switch", responses=errors, tags=["models"])
+    async def switch_model(body: SwitchBody) -> dict[str, Any]:
+        """Serve another model from the next job on; 409 (``model_switch_busy``) while jobs run or wait."""
+        info = await asyncio.to_thread(service.switch_model, body.model)
+        return {"current": info.id, "model": info.as_dict()}
 
     @router.get("/jobs", tags=["jobs"])
     async def jobs() -> dict[str, Any]:

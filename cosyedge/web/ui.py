@@ -1,4 +1,5 @@
-"""The Gradio page: three tabs over one :class:`~cosyedge.service.Service`. Handlers stay thin.
+"""The Gradio page: three generate tabs over one :class:`~cosyedge.service.Service`, and the
+studio tabs it mounts (``models_tab``, ``voices_tab``, ``history_tab``). Handlers stay thin.
 
 Every generate handler submits a streaming :class:`TTSRequest`, shows a live player at once, then
 waits for its job while reporting the queue position or per-sentence progress through
@@ -121,6 +122,8 @@ REASONS_ZH = {
     "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
     "shutting_down": "服务正在关闭",
     "consent_required": "需要确认参考音频的说话人同意克隆其声音（请勾选同意框）",
+    "model_switch_busy": "有 {running} 个任务在运行、{waiting} 个在排队，完成后才能切换模型（没有任务被取消）",
+    "model_unknown": "没有名为 {model} 的模型",
 }
 
 
@@ -469,6 +472,8 @@ def build_ui(service: Service) -> "gr.Blocks":
     """The Blocks for mounting with ``gr.mount_gradio_app`` (see app.py)."""
     import gradio as gr
 
+    from cosyedge.web import history_tab, models_tab, voices_tab
+
     presets = service.presets()
     low, high = SPEED_RANGE
 
@@ -553,7 +558,7 @@ def build_ui(service: Service) -> "gr.Blocks":
     generated: list[Any] = []  # the three generate events
     with gr.Blocks(title="cosyedge", analytics_enabled=False, delete_cache=(3600, UPLOAD_KEEP_S)) as demo:
         gr.Markdown("## cosyedge — offline speech studio / 离线语音工作室")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("3s quick clone / 3秒极速复刻", id="clone"):
                 status_clone = gr.Markdown(elem_id="clone-status")
                 ability_clone = gr.Markdown(elem_id="clone-ability")
@@ -604,6 +609,10 @@ def build_ui(service: Service) -> "gr.Blocks":
                 generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
                                       [audio_p, panel_p, live_p]))
 
+            models = models_tab.build(service, explain=_ui_error)
+            my_voices = voices_tab.build(service, explain=_ui_error)
+            history_tab.build(service)
+
         statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]
         for event in generated:  # the status line says at once that the job has ended, not up to 2 s later
             event.then(status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")
@@ -630,6 +639,15 @@ def build_ui(service: Service) -> "gr.Blocks":
                     gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
 
         demo.load(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
+        # the studio tabs: a new model has its own presets; the voice list changed; a saved voice to clone
+        models.switched.then(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False).then(
+            status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")
+        for event in my_voices.changed:
+            event.then(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
+        my_voices.use.click(lambda voice_id: (gr.update(choices=voice_choices(service, with_presets=False),
+                                                        value=SAVED_PREFIX + voice_id if voice_id else None),
+                                              None, gr.Tabs(selected="clone")),
+                            inputs=[my_voices.choice], outputs=[saved_c, prompt, tabs], queue=False)
         # Queued: only a queued event delivers gr.Error / gr.Info to the page. Unqueued, every
         # refusal was a bare HTTP 500 and a red badge on the dropdown, and success said nothing.
         save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name, consent],

@@ -1,0 +1,213 @@
+"""The page's My voices tab: the saved voices, each playable, renamable, deletable (after asking),
+exportable as the .zip that ``python -m cosyedge library export`` writes, and importable with the
+same checks as ``library import`` (:meth:`Service.import_voice`).
+
+"Encoded for" comes from the voice's own record (``encoded_for`` in its ``meta.json``, written when a
+job uses it), not from the prompt cache, which may evict an encoding at any time. "Use in the clone
+tab" is wired by the page (ui.py), which owns the clone tab: this tab hands it the chosen voice id.
+"""
+
+# No `from __future__ import annotations`: Gradio reads handler annotations at build time.
+import html
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from cosyedge.consent import describe as describe_consent
+from cosyedge.errors import CosyedgeError
+from cosyedge.service import Service
+from cosyedge.voices import VoiceInfo
+
+if TYPE_CHECKING:
+    import gradio as gr
+
+logger = logging.getLogger(__name__)
+
+HEADERS = ["Name / 名称", "Length / 时长", "Encoded for / 已编码", "Saved with / 保存时的模型",
+           "Saved on / 保存时间", "Speaker's consent / 说话人同意"]
+INTRO = ("Voices saved from the clone tab (or imported). They are stored on this box as audio and "
+         "can be used with every model; \"encoded for\" lists the models that have already used "
+         "one (its first use on another model takes longer) / 从克隆页保存（或导入）的音色，以音频形式"
+         "存在本机，任何模型都可使用；“已编码”列出已使用过它的模型（在其他模型上首次使用较慢）")
+CANNOT = "Cannot do that / 无法执行"
+CHOOSE_FIRST = "Choose a voice first / 请先选择音色"
+NO_FILE = "Choose a voice .zip to import first / 请先选择要导入的音色 .zip"
+#: Exported zips older than this are removed from the tab's temp folder (Gradio has copied them to
+#: its own cache, which it sweeps, by the time the download link shows).
+EXPORT_KEEP_S = 600.0
+
+#: Maps a service error to the page's lasting toast (ui.py's mapping, passed in: ui.py mounts this
+#: module, so this module does not import it).
+Explain = Callable[[CosyedgeError, str], "gr.Error"]
+
+
+@dataclass
+class VoicesTab:
+    """What the page wires to its other tabs: ``use`` (button) hands ``choice`` (the voice id) to
+    the clone tab; ``changed`` are the events after which the voice dropdowns need new choices."""
+
+    use: Any
+    choice: Any
+    changed: list[Any]
+
+
+def rows(voices: list[VoiceInfo]) -> list[list[str]]:
+    """The table's rows: name, length, the models it is encoded for, the model it was saved with,
+    when, and when the speaker's consent was confirmed (cosyedge.consent; it travels in the zip)."""
+    return [[voice.name, f"{voice.duration_s:.1f} s",
+             ", ".join(voice.encoded_for) or "none recorded / 无记录",
+             voice.model_id or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(voice.created)),
+             describe_consent(voice.consent)]
+            for voice in voices]
+
+
+def choices(voices: list[VoiceInfo]) -> list[tuple[str, str]]:
+    """Dropdown (label, value) pairs: the name (and id, which two similar names can share a
+    stem of), valued by id."""
+    return [(f"{voice.name} ({voice.id})", voice.id) for voice in voices]
+
+
+class ExportFolder:
+    """A temp folder for exported zips, emptied of old ones at each export (bounded on disk)."""
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+
+    def write(self, voice_id: str, data: bytes) -> Path:
+        if self._path is None or not self._path.is_dir():
+            self._path = Path(tempfile.mkdtemp(prefix="cosyedge-voice-export-"))
+        now = time.time()
+        for old in self._path.iterdir():
+            try:
+                if now - old.stat().st_mtime > EXPORT_KEEP_S:
+                    old.unlink()
+            except OSError as exc:
+                logger.warning("could not remove old export %s: %s", old, exc)
+        target = self._path / f"{voice_id}.voice.zip"
+        target.write_bytes(data)
+        return target
+
+
+def build(service: Service, explain: Explain) -> VoicesTab:
+    """The tab, inside the page's ``gr.Tabs``."""
+    import gradio as gr
+
+    exports = ExportFolder()
+
+    def fail(message: str) -> "gr.Error":
+        return gr.Error(html.escape(f"{CANNOT}: {message}", quote=False), duration=None)
+
+    def view(selected: str | None = None) -> tuple[dict, dict]:
+        voices = service.saved_voices()
+        ids = [voice.id for voice in voices]
+        return (gr.update(value=rows(voices)),
+                gr.update(choices=choices(voices), value=selected if selected in ids else None))
+
+    def pick(voice_id: str | None) -> tuple[Any, Any, Any]:
+        """The chosen voice's recording for the player and its name in the rename box."""
+        if not voice_id:
+            return None, "", gr.update(visible=False)
+        try:
+            pcm, rate = service.voice_recording(voice_id)
+            name = next((v.name for v in service.saved_voices() if v.id == voice_id), "")
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767).astype(np.int16)  # what the player plays, unconverted
+        return (rate, pcm16), name, gr.update(visible=False)
+
+    def rename(voice_id: str | None, new_name: str) -> tuple[dict, dict, str]:
+        if not voice_id:
+            raise fail(CHOOSE_FIRST)
+        try:
+            info = service.rename_voice(voice_id, new_name or "")
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        table, dropdown = view(info.id)
+        return table, dropdown, f"Renamed / 已重命名: {html.escape(info.name)}"
+
+    def ask_delete(voice_id: str | None) -> tuple[dict, str]:
+        if not voice_id:
+            raise fail(CHOOSE_FIRST)
+        name = next((v.name for v in service.saved_voices() if v.id == voice_id), voice_id)
+        return (gr.update(visible=True),
+                f"Delete **{html.escape(name)}** for everyone on this box? This cannot be undone / "
+                f"删除音色 {html.escape(name)}？本机所有用户都将无法使用，且无法恢复")
+
+    def delete(voice_id: str | None) -> tuple[dict, dict, dict, Any, str]:
+        if not voice_id:
+            raise fail(CHOOSE_FIRST)
+        try:
+            service.delete_voice(voice_id)
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        table, dropdown = view()
+        return table, dropdown, gr.update(visible=False), None, f"Deleted / 已删除: {html.escape(voice_id)}"
+
+    def export(voice_id: str | None) -> tuple[str, str]:
+        if not voice_id:
+            raise fail(CHOOSE_FIRST)
+        try:
+            data = service.export_voice(voice_id)
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        path = exports.write(voice_id, data)
+        return str(path), f"Exported / 已导出: {html.escape(path.name)} ({len(data) / 1024:.0f} KiB)"
+
+    def import_zip(path: str | None, name: str) -> tuple[dict, dict, str]:
+        if not path:
+            raise fail(NO_FILE)
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise fail(f"the uploaded file is no longer on the server ({exc.strerror}): choose it again"
+                       " / 上传的文件已不在服务器上，请重新选择") from None
+        try:
+            info = service.import_voice(data, name=(name or "").strip() or None)
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        table, dropdown = view(info.id)
+        return table, dropdown, f"Imported / 已导入: {html.escape(info.name)}"
+
+    voices = service.saved_voices()
+    with gr.Tab("My voices / 我的音色", id="voices") as tab:
+        gr.Markdown(INTRO)
+        table = gr.Dataframe(headers=HEADERS, value=rows(voices), interactive=False, wrap=True,
+                             elem_id="voices-table")
+        choice = gr.Dropdown(choices(voices), value=None, label="Voice / 音色", elem_id="voices-choice")
+        recording = gr.Audio(type="numpy", label="Recording / 录音", interactive=False,
+                             buttons=["download"], elem_id="voices-recording")
+        with gr.Row():
+            new_name = gr.Textbox(label="Name / 名称", scale=3, elem_id="voices-new-name")
+            rename_btn = gr.Button("Rename / 重命名", scale=1, elem_id="voices-rename")
+        with gr.Row():
+            use = gr.Button("Use in the clone tab / 在克隆页使用", variant="primary", elem_id="voices-use")
+            export_btn = gr.Button("Export .zip / 导出 .zip", elem_id="voices-export")
+            delete_btn = gr.Button("Delete… / 删除…", variant="stop", elem_id="voices-delete")
+        with gr.Row(visible=False, elem_id="voices-confirm") as confirm:
+            question = gr.Markdown(elem_id="voices-confirm-text")
+            yes = gr.Button("Yes, delete / 确认删除", variant="stop", elem_id="voices-delete-yes")
+            no = gr.Button("Keep it / 保留", elem_id="voices-delete-no")
+        exported = gr.File(label="Exported voice / 导出的音色", interactive=False, elem_id="voices-exported")
+        with gr.Row():
+            upload = gr.File(label="Import a voice .zip / 导入音色 .zip", file_types=[".zip"], type="filepath",
+                             scale=3, elem_id="voices-import-file")
+            import_name = gr.Textbox(label="Import as (optional) / 导入为（可选）", scale=2,
+                                     elem_id="voices-import-name")
+            import_btn = gr.Button("Import / 导入", scale=1, elem_id="voices-import")
+        message = gr.Markdown(elem_id="voices-message")
+
+    tab.select(view, inputs=[choice], outputs=[table, choice], queue=False)
+    choice.change(pick, inputs=[choice], outputs=[recording, new_name, confirm])
+    # Queued events (the default): only a queued event shows a gr.Error as a toast.
+    renamed = rename_btn.click(rename, inputs=[choice, new_name], outputs=[table, choice, message])
+    delete_btn.click(ask_delete, inputs=[choice], outputs=[confirm, question])
+    no.click(lambda: gr.update(visible=False), inputs=None, outputs=[confirm], queue=False)
+    deleted = yes.click(delete, inputs=[choice], outputs=[table, choice, confirm, recording, message])
+    export_btn.click(export, inputs=[choice], outputs=[exported, message])
+    imported = import_btn.click(import_zip, inputs=[upload, import_name], outputs=[table, choice, message])
+    return VoicesTab(use=use, choice=choice, changed=[renamed, deleted, imported])
