@@ -509,6 +509,8 @@ def build_ui(service: Service) -> "gr.Blocks":
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
                     language: str, request: gr.Request, progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
+        if prompt:  # the janitor keeps the prompt in the upload cache while the page may reuse it
+            service.lease(Path(prompt))
         if prompt_bytes is None and not saved:
             raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
                            "请录制或上传 3-10 秒参考音频，或选择已保存的音色")
@@ -538,6 +540,8 @@ def build_ui(service: Service) -> "gr.Blocks":
                            saved: str | None, speed: float, language: str, request: gr.Request,
                            progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt, CANNOT_READ_LESSON)
+        if prompt:
+            service.lease(Path(prompt))
         if prompt_bytes is None and not saved:
             raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
                            "请录制或上传 3-10 秒参考音频，或选择已保存的音色", title=CANNOT_READ_LESSON)
