@@ -5,7 +5,8 @@ Gradio writes every upload (a prompt, a recording, a lesson file) into its cache
 sees it, so neither the service's job check nor the periodic janitor can stop a flood of uploads in
 time. :class:`UploadGuardMiddleware` sits in front of that route: before the upload it asks
 ``check_room`` (the service's free-disk check; a refusal is the REST error shape, 507 with the code
-``disk_low``); after it, ``after_upload`` (the janitor's upload sweep) runs in a worker thread.
+``disk_low``); after it, ``after_upload`` (the janitor's upload sweep) runs in a worker thread
+before the answer's last part is sent.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from typing import Callable
 
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cosyedge.errors import CosyedgeError
 from cosyedge.web.api import error_response
@@ -46,10 +47,26 @@ class UploadGuardMiddleware:
             response = error_response(exc.http_status, exc.kind, exc.message, code=exc.code)
             await response(scope, receive, send)
             return
-        try:
-            await self.app(scope, receive, send)
-        finally:
+        swept = False
+
+        async def sweep() -> None:
+            nonlocal swept
+            if swept:
+                return
+            swept = True
             try:
                 await run_in_threadpool(self.after_upload)
-            except Exception:  # the upload itself has been answered; a failed sweep is only logged
+            except Exception:  # the upload itself went through; a failed sweep is only logged
                 logger.exception("upload cache sweep failed")
+
+        async def send_after_sweep(message: Message) -> None:
+            # the answer's last part waits for the sweep: a client that has its answer finds the
+            # cache within its cap again
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await sweep()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_after_sweep)
+        finally:
+            await sweep()
