@@ -354,7 +354,7 @@ def test_every_code_the_page_words_is_in_the_error_and_note_trees():
 
     assert set(REASONS_ZH) - set(error_codes()) == set()
     assert set(PAGE_NOTES) - set(NOTE_CODES) == set()
-    assert set(REASONS_ZH) == TRANSLATED_BEFORE  # and every refusal translated before still is
+    assert set(REASONS_ZH) >= TRANSLATED_BEFORE  # every refusal translated before still is
 
 
 def tone(seconds: float, rate: int):
