@@ -79,7 +79,7 @@ def test_a_nearly_full_disk_refuses_jobs_lessons_and_saves(make_service, web_set
     lesson = service.read_lesson(lesson_text(2), "l.txt")
     for attempt in (lambda: service.submit(TTSRequest(text="Hello.")),
                     lambda: service.submit_lesson(lesson, TTSRequest(text="")),
-                    lambda: service.save_voice("Ms Lee", b"RIFF", None)):
+                    lambda: service.save_voice("Ms Lee", b"RIFF", None, consent=True)):
         with pytest.raises(StorageFullError) as caught:
             attempt()
         assert caught.value.code == "disk_low" and caught.value.params["free_mb"] == 10.0
@@ -134,3 +134,16 @@ def test_a_real_enospc_mid_lesson_is_disk_full_and_leaves_nothing(small_mount, m
     assert caught.value.code == "disk_full"
     assert list(outputs.iterdir()) == []
     assert shutil.disk_usage(small_mount).used < 64 * 1024  # the partial WAV's blocks are free again
+
+
+def test_a_lesson_in_a_cloned_voice_needs_consent_like_any_clone(make_service):
+    from cosyedge.errors import CosyedgeError
+    from tests.test_service import wav_file
+
+    service = make_service()
+    lesson = service.read_lesson(lesson_text(2), "l.txt")
+    with pytest.raises(CosyedgeError) as caught:
+        service.submit_lesson(lesson, TTSRequest(text="", prompt_audio=wav_file(4.0)))
+    assert caught.value.code == "consent_required"
+    job = service.submit_lesson(lesson, TTSRequest(text="", prompt_audio=wav_file(4.0), consent=True))
+    assert job.wait(20) and job.outcome().voice == "prompt audio"
