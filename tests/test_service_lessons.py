@@ -7,7 +7,6 @@ import io
 import shutil
 import subprocess
 import zipfile
-from pathlib import Path
 
 import pytest
 import soundfile as sf
