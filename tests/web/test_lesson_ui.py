@@ -69,3 +69,17 @@ def test_too_long_and_no_file_are_refused_too(make_service, web_settings, tmp_pa
     with pytest.raises(gr.Error) as caught:
         asyncio.run(lesson_request(service, None, False, TTSRequest(text=""), SESSION, Progress()))
     assert "Choose a .txt or .md lesson file" in caught.value.message
+
+
+def test_a_20_mb_text_file_is_refused_with_its_size_and_the_limit(make_service, tmp_path):
+    import gradio as gr
+
+    service = make_service()
+    lesson = tmp_path / "huge.txt"
+    with open(lesson, "wb") as f:
+        f.truncate(20 * 1024 * 1024)
+    with pytest.raises(gr.Error) as caught:
+        asyncio.run(lesson_request(service, str(lesson), False, TTSRequest(text=""), SESSION, Progress()))
+    message = caught.value.message
+    assert "the lesson file is 21.0 MB; a lesson may have at most 60000 characters" in message
+    assert "课文文件有 20.97 MB" in message and service.active_jobs() == []
