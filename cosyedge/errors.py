@@ -88,7 +88,7 @@ class NotFoundError(CosyedgeError):
     http_status = 404
     kind = "not_found"
     codes = ("preset_unknown", "saved_voice_unknown", "saved_voice_damaged", "job_unknown",
-             "job_stream_unknown", "job_stream_released")
+             "job_stream_unknown", "job_stream_released", "lesson_unknown")
 
 
 class PayloadTooLargeError(CosyedgeError):

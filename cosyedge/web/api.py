@@ -46,6 +46,7 @@ from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeErro
 from cosyedge.jobs import Job
 from cosyedge.service import Service, TTSRequest, TTSResult
 from cosyedge.streaming import AudioStream
+from cosyedge.web.lesson_api import lesson_router
 
 logger = logging.getLogger(__name__)
 
@@ -677,6 +678,7 @@ def create_api(service: Service) -> FastAPI:
                   docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
     install_error_handlers(app)
     router = build_router(service)
+    router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip
     app.include_router(router)
     app.add_middleware(RouteErrorMiddleware, routes=[r for r in router.routes if isinstance(r, APIRoute)])
     limit = int(service.max_upload_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024
