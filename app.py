@@ -95,8 +95,17 @@ def start_wyoming(service: "Service", settings: "WyomingSettings | None") -> "Wy
     return WyomingServer(service, settings).start()
 
 
-def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
-    """REST routes, then the Gradio page mounted at "/", wrapped in auth when configured."""
+def upload_cache_dir() -> str:
+    """Where the page's Gradio keeps uploads, recordings and result copies (GRADIO_TEMP_DIR)."""
+    from gradio.utils import get_upload_folder
+
+    return get_upload_folder()
+
+
+def build_app(service: "Service", with_ui: bool = True, janitor: "Janitor | None" = None) -> "FastAPI":
+    """REST routes, then the Gradio page mounted at "/", wrapped in auth when configured. The page's
+    upload route is refused while the disk is nearly full and, with a ``janitor``, followed by a
+    sweep of the upload cache (cosyedge/web/upload_guard.py)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from cosyedge.web.api import create_api
 
@@ -114,6 +123,11 @@ def build_app(service: "Service", with_ui: bool = True) -> "FastAPI":
                                   max_file_size=int(settings.max_upload_mb * 1024 * 1024),
                                   allowed_paths=[str(settings.outputs_path.resolve())],
                                   enable_monitoring=False)
+        from cosyedge.web.upload_guard import UploadGuardMiddleware
+
+        service.disk.watch(upload_cache_dir())
+        app.add_middleware(UploadGuardMiddleware, check_room=lambda: service.check_room("an upload"),
+                           after_upload=janitor.sweep_uploads if janitor is not None else lambda: None)
     if settings.auth:
         from cosyedge.web.auth import BasicAuthMiddleware
 
@@ -130,11 +144,12 @@ def make_service(settings: Settings, thermal: "ThermalSource | None" = None) -> 
     return service
 
 
-def start_janitor(settings: Settings, service: "Service") -> "Janitor":
-    """The outputs/ janitor thread: sweeps at start and every few minutes, sparing files in use."""
+def start_janitor(settings: Settings, service: "Service", uploads_dir: str | None = None) -> "Janitor":
+    """The janitor thread: sweeps outputs/ (and the page's upload cache, ``uploads_dir``) at start
+    and every few minutes, sparing files in use."""
     from cosyedge.janitor import Janitor
 
-    return Janitor.from_settings(settings, in_use=service.in_use_paths).start()
+    return Janitor.from_settings(settings, in_use=service.in_use_paths, uploads_dir=uploads_dir).start()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -172,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     from cosyedge.thermal import ThermalGovernor
 
     service = make_service(settings, ThermalGovernor.from_settings(settings))
-    janitor = start_janitor(settings, service)
+    janitor = start_janitor(settings, service, uploads_dir=upload_cache_dir())
     try:
         wyoming_server = start_wyoming(service, wyoming)
     except OSError as exc:
@@ -180,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         janitor.stop()
         service.close()
         return 2
-    app = build_app(service)
+    app = build_app(service, janitor=janitor)
     logger.info("cosyedge on http://%s:%d (model %s loads on the first job)", settings.host,
                 settings.port, settings.model)
     install_log_redaction()  # the live player's stream token must not reach the access log

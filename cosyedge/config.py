@@ -53,6 +53,10 @@ class Settings:
     janitor_max_total_mb: float = 1024.0
     janitor_max_files: int = 500
     janitor_interval_minutes: float = 10.0
+    # Long lessons (cosyedge.lessons) and disk safety (cosyedge.diskspace, the janitor's upload cap).
+    max_lesson_chars: int = 60000
+    min_free_disk_mb: float = 256.0  # under this, new uploads and jobs are refused (0 = never)
+    upload_cache_max_mb: float = 512.0  # the page's upload cache, swept oldest first (0 = no cap)
     # Thermal governor thresholds (°C) and how far below a threshold it must cool to step down.
     thermal_warm_c: float = 70.0
     thermal_hot_c: float = 80.0
@@ -120,6 +124,12 @@ class Settings:
         if not 0.1 <= self.janitor_interval_minutes <= 1440:
             fail("janitor_interval_minutes", f"{self.janitor_interval_minutes} must be between 0.1 and 1440",
                  flag=False)
+        if not 1 <= self.max_lesson_chars <= 1_000_000:
+            fail("max_lesson_chars", f"{self.max_lesson_chars} must be between 1 and 1000000", flag=False)
+        if self.min_free_disk_mb < 0:
+            fail("min_free_disk_mb", f"{self.min_free_disk_mb} must be >= 0 (0 = never refuse)", flag=False)
+        if self.upload_cache_max_mb < 0:
+            fail("upload_cache_max_mb", f"{self.upload_cache_max_mb} must be >= 0 (0 = no cap)", flag=False)
         if not 0 < self.thermal_warm_c < self.thermal_hot_c < self.thermal_critical_c <= 150:
             fail("thermal_warm_c", f"thresholds must rise: 0 < warm ({self.thermal_warm_c}) < hot "
                  f"({self.thermal_hot_c}) < critical ({self.thermal_critical_c}) <= 150, e.g. 70/80/90",

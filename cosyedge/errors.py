@@ -59,7 +59,10 @@ class InputError(CosyedgeError):
 class TextError(InputError):
     kind = "invalid_text"
     codes = ("text_not_string", "text_empty", "text_too_long", "text_markup", "text_only_punctuation",
-             "text_no_supported_script", "prompt_text_too_long", "instruction_too_long")
+             "text_no_supported_script", "prompt_text_too_long", "instruction_too_long",
+             # a lesson file (cosyedge.lessons)
+             "lesson_file_type", "lesson_not_utf8", "lesson_not_text", "lesson_empty", "lesson_too_long",
+             "lesson_paragraph_invalid")
 
 
 class AudioError(InputError):
@@ -89,7 +92,7 @@ class NotFoundError(CosyedgeError):
     http_status = 404
     kind = "not_found"
     codes = ("preset_unknown", "saved_voice_unknown", "saved_voice_damaged", "job_unknown",
-             "job_stream_unknown", "job_stream_released", "model_unknown")
+             "job_stream_unknown", "job_stream_released", "model_unknown", "lesson_unknown")
 
 
 class ConflictError(CosyedgeError):
@@ -102,7 +105,7 @@ class PayloadTooLargeError(CosyedgeError):
     http_status = 413
     kind = "payload_too_large"
     codes = ("prompt_file_too_large", "voice_file_too_large", "voice_file_member_too_large",
-             "request_body_over_limit", "request_body_too_large")
+             "request_body_over_limit", "request_body_too_large", "lesson_file_too_large")
 
 
 class BusyError(CosyedgeError):
@@ -125,7 +128,7 @@ class CancelledError(CosyedgeError):
 class StorageFullError(CosyedgeError):
     http_status = 507
     kind = "storage_full"
-    codes = ("disk_full",)
+    codes = ("disk_full", "disk_low")  # disk_low: under the free-disk threshold (cosyedge.diskspace)
 
 
 class ModelMissingError(CosyedgeError):

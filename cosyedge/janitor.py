@@ -18,12 +18,20 @@ young: the size and count limits still remove it, last), files whose suffix is n
 (``README.md``), subdirectories, symlink targets (a link is removed as a link, and a link into a
 protected directory not at all), and a whole outputs_dir that resolves under a protected directory
 (prompts/, models/). A file that cannot be read or removed is logged and skipped; the sweep goes on.
+
+:func:`sweep_uploads` keeps the page's upload cache (Gradio's: one folder per upload, recording or
+result copy, kept a day) under a total size and count, oldest folder first, never one holding a
+file in use (a prompt a job or the page has just read: the service leases it) and never an upload
+still arriving (Gradio's loose temp files at the top, until ``partial_grace_s``). The page's upload
+route calls it after every upload (:mod:`cosyedge.web.upload_guard`), so a flood of uploads cannot
+outgrow the cap between two periodic sweeps.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
 import threading
 import time
@@ -36,7 +44,7 @@ from cosyedge.config import Settings
 logger = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"
-OUTPUT_SUFFIXES = (".wav", ".json", ".mp3", ".ogg", ".flac", ".opus")
+OUTPUT_SUFFIXES = (".wav", ".json", ".mp3", ".ogg", ".flac", ".opus", ".zip")  # .zip: a lesson's paragraphs
 
 InUseFn = Callable[[], Iterable[Path]]
 
@@ -186,18 +194,124 @@ def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy
     return removed
 
 
+@dataclass(frozen=True)
+class UploadPolicy:
+    """Limits for the page's upload cache; a limit of 0 means "no limit"."""
+
+    max_total_bytes: int = 512 * 1024 * 1024
+    max_entries: int = 2000  # folders: many tiny uploads cost the sweep more than their bytes
+    partial_grace_s: float = 600.0  # a loose file younger than this may be an upload still arriving
+    protected: tuple[Path, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "UploadPolicy":
+        return cls(max_total_bytes=int(settings.upload_cache_max_mb * 1024 * 1024),
+                   protected=(settings.prompts_path, settings.models_path, settings.outputs_path))
+
+
+def _tree(path: Path) -> tuple[int, float]:
+    """(bytes, newest mtime) of the regular files under ``path``, links not followed."""
+    size, newest = 0, 0.0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in files + dirs:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            newest = max(newest, info.st_mtime)
+            if stat.S_ISREG(info.st_mode):
+                size += info.st_size
+    try:
+        newest = max(newest, os.lstat(path).st_mtime)
+    except OSError:
+        pass
+    return size, newest
+
+
+def sweep_uploads(cache_dir: str | os.PathLike[str], now: float, policy: UploadPolicy = UploadPolicy(),
+                  in_use: frozenset[Path] | set[Path] = frozenset(), dry_run: bool = False) -> list[Path]:
+    """Remove the oldest folders of the upload cache while it holds more than the policy allows;
+    stale loose files (abandoned uploads) go too. Returns what was removed (or would be)."""
+    cache_dir = _resolved(Path(cache_dir))
+    protected = tuple(_resolved(Path(p)) for p in policy.protected)
+    if _is_under(cache_dir, protected) or any(_is_under(p, (cache_dir,)) for p in protected):
+        logger.error("janitor: the upload cache %s overlaps a protected directory; not sweeping it",
+                     cache_dir)
+        return []
+    busy = {_resolved(Path(p)) for p in in_use}
+    try:
+        entries = list(os.scandir(cache_dir))
+    except OSError:
+        return []
+    folders: list[tuple[float, str, Path, int]] = []  # (newest mtime, name, path, bytes)
+    loose: list[tuple[Path, float, int]] = []
+    for entry in entries:
+        path = cache_dir / entry.name
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            size, newest = _tree(path)
+            folders.append((newest, entry.name, path, size))
+        elif stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+            loose.append((path, info.st_mtime, info.st_size if stat.S_ISREG(info.st_mode) else 0))
+    folders.sort()
+    total = sum(f[3] for f in folders) + sum(size for _, _, size in loose)
+    count = len(folders)
+    doomed: list[Path] = [path for path, mtime, _ in loose
+                          if now - mtime > policy.partial_grace_s and path not in busy]
+    total -= sum(size for path, _, size in loose if path in doomed)
+    for _, _, path, size in folders:  # oldest first; stops once under both limits
+        over_size = policy.max_total_bytes > 0 and total > policy.max_total_bytes
+        over_count = policy.max_entries > 0 and count > policy.max_entries
+        if not (over_size or over_count):
+            break
+        if any(p == path or path in p.parents for p in busy):
+            continue  # a prompt a job or the page is using
+        doomed.append(path)
+        total -= size
+        count -= 1
+    if policy.max_total_bytes > 0 and total > policy.max_total_bytes:
+        logger.warning("janitor: the upload cache still holds %d bytes (cap %d): the rest is in use "
+                       "or still arriving", total, policy.max_total_bytes)
+    if dry_run:
+        return doomed
+    removed: list[Path] = []
+    for path in doomed:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            logger.warning("janitor: cannot remove %s: %s", path, exc)
+            continue
+        removed.append(path)
+    if removed:
+        logger.info("janitor: removed %d upload(s) from %s", len(removed), cache_dir)
+    return removed
+
+
 class Janitor:
     """A named daemon thread that sweeps outputs/ at start and then every ``interval_s`` seconds.
 
     ``in_use`` is called before each sweep (the service's ``in_use_paths``); a failing sweep is
-    logged and the thread keeps going.
+    logged and the thread keeps going. With ``uploads_dir`` each sweep also keeps the page's upload
+    cache within ``upload_policy``; :meth:`sweep_uploads` does that alone, at once (after an upload).
     """
 
     def __init__(self, outputs_dir: str | os.PathLike[str], policy: JanitorPolicy, interval_s: float,
                  in_use: InUseFn | None = None, clock: Callable[[], float] = time.time,
-                 name: str = "cosyedge-janitor") -> None:
+                 name: str = "cosyedge-janitor", uploads_dir: str | os.PathLike[str] | None = None,
+                 upload_policy: UploadPolicy = UploadPolicy()) -> None:
         self.outputs_dir = Path(outputs_dir)
         self.policy = policy
+        self.uploads_dir = Path(uploads_dir) if uploads_dir is not None else None
+        self.upload_policy = upload_policy
+        self._uploads_lock = threading.Lock()  # the thread and the upload route may both sweep
         self.interval_s = interval_s
         self._in_use = in_use
         self._clock = clock
@@ -208,17 +322,30 @@ class Janitor:
         self.last_removed: list[Path] = []
 
     @classmethod
-    def from_settings(cls, settings: Settings, in_use: InUseFn | None = None) -> "Janitor":
+    def from_settings(cls, settings: Settings, in_use: InUseFn | None = None,
+                      uploads_dir: str | os.PathLike[str] | None = None) -> "Janitor":
         return cls(settings.outputs_path, JanitorPolicy.from_settings(settings),
-                   settings.janitor_interval_minutes * 60.0, in_use)
+                   settings.janitor_interval_minutes * 60.0, in_use, uploads_dir=uploads_dir,
+                   upload_policy=UploadPolicy.from_settings(settings))
+
+    def _busy(self) -> frozenset[Path]:
+        return frozenset(Path(p) for p in self._in_use()) if self._in_use else frozenset()
 
     def run_once(self) -> list[Path]:
-        """One sweep now, in the calling thread."""
-        in_use = frozenset(Path(p) for p in self._in_use()) if self._in_use else frozenset()
-        removed = sweep(self.outputs_dir, self._clock(), self.policy, in_use)
+        """One sweep now, in the calling thread: outputs/, then the upload cache."""
+        removed = sweep(self.outputs_dir, self._clock(), self.policy, self._busy())
+        if self.uploads_dir is not None:
+            removed += self.sweep_uploads()
         self.last_removed = removed
         self.sweeps += 1
         return removed
+
+    def sweep_uploads(self) -> list[Path]:
+        """Keep the upload cache within its policy now (nothing when there is no upload cache)."""
+        if self.uploads_dir is None:
+            return []
+        with self._uploads_lock:
+            return sweep_uploads(self.uploads_dir, self._clock(), self.upload_policy, self._busy())
 
     def _run(self) -> None:
         while True:

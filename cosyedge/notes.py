@@ -39,6 +39,8 @@ NOTE_CODES = (
     # what conditioning did to a prompt (audio.condition_prompt_array)
     "prompt_clipping", "prompt_silence_trimmed", "prompt_cut", "prompt_low_level",
     "prompt_channels_cancel",
+    # a lesson's progress while it is read (cosyedge.lessons)
+    "lesson_progress", "lesson_zipping",
 )
 
 

@@ -37,15 +37,19 @@ from cosyedge import history
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.consent import require_consent
+from cosyedge.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.engines.loader import NATIVE_ABILITIES
 from cosyedge.engines.base import (LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
 from cosyedge.errors import (AudioError, CancelledError, ConflictError, CosyedgeError, NameError_,
                              NotFoundError, ParameterError, StorageFullError, TextError)
+from cosyedge.files import TEMP_PREFIX
 from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
                                plan_for_engine, postprocess)
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
+from cosyedge.lessons import (Lesson, LessonPlan, LessonResult, load_lesson, read_lesson,
+                              synthesize_lesson)
 from cosyedge.manifest import read_identity
 from cosyedge.model_catalog import ModelCatalog, ModelInfo
 from cosyedge.notes import Note
@@ -336,8 +340,11 @@ class Service:
 
     def __init__(self, settings: Settings, engine_factory: EngineFactory | None = None,
                  thermal: ThermalSource | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, disk_probe: FreeProbe = free_bytes) -> None:
         self.settings = settings
+        # Refuses new jobs, saves and uploads while the disk is nearly full (disk_probe: a test seam).
+        self.disk = DiskGuard((settings.outputs_path, settings.prompts_path),
+                              int(settings.min_free_disk_mb * 1e6), probe=disk_probe)
         if engine_factory is None:
             def engine_factory() -> Engine:
                 from cosyedge.engines.loader import load_engine
@@ -457,6 +464,7 @@ class Service:
         ``consent``: what the user confirmed (:func:`cosyedge.consent.require_consent`)."""
         record = require_consent(consent, "saving a voice")
         self._refuse_preset_name(name)
+        self.check_room("saving a voice")
         if not prompt_audio:
             raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})",
                              code="prompt_missing")
@@ -610,6 +618,68 @@ class Service:
         return {"max_age_hours": s.janitor_max_age_hours, "max_total_mb": s.janitor_max_total_mb,
                 "max_files": s.janitor_max_files}
 
+    @property
+    def max_lesson_chars(self) -> int:
+        """The longest lesson file accepted, in characters read aloud."""
+        return self.settings.max_lesson_chars
+
+    def check_room(self, what: str = "new work") -> None:
+        """Refuse ``what`` (StorageFullError ``disk_low``) while the disk is nearly full."""
+        self.disk.check(what)
+
+    # --- long lessons (cosyedge.lessons) --------------------------------------------------
+    def read_lesson(self, source: bytes | Path, filename: str | None = None) -> Lesson:
+        """A lesson file (its bytes and name, or its path) checked and split; a coded error names
+        what is wrong with it."""
+        limits = (self.settings.max_lesson_chars, self.settings.max_text_chars)
+        if isinstance(source, Path):
+            return load_lesson(source, *limits)
+        return read_lesson(source, filename or "", *limits)
+
+    def submit_lesson(self, lesson: Lesson, request: TTSRequest, owner: str | None = None,
+                      per_paragraph: bool = False) -> Job:
+        """Queue a lesson read in ``request``'s voice and options (its text is ignored); the job's
+        result is a :class:`~cosyedge.lessons.LessonResult` (a WAV, and with ``per_paragraph`` a
+        zip of one WAV per paragraph, in outputs/)."""
+        self.check_room("a new lesson")
+        prepared = self.prepare(dataclasses.replace(request, text=lesson.paragraphs[0], keep_file=True))
+        return self.queue.submit(functools.partial(self._run_lesson, prepared=prepared, lesson=lesson,
+                                                   per_paragraph=per_paragraph), owner=owner)
+
+    def _run_lesson(self, job: Job, prepared: PreparedRequest, lesson: Lesson,
+                    per_paragraph: bool) -> LessonResult:
+        started = time.monotonic()
+        outputs = self.settings.outputs_path.resolve()
+        outputs.mkdir(parents=True, exist_ok=True)
+        wav = outputs / f"{job.id}.wav"
+        archive = outputs / f"{job.id}.zip" if per_paragraph else None
+        files = [p for p in (wav, archive) if p is not None]
+        writing = files + [p.with_name(TEMP_PREFIX + p.name) for p in files]
+        with self.holder.use(on_loading=lambda: job.set_phase(PHASE_LOADING)) as engine:
+            if job.is_cancelled():
+                raise CancelledError("cancelled before synthesis started")
+            resolved = self.resolve(engine, prepared, job.is_cancelled, job.set_phase)
+            rate, plan = engine.capabilities.sample_rate, resolved.plan
+            effects = None if plan is None else (lambda piece: postprocess(piece, rate, plan))
+            with self._in_use_lock:
+                self._writing.update(writing)
+            try:
+                frames, sentences, skipped = synthesize_lesson(
+                    engine, lesson, LessonPlan(resolved.choice.voice, resolved.options, effects), wav,
+                    archive, first=resolved.analysis, phase=job.set_phase, report=job.report,
+                    cancelled=job.is_cancelled, check_room=lambda: self.check_room("the rest of the lesson"))
+                for path in files:
+                    self.lease(path)
+            finally:
+                with self._in_use_lock:
+                    self._writing.difference_update(writing)
+            choice = resolved.choice
+            return LessonResult(job_id=job.id, path=wav, zip_path=archive, paragraphs=len(lesson.paragraphs),
+                                sentences=sentences, frames=frames, sample_rate=rate,
+                                seconds=time.monotonic() - started, engine=engine.name,
+                                model_id=engine.model_id, voice=choice.name, voice_match=choice.match,
+                                instruct=instruct_report(plan), notes=resolved.notes, skipped=skipped)
+
     # --- submitting -----------------------------------------------------------------------
     def prepare(self, request: TTSRequest) -> PreparedRequest:
         """Check everything that can be checked without the engine (an InputError names what is
@@ -663,6 +733,7 @@ class Service:
         """
         if job_id is not None and not JOB_ID_RE.match(job_id):
             raise NameError_("job id must be 1-64 letters, digits, '-' or '_'", code="job_id_invalid")
+        self.check_room("a new job")
         cancelled = threading.Event()
         if owner is not None:
             with self._submitting_lock:

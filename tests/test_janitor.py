@@ -327,3 +327,81 @@ def test_sweep_command_dry_run_then_real(tmp_path, capsys):
     assert cli.main(["sweep", "--outputs-dir", str(out)]) == 0
     assert "removed 2 file(s)" in capsys.readouterr().out
     assert left(out) == {"new.wav"}
+
+
+# --- the page's upload cache (sweep_uploads) ------------------------------------------------------
+
+from cosyedge.janitor import UploadPolicy, sweep_uploads  # noqa: E402
+
+
+def upload(cache: Path, name: str, age_s: float, size: int = 100) -> Path:
+    """One Gradio upload: ``<cache>/<hash>/<file>``, its folder and file ``age_s`` old."""
+    path = make(cache / name / "prompt.wav", age_s, size)
+    os.utime(path.parent, (NOW - age_s, NOW - age_s))
+    return path
+
+
+def test_the_upload_cache_is_kept_under_its_cap_oldest_first(tmp_path):
+    cache = tmp_path / "gradio"
+    for i, age in enumerate([500, 400, 300, 200, 100]):
+        upload(cache, f"u{i}", age, size=1000)
+    removed = sweep_uploads(cache, NOW, UploadPolicy(max_total_bytes=2500))
+    assert names(removed) == {"u0", "u1", "u2"}
+    assert left(cache) == {"u3", "u4"}
+
+
+def test_a_prompt_in_use_survives_the_cap_and_a_younger_one_goes_instead(tmp_path):
+    cache = tmp_path / "gradio"
+    kept = upload(cache, "old-in-use", 900, size=1000)
+    for i, age in enumerate([300, 200, 100]):
+        upload(cache, f"u{i}", age, size=1000)
+    removed = sweep_uploads(cache, NOW, UploadPolicy(max_total_bytes=2500), in_use={kept})
+    assert names(removed) == {"u0", "u1"}
+    assert kept.exists()
+
+
+def test_an_upload_still_arriving_is_counted_but_kept_until_its_grace(tmp_path):
+    cache = tmp_path / "gradio"
+    make(cache / "tmpabc123", 5, size=3000)  # Gradio's temp file of an upload in progress
+    make(cache / "tmpstale99", 2 * HOUR, size=10)
+    upload(cache, "u0", 100, size=1000)
+    removed = sweep_uploads(cache, NOW, UploadPolicy(max_total_bytes=3500, partial_grace_s=600))
+    assert names(removed) == {"tmpstale99", "u0"}
+    assert left(cache) == {"tmpabc123"}
+
+
+def test_the_entry_cap_bounds_many_tiny_uploads(tmp_path):
+    cache = tmp_path / "gradio"
+    for i in range(10):
+        upload(cache, f"u{i:02d}", 1000 - i, size=1)
+    sweep_uploads(cache, NOW, UploadPolicy(max_total_bytes=0, max_entries=4))
+    assert left(cache) == {"u06", "u07", "u08", "u09"}
+
+
+def test_an_upload_cache_overlapping_a_protected_folder_is_not_swept(tmp_path):
+    upload(tmp_path / "prompts" / "library", "voice", 900, size=1000)
+    policy = UploadPolicy(max_total_bytes=1, protected=(tmp_path / "prompts",))
+    assert sweep_uploads(tmp_path / "prompts" / "library", NOW, policy) == []
+    assert sweep_uploads(tmp_path, NOW, policy) == []  # prompts/ lies inside it
+    assert (tmp_path / "prompts" / "library" / "voice" / "prompt.wav").exists()
+
+
+def test_a_link_in_the_cache_is_removed_as_a_link(tmp_path):
+    cache = tmp_path / "gradio"
+    precious = make(tmp_path / "elsewhere" / "keep.wav", 0, size=5000)
+    (cache / "u0").mkdir(parents=True)
+    (cache / "u0" / "link.wav").symlink_to(precious)
+    upload(cache, "u1", 10, size=2000)
+    os.utime(cache / "u0", (NOW - 900, NOW - 900))
+    sweep_uploads(cache, NOW, UploadPolicy(max_total_bytes=1000))
+    assert precious.exists() and precious.stat().st_size == 5000
+
+
+def test_the_janitor_sweeps_the_upload_cache_with_outputs(tmp_path):
+    cache = tmp_path / "gradio"
+    for i, age in enumerate([300, 200, 100]):
+        upload(cache, f"u{i}", age, size=1000)
+    janitor = Janitor(tmp_path / "outputs", NO_LIMITS, 60, clock=lambda: NOW, uploads_dir=cache,
+                      upload_policy=UploadPolicy(max_total_bytes=1500))
+    assert names(janitor.run_once()) == {"u0", "u1"}
+    assert Janitor(tmp_path / "outputs", NO_LIMITS, 60).sweep_uploads() == []

@@ -50,6 +50,7 @@ from cosyedge.jobs import Job
 from cosyedge.service import Service, TTSRequest, TTSResult
 from cosyedge.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
+from cosyedge.web.lesson_api import lesson_router
 
 logger = logging.getLogger(__name__)
 
@@ -699,7 +700,9 @@ def create_api(service: Service) -> FastAPI:
                   description="Offline text to speech: seed-compatible /tts and OpenAI-style speech.",
                   docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
     install_error_handlers(app)
-    routers = (build_router(service), build_openai_router(service, ERROR_RESPONSES))
+    router = build_router(service)
+    router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip
+    routers = (router, build_openai_router(service, ERROR_RESPONSES))
     for router in routers:
         app.include_router(router)
     app.add_middleware(RouteErrorMiddleware,

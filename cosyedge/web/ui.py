@@ -32,6 +32,8 @@ from cosyedge.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
 from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
                               SPEED_RANGE, Service, TTSRequest, TTSResult)
+from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
+                                    lesson_controls, lesson_line)
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
     import gradio as gr
@@ -121,6 +123,15 @@ REASONS_ZH = {
     "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
     "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
     "shutting_down": "服务正在关闭",
+    "lesson_file_type": "课文必须是 .txt 或 .md 文件",
+    "lesson_not_utf8": "课文文件不是 UTF-8 编码：请在编辑器中另存为 UTF-8 后重新上传",
+    "lesson_not_text": "课文文件不是纯文本文件",
+    "lesson_empty": "课文文件里没有可朗读的文字",
+    "lesson_too_long": "课文有 {length} 个字符，上限为 {limit} 个：请拆分成几个文件",
+    "lesson_file_too_large": "课文文件有 {size_mb} MB，课文最多 {limit_chars} 个字符（{limit_mb} MB）：请拆分",
+    "lesson_paragraph_invalid": "课文第 {paragraph} 段无法朗读",
+    "disk_low": "磁盘快满了（剩余 {free_mb} MB，至少保留 {min_free_mb} MB）：暂不接受新任务和上传，请删除旧的输出后再试",
+    "disk_full": "磁盘已满，未保存任何内容：请删除旧的输出后再试",
     "consent_required": "需要确认参考音频的说话人同意克隆其声音（请勾选同意框）",
     "model_switch_busy": "有 {running} 个任务在运行、{waiting} 个在排队，完成后才能切换模型（没有任务被取消）",
     "model_unknown": "没有名为 {model} 的模型",
@@ -417,6 +428,30 @@ def _read_prompt(path: str | None, title: str = CANNOT_GENERATE) -> bytes | None
         raise ui_error(PROMPT_GONE, title=title) from None
 
 
+async def lesson_request(service: Service, lesson_path: str | None, per_paragraph: bool, tts: TTSRequest,
+                         request: "gr.Request | None", progress: Any) -> tuple[str | None, str, str | None]:
+    """A tab's "read the lesson": the lesson in ``tts``'s voice and options; (wav, panel, zip)."""
+    import gradio as gr
+
+    if not lesson_path:
+        raise ui_error(NO_LESSON_FILE, title=CANNOT_READ_LESSON)
+    try:
+        lesson = await asyncio.to_thread(service.read_lesson, Path(lesson_path))
+        job = await asyncio.to_thread(service.submit_lesson, lesson, tts, _session(request),
+                                      bool(per_paragraph))
+        result = await follow_lesson(service, job, progress, PHASE_LABELS)
+    except CancelledError:
+        gr.Info(CANCELLED)
+        return None, CANCELLED, None
+    except CosyedgeError as exc:
+        raise _ui_error(exc, title=CANNOT_READ_LESSON) from exc
+    except OSError as exc:  # the upload left the page's cache in between
+        logger.warning("lesson file unreadable (%s): %s", lesson_path, exc)
+        raise ui_error(LESSON_GONE, title=CANNOT_READ_LESSON) from None
+    return (str(result.path), describe(result) + lesson_line(result),  # type: ignore[arg-type]
+            str(result.zip_path) if result.zip_path else None)
+
+
 def capability_notes(service: Service) -> tuple[str, str]:
     """(clone tab note, instruct tab note): what the engine can truly do, from its capabilities as
     the service knows them (the loaded engine's, or before the first load what the manifest's
@@ -485,6 +520,8 @@ def build_ui(service: Service) -> "gr.Blocks":
                     language: str, consent: bool, request: gr.Request,
                     progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
+        if prompt:  # the janitor keeps the prompt in the upload cache while the page may reuse it
+            service.lease(Path(prompt))
         if prompt_bytes is None and not saved:
             raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
                            "请录制或上传 3-10 秒参考音频，或选择已保存的音色")
@@ -508,6 +545,38 @@ def build_ui(service: Service) -> "gr.Blocks":
                          keep_file=True)
         async for update in stream_request(service, tts, request, progress):
             yield update
+
+    # "Read the lesson" in each tab: the tab's voice fields, the lesson's text (cosyedge.web.lesson_ui)
+    async def clone_lesson(lesson: str | None, per_paragraph: bool, prompt: str | None, prompt_text: str,
+                           saved: str | None, speed: float, language: str, consent: bool,
+                           request: gr.Request, progress: gr.Progress = gr.Progress()):
+        prompt_bytes = await asyncio.to_thread(_read_prompt, prompt, CANNOT_READ_LESSON)
+        if prompt:
+            service.lease(Path(prompt))
+        if prompt_bytes is None and not saved:
+            raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
+                           "请录制或上传 3-10 秒参考音频，或选择已保存的音色", title=CANNOT_READ_LESSON)
+        voice = voice_fields(saved) if prompt_bytes is None else {}
+        tts = TTSRequest(text="", prompt_audio=prompt_bytes, **voice,
+                         prompt_text=(prompt_text or "").strip() or None, speed=float(speed), language=language,
+                         consent=bool(consent))
+        return await lesson_request(service, lesson, per_paragraph, tts, request, progress)
+
+    async def instruct_lesson(lesson: str | None, per_paragraph: bool, instruction: str, voice: str,
+                              speed: float, language: str, request: gr.Request,
+                              progress: gr.Progress = gr.Progress()):
+        tts = TTSRequest(text="", **voice_fields(voice), instruct=(instruction or "").strip() or None,
+                         speed=float(speed), language=language)
+        return await lesson_request(service, lesson, per_paragraph, tts, request, progress)
+
+    async def preset_lesson(lesson: str | None, per_paragraph: bool, voice: str, speed: float, language: str,
+                            request: gr.Request, progress: gr.Progress = gr.Progress()):
+        tts = TTSRequest(text="", **voice_fields(voice), speed=float(speed), language=language)
+        return await lesson_request(service, lesson, per_paragraph, tts, request, progress)
+
+    def wire_lesson(box: Any, fn: Callable, inputs: list, audio: gr.Audio, panel: gr.Markdown) -> Any:
+        return box.go.click(fn, inputs=[box.file, box.per_paragraph] + inputs, outputs=[audio, panel, box.archive],
+                            concurrency_id="synthesis", show_progress_on=[panel])
 
     def cancel(request: gr.Request) -> tuple[Any, Any]:
         # An empty live player: what the page had scheduled stops at once, also after the job has
@@ -577,7 +646,10 @@ def build_ui(service: Service) -> "gr.Blocks":
                                            placeholder="e.g. Ms Lee / 王老师", elem_id="clone-save-name")
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
                 speed_c, lang_c = common_inputs("clone")
+                lesson_c = lesson_controls("clone", service.max_lesson_chars)
                 go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
+                generated.append(wire_lesson(lesson_c, clone_lesson, [prompt, prompt_text, saved_c, speed_c, lang_c,
+                                                                     consent], audio_c, panel_c))
                 generated.append(wire(go_c, stop_c, clone,
                                       [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c,
                                        consent],
@@ -594,7 +666,10 @@ def build_ui(service: Service) -> "gr.Blocks":
                 text_instruct = gr.Textbox(label="Text to read / 合成文本", lines=4,
                                            elem_id="instruct-text")
                 speed_i, lang_i = common_inputs("instruct")
+                lesson_i = lesson_controls("instruct", service.max_lesson_chars)
                 go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
+                generated.append(wire_lesson(lesson_i, instruct_lesson, [instruction, voice_i, speed_i, lang_i],
+                                             audio_i, panel_i))
                 generated.append(wire(go_i, stop_i, instruct,
                                       [instruction, voice_i, text_instruct, speed_i, lang_i],
                                       [audio_i, panel_i, live_i]))
@@ -605,7 +680,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                                       elem_id="preset-voice")
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
                 speed_p, lang_p = common_inputs("preset")
+                lesson_p = lesson_controls("preset", service.max_lesson_chars)
                 go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
+                generated.append(wire_lesson(lesson_p, preset_lesson, [voice_p, speed_p, lang_p], audio_p, panel_p))
                 generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
                                       [audio_p, panel_p, live_p]))
 
