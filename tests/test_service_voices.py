@@ -175,3 +175,24 @@ def test_voices_say_what_each_preset_is_made_of(make_service):
     for detail in details:
         assert detail["languages"] == languages
         assert all(sum(recipe["packs"].values()) == pytest.approx(1.0) for recipe in detail["made_of"].values())
+
+
+def test_a_matched_voice_that_reads_the_text_language_badly_says_so(make_service):
+    """The voice-match guard's figures (meta ``reading_errors``, cosyedge/intelligibility.py) become a
+    note for the languages the text is read in, and only those."""
+    from tests.helpers.fake_engine import FakeEngine
+
+    class CheckedMatch(FakeEngine):
+        def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+            prompt = super().encode_prompt(audio, sample_rate, transcript, cancelled=cancelled)
+            prompt.meta["reading_errors"] = {"zh": 0.41, "en": 0.02, "ja": 0.05}
+            return prompt
+
+    service = make_service(factory=CheckedMatch)
+    prompt = encode(speechlike(4.0), 24000)
+    zh = run(service, text="你好。", prompt_audio=prompt, language="zh")
+    en = run(service, text="Hello.", prompt_audio=prompt, language="en")
+    preset = run(service, text="你好。", speaker="female_1", language="zh")
+    assert [n.code for n in zh.notes if n.code == "voice_match_reads_badly"] == ["voice_match_reads_badly"]
+    assert "reads Chinese unclearly (41% syllable errors" in str(zh.report()["notes"])
+    assert not [n for n in en.notes if "unclearly" in n] and not [n for n in preset.notes if "unclearly" in n]
