@@ -172,8 +172,8 @@ def cmd_table(args: argparse.Namespace) -> None:
 
 
 def candidates(preset: str) -> list[Recipe]:
-    """Recipes that keep the preset's timbre and borrow part or all of another pack's prosody, then
-    light whole blends; the F0 rule refuses most of them for the male presets."""
+    """Light whole blends with each other pack, then the preset's prosody under a half-borrowed timbre,
+    then its timbre over half-borrowed prosody; the F0 rule refuses most of them for the male presets."""
     own = presets.PRESETS[preset]
     others = [p for p in ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo") if p not in own]
 
@@ -182,8 +182,13 @@ def candidates(preset: str) -> list[Recipe]:
         out[other] = round(out.get(other, 0.0) + weight, 3)
         return {k: v for k, v in out.items() if v > 0}
 
-    out = [Recipe(dict(own), mix(w, other)) for other in others for w in (0.2, 0.5, 1.0)]
-    out += [Recipe.whole(mix(0.3, other)) for other in others]
+    if own.get("jm_kumo", 0.0) >= 0.5:
+        # the only male pack: any female prosody lifts the pitch out of range (measured: +60 % and
+        # more at half), so only a lighter share of female timbre over the male prosody is tried
+        return [Recipe(mix(w, other), dict(own)) for w in (0.15, 0.3) for other in others if other != "jm_kumo"]
+    out = [Recipe.whole(mix(w, other)) for w in (0.3, 0.5) for other in others]
+    out += [Recipe(mix(0.5, other), dict(own)) for other in others]
+    out += [Recipe(dict(own), mix(0.5, other)) for other in others]
     return out
 
 
@@ -278,6 +283,40 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def spectrogram_png(audio: np.ndarray, rate: int, path: Path, title_rows: int = 0) -> None:
+    """A log-magnitude spectrogram (0-8 kHz, 10 ms hop) as a grey PNG, low frequencies at the bottom."""
+    from PIL import Image
+
+    hop, win = rate // 100, rate // 40
+    frames = np.lib.stride_tricks.sliding_window_view(np.pad(audio, (0, win)), win)[::hop] * np.hanning(win)
+    spec = 20 * np.log10(np.abs(np.fft.rfft(frames, axis=1)) + 1e-6)
+    spec = spec[:, : int(8000 / (rate / win))]
+    top = spec.max()
+    img = np.clip((spec - (top - 80)) / 80, 0, 1)
+    pixels = (255 * (1 - img.T[::-1])).astype(np.uint8)
+    Image.fromarray(pixels).resize((pixels.shape[1] * 2, pixels.shape[0] * 2)).save(path)
+
+
+def cmd_worst(args: argparse.Namespace) -> None:
+    """The sentence with the most errors in a table run: its WAV, a spectrogram and what was heard."""
+    run = json.loads(Path(args.table).read_text(encoding="utf-8"))
+    texts = {s["id"]: s for s in load_sentences()}
+    rows = [(line["errors"] / max(line["units"], 1), preset, lang, line)
+            for preset, by_language in run["table"].items() for lang in LANGUAGES
+            for line in by_language[lang]["lines"]]
+    rows.sort(key=lambda r: -r[0])
+    listener = Listener()
+    for rate, preset, lang, line in rows[: args.count]:
+        s = texts[line["id"]]
+        made = recipes_for(run["recipes"])[preset][lang]
+        audio, sr = listener.speak(listener.pack(made), s["text"], lang)
+        stem = CACHE / f"worst-{preset}-{line['id']}"
+        sf.write(f"{stem}.wav", audio, sr)
+        spectrogram_png(audio, sr, Path(f"{stem}.png"))
+        print(f"{preset} {line['id']} {rate:.0%} ({line['errors']}/{line['units']}): said {s['text']!r}, "
+              f"heard {line['heard']!r}; {stem}.wav/.png")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -293,8 +332,11 @@ def main(argv: list[str] | None = None) -> None:
     report.add_argument("--before", default=str(CACHE / "base.json"))
     report.add_argument("--after", default=str(CACHE / "current.json"))
     report.add_argument("--write", default=str(RESULTS))
+    worst = sub.add_parser("worst", help="WAV + spectrogram of the worst-read sentences of a table run")
+    worst.add_argument("--table", default=str(CACHE / "current.json"))
+    worst.add_argument("--count", type=int, default=3)
     args = parser.parse_args(argv)
-    {"table": cmd_table, "search": cmd_search, "report": cmd_report}[args.command](args)
+    {"table": cmd_table, "search": cmd_search, "report": cmd_report, "worst": cmd_worst}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ spelling, so script and numeral choices of the recognizer do not count as errors
   are read out by the embedded engine's own normalizer (``2025年`` and ``二零二五年`` are the same)
   and traditional characters (Whisper writes them often) are made simplified (OpenCC ``tw2sp``), so
   pypinyin's phrase readings apply to both sides alike. 一 and 不 change tone with their neighbours
-  (sandhi) and pypinyin marks that only for some phrases, so their tone is not scored. Latin words
-  inside Chinese count as words.
+  (sandhi) and pypinyin marks that only for some phrases, so their tone is not scored. English
+  words inside a Chinese line are not scored: the listener writes them in Latin letters or as a
+  Chinese transliteration (apple as 阿波) at random; the syllables around them are.
 - Japanese: the katakana reading of each side (OpenJTalk), one unit per kana.
 - English: words, lower case, after the same normalizer reads numbers out (a time written ``8.30``
   is read as ``8:30``).
@@ -47,7 +48,6 @@ GUARD_SENTENCES: dict[str, str] = {
 LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese"}
 UNIT_NAMES = {"zh": "syllable", "en": "word", "ja": "kana"}
 
-_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _HAN_RUN = re.compile(r"([\u3400-\u9fff\uf900-\ufaff]+)")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _KANA = re.compile(r"[\u30a1-\u30fa\u30fc]")
@@ -114,13 +114,7 @@ def pronunciation(text: str, language: str) -> list[str]:
         return _words(spoken)
     if language != "zh":
         raise ValueError(f"no pronunciation scoring for {language!r}")
-    units: list[str] = []
-    for piece in _HAN_RUN.split(spoken):
-        if _HAN.match(piece):
-            units.extend(_syllables(piece))
-        else:
-            units.extend(_words(piece))
-    return units
+    return [unit for piece in _HAN_RUN.findall(spoken) for unit in _syllables(piece)]
 
 
 def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:

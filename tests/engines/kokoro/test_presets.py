@@ -82,6 +82,7 @@ def test_preset_details_list_each_languages_recipe(monkeypatch):
 
 def test_the_engine_reads_each_sentence_with_its_languages_recipe(engine, monkeypatch):
     made = Recipe({"jf_alpha": 1.0}, {"jf_nezumi": 1.0})
+    monkeypatch.setattr(presets, "LANGUAGE_RECIPES", {})
     own = chunks(engine, "zh:abcdef|en:ghijkl", "female_1")
     monkeypatch.setattr(presets, "LANGUAGE_RECIPES", {"female_1": {"zh": made}})
     mixed = chunks(engine, "zh:abcdef|en:ghijkl", "female_1")
