@@ -12,14 +12,15 @@ Steps (run each under ``flock /work/locks/heavy`` on the shared box):
     .venv/bin/python bench/intelligibility.py search --preset female_1 --language zh
     .venv/bin/python bench/intelligibility.py table --recipes current --out test-artifacts/intelligibility/current.json
     .venv/bin/python bench/intelligibility.py mixed            # zh/en speaker similarity of the seed's mixed line
-    .venv/bin/python bench/intelligibility.py report --before ... --after ... --write bench/intelligibility_results.json
+    .venv/bin/python bench/intelligibility.py report --tried test-artifacts/intelligibility/tried.json
 
-``search`` tries recipes that keep the preset's timbre (its decoder half) and borrow prosody from
-another pack, or a light whole blend, on the ``select`` half of the sentences only; a candidate is
+``search`` tries light whole blends with another pack and recipes that blend only the timbre half
+or only the prosody half, on the ``select`` half of the sentences only; a candidate is
 refused when its median F0 moves more than ``MAX_F0_SHIFT`` from the preset's own reading or when
 the seed's mixed line (its zh segment with the candidate, its en segment with the preset's en recipe)
 loses more than ``MAX_SIMILARITY_DROP`` of speaker similarity. The ``report`` half is never seen by
-the search.
+the search; a recipe goes into ``presets.LANGUAGE_RECIPES`` only when the report half confirms it
+(``--tried`` records those that it did not).
 """
 
 from __future__ import annotations
@@ -265,6 +266,13 @@ def cmd_report(args: argparse.Namespace) -> None:
                     "of " + MIXED_LINE,
            "goal": GOAL, "before": summary(before["table"]), "after": summary(after["table"]),
            "measured": {"before": before["meta"], "after": after["meta"]}}
+    if args.tried:
+        # recipes the search chose that the report half did not confirm: measured, then not taken
+        tried = summary(json.loads(Path(args.tried).read_text(encoding="utf-8"))["table"])
+        doc["not_taken"] = {preset: {lang: {**tried[preset][lang], "mixed_similarity": tried[preset]["mixed_similarity"]}
+                                     for lang in LANGUAGES if tried[preset][lang]["made_of"] != doc["after"][preset][lang]["made_of"]}
+                            for preset in tried}
+        doc["not_taken"] = {p: v for p, v in doc["not_taken"].items() if v}
     Path(args.write).write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(markdown(doc))
 
@@ -332,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     report.add_argument("--before", default=str(CACHE / "base.json"))
     report.add_argument("--after", default=str(CACHE / "current.json"))
     report.add_argument("--write", default=str(RESULTS))
+    report.add_argument("--tried", help="a table run with recipes that were then not taken")
     worst = sub.add_parser("worst", help="WAV + spectrogram of the worst-read sentences of a table run")
     worst.add_argument("--table", default=str(CACHE / "current.json"))
     worst.add_argument("--count", type=int, default=3)
