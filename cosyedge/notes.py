@@ -22,6 +22,8 @@ NOTE_CODES = (
     "tag_not_read", "emoji_not_read", "symbols_not_read", "script_not_read",
     # what the voice became (service)
     "voice_preset", "voice_native_clone", "voice_match_approx", "voice_match_method",
+    # an approximate-match voice that reads a language of the text badly (intelligibility.reading_notes)
+    "voice_match_reads_badly",
     "voice_instruct_preset",
     # what an instruction did: the summary line (instruct.InstructPlan.message)
     "instruct_none", "instruct_native", "instruct_nothing_understood", "instruct_nothing_supported",

@@ -199,3 +199,24 @@ def test_prompt_audio_and_saving_need_consent(make_service, fake_factory):
     assert service.library.get(saved.id).consent == saved.consent
     # a saved voice carries no prompt audio: its consent was given when it was saved
     assert run(service, text="Hello.", voice_id=saved.id).voice == "saved voice Ms Lee"
+
+
+def test_a_matched_voice_that_reads_the_text_language_badly_says_so(make_service):
+    """The voice-match guard's figures (meta ``reading_errors``, cosyedge/intelligibility.py) become a
+    note for the languages the text is read in, and only those."""
+    from tests.helpers.fake_engine import FakeEngine
+
+    class CheckedMatch(FakeEngine):
+        def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+            prompt = super().encode_prompt(audio, sample_rate, transcript, cancelled=cancelled)
+            prompt.meta["reading_errors"] = {"zh": 0.41, "en": 0.02, "ja": 0.05}
+            return prompt
+
+    service = make_service(factory=CheckedMatch)
+    prompt = encode(speechlike(4.0), 24000)
+    zh = run(service, text="你好。", consent=True, prompt_audio=prompt, language="zh")
+    en = run(service, text="Hello.", consent=True, prompt_audio=prompt, language="en")
+    preset = run(service, text="你好。", speaker="female_1", language="zh")
+    assert [n.code for n in zh.notes if n.code == "voice_match_reads_badly"] == ["voice_match_reads_badly"]
+    assert "reads Chinese unclearly (41% syllable errors" in str(zh.report()["notes"])
+    assert not [n for n in en.notes if "unclearly" in n] and not [n for n in preset.notes if "unclearly" in n]

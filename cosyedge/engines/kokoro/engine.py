@@ -125,6 +125,8 @@ class KokoroEngine:
     parallel_runs: int = MAX_PARALLEL_RUNS
     overlap: Overlap = DEFAULT_OVERLAP
     look_ahead_budget: float = LOOK_AHEAD_BUDGET
+    #: Run the listening check on every approximate match (seconds; off in tests of other things).
+    check_reading: bool = True
     runs: RunSlots = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -163,14 +165,15 @@ class KokoroEngine:
     def presets(self) -> list[str]:
         return presets.preset_names()
 
-    def style_pack(self, voice: str | VoicePrompt) -> np.ndarray:
-        """[510, 1, 256] style pack for a preset name or an encoded (approximate-match) prompt."""
+    def style_pack(self, voice: str | VoicePrompt, language: str | None = None) -> np.ndarray:
+        """[510, 1, 256] style pack for a preset name (its recipe for ``language``, see ``presets``)
+        or an encoded (approximate-match) prompt."""
         if isinstance(voice, VoicePrompt):
             if voice.engine != self.name or "style" not in voice.arrays:
                 raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, "
                                      f"not for {self.name}; encode the prompt again")
             return voice.arrays["style"].astype(np.float32)
-        return presets.preset_pack(self.packs, voice)
+        return presets.preset_pack(self.packs, voice, language)
 
     def infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
         """One model call: ids (≤ 510) + the pack row for that length -> float32 audio. It counts
@@ -203,12 +206,17 @@ class KokoroEngine:
         low, high = self.capabilities.speed_range
         if not low <= options.speed <= high:
             raise ParameterError(f"speed {options.speed} is out of range; use {low}-{high}")
-        pack = self.style_pack(voice)  # fail on an unknown voice before any work
+        self.style_pack(voice)  # fail on an unknown voice before any work
         sentences = (text.sentences if isinstance(text, TextAnalysis)
                      else self.frontend.sentences(text, options.language))
         total = len(sentences)
         calls = []
+        packs: dict[str, np.ndarray] = {}  # a preset may read each language with its own recipe
         for index, sentence in enumerate(sentences):
+            language = getattr(sentence, "language", None) or "en"
+            if language not in packs:
+                packs[language] = self.style_pack(voice, language)
+            pack = packs[language]
             ids = self.frontend.token_ids(sentence.phonemes)
             calls.append(Call(cost=call_cost(len(ids), options.speed),
                               run=partial(self._chunk, sentence, ids, index, total, pack, options.speed)))
@@ -230,10 +238,31 @@ class KokoroEngine:
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
-        """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt."""
+        """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt;
+        then, when ``check_reading``, the listening check of how clearly the match reads each language
+        (``meta["reading_errors"]``: error rate per language; the service notes the bad ones)."""
         from cosyedge.engines.kokoro import voice_match
 
-        return voice_match.match_voice(self, audio, sample_rate, transcript, cancelled=cancelled)
+        prompt = voice_match.match_voice(self, audio, sample_rate, transcript, cancelled=cancelled)
+        if self.check_reading:
+            prompt.meta["reading_errors"] = self.reading_errors(prompt, cancelled)
+        return prompt
+
+    def reading_errors(self, voice: VoicePrompt | str, cancelled: CancelFn | None = None) -> dict[str, float]:
+        """Error rate per language of ``voice`` on the guard lines (``cosyedge.intelligibility``),
+        heard by the shared offline recognizer; {} when the recognizer is not installed."""
+        from cosyedge import intelligibility
+        from cosyedge.synthesis import synthesize
+
+        def speak(text: str, language: str) -> tuple[np.ndarray, int]:
+            out = synthesize(self, text, voice, SynthesisOptions(language=language), max_chars=1000)
+            return out.audio, out.sample_rate
+
+        try:
+            return intelligibility.check_voice(speak, self.capabilities.languages, cancelled=cancelled)
+        except ModelMissingError as exc:
+            logger.warning("matched voice not checked for intelligibility: %s", exc)
+            return {}
 
     def close(self) -> None:
         """Stop the frontend's helper process, close and drop the session (it frees its arena)."""
