@@ -678,18 +678,22 @@ class Service:
         """
         pieces: list[np.ndarray] = []
         plan = resolved.plan
-        for _, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
-                                      resolved.options, self.settings.max_text_chars,
-                                      progress=progress, cancelled=job.is_cancelled):
+        sentences = 0
+        # stream=True: an engine that can (CosyVoice) yields hops within a sentence as they are made.
+        options = dataclasses.replace(resolved.options, stream=True)
+        for chunk, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
+                                          options, self.settings.max_text_chars,
+                                          progress=progress, cancelled=job.is_cancelled):
             if job.is_cancelled():  # cancelled while this chunk was made: stream nothing more
                 raise CancelledError("cancelled")
             if plan is not None and piece.size:
                 piece = postprocess(piece, engine.capabilities.sample_rate, plan)
             stream.put(piece)
             pieces.append(piece)
+            sentences += not chunk.continues
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         stream.share(audio)  # one copy of the audio, not two, while the job's result is kept
-        return audio, len(pieces)
+        return audio, sentences
 
     def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:
         path = (self.settings.outputs_path / f"{job_id}.wav").resolve()

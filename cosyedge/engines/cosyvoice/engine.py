@@ -30,6 +30,7 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
+from cosyedge.engines.cosyvoice.hops import stream_hops
 from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
@@ -262,16 +263,44 @@ class CosyVoiceEngine:
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
             text_ids = self.tokenizer.encode(sentence)
+            if self._streams(options):
+                yield from self._sentence_hops(sentence, index, total, text_ids, chooser,
+                                               (prompt_text, prompt_speech, flow_tokens, flow_mel, embedding),
+                                               options, rng, progress, cancelled)
+                continue
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             if tokens:
-                audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)
+                audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng,
+                                       n_timesteps=options.n_timesteps)
             else:
                 audio = np.zeros(0, dtype=np.float32)
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
                              text=sentence, index=index, total=total)
+
+    def _streams(self, options: SynthesisOptions) -> bool:
+        """Hop-by-hop for a streamed request, where the model has the streaming graphs; upstream
+        streams at speed 1 only (a speed change resamples the whole sentence's mel)."""
+        return bool(options.stream and getattr(self.token2wav, "can_stream", False) and options.speed == 1.0)
+
+    def _sentence_hops(self, sentence, index, total, text_ids, chooser, conditioning, options, rng,
+                       progress, cancelled) -> Iterator[AudioChunk]:  # noqa: ANN001 - synthesize's locals
+        """One sentence as hops (LLM decoding overlapped with flow + HiFT, :mod:`hops`)."""
+        prompt_text, prompt_speech, flow_tokens, flow_mel, embedding = conditioning
+        renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=options.n_timesteps,
+                                         rng=rng)
+        sr = self.capabilities.sample_rate
+        with self.using_lm() as lm:
+            def decode(stop):  # noqa: ANN001, ANN202
+                return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
+
+            for audio, last in stream_hops(decode, renderer, cancelled):
+                if last and progress is not None:
+                    progress(index + 1, total)
+                yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
+                                 index=index, total=total, continues=not last)
 
     def close(self) -> None:
         with self._lm_lock:
