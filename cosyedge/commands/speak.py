@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyedge import config, instruct, synthesis
-from cosyedge.audio import wav_bytes
+from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.commands.voice_library import describe
 from cosyedge.engines.loader import load_engine
 from cosyedge.engines.base import LANGUAGES, VoicePrompt
@@ -108,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
         voice, plan = resolved.choice.voice, resolved.plan
         if isinstance(voice, VoicePrompt) and describe(voice.meta):
             print(describe(voice.meta), file=say)
+        if args.output == STDIO:
+            return _stream_to_stdout(engine, resolved, settings.max_text_chars, say)
         result = synthesis.synthesize(engine, resolved.analysis, voice, resolved.options,
                                       max_chars=settings.max_text_chars)
     audio = result.audio
@@ -120,4 +123,29 @@ def run(args: argparse.Namespace) -> int:
     written = write_output(args.output, audio, result.sample_rate)
     print(f"wrote {written} ({len(audio) / result.sample_rate:.2f} s, {len(result.sentences)} sentences)",
           file=say)
+    return 0
+
+
+def _stream_to_stdout(engine, resolved, max_chars: int, say) -> int:  # noqa: ANN001
+    """``-o -``: a WAV of unknown length on stdout, each piece written as soon as it is made (a
+    CosyVoice sentence hop by hop), so a player reading the pipe starts at the first hop."""
+    plan, sample_rate = resolved.plan, engine.capabilities.sample_rate
+    out = sys.stdout.buffer
+    out.write(wav_stream_header(sample_rate))
+    out.flush()
+    samples, sentences = 0, 0
+    options = dataclasses.replace(resolved.options, stream=True)
+    for chunk, piece in synthesis.stream(engine, resolved.analysis, resolved.choice.voice, options, max_chars):
+        if plan is not None and piece.size:
+            piece = instruct.postprocess(piece, sample_rate, plan)
+        out.write(to_pcm16(piece).tobytes())
+        out.flush()
+        samples += piece.size
+        sentences += not chunk.continues
+    if plan is not None:
+        for line in plan.applied:
+            print(f"applied: {line}", file=say)
+        for line in plan.not_supported:
+            print(f"not applied: {line}", file=say)
+    print(f"wrote WAV to stdout ({samples / sample_rate:.2f} s, {sentences} sentences, streamed)", file=say)
     return 0
