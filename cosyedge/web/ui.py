@@ -249,15 +249,28 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
     if not (tts.text or "").strip():  # the commonest mistake gets the page's own bilingual words
         raise ui_error(EMPTY_TEXT)
     job = await _submit(service, tts, request, stream=True)
-    yield None, "", live_player(job)
+    yield None, "", live_player(job, tts.text or "")
     path, panel = await _follow(service, job, progress)
     yield path, panel, gr.skip()  # the live player keeps playing what it has
 
 
-def live_player(job: Job) -> str:
-    """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``)."""
+#: Rough speaking rates for the live player's first guess of a text's length (it buffers for the
+#: rest): ~14 Latin characters or ~4 CJK characters per second of speech.
+SECONDS_PER_CHAR, SECONDS_PER_CJK_CHAR = 1 / 14, 1 / 4
+
+
+def expected_seconds(text: str) -> float:
+    """A first guess of how long ``text`` takes to say (the player's buffering needs one)."""
+    cjk = sum(1 for ch in text if "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af")
+    return round(cjk * SECONDS_PER_CJK_CHAR + (len(text) - cjk) * SECONDS_PER_CHAR, 1)
+
+
+def live_player(job: Job, text: str = "") -> str:
+    """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``),
+    with ``expect``: a guess of the audio's length, from which the player works out how much to
+    buffer when the audio comes slower than it plays."""
     token = job.stream.token if job.stream is not None else ""
-    return f"/jobs/{job.id}/audio?token={token}"
+    return f"/jobs/{job.id}/audio?token={token}&expect={expected_seconds(text)}"
 
 
 #: The live player, run by the page: fetch the job's WAV stream and schedule each piece on a Web
@@ -294,7 +307,41 @@ async function play(src) {
   if (!response.ok || !response.body) { element.dataset.state = 'error'; return; }
   const r = response.body.getReader();
   S.reader = r;
+  // Buffering: audio that comes slower than it plays is held until what is buffered lasts until the
+  // rest arrives, at the rate measured so far: buffer >= rest * (1 - rate) / rate. The rest is the
+  // expected length (from the text, ?expect=) minus what came; the rate is audio seconds per second,
+  // since the request for one piece, between the first and the last piece after that.
+  const expect = parseFloat(new URL(src, location.href).searchParams.get('expect') || '0');
+  const label = element.querySelector('.cosyedge-live small');
+  const asked = performance.now() / 1000;
   let rate = 0, carry = new Uint8Array(0), next = 0, scheduled = 0;
+  let received = 0, firstAt = 0, firstLen = 0, pending = [], started = false;
+  const measured = () => {
+    const now = performance.now() / 1000;
+    if (received > firstLen && now > firstAt) return (received - firstLen) / (now - firstAt);
+    return received / Math.max(1e-3, now - asked);
+  };
+  const needed = () => {
+    const speed = measured(), rest = Math.max(0, expect - received);
+    return speed >= 1 ? 0 : rest * (1 - speed) / Math.max(speed, 1e-3);
+  };
+  const startPending = () => {
+    for (const buffer of pending) {
+      const node = ctx.createBufferSource();
+      node.buffer = buffer;
+      node.connect(ctx.destination);
+      node.onended = () => S.sources.delete(node);
+      S.sources.add(node);
+      next = Math.max(next, ctx.currentTime + 0.05);
+      node.start(next);
+      next += buffer.duration;
+      scheduled += buffer.duration;
+    }
+    pending = [];
+    element.dataset.scheduled = scheduled.toFixed(3);
+    element.dataset.state = 'playing';
+    if (label) label.textContent = 'Playing while it is made / 边合成边播放';
+  };
   while (true) {
     let chunk;
     try { chunk = await r.read(); } catch (e) { break; }
@@ -314,18 +361,23 @@ async function play(src) {
     const buffer = ctx.createBuffer(1, pcm.length, rate);
     const samples = buffer.getChannelData(0);
     for (let i = 0; i < pcm.length; i++) samples[i] = pcm[i] / 32768;
-    const node = ctx.createBufferSource();
-    node.buffer = buffer;
-    node.connect(ctx.destination);
-    node.onended = () => S.sources.delete(node);
-    S.sources.add(node);
-    next = Math.max(next, ctx.currentTime + 0.05);
-    node.start(next);
-    next += buffer.duration;
-    scheduled += buffer.duration;
-    element.dataset.scheduled = scheduled.toFixed(3);
-    element.dataset.state = 'playing';
+    if (!firstAt) { firstAt = performance.now() / 1000; firstLen = buffer.duration; }
+    received += buffer.duration;
+    pending.push(buffer);
+    // Ran dry while playing (the guess was short): buffer again, by the same rule.
+    if (started && next < ctx.currentTime) started = false;
+    const ahead = pending.reduce((sum, b) => sum + b.duration, 0) + Math.max(0, next - ctx.currentTime);
+    const want = needed();
+    if (!started && ahead < want) {
+      element.dataset.state = 'buffering';
+      element.dataset.buffering = want.toFixed(1);
+      if (label) label.textContent = `buffering ${want.toFixed(1)} s / 缓冲中`;
+      continue;
+    }
+    started = true;
+    startPending();
   }
+  if (mine === S.turn && pending.length) startPending();  // the end came while buffering
   if (S.reader === r) { S.reader = null; element.dataset.state = 'done'; }
 }
 watch('value', () => play(props.value));
