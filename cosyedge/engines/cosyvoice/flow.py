@@ -66,14 +66,17 @@ class StreamLayout:
     inner: int = 512
     conv_layers: int = 31
     conv_channels: int = 512
+    kv_dtype: str = "float32"   # the estimator's key/value cache (float16 in int8 models)
 
     @classmethod
     def from_dict(cls, values: dict) -> "StreamLayout":
-        return cls(**{k: int(values[k]) for k in cls.__dataclass_fields__ if k in values})
+        return cls(**{k: (str(values[k]) if k == "kv_dtype" else int(values[k]))
+                      for k in cls.__dataclass_fields__ if k in values})
 
-    def cache_bytes_per_frame(self) -> int:
-        """Estimator key/value bytes one mel frame adds per Euler step (both CFG rows, float32)."""
-        return self.attention_layers * 2 * 2 * self.inner * 4
+    def cache_bytes_per_frame(self, n_timesteps: int) -> int:
+        """Estimator key/value bytes one mel frame adds (every step, both CFG rows): the memory a
+        streamed sentence grows by, since every chunk attends to all earlier ones."""
+        return self.attention_layers * 2 * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * n_timesteps
 
 
 class FlowDecoder:
@@ -186,14 +189,14 @@ class FlowDecoder:
 class _Growing:
     """A time-first float32 buffer that appends in place (capacity doubles) and hands out its prefix."""
 
-    def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64) -> None:
-        self._data = np.zeros((capacity, *tail_shape), dtype=np.float32)
+    def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64, dtype: str = "float32") -> None:
+        self._data = np.zeros((capacity, *tail_shape), dtype=dtype)
         self.length = 0
 
     def append(self, rows: np.ndarray) -> None:
         end = self.length + rows.shape[0]
         if end > self._data.shape[0]:
-            grown = np.zeros((max(end, 2 * self._data.shape[0]), *self._data.shape[1:]), dtype=np.float32)
+            grown = np.zeros((max(end, 2 * self._data.shape[0]), *self._data.shape[1:]), dtype=self._data.dtype)
             grown[:self.length] = self._data[:self.length]
             self._data = grown
         self._data[self.length:end] = rows
@@ -235,7 +238,7 @@ class FlowStream:
         self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
         self._kv_down = _Growing((layout.down_layers, 2, 1, d))
         self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=128)
-        self._kv = [_Growing((layout.attention_layers, 2, 2, layout.inner), capacity=128)
+        self._kv = [_Growing((layout.attention_layers, 2, 2, layout.inner), capacity=128, dtype=layout.kv_dtype)
                     for _ in range(n_timesteps)]
         self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
                       for _ in range(n_timesteps)]
