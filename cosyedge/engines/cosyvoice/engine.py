@@ -89,13 +89,17 @@ class CosyVoiceEngine:
 
         model = ModelDir.load(model_dir)
         identity = model.identity
-        threads = int(getattr(settings, "threads", 0) or 0)
+        from cosyedge.cpus import usable_cpus
+        from cosyedge.engines.cosyvoice.threads import ThreadCosts, plan_threads
+
+        threads = int(getattr(settings, "threads", 0) or 0) or usable_cpus()
         frontend = model.config("frontend")
-        # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
-        # so the LLM takes half the cores and leaves the rest to the other job the queue may run.
-        lm_threads = max(1, (threads or 1) // 2)
+        # The LLM and flow + HiFT overlap while a sentence streams: threads.py splits the CPUs by cost.
+        plan = plan_threads(threads, ThreadCosts.load(model.path))
+        logger.info("CosyVoice threads: %s", plan.describe())
+        lm_threads = plan.lm
         lm = SpeechLM.load(model.path, threads=lm_threads)
-        token2wav = Token2Wav.load(model, threads=threads)
+        token2wav = Token2Wav.load(model, threads=plan.render)
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
         presets: dict[str, np.ndarray] = {}
         if frontend.get("presets"):
