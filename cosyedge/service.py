@@ -87,6 +87,7 @@ class TTSRequest:
     speed: float = 1.0
     language: str = "auto"
     keep_file: bool = False  # write outputs/<job-id>.wav (the UI serves that file)
+    flow_steps: int | None = None  # CosyVoice flow-matching steps (None: the model's, upstream's 10)
 
 
 @dataclass(frozen=True)
@@ -658,9 +659,10 @@ class Service:
         if request.prompt_audio is not None or request.voice_id is not None:
             say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
         choice = self._resolve_voice(engine, prepared, cancelled)
-        options = SynthesisOptions(speed=float(request.speed), language=request.language)
+        options = SynthesisOptions(speed=float(request.speed), language=request.language,
+                                   n_timesteps=request.flow_steps)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
-        notes = ignored_inputs(request, engine)
+        notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
         say(PHASE_SYNTHESIZING)
         analysis = engine.analyze(request.text, options.language)
         if request.language != "auto":
@@ -754,6 +756,27 @@ class Service:
                                          similarity=None,
                                          prompt=None)  # no similarity to a voice that was not used
         return applied.plan, applied.options, choice
+
+
+#: Upstream CosyVoice's flow-matching steps (``flow.inference`` hard-codes 10).
+UPSTREAM_FLOW_STEPS = 10
+
+
+def flow_steps_notes(request: TTSRequest, engine: Engine) -> list[str]:
+    """What the answer says about the flow steps: the count a CosyVoice engine used (fewer than
+    upstream's 10 labelled as not validated), or that the engine has none."""
+    steps = request.flow_steps
+    if not str(engine.name).startswith("cosyvoice"):
+        return [] if steps is None else [Note(f"flow_steps ignored: {engine.name} has no flow-matching decoder",
+                                              code="flow_steps_ignored", engine=engine.name)]
+    if steps is not None and not 1 <= int(steps) <= UPSTREAM_FLOW_STEPS:
+        raise ParameterError(f"flow_steps must be 1-{UPSTREAM_FLOW_STEPS}, got {steps}",
+                             code="flow_steps_out_of_range", steps=steps)
+    used = UPSTREAM_FLOW_STEPS if steps is None else int(steps)
+    if used == UPSTREAM_FLOW_STEPS:
+        return [Note(f"flow steps: {used} (standard, as upstream)", code="flow_steps_standard", steps=used)]
+    return [Note(f"flow steps: {used} (fast: fewer than upstream's {UPSTREAM_FLOW_STEPS}, not validated "
+                 "on real weights)", code="flow_steps_fast", steps=used)]
 
 
 def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--instruct", metavar="TEXT",
                         help='how to read it, e.g. "slowly and warmly" or "用开心的语气说"; '
                              "what was applied / not supported is printed")
+    parser.add_argument("--flow-steps", dest="flow_steps", type=int, default=None,
+                        help="CosyVoice flow steps: 10 = standard (upstream); fewer is faster, not "
+                             "validated on real weights")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write, '-' for stdout")
     config.add_arguments(parser)
     parser.set_defaults(func=run)
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     loads), resolve against the engine, synthesize, apply the instruction's effects, write."""
     settings = config.from_args(args)
     request = TTSRequest(text=read_text(args), speaker=args.voice, voice_id=args.voice_id,
-                         instruct=args.instruct, speed=args.speed, language=args.lang)
+                         instruct=args.instruct, speed=args.speed, language=args.lang,
+                         flow_steps=args.flow_steps)
     service = Service(settings, engine_factory=functools.partial(load_engine, settings))
     prepared = service.prepare(request)
     check_output(args.output)
@@ -109,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         voice, plan = resolved.choice.voice, resolved.plan
         if isinstance(voice, VoicePrompt) and describe(voice.meta):
             print(describe(voice.meta), file=say)
+        for note in resolved.notes:
+            if getattr(note, "code", "").startswith("flow_steps"):  # the steps used, said as they are
+                print(note, file=say)
         if args.output == STDIO:
             return _stream_to_stdout(engine, resolved, settings.max_text_chars, say)
         result = synthesis.synthesize(engine, resolved.analysis, voice, resolved.options,

@@ -265,6 +265,18 @@ def expected_seconds(text: str) -> float:
     return round(cjk * SECONDS_PER_CJK_CHAR + (len(text) - cjk) * SECONDS_PER_CHAR, 1)
 
 
+#: CosyVoice flow steps offered on the page: upstream's 10, and a fast choice said to be what it is.
+STANDARD_STEPS, FAST_STEPS = 10, 5
+QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
+                   (f"fast ({FAST_STEPS}): fewer flow steps than upstream's 10, not validated on real weights / "
+                    f"快速 ({FAST_STEPS})：少于官方的 10 步，未在真实权重上验证", FAST_STEPS)]
+
+
+def flow_steps(quality: int | None) -> int | None:
+    """The request's ``flow_steps`` for the quality choice (None: the model's own, upstream's 10)."""
+    return None if quality in (None, STANDARD_STEPS) else int(quality)
+
+
 def live_player(job: Job, text: str = "") -> str:
     """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``),
     with ``expect``: a guess of the audio's length, from which the player works out how much to
@@ -524,7 +536,8 @@ def build_ui(service: Service) -> "gr.Blocks":
         return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
-                    language: str, request: gr.Request, progress: gr.Progress = gr.Progress()):
+                    language: str, quality: int | None, request: gr.Request,
+                    progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt_bytes is None and not saved:
             raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
@@ -532,21 +545,21 @@ def build_ui(service: Service) -> "gr.Blocks":
         voice = voice_fields(saved) if prompt_bytes is None else {}
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
-                         language=language, keep_file=True)
+                         language=language, keep_file=True, flow_steps=flow_steps(quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
-                       request: gr.Request, progress: gr.Progress = gr.Progress()):
+                       quality: int | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
-                         speed=float(speed), language=language, keep_file=True)
+                         speed=float(speed), language=language, keep_file=True, flow_steps=flow_steps(quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    async def preset(voice: str, text: str, speed: float, language: str, request: gr.Request,
-                     progress: gr.Progress = gr.Progress()):
+    async def preset(voice: str, text: str, speed: float, language: str, quality: int | None,
+                     request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
-                         keep_file=True)
+                         keep_file=True, flow_steps=flow_steps(quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
@@ -560,13 +573,15 @@ def build_ui(service: Service) -> "gr.Blocks":
         # scheduled may be another tab's)
         return f"{LIVE_STOP}{time.monotonic_ns()}", (confirmation if confirmation else gr.skip())
 
-    def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
+    def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown, gr.Radio]:
         with gr.Row():
             speed = gr.Slider(low, high, value=1.0, step=0.05, label="Speed / 语速",
                               elem_id=f"{prefix}-speed")
             language = gr.Dropdown(LANGUAGE_CHOICES, value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
-        return speed, language
+            quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
+                               elem_id=f"{prefix}-quality")
+        return speed, language, quality
 
     def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML]:
         with gr.Row():
@@ -616,10 +631,10 @@ def build_ui(service: Service) -> "gr.Blocks":
                     save_name = gr.Textbox(label="Save the prompt as / 保存参考音频为", scale=3,
                                            placeholder="e.g. Ms Lee / 王老师", elem_id="clone-save-name")
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
-                speed_c, lang_c = common_inputs("clone")
+                speed_c, lang_c, quality_c = common_inputs("clone")
                 go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
                 generated.append(wire(go_c, stop_c, clone,
-                                      [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c],
+                                      [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c, quality_c],
                                       [audio_c, panel_c, live_c]))
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
@@ -632,10 +647,10 @@ def build_ui(service: Service) -> "gr.Blocks":
                                       elem_id="instruct-voice")
                 text_instruct = gr.Textbox(label="Text to read / 合成文本", lines=4,
                                            elem_id="instruct-text")
-                speed_i, lang_i = common_inputs("instruct")
+                speed_i, lang_i, quality_i = common_inputs("instruct")
                 go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
                 generated.append(wire(go_i, stop_i, instruct,
-                                      [instruction, voice_i, text_instruct, speed_i, lang_i],
+                                      [instruction, voice_i, text_instruct, speed_i, lang_i, quality_i],
                                       [audio_i, panel_i, live_i]))
 
             with gr.Tab("preset voices / 预置音色", id="preset"):
@@ -643,9 +658,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                 voice_p = gr.Dropdown(presets, value=presets[0], label="Voice / 音色",
                                       elem_id="preset-voice")
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
-                speed_p, lang_p = common_inputs("preset")
+                speed_p, lang_p, quality_p = common_inputs("preset")
                 go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
-                generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
+                generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p, quality_p],
                                       [audio_p, panel_p, live_p]))
 
         statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]

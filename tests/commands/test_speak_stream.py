@@ -51,3 +51,19 @@ def test_dash_output_streams_hops_as_they_are_made(tiny_cosyvoice_models, monkey
     assert rate == 24000 and audio.size == sum(len(w) for w in pipe.writes[1:]) // 2
     assert np.abs(audio).max() > 0
     assert "1 sentences, streamed" in capsys.readouterr().err
+
+
+def test_flow_steps_are_stated_and_checked(tiny_cosyvoice_models, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    speak.register(parser.add_subparsers(dest="command", required=True))
+    common = ["--voice", PRESET_NAMES[0], "--models-dir", str(tiny_cosyvoice_models), "--model", MODEL_ID]
+    out = tmp_path / "fast.wav"
+    assert speak.run(parser.parse_args(["speak", "Hello world.", "-o", str(out), "--flow-steps", "4", *common])) == 0
+    said = capsys.readouterr().out
+    assert "flow steps: 4 (fast: fewer than upstream's 10, not validated on real weights)" in said
+    assert speak.run(parser.parse_args(["speak", "Hello world.", "-o", str(out), *common])) == 0
+    assert "flow steps: 10 (standard, as upstream)" in capsys.readouterr().out
+    from cosyedge.errors import ParameterError
+    with pytest.raises(ParameterError) as err:
+        speak.run(parser.parse_args(["speak", "Hello.", "-o", str(out), "--flow-steps", "11", *common]))
+    assert err.value.code == "flow_steps_out_of_range"
