@@ -64,6 +64,8 @@ class Token2WavStream:
         out = []
         while self.flow.tokens_pushed - self._offset >= self._hop_len() + self.flow.lookahead:
             frames = self._hop_len() * self.ratio
+            if self._mel.shape[1] < frames:  # hops end on chunk ends, which the flow has computed by now
+                raise RuntimeError(f"hop needs {frames} mel frames, the flow has {self._mel.shape[1]}")
             hop, self._mel = self._mel[:, :frames], self._mel[:, frames:]
             self._offset += self._hop_len()
             self.hops += 1
