@@ -41,10 +41,11 @@ def model_dir(upstream, tmp_path_factory):
     src = ref.write_model_dir(root / "src", flow, hift, size="tiny")
     parser = argparse.ArgumentParser()
     convert.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["convert", "cosyvoice2", "--src", str(src), "--out", str(root / "fp32"),
-                              "--steps", "flow,hift"])
-    assert args.func(args) == 0
-    return root / "fp32"
+    for name, extra in (("fp32", []), ("int8", ["--quantize", "int8"])):
+        args = parser.parse_args(["convert", "cosyvoice2", "--src", str(src), "--out", str(root / name),
+                                  "--steps", "flow,hift", *extra])
+        assert args.func(args) == 0
+    return root
 
 
 class Recording:
@@ -63,7 +64,7 @@ class Recording:
 @pytest.fixture(scope="module")
 def t2w(model_dir):
     from cosyedge.engines.cosyvoice.token2wav import Token2Wav
-    return Token2Wav.load(model_dir, threads=2, verify_hashes=True)
+    return Token2Wav.load(model_dir / "fp32", threads=2, verify_hashes=True)
 
 
 def _inputs(n_prompt: int, n_tokens: int, seed: int):
@@ -220,3 +221,24 @@ def test_fewer_steps_stream(t2w):
     b = np.concatenate([fast.push(tokens), fast.finish()], axis=1)
     assert a.shape == b.shape and np.abs(a - b).max() > 1e-2
     assert len(fast._kv) == 4
+
+
+def test_int8_stream_with_float16_cache_stays_close_to_fp32(model_dir, t2w):
+    """A quality figure, not parity (as the non-streamed int8 test): int8 graphs with the float16
+    key/value cache against the fp32 stream, SNR of the mel."""
+    import json
+
+    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+    from cosyedge.export.quantize import snr_db
+    manifest = json.loads((model_dir / "int8" / "manifest.json").read_text())
+    assert manifest["config"]["flow"]["stream"]["kv_dtype"] == "float16"
+    int8 = Token2Wav.load(model_dir / "int8", threads=2)
+    inputs = _inputs(30, 110, seed=5)
+    args = (inputs["prompt_tokens"][0].numpy(), inputs["prompt_feat"][0].numpy(), inputs["embedding"][0].numpy())
+    mels = []
+    for runtime in (t2w, int8):
+        stream = runtime.flow.stream(*args)
+        mels.append(np.concatenate([stream.push(inputs["tokens"][0].numpy()), stream.finish()], axis=1))
+    snr = snr_db(mels[0], mels[1])
+    print(f"streamed int8 + float16 cache vs fp32 (tiny random weights): mel SNR {snr:.1f} dB")
+    assert snr > 15.0
