@@ -61,6 +61,10 @@ def stream_hops(decode: Decoder, renderer: TokenStream, cancelled: Callable[[], 
     thread = threading.Thread(target=run_decoder, name="cosyvoice-decode", daemon=True)
     thread.start()
     try:
+        # The prompt's chunks whose look-ahead is still prompt need no new token: render them now,
+        # while the LLM reads the prompt and makes the first hop's tokens.
+        for audio in renderer.push(np.zeros(0, dtype=np.int64)):
+            yield audio, False
         ended = False
         while not ended:
             batch = [tokens.get()]
