@@ -519,6 +519,11 @@ class Service:
         if not low <= float(request.speed) <= high:
             raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})",
                                  code="speed_out_of_range", speed=request.speed, low=low, high=high)
+        steps = request.flow_steps
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or not 1 <= steps <= UPSTREAM_FLOW_STEPS):
+            raise ParameterError(f"flow_steps must be a whole number 1-{UPSTREAM_FLOW_STEPS}, got {steps!r}",
+                                 code="flow_steps_out_of_range", steps=steps)
         if request.language not in LANGUAGES:
             raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}",
                                  code="language_unknown", language=request.language, choices=LANGUAGES)
@@ -769,9 +774,6 @@ def flow_steps_notes(request: TTSRequest, engine: Engine) -> list[str]:
     if not str(engine.name).startswith("cosyvoice"):
         return [] if steps is None else [Note(f"flow_steps ignored: {engine.name} has no flow-matching decoder",
                                               code="flow_steps_ignored", engine=engine.name)]
-    if steps is not None and not 1 <= int(steps) <= UPSTREAM_FLOW_STEPS:
-        raise ParameterError(f"flow_steps must be 1-{UPSTREAM_FLOW_STEPS}, got {steps}",
-                             code="flow_steps_out_of_range", steps=steps)
     used = UPSTREAM_FLOW_STEPS if steps is None else int(steps)
     if used == UPSTREAM_FLOW_STEPS:
         return [Note(f"flow steps: {used} (standard, as upstream)", code="flow_steps_standard", steps=used)]
