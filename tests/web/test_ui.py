@@ -125,7 +125,7 @@ def test_the_clone_tab_refuses_prompt_audio_and_saving_without_the_consent_box(m
     clone = handler(build_ui(service), "clone").fn
 
     async def generate(consent: bool) -> list:
-        return [update async for update in clone(prompt, "", "Hello.", None, 1.0, "auto", consent,
+        return [update async for update in clone(prompt, "", "Hello.", None, 1.0, "auto", consent, 10,
                                                  request=SimpleNamespace(session_hash="c"),
                                                  progress=Progress())]
 
