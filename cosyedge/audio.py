@@ -49,20 +49,25 @@ class Joiner:
         self._fade = max(1, int(fade_s * sample_rate))
         self._ramp = np.linspace(0.0, 1.0, self._fade, dtype=np.float32)
         self._owed: float | None = None  # pause after the last non-empty chunk; None before the first
+        self._joined = False  # the last non-empty chunk continues seamlessly into the next
 
-    def piece(self, chunk: np.ndarray, pause_after_s: float | None = None) -> np.ndarray:
+    def piece(self, chunk: np.ndarray, pause_after_s: float | None = None, continues: bool = False) -> np.ndarray:
         """The next piece for ``chunk`` (empty for an empty chunk); ``pause_after_s`` is the silence
-        to put before the *next* chunk (None: the sentence pause)."""
+        to put before the *next* chunk (None: the sentence pause). ``continues``: the next chunk is
+        the rest of the same sentence (a streamed hop), so no fade or pause goes between them."""
         chunk = clip(chunk).copy()
         if chunk.size == 0:
             return chunk
         n = min(self._fade, chunk.size // 2)
         if n:
-            chunk[:n] *= self._ramp[:n]
-            chunk[-n:] *= self._ramp[:n][::-1]
-        if self._owed is not None:
+            if not self._joined:
+                chunk[:n] *= self._ramp[:n]
+            if not continues:
+                chunk[-n:] *= self._ramp[:n][::-1]
+        if self._owed is not None and not self._joined:
             chunk = np.concatenate([np.zeros(int(self._owed * self.sample_rate), dtype=np.float32), chunk])
         self._owed = self.pause_s if pause_after_s is None else pause_after_s
+        self._joined = continues
         return chunk
 
 

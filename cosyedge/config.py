@@ -82,8 +82,10 @@ class Settings:
 
     @property
     def threads(self) -> int:
-        """ONNX intra-op threads actually used."""
-        return self.onnx_threads or (os.cpu_count() or 1)
+        """ONNX intra-op threads actually used (auto: the CPUs this process may use, cosyedge.cpus)."""
+        from cosyedge.cpus import usable_cpus
+
+        return self.onnx_threads or usable_cpus()
 
     def validate(self) -> "Settings":
         """Check every field; return self so callers can chain."""

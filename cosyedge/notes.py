@@ -43,6 +43,8 @@ NOTE_CODES = (
     "prompt_channels_cancel",
     # a lesson's progress while it is read (cosyedge.lessons)
     "lesson_progress", "lesson_zipping",
+    # the CosyVoice flow steps used (service.flow_steps_notes)
+    "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored",
 )
 
 

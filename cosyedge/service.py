@@ -96,6 +96,7 @@ class TTSRequest:
     language: str = "auto"
     keep_file: bool = False  # write outputs/<job-id>.wav (the UI serves that file)
     consent: bool = False  # the user confirmed the prompt's speaker agreed (needed with prompt_audio)
+    flow_steps: int | None = None  # CosyVoice flow-matching steps (None: the model's, upstream's 10)
 
 
 @dataclass(frozen=True)
@@ -693,6 +694,11 @@ class Service:
         if not low <= float(request.speed) <= high:
             raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})",
                                  code="speed_out_of_range", speed=request.speed, low=low, high=high)
+        steps = request.flow_steps
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or not 1 <= steps <= UPSTREAM_FLOW_STEPS):
+            raise ParameterError(f"flow_steps must be a whole number 1-{UPSTREAM_FLOW_STEPS}, got {steps!r}",
+                                 code="flow_steps_out_of_range", steps=steps)
         if request.language not in LANGUAGES:
             raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}",
                                  code="language_unknown", language=request.language, choices=LANGUAGES)
@@ -846,9 +852,10 @@ class Service:
         if request.prompt_audio is not None or request.voice_id is not None:
             say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
         choice = self._resolve_voice(engine, prepared, cancelled)
-        options = SynthesisOptions(speed=float(request.speed), language=request.language)
+        options = SynthesisOptions(speed=float(request.speed), language=request.language,
+                                   n_timesteps=request.flow_steps)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
-        notes = ignored_inputs(request, engine)
+        notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
         say(PHASE_SYNTHESIZING)
         analysis = engine.analyze(request.text, options.language)
         if isinstance(choice.voice, VoicePrompt):
@@ -868,18 +875,22 @@ class Service:
         """
         pieces: list[np.ndarray] = []
         plan = resolved.plan
-        for _, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
-                                      resolved.options, self.settings.max_text_chars,
-                                      progress=progress, cancelled=job.is_cancelled):
+        sentences = 0
+        # stream=True: an engine that can (CosyVoice) yields hops within a sentence as they are made.
+        options = dataclasses.replace(resolved.options, stream=True)
+        for chunk, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
+                                          options, self.settings.max_text_chars,
+                                          progress=progress, cancelled=job.is_cancelled):
             if job.is_cancelled():  # cancelled while this chunk was made: stream nothing more
                 raise CancelledError("cancelled")
             if plan is not None and piece.size:
                 piece = postprocess(piece, engine.capabilities.sample_rate, plan)
             stream.put(piece)
             pieces.append(piece)
+            sentences += not chunk.continues
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         stream.share(audio)  # one copy of the audio, not two, while the job's result is kept
-        return audio, len(pieces)
+        return audio, sentences
 
     def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:
         path = (self.settings.outputs_path / f"{job_id}.wav").resolve()
@@ -951,6 +962,24 @@ class Service:
                                          similarity=None,
                                          prompt=None)  # no similarity to a voice that was not used
         return applied.plan, applied.options, choice
+
+
+#: Upstream CosyVoice's flow-matching steps (``flow.inference`` hard-codes 10).
+UPSTREAM_FLOW_STEPS = 10
+
+
+def flow_steps_notes(request: TTSRequest, engine: Engine) -> list[str]:
+    """What the answer says about the flow steps: the count a CosyVoice engine used (fewer than
+    upstream's 10 labelled as not validated), or that the engine has none."""
+    steps = request.flow_steps
+    if not str(engine.name).startswith("cosyvoice"):
+        return [] if steps is None else [Note(f"flow_steps ignored: {engine.name} has no flow-matching decoder",
+                                              code="flow_steps_ignored", engine=engine.name)]
+    used = UPSTREAM_FLOW_STEPS if steps is None else int(steps)
+    if used == UPSTREAM_FLOW_STEPS:
+        return [Note(f"flow steps: {used} (standard, as upstream)", code="flow_steps_standard", steps=used)]
+    return [Note(f"flow steps: {used} (fast: fewer than upstream's {UPSTREAM_FLOW_STEPS}, not validated "
+                 "on real weights)", code="flow_steps_fast", steps=used)]
 
 
 def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:

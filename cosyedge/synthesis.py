@@ -67,7 +67,7 @@ def stream(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
         text = check_text(text, max_chars)
     joiner = Joiner(engine.capabilities.sample_rate)
     for chunk in engine.synthesize(text, voice, options, progress=progress, cancelled=cancelled):
-        yield chunk, joiner.piece(chunk.audio, chunk.pause_after_s)
+        yield chunk, joiner.piece(chunk.audio, chunk.pause_after_s, chunk.continues)
 
 
 def synthesize(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
@@ -77,7 +77,8 @@ def synthesize(engine: Engine, text: str | TextAnalysis, voice: str | VoicePromp
     pieces, sentences = [], []
     for chunk, piece in stream(engine, text, voice, options, max_chars, progress, cancelled):
         pieces.append(piece)
-        sentences.append(chunk.text)
+        if not chunk.continues:
+            sentences.append(chunk.text)
     audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
     return SynthesisResult(audio=audio, sample_rate=engine.capabilities.sample_rate,
                            sentences=sentences)

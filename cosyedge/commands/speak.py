@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyedge import config, instruct, synthesis
-from cosyedge.audio import wav_bytes
+from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.commands.voice_library import describe
 from cosyedge.engines.loader import load_engine
 from cosyedge.engines.base import LANGUAGES, VoicePrompt
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--instruct", metavar="TEXT",
                         help='how to read it, e.g. "slowly and warmly" or "用开心的语气说"; '
                              "what was applied / not supported is printed")
+    parser.add_argument("--flow-steps", dest="flow_steps", type=int, default=None,
+                        help="CosyVoice flow steps: 10 = standard (upstream); fewer is faster, not "
+                             "validated on real weights")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write, '-' for stdout")
     config.add_arguments(parser)
     parser.set_defaults(func=run)
@@ -98,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     loads), resolve against the engine, synthesize, apply the instruction's effects, write."""
     settings = config.from_args(args)
     request = TTSRequest(text=read_text(args), speaker=args.voice, voice_id=args.voice_id,
-                         instruct=args.instruct, speed=args.speed, language=args.lang)
+                         instruct=args.instruct, speed=args.speed, language=args.lang,
+                         flow_steps=args.flow_steps)
     service = Service(settings, engine_factory=functools.partial(load_engine, settings))
     prepared = service.prepare(request)
     check_output(args.output)
@@ -108,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
         voice, plan = resolved.choice.voice, resolved.plan
         if isinstance(voice, VoicePrompt) and describe(voice.meta):
             print(describe(voice.meta), file=say)
+        for note in resolved.notes:
+            if getattr(note, "code", "").startswith("flow_steps"):  # the steps used, said as they are
+                print(note, file=say)
+        if args.output == STDIO:
+            return _stream_to_stdout(engine, resolved, settings.max_text_chars, say)
         result = synthesis.synthesize(engine, resolved.analysis, voice, resolved.options,
                                       max_chars=settings.max_text_chars)
     audio = result.audio
@@ -120,4 +130,29 @@ def run(args: argparse.Namespace) -> int:
     written = write_output(args.output, audio, result.sample_rate)
     print(f"wrote {written} ({len(audio) / result.sample_rate:.2f} s, {len(result.sentences)} sentences)",
           file=say)
+    return 0
+
+
+def _stream_to_stdout(engine, resolved, max_chars: int, say) -> int:  # noqa: ANN001
+    """``-o -``: a WAV of unknown length on stdout, each piece written as soon as it is made (a
+    CosyVoice sentence hop by hop), so a player reading the pipe starts at the first hop."""
+    plan, sample_rate = resolved.plan, engine.capabilities.sample_rate
+    out = sys.stdout.buffer
+    out.write(wav_stream_header(sample_rate))
+    out.flush()
+    samples, sentences = 0, 0
+    options = dataclasses.replace(resolved.options, stream=True)
+    for chunk, piece in synthesis.stream(engine, resolved.analysis, resolved.choice.voice, options, max_chars):
+        if plan is not None and piece.size:
+            piece = instruct.postprocess(piece, sample_rate, plan)
+        out.write(to_pcm16(piece).tobytes())
+        out.flush()
+        samples += piece.size
+        sentences += not chunk.continues
+    if plan is not None:
+        for line in plan.applied:
+            print(f"applied: {line}", file=say)
+        for line in plan.not_supported:
+            print(f"not applied: {line}", file=say)
+    print(f"wrote WAV to stdout ({samples / sample_rate:.2f} s, {sentences} sentences, streamed)", file=say)
     return 0

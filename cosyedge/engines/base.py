@@ -55,6 +55,10 @@ class SynthesisOptions:
     language: str = "auto"
     instruct: str | None = None
     seed: int | None = None
+    #: Yield audio as it is made (CosyVoice: hop by hop within a sentence) rather than per sentence.
+    stream: bool = False
+    #: CosyVoice flow steps (None: the model's, upstream's 10).
+    n_timesteps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,8 @@ class AudioChunk:
 
     ``pause_after_s`` is the silence the joiner puts after this chunk when another follows; None
     means the ordinary pause between sentences (``cosyedge.audio.SENTENCE_PAUSE_S``). An engine
-    that cuts a sentence at a clause sets the shorter clause pause there.
+    that cuts a sentence at a clause sets the shorter clause pause there. ``continues`` marks a
+    streamed piece of a sentence whose next piece follows seamlessly (no pause, no fade between).
     """
 
     audio: np.ndarray
@@ -89,6 +94,7 @@ class AudioChunk:
     index: int
     total: int
     pause_after_s: float | None = None
+    continues: bool = False
 
 
 @dataclass

@@ -9,6 +9,10 @@ Files written:
   a CPU-friendly form (see ``flow_nets``: fused attention, convs as MatMuls). Upstream's shipped
   ``flow.decoder.estimator.fp32.onnx`` (same weights, unfused, with the mask) is not used.
 * ``flow_noise.npy`` - float32 [80, 15000]: upstream's ``rand_noise`` (``torch.randn`` after seeding 0).
+* ``flow_encoder_stream.onnx`` / ``flow_estimator_stream.onnx`` - the same weights as one chunk of
+  upstream's chunk-causal ``streaming=True`` flow, with the earlier chunks' state as cache inputs and
+  the new chunk's share as outputs (see ``flow_stream_nets``); the manifest's ``flow.stream`` section
+  gives the chunk sizes and cache shapes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 SHIPPED_ESTIMATOR = "flow.decoder.estimator.fp32.onnx"
 ENCODER_FILE = "flow_encoder.onnx"
+ENCODER_STREAM_FILE = "flow_encoder_stream.onnx"
+ESTIMATOR_STREAM_FILE = "flow_estimator_stream.onnx"
 ESTIMATOR_FILE = "flow_estimator.onnx"
 NOISE_FILE = "flow_noise.npy"
 NOISE_FRAMES = 15000
@@ -127,18 +133,23 @@ def export_flow(ctx) -> None:
     export_estimator(estimator, estimator_path)
     ctx.files[ESTIMATOR_FILE]["origin"] = "flow.pt"
 
+    stream = export_stream_graphs(front, estimator, cfg, ctx)
+
     noise_path = ctx.add_file(NOISE_FILE, "fixed CFM start noise [80, 15000]")
     np.save(noise_path, fixed_noise().numpy().astype(np.float32))
 
     if ctx.quantize == "int8":
         quantize_in_place(ctx, ENCODER_FILE)
         quantize_in_place(ctx, ESTIMATOR_FILE)
+        quantize_in_place(ctx, ENCODER_STREAM_FILE)
+        quantize_in_place(ctx, ESTIMATOR_STREAM_FILE)
 
     ctx.runtime["flow"] = {
         "encoder": ENCODER_FILE, "estimator": ESTIMATOR_FILE, "noise": NOISE_FILE,
         "token_mel_ratio": cfg.token_mel_ratio, "pre_lookahead_len": cfg.pre_lookahead_len,
         "vocab_size": cfg.vocab_size, "spk_embed_dim": cfg.spk_embed_dim, "mel_bins": cfg.output_size,
         "n_timesteps": 10, "t_scheduler": "cosine", "inference_cfg_rate": _cfg_rate(ctx.config),
+        "stream": stream,
     }
     ctx.runtime["features"] = _mel_features(ctx.config)
 
@@ -162,6 +173,70 @@ def export_estimator(estimator, path) -> None:
             dynamic_axes={"x": seq, "mu": seq, "cond": seq, "t": {0: "batch"}, "spks": {0: "batch"},
                           "estimator_out": seq},
             opset_version=OPSET, custom_opsets={"com.microsoft": 1}, dynamo=False)
+
+
+def export_stream_graphs(front, estimator, cfg, ctx) -> dict[str, Any]:
+    """Write the two chunk-step graphs; returns the manifest's ``flow.stream`` section."""
+    import torch
+
+    from cosyedge.export.flow_stream_nets import CONV_TAIL, EncoderStep, EstimatorStep
+
+    chunk_tokens = _chunk_tokens(ctx.config)
+    d = cfg.input_size
+    downs, ups = len(front.encoder.encoders), len(front.encoder.up_encoders)
+    path = ctx.add_file(ENCODER_STREAM_FILE, "flow encoder, one chunk of the chunk-causal (streaming) form")
+    n, p = 5, 3
+    example = (torch.zeros(1, n, dtype=torch.int64), torch.zeros(1, cfg.pre_lookahead_len, dtype=torch.int64),
+               torch.tensor([cfg.pre_lookahead_len]), torch.randn(1, cfg.spk_embed_dim),
+               torch.randn(1, CONV_TAIL, d), torch.randn(p, downs, 2, 1, d), torch.randn(1, CONV_TAIL, d),
+               torch.randn(2 * p, ups, 2, 1, d))
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(
+            EncoderStep(front).eval(), example, str(path),
+            input_names=["tokens", "context", "n_context", "embedding", "pre_tail", "kv_down", "up_tail",
+                         "kv_up"],
+            output_names=["mu", "spks", "pre_tail_out", "kv_down_out", "up_tail_out", "kv_up_out"],
+            dynamic_axes={"tokens": {1: "n_tokens"}, "kv_down": {0: "past_tokens"}, "kv_up": {0: "past_frames"},
+                          "mu": {2: "n_frames"}, "kv_down_out": {0: "n_tokens"}, "kv_up_out": {0: "n_frames"}},
+            opset_version=OPSET, dynamo=False)
+
+    layout = EstimatorStep.layout(estimator)
+    # int8 graphs are approximate already (~20 dB SNR); a float16 key/value cache halves the memory
+    # that grows with the utterance at no audible cost. fp32 graphs keep a float32 cache (parity).
+    kv_dtype = torch.float16 if ctx.quantize == "int8" else torch.float32
+    path = ctx.add_file(ESTIMATOR_STREAM_FILE, "flow CFM estimator, one chunk with per-step caches")
+    t = 6
+    example = (torch.randn(2, 80, t), torch.randn(2, 80, t), torch.rand(2), torch.randn(2, 80),
+               torch.randn(2, 80, t),
+               torch.randn(4, layout["attention_layers"], 2, 2, layout["inner"]).to(kv_dtype),
+               torch.randn(layout["conv_layers"], 2, CONV_TAIL, layout["conv_channels"]))
+    seq = {0: "batch", 2: "n_frames"}
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(
+            EstimatorStep(estimator, kv_dtype).eval(), example, str(path),
+            input_names=["x", "mu", "t", "spks", "cond", "kv", "conv"],
+            output_names=["estimator_out", "kv_out", "conv_out"],
+            dynamic_axes={"x": seq, "mu": seq, "cond": seq, "t": {0: "batch"}, "spks": {0: "batch"},
+                          "kv": {0: "past_frames", 3: "batch"}, "conv": {1: "batch"}, "estimator_out": seq,
+                          "kv_out": {0: "n_frames", 3: "batch"}, "conv_out": {1: "batch"}},
+            opset_version=OPSET, custom_opsets={"com.microsoft": 1}, dynamo=False)
+    return {"encoder": ENCODER_STREAM_FILE, "estimator": ESTIMATOR_STREAM_FILE, "chunk_tokens": chunk_tokens,
+            "conv_tail": CONV_TAIL, "model_dim": d, "down_layers": downs, "up_layers": ups,
+            "kv_dtype": "float16" if kv_dtype == torch.float16 else "float32", **layout}
+
+
+def _chunk_tokens(config: dict[str, Any]) -> int:
+    """The encoder's ``static_chunk_size`` (the estimator's is this times token_mel_ratio)."""
+    enc = section(config, "flow", "encoder")
+    est = section(config, "flow", "decoder", "estimator")
+    chunk = int(enc.get("static_chunk_size", 25) or 25)
+    ratio = int(section(config, "flow").get("token_mel_ratio", 2))
+    if int(est.get("static_chunk_size", chunk * ratio)) != chunk * ratio:
+        raise InputError("estimator chunk is not the encoder chunk in mel frames; not CosyVoice2's streaming")
+    if int(est.get("num_decoding_left_chunks", -1)) >= 0:
+        logger.warning("the yaml limits the estimator's left chunks; upstream's decoder ignores it (all left "
+                       "chunks are attended), and so does this converter")
+    return chunk
 
 
 def _cfg_rate(config: dict[str, Any]) -> float:

@@ -35,6 +35,9 @@ PLAN: dict[str, dict[str, Any]] = {
                             "keep_fp32": [r"^/(down|mid|up)_blocks\.\d+\.0/MatMul$",   # resnet res_conv
                                           r"^/(down|up)_blocks\.0\.2/MatMul$",          # stage output conv
                                           r"^/MatMul$"]},                                # final_proj
+    # The chunk-step forms of the same weights (streaming); their node names differ, so no fp32 list.
+    "flow_encoder_stream.onnx": {"ops": ["MatMul", "Gemm"]},
+    "flow_estimator_stream.onnx": {"ops": ["MatMul", "Gemm"], "per_channel": True},
     "hift_f0.onnx": {"ops": [], "why": "pitch output; tiny graph"},
     "hift_decoder.onnx": {"ops": [], "why": "conv-only; exp() magnitude output amplifies weight error"},
 }
@@ -60,6 +63,8 @@ def _example_inputs(session, rng: np.random.Generator) -> dict[str, np.ndarray]:
             feeds[inp.name] = rng.integers(0, 6561, size=shape, dtype=np.int64)
         elif inp.name == "mask":
             feeds[inp.name] = np.ones(shape, dtype=np.float32)
+        elif inp.type == "tensor(float16)":  # the streamed estimator's key/value cache in int8 models
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float16)
         elif inp.name == "t":
             feeds[inp.name] = rng.random(shape, dtype=np.float32)
         else:
@@ -131,7 +136,8 @@ def quantize_in_place(ctx, name: str) -> None:
 
 #: Graphs whose remaining float32 weights (convolutions, the token embedding) are stored as float16
 #: by ``--quantize int8``. The LLM writes its own files; the frontend ONNX files are the user's copies.
-COMPACT_GRAPHS = ("flow_encoder.onnx", "flow_estimator.onnx", "hift_f0.onnx", "hift_decoder.onnx")
+COMPACT_GRAPHS = ("flow_encoder.onnx", "flow_estimator.onnx", "flow_encoder_stream.onnx",
+                  "flow_estimator_stream.onnx", "hift_f0.onnx", "hift_decoder.onnx")
 FP16_MIN_ELEMENTS = 1024
 
 

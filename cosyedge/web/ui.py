@@ -268,15 +268,40 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
     if not (tts.text or "").strip():  # the commonest mistake gets the page's own bilingual words
         raise ui_error(EMPTY_TEXT)
     job = await _submit(service, tts, request, stream=True)
-    yield None, "", live_player(job)
+    yield None, "", live_player(job, tts.text or "")
     path, panel = await _follow(service, job, progress)
     yield path, panel, gr.skip()  # the live player keeps playing what it has
 
 
-def live_player(job: Job) -> str:
-    """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``)."""
+#: Rough speaking rates for the live player's first guess of a text's length (it buffers for the
+#: rest): ~14 Latin characters or ~4 CJK characters per second of speech.
+SECONDS_PER_CHAR, SECONDS_PER_CJK_CHAR = 1 / 14, 1 / 4
+
+
+def expected_seconds(text: str) -> float:
+    """A first guess of how long ``text`` takes to say (the player's buffering needs one)."""
+    cjk = sum(1 for ch in text if "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af")
+    return round(cjk * SECONDS_PER_CJK_CHAR + (len(text) - cjk) * SECONDS_PER_CHAR, 1)
+
+
+#: CosyVoice flow steps offered on the page: upstream's 10, and a fast choice said to be what it is.
+STANDARD_STEPS, FAST_STEPS = 10, 5
+QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
+                   (f"fast ({FAST_STEPS}): fewer flow steps than upstream's 10, not validated on real weights / "
+                    f"快速 ({FAST_STEPS})：少于官方的 10 步，未在真实权重上验证", FAST_STEPS)]
+
+
+def flow_steps(quality: int | None) -> int | None:
+    """The request's ``flow_steps`` for the quality choice (None: the model's own, upstream's 10)."""
+    return None if quality in (None, STANDARD_STEPS) else int(quality)
+
+
+def live_player(job: Job, text: str = "") -> str:
+    """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``),
+    with ``expect``: a guess of the audio's length, from which the player works out how much to
+    buffer when the audio comes slower than it plays."""
     token = job.stream.token if job.stream is not None else ""
-    return f"/jobs/{job.id}/audio?token={token}"
+    return f"/jobs/{job.id}/audio?token={token}&expect={expected_seconds(text)}"
 
 
 #: The live player, run by the page: fetch the job's WAV stream and schedule each piece on a Web
@@ -313,7 +338,41 @@ async function play(src) {
   if (!response.ok || !response.body) { element.dataset.state = 'error'; return; }
   const r = response.body.getReader();
   S.reader = r;
+  // Buffering: audio that comes slower than it plays is held until what is buffered lasts until the
+  // rest arrives, at the rate measured so far: buffer >= rest * (1 - rate) / rate. The rest is the
+  // expected length (from the text, ?expect=) minus what came; the rate is audio seconds per second,
+  // since the request for one piece, between the first and the last piece after that.
+  const expect = parseFloat(new URL(src, location.href).searchParams.get('expect') || '0');
+  const label = element.querySelector('.cosyedge-live small');
+  const asked = performance.now() / 1000;
   let rate = 0, carry = new Uint8Array(0), next = 0, scheduled = 0;
+  let received = 0, firstAt = 0, firstLen = 0, pending = [], started = false;
+  const measured = () => {
+    const now = performance.now() / 1000;
+    if (received > firstLen && now > firstAt) return (received - firstLen) / (now - firstAt);
+    return received / Math.max(1e-3, now - asked);
+  };
+  const needed = () => {
+    const speed = measured(), rest = Math.max(0, expect - received);
+    return speed >= 1 ? 0 : rest * (1 - speed) / Math.max(speed, 1e-3);
+  };
+  const startPending = () => {
+    for (const buffer of pending) {
+      const node = ctx.createBufferSource();
+      node.buffer = buffer;
+      node.connect(ctx.destination);
+      node.onended = () => S.sources.delete(node);
+      S.sources.add(node);
+      next = Math.max(next, ctx.currentTime + 0.05);
+      node.start(next);
+      next += buffer.duration;
+      scheduled += buffer.duration;
+    }
+    pending = [];
+    element.dataset.scheduled = scheduled.toFixed(3);
+    element.dataset.state = 'playing';
+    if (label) label.textContent = 'Playing while it is made / 边合成边播放';
+  };
   while (true) {
     let chunk;
     try { chunk = await r.read(); } catch (e) { break; }
@@ -333,18 +392,23 @@ async function play(src) {
     const buffer = ctx.createBuffer(1, pcm.length, rate);
     const samples = buffer.getChannelData(0);
     for (let i = 0; i < pcm.length; i++) samples[i] = pcm[i] / 32768;
-    const node = ctx.createBufferSource();
-    node.buffer = buffer;
-    node.connect(ctx.destination);
-    node.onended = () => S.sources.delete(node);
-    S.sources.add(node);
-    next = Math.max(next, ctx.currentTime + 0.05);
-    node.start(next);
-    next += buffer.duration;
-    scheduled += buffer.duration;
-    element.dataset.scheduled = scheduled.toFixed(3);
-    element.dataset.state = 'playing';
+    if (!firstAt) { firstAt = performance.now() / 1000; firstLen = buffer.duration; }
+    received += buffer.duration;
+    pending.push(buffer);
+    // Ran dry while playing (the guess was short): buffer again, by the same rule.
+    if (started && next < ctx.currentTime) started = false;
+    const ahead = pending.reduce((sum, b) => sum + b.duration, 0) + Math.max(0, next - ctx.currentTime);
+    const want = needed();
+    if (!started && ahead < want) {
+      element.dataset.state = 'buffering';
+      element.dataset.buffering = want.toFixed(1);
+      if (label) label.textContent = `buffering ${want.toFixed(1)} s / 缓冲中`;
+      continue;
+    }
+    started = true;
+    startPending();
   }
+  if (mine === S.turn && pending.length) startPending();  // the end came while buffering
   if (S.reader === r) { S.reader = null; element.dataset.state = 'done'; }
 }
 watch('value', () => play(props.value));
@@ -517,7 +581,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
-                    language: str, consent: bool, request: gr.Request,
+                    language: str, consent: bool, quality: int | None, request: gr.Request,
                     progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt:  # the janitor keeps the prompt in the upload cache while the page may reuse it
@@ -528,21 +592,22 @@ def build_ui(service: Service) -> "gr.Blocks":
         voice = voice_fields(saved) if prompt_bytes is None else {}
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
-                         language=language, keep_file=True, consent=bool(consent))
+                         language=language, keep_file=True, consent=bool(consent),
+                         flow_steps=flow_steps(quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
-                       request: gr.Request, progress: gr.Progress = gr.Progress()):
+                       quality: int | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
-                         speed=float(speed), language=language, keep_file=True)
+                         speed=float(speed), language=language, keep_file=True, flow_steps=flow_steps(quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    async def preset(voice: str, text: str, speed: float, language: str, request: gr.Request,
-                     progress: gr.Progress = gr.Progress()):
+    async def preset(voice: str, text: str, speed: float, language: str, quality: int | None,
+                     request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
-                         keep_file=True)
+                         keep_file=True, flow_steps=flow_steps(quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
@@ -588,13 +653,15 @@ def build_ui(service: Service) -> "gr.Blocks":
         # scheduled may be another tab's)
         return f"{LIVE_STOP}{time.monotonic_ns()}", (confirmation if confirmation else gr.skip())
 
-    def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown]:
+    def common_inputs(prefix: str) -> tuple[gr.Slider, gr.Dropdown, gr.Radio]:
         with gr.Row():
             speed = gr.Slider(low, high, value=1.0, step=0.05, label="Speed / 语速",
                               elem_id=f"{prefix}-speed")
             language = gr.Dropdown(LANGUAGE_CHOICES, value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
-        return speed, language
+            quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
+                               elem_id=f"{prefix}-quality")
+        return speed, language, quality
 
     def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML]:
         with gr.Row():
@@ -645,14 +712,14 @@ def build_ui(service: Service) -> "gr.Blocks":
                     save_name = gr.Textbox(label="Save the prompt as / 保存参考音频为", scale=3,
                                            placeholder="e.g. Ms Lee / 王老师", elem_id="clone-save-name")
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
-                speed_c, lang_c = common_inputs("clone")
+                speed_c, lang_c, quality_c = common_inputs("clone")
                 lesson_c = lesson_controls("clone", service.max_lesson_chars)
                 go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
                 generated.append(wire_lesson(lesson_c, clone_lesson, [prompt, prompt_text, saved_c, speed_c, lang_c,
                                                                      consent], audio_c, panel_c))
                 generated.append(wire(go_c, stop_c, clone,
                                       [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c,
-                                       consent],
+                                       consent, quality_c],
                                       [audio_c, panel_c, live_c]))
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
@@ -665,13 +732,13 @@ def build_ui(service: Service) -> "gr.Blocks":
                                       elem_id="instruct-voice")
                 text_instruct = gr.Textbox(label="Text to read / 合成文本", lines=4,
                                            elem_id="instruct-text")
-                speed_i, lang_i = common_inputs("instruct")
+                speed_i, lang_i, quality_i = common_inputs("instruct")
                 lesson_i = lesson_controls("instruct", service.max_lesson_chars)
                 go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
                 generated.append(wire_lesson(lesson_i, instruct_lesson, [instruction, voice_i, speed_i, lang_i],
                                              audio_i, panel_i))
                 generated.append(wire(go_i, stop_i, instruct,
-                                      [instruction, voice_i, text_instruct, speed_i, lang_i],
+                                      [instruction, voice_i, text_instruct, speed_i, lang_i, quality_i],
                                       [audio_i, panel_i, live_i]))
 
             with gr.Tab("preset voices / 预置音色", id="preset"):
@@ -679,11 +746,11 @@ def build_ui(service: Service) -> "gr.Blocks":
                 voice_p = gr.Dropdown(presets, value=presets[0], label="Voice / 音色",
                                       elem_id="preset-voice")
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
-                speed_p, lang_p = common_inputs("preset")
+                speed_p, lang_p, quality_p = common_inputs("preset")
                 lesson_p = lesson_controls("preset", service.max_lesson_chars)
                 go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
                 generated.append(wire_lesson(lesson_p, preset_lesson, [voice_p, speed_p, lang_p], audio_p, panel_p))
-                generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p],
+                generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p, quality_p],
                                       [audio_p, panel_p, live_p]))
 
             models = models_tab.build(service, explain=_ui_error)

@@ -130,12 +130,14 @@ def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, f
 
 def test_live_player_plays_while_the_job_runs_and_the_file_follows(browser, make_service, live_server,
                                                                    fake_factory):
-    fake_factory.engine_kwargs["delay"] = 0.5  # ten sentences: ~5 s of synthesis
+    # ten sentences: ~5 s of synthesis, made faster than it plays (~0.6 s of audio per 0.5 s), so the
+    # player starts at once (slower audio is buffered first: test_slow_audio_is_buffered_and_says_so)
+    fake_factory.engine_kwargs["delay"] = 0.5
     service = make_service()
     server = live_server(service, with_ui=True)
     context, page, requests = open_page(browser, server.url)
     try:
-        generate_preset(page, " ".join(f"Sentence number {i}." for i in range(10)))
+        generate_preset(page, " ".join(f"Sentence number {i} is here and it is fairly long." for i in range(10)))
         # the page schedules the job's first pieces for playback while the job still synthesizes
         page.wait_for_function("() => { const e = document.querySelector('#preset-live [data-scheduled]');"
                                " return e && parseFloat(e.dataset.scheduled) > 0; }", timeout=20_000)

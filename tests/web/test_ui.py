@@ -125,7 +125,7 @@ def test_the_clone_tab_refuses_prompt_audio_and_saving_without_the_consent_box(m
     clone = handler(build_ui(service), "clone").fn
 
     async def generate(consent: bool) -> list:
-        return [update async for update in clone(prompt, "", "Hello.", None, 1.0, "auto", consent,
+        return [update async for update in clone(prompt, "", "Hello.", None, 1.0, "auto", consent, 10,
                                                  request=SimpleNamespace(session_hash="c"),
                                                  progress=Progress())]
 
@@ -338,7 +338,7 @@ def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_se
         served = httpx.post(server.url + "/gradio_api/upload", files={"files": upload}).json()[0]
 
     def generate() -> str:
-        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True]
+        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, 10]
         event = httpx.post(server.url + "/gradio_api/call/clone", json={"data": data}).json()["event_id"]
         return httpx.get(f"{server.url}/gradio_api/call/clone/{event}", timeout=60).text
 

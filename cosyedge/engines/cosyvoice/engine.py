@@ -30,6 +30,7 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
+from cosyedge.engines.cosyvoice.hops import stream_hops
 from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
@@ -88,13 +89,17 @@ class CosyVoiceEngine:
 
         model = ModelDir.load(model_dir)
         identity = model.identity
-        threads = int(getattr(settings, "threads", 0) or 0)
+        from cosyedge.cpus import usable_cpus
+        from cosyedge.engines.cosyvoice.threads import ThreadCosts, plan_threads
+
+        threads = int(getattr(settings, "threads", 0) or 0) or usable_cpus()
         frontend = model.config("frontend")
-        # Decode is memory-bound: one thread reads the int8 weights as fast as two (bench/cosyvoice_llm.py),
-        # so the LLM takes half the cores and leaves the rest to the other job the queue may run.
-        lm_threads = max(1, (threads or 1) // 2)
+        # The LLM and flow + HiFT overlap while a sentence streams: threads.py splits the CPUs by cost.
+        plan = plan_threads(threads, ThreadCosts.load(model.path))
+        logger.info("CosyVoice threads: %s", plan.describe())
+        lm_threads = plan.lm
         lm = SpeechLM.load(model.path, threads=lm_threads)
-        token2wav = Token2Wav.load(model, threads=threads)
+        token2wav = Token2Wav.load(model, threads=plan.render)
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
         presets: dict[str, np.ndarray] = {}
         if frontend.get("presets"):
@@ -262,16 +267,44 @@ class CosyVoiceEngine:
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
             text_ids = self.tokenizer.encode(sentence)
+            if self._streams(options):
+                yield from self._sentence_hops(sentence, index, total, text_ids, chooser,
+                                               (prompt_text, prompt_speech, flow_tokens, flow_mel, embedding),
+                                               options, rng, progress, cancelled)
+                continue
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             if tokens:
-                audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)
+                audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng,
+                                       n_timesteps=options.n_timesteps)
             else:
                 audio = np.zeros(0, dtype=np.float32)
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
                              text=sentence, index=index, total=total)
+
+    def _streams(self, options: SynthesisOptions) -> bool:
+        """Hop-by-hop for a streamed request, where the model has the streaming graphs; upstream
+        streams at speed 1 only (a speed change resamples the whole sentence's mel)."""
+        return bool(options.stream and getattr(self.token2wav, "can_stream", False) and options.speed == 1.0)
+
+    def _sentence_hops(self, sentence, index, total, text_ids, chooser, conditioning, options, rng,
+                       progress, cancelled) -> Iterator[AudioChunk]:  # noqa: ANN001 - synthesize's locals
+        """One sentence as hops (LLM decoding overlapped with flow + HiFT, :mod:`hops`)."""
+        prompt_text, prompt_speech, flow_tokens, flow_mel, embedding = conditioning
+        renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=options.n_timesteps,
+                                         rng=rng)
+        sr = self.capabilities.sample_rate
+        with self.using_lm() as lm:
+            def decode(stop):  # noqa: ANN001, ANN202
+                return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
+
+            for audio, last in stream_hops(decode, renderer, cancelled):
+                if last and progress is not None:
+                    progress(index + 1, total)
+                yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
+                                 index=index, total=total, continues=not last)
 
     def close(self) -> None:
         with self._lm_lock:

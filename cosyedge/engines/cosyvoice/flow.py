@@ -10,6 +10,12 @@ Upstream semantics (``CausalMaskedDiffWithXvec.inference``, non-streaming):
 * nothing is padded, so upstream's estimator mask is all ones; our converter's estimator graph has no
   mask input (graphs from older converters do, and get the ones);
 * the prompt frames are cut off the result.
+
+Streaming (:class:`FlowStream`, upstream's ``streaming=True``): the flow is chunk-causal (the encoder
+attends within its 25-token chunk and to every earlier one, the estimator likewise with 50 frames), so
+each chunk is computed once, by the converter's chunk-step graphs, from caches of the earlier chunks:
+attention keys/values (per Euler step for the estimator) and the causal convolutions' last frames. A
+chunk waits for the 3 look-ahead tokens after it (upstream's ``context``), except at the end.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class FlowParams:
     mel_bins: int = 80
     n_timesteps: int = 10
     inference_cfg_rate: float = 0.7
+    pre_lookahead_len: int = 3
 
     @classmethod
     def from_dict(cls, values: dict) -> "FlowParams":
@@ -46,15 +53,52 @@ def cosine_schedule(n_timesteps: int) -> np.ndarray:
     return (np.float32(1.0) - np.cos(t * np.float32(0.5) * np.float32(np.pi))).astype(np.float32)
 
 
-class FlowDecoder:
-    """Encoder-front and estimator sessions plus the fixed noise; built from ready objects."""
+@dataclass(frozen=True)
+class StreamLayout:
+    """Chunk size and cache shapes of the chunk-step graphs (the manifest's ``flow.stream``)."""
 
-    def __init__(self, encoder_session, estimator_session, noise: np.ndarray, params: FlowParams) -> None:
+    chunk_tokens: int = 25
+    conv_tail: int = 2
+    model_dim: int = 512
+    down_layers: int = 6
+    up_layers: int = 4
+    attention_layers: int = 56
+    inner: int = 512
+    conv_layers: int = 31
+    conv_channels: int = 512
+    kv_dtype: str = "float32"   # the estimator's key/value cache (float16 in int8 models)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "StreamLayout":
+        return cls(**{k: (str(values[k]) if k == "kv_dtype" else int(values[k]))
+                      for k in cls.__dataclass_fields__ if k in values})
+
+    def cache_bytes_per_frame(self, n_timesteps: int) -> int:
+        """Estimator key/value bytes one mel frame adds (every step, both CFG rows): the memory a
+        streamed sentence grows by, since every chunk attends to all earlier ones."""
+        return self.attention_layers * 2 * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * n_timesteps
+
+
+class FlowDecoder:
+    """Encoder-front and estimator sessions plus the fixed noise; built from ready objects.
+
+    ``stream_sessions`` (encoder step, estimator step) and ``stream_layout`` enable :meth:`stream`;
+    model directories from converters before streaming have neither.
+    """
+
+    def __init__(self, encoder_session, estimator_session, noise: np.ndarray, params: FlowParams,
+                 stream_sessions: tuple | None = None, stream_layout: StreamLayout | None = None) -> None:
         self.encoder_session = encoder_session
         self.estimator_session = estimator_session
         self.noise = np.asarray(noise, dtype=np.float32)    # [80, max_frames]
         self.params = params
         self._mask_input = "mask" in {i.name for i in estimator_session.get_inputs()}
+        self.stream_sessions = stream_sessions
+        self.stream_layout = stream_layout if stream_sessions else None
+
+    @property
+    def can_stream(self) -> bool:
+        return self.stream_sessions is not None
 
     @property
     def max_frames(self) -> int:
@@ -98,11 +142,9 @@ class FlowDecoder:
                 dt = t_span[step + 1] - t
         return x.astype(np.float32)
 
-    def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
-                 embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
-        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]."""
+    def _prompt(self, prompt_tokens, prompt_mel, embedding, n_timesteps):
+        """Checked (prompt tokens, prompt mel [2P, 80] cut to 2 frames per token, embedding, steps)."""
         p = self.params
-        tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
         prompt_tokens = _tokens(prompt_tokens, "prompt_tokens", p.vocab_size, allow_empty=True)
         prompt_mel = np.asarray(prompt_mel if prompt_mel is not None else np.zeros((0, p.mel_bins)),
                                 dtype=np.float32)
@@ -118,7 +160,22 @@ class FlowDecoder:
             raise ParameterError(f"n_timesteps must be 1-100, got {steps}")
         # Upstream's frontend keeps exactly token_mel_ratio mel frames per prompt token.
         n_prompt = min(prompt_tokens.shape[0], prompt_mel.shape[0] // p.token_mel_ratio)
-        prompt_tokens, prompt_mel = prompt_tokens[:n_prompt], prompt_mel[:n_prompt * p.token_mel_ratio]
+        return prompt_tokens[:n_prompt], prompt_mel[:n_prompt * p.token_mel_ratio], embedding, steps
+
+    def stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None = None) -> "FlowStream":
+        """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs)."""
+        if not self.can_stream:
+            raise ParameterError("this model directory has no streaming flow graphs; convert it again")
+        return FlowStream(self, *self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps))
+
+    def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
+                 embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
+        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]."""
+        p = self.params
+        tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
+        prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding,
+                                                                   n_timesteps)
+        n_prompt = prompt_tokens.shape[0]
         total = (n_prompt + tokens.shape[0]) * p.token_mel_ratio
         if total > self.max_frames:
             raise ParameterError(f"prompt + text need {total} mel frames; the model allows {self.max_frames}")
@@ -127,6 +184,144 @@ class FlowDecoder:
         cond[:, :prompt_mel.shape[0]] = prompt_mel.T
         mel = self.solve(mu, spks, cond, steps)
         return mel[:, prompt_mel.shape[0]:]
+
+
+class _Growing:
+    """A time-first float32 buffer that appends in place (capacity doubles) and hands out its prefix."""
+
+    def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64, dtype: str = "float32") -> None:
+        self._data = np.zeros((capacity, *tail_shape), dtype=dtype)
+        self.length = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        end = self.length + rows.shape[0]
+        if end > self._data.shape[0]:
+            grown = np.zeros((max(end, 2 * self._data.shape[0]), *self._data.shape[1:]), dtype=self._data.dtype)
+            grown[:self.length] = self._data[:self.length]
+            self._data = grown
+        self._data[self.length:end] = rows
+        self.length = end
+
+    def view(self) -> np.ndarray:
+        return self._data[:self.length]
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+
+class FlowStream:
+    """One utterance's chunk-causal flow: :meth:`push` speech tokens as the LLM makes them and get the
+    mel of every chunk that became computable; :meth:`finish` computes the rest.
+
+    Equal, chunk by chunk, to upstream ``flow.inference(..., streaming=True)`` on the tokens so far
+    (``finalize=False`` with the 3 look-ahead tokens, ``finalize=True`` at the end); each chunk's work
+    is done once. Chunks are counted from the first prompt token, so the first one that holds target
+    tokens may also hold the prompt's last tokens (their frames are not returned).
+    """
+
+    def __init__(self, decoder: FlowDecoder, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
+                 embedding: np.ndarray, n_timesteps: int) -> None:
+        self.decoder = decoder
+        layout = decoder.stream_layout
+        self.layout = layout
+        self.ratio = decoder.params.token_mel_ratio
+        self.lookahead = decoder.params.pre_lookahead_len
+        self.embedding = embedding.reshape(1, -1)
+        self.prompt_mel = prompt_mel                                   # [2P, 80]
+        self.n_prompt = int(prompt_tokens.shape[0])
+        self.n_timesteps = n_timesteps
+        self._tokens = [int(t) for t in prompt_tokens]                  # every token so far, prompt first
+        self._done = 0                                                 # tokens whose chunk is computed
+        d = layout.model_dim
+        self._pre_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
+        self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
+        self._kv_down = _Growing((layout.down_layers, 2, 1, d))
+        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=128)
+        self._kv = [_Growing((layout.attention_layers, 2, 2, layout.inner), capacity=128, dtype=layout.kv_dtype)
+                    for _ in range(n_timesteps)]
+        self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
+                      for _ in range(n_timesteps)]
+        self._finished = False
+
+    @property
+    def tokens_pushed(self) -> int:
+        return len(self._tokens) - self.n_prompt
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes held by the caches now (they grow with the utterance: attention sees every chunk)."""
+        return (self._kv_down.nbytes + self._kv_up.nbytes + sum(kv.nbytes for kv in self._kv)
+                + sum(c.nbytes for c in self._conv))
+
+    def push(self, tokens) -> np.ndarray:
+        """Add target tokens; returns the mel [80, frames] of the chunks now complete (may be empty)."""
+        if self._finished:
+            raise ParameterError("this flow stream is finished")
+        new = _tokens(tokens, "tokens", self.decoder.params.vocab_size, allow_empty=True)
+        self._tokens.extend(int(t) for t in new)
+        return self._run(final=False)
+
+    def finish(self) -> np.ndarray:
+        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends."""
+        mel = self._run(final=True)
+        self._finished = True
+        return mel
+
+    def _run(self, final: bool) -> np.ndarray:
+        chunk, out = self.layout.chunk_tokens, []
+        max_frames = self.decoder.max_frames
+        while self._done < len(self._tokens):
+            end = min(self._done + chunk, len(self._tokens))
+            if not final and (end - self._done < chunk or len(self._tokens) - end < self.lookahead):
+                break
+            if end * self.ratio > max_frames:
+                raise ParameterError(f"prompt + text need over {max_frames} mel frames; the model allows "
+                                     f"{max_frames}")
+            mel = self._chunk(self._done, end)
+            first_target = max(0, self.n_prompt * self.ratio - self._done * self.ratio)
+            out.append(mel[:, first_target:])
+            self._done = end
+        if not out:
+            return np.zeros((self.decoder.params.mel_bins, 0), dtype=np.float32)
+        return np.concatenate(out, axis=1)
+
+    def _chunk(self, start: int, end: int) -> np.ndarray:
+        """Encoder step then the Euler steps for tokens [start, end); returns all its frames [80, 2L]."""
+        encoder, estimator = self.decoder.stream_sessions
+        context = self._tokens[end:end + self.lookahead]
+        n_context = len(context)
+        context = context + [0] * (self.lookahead - n_context)
+        mu, spks, self._pre_tail, kv_down, self._up_tail, kv_up = encoder.run(None, {
+            "tokens": np.asarray(self._tokens[start:end], dtype=np.int64)[None],
+            "context": np.asarray(context, dtype=np.int64)[None],
+            "n_context": np.asarray([n_context], dtype=np.int64), "embedding": self.embedding,
+            "pre_tail": self._pre_tail, "kv_down": self._kv_down.view(), "up_tail": self._up_tail,
+            "kv_up": self._kv_up.view()})
+        self._kv_down.append(kv_down)
+        self._kv_up.append(kv_up)
+        f0, frames = start * self.ratio, mu.shape[2]
+        mu_in = np.zeros((2, mu.shape[1], frames), dtype=np.float32)
+        mu_in[0] = mu[0]
+        spks_in = np.zeros((2, spks.shape[1]), dtype=np.float32)
+        spks_in[0] = spks[0]
+        cond_in = np.zeros_like(mu_in)
+        prompt_part = self.prompt_mel[f0:f0 + frames]
+        cond_in[0, :, :prompt_part.shape[0]] = prompt_part.T
+        x = self.decoder.noise[:, f0:f0 + frames].copy()
+        rate = np.float32(self.decoder.params.inference_cfg_rate)
+        t_span = cosine_schedule(self.n_timesteps)
+        t, dt = t_span[0], t_span[1] - t_span[0]
+        for step in range(self.n_timesteps):
+            v, kv, self._conv[step] = estimator.run(None, {
+                "x": np.stack([x, x]), "mu": mu_in, "t": np.full(2, t, dtype=np.float32), "spks": spks_in,
+                "cond": cond_in, "kv": self._kv[step].view(), "conv": self._conv[step]})
+            self._kv[step].append(kv)
+            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            t = np.float32(t + dt)
+            if step + 1 < self.n_timesteps:
+                dt = t_span[step + 2] - t
+        return x.astype(np.float32)
 
 
 def _tokens(values, name: str, vocab: int, allow_empty: bool) -> np.ndarray:

@@ -10,6 +10,11 @@ here in numpy, step for step as upstream ``HiFTGenerator.inference`` does it at 
    (the frame-rate resampling reads sample 239.5 of each frame, not sample 0), so it is not modelled.
 3. STFT of the excitation (n_fft 16, hop 4, periodic Hann, centred, reflect padding).
 4. Decoder graph -> real/imag spectrum; inverse STFT with window-square normalisation; clamp.
+
+Streaming (:class:`HiftStream`) follows upstream ``CosyVoice2Model.token2wav`` at 46dfe04: each hop
+vocodes its own mel with the previous hop's last 8 mel frames in front, the first 8 x 480 source
+samples replaced by the previous hop's, Hamming cross-fades the first 3840 samples with the tail held
+back from the previous hop, and holds back its own last 3840 samples (all of them at the end).
 """
 
 from __future__ import annotations
@@ -163,3 +168,46 @@ class HiftVocoder:
         if mel.ndim != 2 or mel.shape[0] != 80 or mel.shape[1] == 0:
             raise ValueError(f"mel must have shape [80, T>0], got {mel.shape}")
         return self.decode(mel, self.source(mel, noise=noise, rng=rng))
+
+
+class HiftStream:
+    """One utterance's vocoder state between hops (upstream's ``hift_cache_dict`` entry)."""
+
+    def __init__(self, vocoder: HiftVocoder, mel_cache_frames: int = 8,
+                 rng: np.random.Generator | None = None) -> None:
+        self.vocoder = vocoder
+        self.mel_cache_frames = mel_cache_frames
+        self.source_cache_len = mel_cache_frames * vocoder.params.samples_per_frame
+        self.window = np.hamming(2 * self.source_cache_len)
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self._mel: np.ndarray | None = None      # [80, 8]
+        self._source: np.ndarray | None = None   # [3840]
+        self._speech: np.ndarray | None = None   # [3840], not yet emitted
+        self._finished = False
+
+    def push(self, mel: np.ndarray, final: bool = False, noise: np.ndarray | None = None) -> np.ndarray:
+        """Audio for the hop ``mel`` [80, T]; ``final`` flushes the held-back tail. ``noise`` (for the
+        source, [(8 + T) * 480, 9] after the first hop) overrides the random draw, for parity tests."""
+        if self._finished:
+            raise ValueError("this vocoder stream is finished")
+        mel = np.asarray(mel, dtype=np.float32)
+        if self._mel is not None:
+            mel = np.concatenate([self._mel, mel], axis=1)
+        if mel.shape[1] == 0:
+            self._finished = final
+            return np.zeros(0, dtype=np.float32)
+        source = self.vocoder.source(mel, noise=noise, rng=self.rng)
+        if self._source is not None:
+            source[:self._source.shape[0]] = self._source
+        speech = self.vocoder.decode(mel, source)
+        if self._speech is not None:
+            n = self.source_cache_len
+            speech[:n] = (speech[:n] * self.window[:n] + self._speech * self.window[n:]).astype(np.float32)
+        if final:
+            self._finished = True
+            self._mel = self._source = self._speech = None
+            return speech
+        self._mel = mel[:, -self.mel_cache_frames:]
+        self._source = source[-self.source_cache_len:]
+        self._speech = speech[-self.source_cache_len:]
+        return speech[:-self.source_cache_len]

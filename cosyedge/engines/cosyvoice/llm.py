@@ -13,7 +13,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -138,6 +138,14 @@ class SpeechLM:
                  max_ratio: float = MAX_TOKEN_TEXT_RATIO, cancelled: Callable[[], bool] | None = None,
                  on_step: Callable[[np.ndarray], None] | None = None) -> list[int]:
         """Speech tokens for ``text_ids``; lengths count ``text_ids`` only, as upstream does."""
+        return list(self.iter_tokens(text_ids, choose, prompt_text_ids, prompt_speech_ids, min_ratio,
+                                     max_ratio, cancelled, on_step))
+
+    def iter_tokens(self, text_ids: Sequence[int], choose: Chooser, prompt_text_ids: Sequence[int] = (),
+                    prompt_speech_ids: Sequence[int] = (), min_ratio: float = MIN_TOKEN_TEXT_RATIO,
+                    max_ratio: float = MAX_TOKEN_TEXT_RATIO, cancelled: Callable[[], bool] | None = None,
+                    on_step: Callable[[np.ndarray], None] | None = None) -> Iterator[int]:
+        """:meth:`generate`'s tokens one at a time, as they are decoded (for streaming)."""
         eos = self.config.eos
         min_len = int(len(text_ids) * min_ratio)
         max_len = int(len(text_ids) * max_ratio)
@@ -162,10 +170,10 @@ class SpeechLM:
             if token > eos:  # a fill token: upstream feeds the same input again and emits nothing
                 continue
             tokens.append(token)
+            yield token
             lm_input = self.embed_speech([token])
         logger.debug("LLM: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
         trim_heap()  # the prefill's and the cache's freed buffers
-        return tokens
 
     def close(self) -> None:
         self.session = None

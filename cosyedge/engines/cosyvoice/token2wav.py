@@ -3,6 +3,14 @@
     t2w = Token2Wav.load("models/cosyvoice2-int8", threads=2)
     audio = t2w(tokens, prompt_tokens, prompt_mel, speaker_embedding, speed=1.0)
 
+Streamed, hop by hop as the LLM makes tokens (upstream's ``stream=True``)::
+
+    stream = t2w.stream(prompt_tokens, prompt_mel, speaker_embedding)
+    for token_batch in llm_tokens:
+        for audio in stream.push(token_batch):   # 0 or more hops
+            play(audio)
+    play(stream.finish())
+
 ``prompt_mel`` is the prompt's 80-bin flow mel, frames first ([2 x prompt tokens, 80], see
 :func:`cosyedge.engines.cosyvoice.features.prompt_mel`); ``speaker_embedding`` is campplus's [192] output.
 """
@@ -15,14 +23,61 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyedge.engines.cosyvoice.flow import FlowDecoder, FlowParams, resample_mel
-from cosyedge.engines.cosyvoice.hift import HiftParams, HiftVocoder
+from cosyedge.engines.cosyvoice.flow import FlowDecoder, FlowParams, FlowStream, StreamLayout, resample_mel
+from cosyedge.engines.cosyvoice.hift import HiftParams, HiftStream, HiftVocoder
 from cosyedge.engines.cosyvoice.manifest import ModelDir
 from cosyedge.errors import ParameterError
 
 logger = logging.getLogger(__name__)
 
 SPEED_RANGE = (0.5, 2.0)
+HOP_TOKENS = 25        # upstream CosyVoice2Model.token_hop_len (the encoder's chunk)
+MEL_CACHE_FRAMES = 8   # upstream CosyVoice2Model.mel_cache_len
+
+
+class Token2WavStream:
+    """Upstream's hop schedule (``CosyVoice2Model.tts(stream=True)`` at 46dfe04) over a
+    :class:`FlowStream` and a :class:`HiftStream`.
+
+    The first hop is 25 tokens plus the padding that ends the prompt's last chunk (0-24), later hops
+    25; a hop is vocoded once its tokens and the 3 look-ahead tokens after it are there. The rest is
+    vocoded by :meth:`finish` (``finalize=True``). One deliberate difference: upstream's glue runs that
+    last call with ``streaming=False`` (full attention over the whole utterance, which only a full
+    recomputation can give); here it is the chunk-causal ``streaming=True, finalize=True`` call.
+    """
+
+    def __init__(self, flow: FlowStream, vocoder: HiftStream, hop_tokens: int = HOP_TOKENS) -> None:
+        self.flow, self.vocoder = flow, vocoder
+        self.hop_tokens = hop_tokens
+        self.ratio = flow.ratio
+        self._pad = -flow.n_prompt % hop_tokens
+        self._offset = 0                      # target tokens already vocoded
+        self._mel = np.zeros((flow.decoder.params.mel_bins, 0), dtype=np.float32)  # computed, not vocoded
+        self.hops = 0
+
+    def _hop_len(self) -> int:
+        return self.hop_tokens + (self._pad if self._offset == 0 else 0)
+
+    def push(self, tokens) -> list[np.ndarray]:
+        """Add target tokens; returns the audio of every hop now complete (often none)."""
+        self._mel = np.concatenate([self._mel, self.flow.push(tokens)], axis=1)
+        out = []
+        while self.flow.tokens_pushed - self._offset >= self._hop_len() + self.flow.lookahead:
+            frames = self._hop_len() * self.ratio
+            if self._mel.shape[1] < frames:  # hops end on chunk ends, which the flow has computed by now
+                raise RuntimeError(f"hop needs {frames} mel frames, the flow has {self._mel.shape[1]}")
+            hop, self._mel = self._mel[:, :frames], self._mel[:, frames:]
+            self._offset += self._hop_len()
+            self.hops += 1
+            out.append(self.vocoder.push(hop))
+        return out
+
+    def finish(self) -> np.ndarray:
+        """The audio of the remaining tokens and the held-back tail."""
+        mel = np.concatenate([self._mel, self.flow.finish()], axis=1)
+        self._mel = mel[:, :0]
+        self.hops += 1
+        return self.vocoder.push(mel, final=True)
 
 
 @dataclass
@@ -37,13 +92,27 @@ class Token2Wav:
         """Open the four graphs and side files listed in ``manifest.json`` (CPU, ``threads`` intra-op)."""
         model = model_dir if isinstance(model_dir, ModelDir) else ModelDir.load(model_dir, verify_hashes)
         fc, hc = model.config("flow"), model.config("hift")
+        stream = fc.get("stream")
+        stream_sessions = ((model.session(stream["encoder"], threads), model.session(stream["estimator"], threads))
+                           if stream else None)
         flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads),
-                           np.load(model.file(fc["noise"])), FlowParams.from_dict(fc))
+                           np.load(model.file(fc["noise"])), FlowParams.from_dict(fc), stream_sessions,
+                           StreamLayout.from_dict(stream) if stream else None)
         with np.load(model.file(hc["source"])) as source:
             weight, bias = source["weight"], source["bias"]
         vocoder = HiftVocoder(model.session(hc["f0"], threads), model.session(hc["decoder"], threads),
                               weight, bias, HiftParams.from_dict(hc))
         return cls(flow, vocoder)
+
+    @property
+    def can_stream(self) -> bool:
+        return self.flow.can_stream
+
+    def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
+               rng: np.random.Generator | None = None) -> Token2WavStream:
+        """A hop-by-hop stream for one utterance (speed 1 only, as upstream's streaming)."""
+        return Token2WavStream(self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps),
+                               HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng))
 
     @property
     def sample_rate(self) -> int:
