@@ -183,7 +183,7 @@ def build_flow(seed: int):
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # adaLN/proj weights are small by default: widen them so every path matters
         for name, param in flow.named_parameters():
-            scale = 0.3 if name.endswith("bias") else 1.0 / max(1.0, param.shape[-1] ** 0.5) * 1.5
+            scale = 0.1 if name.endswith("bias") else 0.7 / max(1.0, param.shape[-1] ** 0.5)
             param.copy_(torch.randn(param.shape, generator=gen) * scale)
     _round_fp16(flow, gen)
     return flow.eval()

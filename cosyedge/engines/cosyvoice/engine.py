@@ -34,7 +34,8 @@ from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
-from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
+from cosyedge.engines.cosyvoice import version3
+from cosyedge.engines.cosyvoice.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
 from cosyedge.heap import trim_heap
 from cosyedge.manifest import engine_name
@@ -73,7 +74,7 @@ class CosyVoiceEngine:
         # the LLM and flow activations of a synthesis.
         self.keep_prompt_encoder = keep_prompt_encoder
         self._lock = threading.Lock()
-        languages = ("auto", "zh", "en", "ja")
+        languages = ("auto", "zh", "en", "ja") if version != 3 else version3.LANGUAGES
         # Any SFT speaker reads every language the model does (as the clones do, cross-lingually).
         details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
                         for name in self.presets())
@@ -94,8 +95,10 @@ class CosyVoiceEngine:
         # so the LLM takes half the cores and leaves the rest to the other job the queue may run.
         lm_threads = max(1, (threads or 1) // 2)
         lm = SpeechLM.load(model.path, threads=lm_threads)
-        token2wav = Token2Wav.load(model, threads=threads)
-        tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
+        v3 = identity.version == 3
+        token2wav = version3.load_token2wav(model, threads) if v3 else Token2Wav.load(model, threads=threads)
+        tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"),
+                                       version3.COSYVOICE3_SPECIALS if v3 else COSYVOICE2_SPECIALS)
         presets: dict[str, np.ndarray] = {}
         if frontend.get("presets"):
             with np.load(model.file(frontend["presets"]), allow_pickle=False) as npz:
@@ -229,6 +232,8 @@ class CosyVoiceEngine:
                 return instruct_ids, [], tokens, mel, embedding, "instruct2"
             transcript = voice.meta.get("transcript")
             if transcript:
+                if self.version == 3:
+                    transcript = version3.zero_shot_prompt(transcript)
                 return self.tokenizer.encode(transcript), tokens.tolist(), tokens, mel, embedding, "zero_shot"
             return [], [], tokens, mel, embedding, "cross_lingual"
         if isinstance(voice, str) and voice:
@@ -255,15 +260,19 @@ class CosyVoiceEngine:
         sentences = (text if isinstance(text, TextAnalysis) else self.analyze(text, options.language)).sentences
         seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         rng = np.random.default_rng(seed)
-        chooser: Chooser = RasSampler(eos=self.lm_config.eos, seed=int(rng.integers(2 ** 31)))
+        chooser: Chooser = RasSampler(eos=self.lm_config.masked_id, seed=int(rng.integers(2 ** 31)))
+        # CosyVoice3 reads <|endofprompt|> in every input: cross-lingual and preset sentences carry it.
+        v3_prefix = self.version == 3 and self.tokenizer.end_of_prompt_id not in prompt_text
         logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
-            text_ids = self.tokenizer.encode(sentence)
+            text_ids = self.tokenizer.encode(version3.cross_lingual_text(sentence) if v3_prefix else sentence)
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
+            if self.version == 3:
+                tokens = version3.drop_long_silences(tokens)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng)
             else:
