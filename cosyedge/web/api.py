@@ -81,7 +81,7 @@ class TTSBody(BaseModel):
     instruct: str | None = Field(None, description="Natural-language instruction")
     prompt_audio: str | None = Field(None, description="Base64 audio file (WAV/FLAC/OGG/MP3) to clone")
     prompt_text: str | None = Field(None, description="Transcript of prompt_audio")
-    language: Literal["auto", "zh", "en", "ja"] = "auto"
+    language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"  # ko..ru: CosyVoice3
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
 
 

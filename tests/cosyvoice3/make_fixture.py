@@ -145,9 +145,12 @@ def build_llm(qwen_dir: Path, seed: int):
         llm.speech_embedding.weight[:, 0] = 3.0
         table[:TEXT_ROWS_KEPT, 0] = 3.0
         table[QWEN2_BASE:, 0] = 3.0
+        llm.speech_embedding.weight[SPEECH_TOKENS + 2, 0] = -3.0  # task id: rarely a stop at step 0
+        llm.llm_decoder.weight[SPEECH_TOKENS + 2:] *= 0.25  # the other 198 stop outputs: rarely drawn
         llm.llm_decoder.weight[SPEECH_TOKENS + 1, :] = 0.0
-        llm.llm_decoder.weight[SPEECH_TOKENS + 1, 0] = 4.5
+        llm.llm_decoder.weight[SPEECH_TOKENS + 1, 0] = 4.2
         llm.llm.model.model.norm.weight[0] = 1.0
+    _round_fp16(llm, None)  # the values set above are stored as float16 too
     return llm.eval()
 
 

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from cosyedge.engines.base import KNOWN_LANGUAGES
 from cosyedge.engines.cosyvoice.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 SYSTEM_PROMPT = "You are a helpful assistant."
 SILENT_TOKENS = frozenset((1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323))
 MAX_SILENT_RUN = 5
-LANGUAGES = ("auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru")
+LANGUAGES = KNOWN_LANGUAGES
 
 _ARPABET_VOWELS = "AA AE AH AO AW AY EH ER EY IH IY OW OY UH UW".split()
 _ARPABET_CONSONANTS = "B CH D DH F G HH JH K L M N NG P R S SH T TH V W Y Z ZH".split()

@@ -76,9 +76,36 @@ def test_llm_greedy_tokens_follow_upstreams_stop_rule(models, calls):
     assert (lm.config.stop_from, lm.config.masked_id, lm.config.eos) == (6561, 6561, 6562)
     tokens = lm.generate(call["text"], greedy(lm.config.masked_id, mask_fill=False), call["prompt_text"],
                          call["prompt_speech"])
-    assert tokens == call["tokens"]
-    # The fixture's model ends with 6562 before the minimum length (2x the text): upstream masks 6561 only.
-    assert call["stopped_by"] == 6562 and len(tokens) < 2 * len(call["text"])
+    assert tokens == call["tokens"] and len(tokens) == 20 * len(call["text"])  # upstream's max length
+
+
+class _Scripted:
+    """A stand-in LLM session whose step ``i`` puts its arg-max on ``ids[i]``."""
+
+    def __init__(self, ids, vocab=6761, layers=1):
+        self.ids, self.vocab, self.step = list(ids), vocab, 0
+        self.outputs = ["logp"] + [f"present_{k}_0" for k in ("key", "value")]
+
+    def run(self, names, feed):
+        logp = np.full((1, self.vocab), -20.0, dtype=np.float32)
+        logp[0, self.ids[self.step]] = 0.0
+        self.step += 1
+        past = feed["past_key_0"]
+        grown = np.zeros((1, past.shape[1], past.shape[2] + 1, past.shape[3]), np.float32)
+        return [logp, grown, grown]
+
+
+@pytest.mark.parametrize("stop", [6562, 6600, 6760])
+def test_any_extra_output_ends_decoding_even_before_the_minimum_length(stop):
+    from cosyedge.engines.cosyvoice.llm import LLMConfig
+
+    config = LLMConfig(hidden=4, layers=1, kv_heads=1, head_dim=2, speech_vocab=6761, eos=6562,
+                       stop_from=6561, min_len_masked=6561)
+    tables = np.zeros((6761, 4), np.float32)
+    lm = SpeechLM(_Scripted([5, 6561, 7, stop, 8]), config, np.zeros((10, 4), np.float32), None, tables,
+                  np.zeros((2, 4), np.float32))
+    # 6561 is masked below the minimum length (the chooser takes the next best: 0), any other id >= 6561 stops.
+    assert lm.generate([1, 2, 3], greedy(config.masked_id, mask_fill=False)) == [5, 0, 7]
 
 
 def test_flow_mel(models, ref):
