@@ -125,17 +125,26 @@ def _round_fp16(module, gen, std: float | None = None) -> None:
             param.copy_(param.half().float())
 
 
-def build_llm(qwen_dir: Path, seed: int):
+#: Upstream's full sizes (Fun-CosyVoice3-0.5B; the Qwen2.5-0.5B backbone), for bench/cosyvoice3.py.
+FULL_QWEN = dict(TINY_QWEN, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, tie_word_embeddings=True)
+FULL = {"prelookahead_channels": 1024, "dit": dict(dim=1024, depth=22, heads=16, dim_head=64, ff_mult=2),
+        "hift_channels": 512}
+
+
+def build_llm(qwen_dir: Path, seed: int, qwen: dict = TINY_QWEN, tweak: bool = True):
     import torch
     from cosyvoice.llm.llm import CosyVoice3LM, Qwen2Encoder
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    Qwen2ForCausalLM(Qwen2Config(**TINY_QWEN)).save_pretrained(qwen_dir)
+    Qwen2ForCausalLM(Qwen2Config(**qwen)).save_pretrained(qwen_dir)
     greedy = lambda scores, decoded, sampling: int(torch.argmax(scores))  # noqa: E731
-    llm = CosyVoice3LM(llm_input_size=TINY_QWEN["hidden_size"], llm_output_size=TINY_QWEN["hidden_size"],
+    llm = CosyVoice3LM(llm_input_size=qwen["hidden_size"], llm_output_size=qwen["hidden_size"],
                        speech_token_size=SPEECH_TOKENS, llm=_encoder_from(qwen_dir, Qwen2Encoder, Qwen2Config),
                        sampling=greedy, length_normalized_loss=True, lsm_weight=0, mix_ratio=[5, 15])
+    if not tweak:
+        return llm.eval()
     _round_fp16(llm, torch.Generator().manual_seed(seed + 1), std=0.5)
     with torch.no_grad():
         table = llm.llm.model.model.embed_tokens.weight
@@ -163,7 +172,7 @@ def _encoder_from(qwen_dir, encoder_cls, config_cls):
         return encoder_cls(str(qwen_dir))
 
 
-def build_flow(seed: int):
+def build_flow(seed: int, sizes: dict = TINY, tweak: bool = True):
     import torch
     from omegaconf import DictConfig
     from cosyvoice.flow.DiT.dit import DiT
@@ -172,7 +181,7 @@ def build_flow(seed: int):
     from cosyvoice.transformer.upsample_encoder import PreLookaheadLayer
 
     torch.manual_seed(seed)
-    estimator = DiT(**TINY["dit"], mel_dim=80, mu_dim=80, spk_dim=80, out_channels=80, static_chunk_size=50,
+    estimator = DiT(**sizes["dit"], mel_dim=80, mu_dim=80, spk_dim=80, out_channels=80, static_chunk_size=50,
                     num_decoding_left_chunks=-1)
     cfm = CausalConditionalCFM(in_channels=240, n_spks=1, spk_emb_dim=80, estimator=estimator,
                                cfm_params=DictConfig({"sigma_min": 1e-06, "solver": "euler", "t_scheduler": "cosine",
@@ -181,8 +190,10 @@ def build_flow(seed: int):
     flow = CausalMaskedDiffWithDiT(input_size=80, output_size=80, spk_embed_dim=192, output_type="mel",
                                    vocab_size=SPEECH_TOKENS, input_frame_rate=25, only_mask_loss=True,
                                    token_mel_ratio=2, pre_lookahead_len=3,
-                                   pre_lookahead_layer=PreLookaheadLayer(80, TINY["prelookahead_channels"], 3),
+                                   pre_lookahead_layer=PreLookaheadLayer(80, sizes["prelookahead_channels"], 3),
                                    decoder=cfm)
+    if not tweak:
+        return flow.eval()
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # adaLN/proj weights are small by default: widen them so every path matters
         for name, param in flow.named_parameters():
@@ -192,13 +203,13 @@ def build_flow(seed: int):
     return flow.eval()
 
 
-def build_hift(seed: int, f0_bias: float = 150.0):
+def build_hift(seed: int, f0_bias: float = 150.0, sizes: dict = TINY):
     import torch
     from cosyvoice.hifigan.f0_predictor import CausalConvRNNF0Predictor
     from cosyvoice.hifigan.generator import CausalHiFTGenerator
 
     torch.manual_seed(seed)
-    ch = TINY["hift_channels"]
+    ch = sizes["hift_channels"]
     hift = CausalHiFTGenerator(
         in_channels=80, base_channels=ch, nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1, nsf_sigma=0.003,
         nsf_voiced_threshold=10, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
@@ -215,14 +226,14 @@ def build_hift(seed: int, f0_bias: float = 150.0):
     return hift.eval()
 
 
-def yaml_text() -> str:
+def yaml_text(sizes: dict = TINY, qwen: dict = TINY_QWEN) -> str:
     """The tiny ``cosyvoice3.yaml``, in the layout of upstream's recipe (ace7c47), shrunken."""
-    d = TINY["dit"]
-    ch = TINY["hift_channels"]
+    d = sizes["dit"]
+    ch = sizes["hift_channels"]
     return f"""# tiny CosyVoice3 for parity tests (tests/cosyvoice3/make_fixture.py); layout of cosyvoice3.yaml
 sample_rate: 24000
-llm_input_size: {TINY_QWEN['hidden_size']}
-llm_output_size: {TINY_QWEN['hidden_size']}
+llm_input_size: {qwen['hidden_size']}
+llm_output_size: {qwen['hidden_size']}
 spk_embed_dim: 192
 qwen_pretrain_path: ''
 token_frame_rate: 25
@@ -257,7 +268,7 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
     pre_lookahead_len: 3
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
-        channels: {TINY['prelookahead_channels']}
+        channels: {sizes['prelookahead_channels']}
         pre_lookahead_len: 3
     decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
         in_channels: 240
