@@ -1,4 +1,4 @@
-"""The CosyVoice2 engine: text + voice -> 24 kHz audio, one chunk per sentence (Engine protocol).
+"""The CosyVoice2/3 engine: text + voice -> 24 kHz audio, one chunk per sentence (Engine protocol).
 
 Responsible for choosing the mode and wiring the parts; the parts do the work:
 ``text_normalize`` + ``tokenizer`` (text ids), ``prompt_encoders`` (voice prompt), ``llm`` + ``sampling``
@@ -14,8 +14,10 @@ SFT preset            text only (+ instruction when given)           the preset'
 ====================  =============================================  ==================================
 
 ``options.language`` is not needed: like upstream, the text's script picks the normalization. The
-model's version (from its manifest) names the engine (``cosyvoice2``) and picks the instruction format
-(``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
+model's version (from its manifest) names the engine (``cosyvoice2``, ``cosyvoice3``) and picks the
+instruction format (``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
+Version 3 (Fun-CosyVoice3) adds its prompt format, silent-token rule, tokenizer, languages and
+token2wav from ``version3``; the LLM's v3 stop rule comes with its ``llm_config.json``.
 """
 
 from __future__ import annotations
