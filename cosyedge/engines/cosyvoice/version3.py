@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
@@ -97,9 +97,3 @@ def load_token2wav(model, threads: int = 0):
                                 HiftParams.from_dict(hc))
     return Token2Wav(flow, vocoder)
 
-
-def check_prompt(ids: Sequence[int], end_of_prompt_id: int) -> None:
-    """Upstream asserts that the LLM text holds ``<|endofprompt|>``; the engine always adds it, so a miss
-    is a bug here, not bad input."""
-    if end_of_prompt_id not in ids:
-        raise AssertionError("CosyVoice3 LLM input without <|endofprompt|>")
