@@ -68,7 +68,8 @@ def dit_config(config: dict[str, Any]):
         return DiTConfig(
             vocab_size=int(flow.get("vocab_size", 6561)), input_size=int(flow.get("input_size", 80)),
             output_size=int(flow.get("output_size", 80)), spk_embed_dim=int(flow.get("spk_embed_dim", 192)),
-            token_mel_ratio=int(flow.get("token_mel_ratio", 2)), pre_lookahead_len=int(look.get("pre_lookahead_len", 3)),
+            token_mel_ratio=int(flow.get("token_mel_ratio", 2)),
+            pre_lookahead_len=int(look.get("pre_lookahead_len", 3)),
             lookahead_channels=int(look.get("channels", 1024)), dim=int(est["dim"]), depth=int(est["depth"]),
             heads=int(est["heads"]), dim_head=int(est["dim_head"]), ff_mult=int(est.get("ff_mult", 2)),
             mel_dim=int(est.get("mel_dim", 80)), mu_dim=int(est.get("mu_dim", 80)), spk_dim=int(est.get("spk_dim", 80)))
@@ -163,7 +164,8 @@ def export_hift(ctx) -> None:
         decoder.load_state_dict(dec_state, strict=True)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
-        raise InputError(f"hift.pt does not match the causal HiFT of {CONFIG_NAME}: {' '.join(first[:2])[:300]}") from exc
+        raise InputError(f"hift.pt does not match the causal HiFT of {CONFIG_NAME}: "
+                         f"{' '.join(first[:2])[:300]}") from exc
 
     t = 20
     mel = torch.randn(1, cfg.in_channels, t)
@@ -210,7 +212,8 @@ def _spec():
         version=VERSION, label="Fun-CosyVoice3-0.5B", config_name=CONFIG_NAME,
         steps=(("flow", _flow_step), ("hift", _hift_step), ("llm", steps["llm"]),
                ("frontend", steps["frontend"]), ("compact", steps["compact"])),
-        sources={"flow": ("flow.pt",), "hift": ("hift.pt",), "llm": ("llm.pt|llm.rl.pt", "CosyVoice-BlankEN/config.json"),
+        sources={"flow": ("flow.pt",), "hift": ("hift.pt",),
+                 "llm": ("llm.pt|llm.rl.pt", "CosyVoice-BlankEN/config.json"),
                  "frontend": ("campplus.onnx", "speech_tokenizer_v3.onnx")},
         other_configs={"cosyvoice2.yaml": "cosyvoice2", "cosyvoice.yaml": "cosyvoice1"})
 
