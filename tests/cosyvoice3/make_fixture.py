@@ -138,7 +138,8 @@ def build_llm(qwen_dir: Path, seed: int, qwen: dict = TINY_QWEN, tweak: bool = T
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    Qwen2ForCausalLM(Qwen2Config(**qwen)).save_pretrained(qwen_dir)
+    if not (qwen_dir / "config.json").is_file():  # from_pretrained below only seeds the weights
+        Qwen2ForCausalLM(Qwen2Config(**qwen)).save_pretrained(qwen_dir)
     greedy = lambda scores, decoded, sampling: int(torch.argmax(scores))  # noqa: E731
     llm = CosyVoice3LM(llm_input_size=qwen["hidden_size"], llm_output_size=qwen["hidden_size"],
                        speech_token_size=SPEECH_TOKENS, llm=_encoder_from(qwen_dir, Qwen2Encoder, Qwen2Config),
