@@ -71,8 +71,8 @@ def _wav(seconds: float = 3.0, sr: int = 16000) -> bytes:
 
 def _tts(url: str, **fields) -> tuple[int, dict]:
     # Several sentences: a random v3 model may end a sentence at its first step (upstream's rule).
-    body = {"text": "Hello world. The quick brown fox! Good night. See you soon.", "prompt_audio": base64.b64encode(_wav()).decode(),
-            **fields}
+    body = {"text": "Hello world. The quick brown fox! Good night. See you soon.",
+            "prompt_audio": base64.b64encode(_wav()).decode(), "consent": True, **fields}
     r = httpx.post(f"{url}/tts", json=body, timeout=600)
     return r.status_code, r.json()
 
@@ -131,7 +131,7 @@ def test_cli_zero_shot_cross_lingual_and_instruct(models, tmp_path):
     prompts = tmp_path / "prompts"
     common = ["--models-dir", str(models), "--prompts-dir", str(prompts), "--model", MODEL_ID]
     for name, transcript in (("Clone", ["--transcript", TRANSCRIPT]), ("Accent", [])):
-        saved = _cosyedge("library", "save", name, str(prompt), *transcript, *common)
+        saved = _cosyedge("library", "save", name, str(prompt), *transcript, "--consent", *common)
         assert saved.returncode == 0, saved.stderr[-2000:]
     listed = _cosyedge("library", "list", *common)
     ids = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
