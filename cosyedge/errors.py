@@ -53,7 +53,8 @@ class InputError(CosyedgeError):
     codes = ("voice_file_not_zip", "voice_file_members", "voice_file_damaged",
              "voice_file_transcript_not_utf8", "voice_file_meta_not_json", "voice_file_meta_format",
              "voice_file_meta_field", "transcript_too_long", "transcript_nul",
-             "model_folder_invalid", "model_file_corrupt", "model_not_usable")
+             "model_folder_invalid", "model_file_corrupt", "model_not_usable",
+             "convert_wrong_family", "convert_unknown_config")
 
 
 class TextError(InputError):
@@ -77,7 +78,8 @@ class ParameterError(InputError):
     codes = ("speed_not_number", "speed_out_of_range", "language_unknown", "job_id_in_use",
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
              "consent_required", "consent_reference_invalid", "model_not_loaded",
-             "voice_type_unsupported", "flow_steps_out_of_range")
+             "voice_type_unsupported", "flow_steps_out_of_range",
+             "language_not_supported")
 
 
 class NameError_(InputError):  # noqa: N801 - trailing underscore avoids shadowing the builtin

@@ -39,7 +39,7 @@ from cosyedge.config import Settings
 from cosyedge.consent import require_consent
 from cosyedge.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.engines.loader import NATIVE_ABILITIES
-from cosyedge.engines.base import (LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
+from cosyedge.engines.base import (KNOWN_LANGUAGES, MORE_LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
 from cosyedge.errors import (AudioError, CancelledError, ConflictError, CosyedgeError, NameError_,
                              NotFoundError, ParameterError, StorageFullError, TextError)
@@ -449,7 +449,8 @@ class Service:
         return {"presets": self.presets(), "preset_details": details, "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
-                "native_clone": clone, "native_instruct": instruct}
+                "native_clone": clone, "native_instruct": instruct,
+                "languages": list(caps.languages) if caps is not None else None}
 
     def abilities(self) -> tuple[bool | None, bool | None]:
         """(native clone, native instruct): the loaded engine's, or before the first load what the
@@ -699,9 +700,9 @@ class Service:
                                   or not 1 <= steps <= UPSTREAM_FLOW_STEPS):
             raise ParameterError(f"flow_steps must be a whole number 1-{UPSTREAM_FLOW_STEPS}, got {steps!r}",
                                  code="flow_steps_out_of_range", steps=steps)
-        if request.language not in LANGUAGES:
-            raise ParameterError(f"language {request.language!r} must be one of {', '.join(LANGUAGES)}",
-                                 code="language_unknown", language=request.language, choices=LANGUAGES)
+        if request.language not in KNOWN_LANGUAGES:
+            raise ParameterError(f"language {request.language!r} must be one of {', '.join(KNOWN_LANGUAGES)}",
+                                 code="language_unknown", language=request.language, choices=KNOWN_LANGUAGES)
         if request.speaker is not None and self.holder.presets is not None:
             self._check_preset(request.speaker, self.holder.presets)
         if request.prompt_text is not None and len(request.prompt_text) > MAX_TRANSCRIPT_CHARS:
@@ -852,6 +853,11 @@ class Service:
         if request.prompt_audio is not None or request.voice_id is not None:
             say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
         choice = self._resolve_voice(engine, prepared, cancelled)
+        spoken = engine.capabilities.languages
+        if request.language in MORE_LANGUAGES and request.language not in spoken:
+            raise ParameterError(f"the {engine.name} engine does not speak language {request.language!r} "
+                                 f"(it speaks {', '.join(spoken)})", code="language_not_supported",
+                                 language=request.language, engine=engine.name, choices=spoken)
         options = SynthesisOptions(speed=float(request.speed), language=request.language,
                                    n_timesteps=request.flow_steps)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Fetch CosyVoice2-0.5B on a connected machine, check it, and convert it into models/<id>.
+"""Fetch CosyVoice2-0.5B or Fun-CosyVoice3-0.5B on a connected machine, check it, convert it into models/<id>.
 
-    python scripts/get_cosyvoice.py                       # ModelScope, then Hugging Face
+    python scripts/get_cosyvoice.py                       # CosyVoice2: ModelScope, then Hugging Face
     python scripts/get_cosyvoice.py --source huggingface --out models/cosyvoice2-int8
     python scripts/get_cosyvoice.py --skip-download --dest /media/usb/CosyVoice2-0.5B
+    python scripts/get_cosyvoice.py --model cosyvoice3    # Fun-CosyVoice3-0.5B-2512 -> models/cosyvoice3-int8
 
 Run it where the network is (it needs ``modelscope`` or ``huggingface_hub`` plus the converter's torch);
 copy the resulting ``models/<id>`` directory to the edge box, which needs neither. Downloading is the
@@ -25,6 +26,17 @@ if str(ROOT) not in sys.path:
 logger = logging.getLogger("get_cosyvoice")
 
 REPOS = {"modelscope": "iic/CosyVoice2-0.5B", "huggingface": "FunAudioLLM/CosyVoice2-0.5B"}
+#: Per model: the hub repositories, the files the converter needs and the default folders.
+MODELS = {
+    "cosyvoice2": {"repos": REPOS, "dest": "CosyVoice2-0.5B", "out": "cosyvoice2-int8",
+                   "required": ("cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx",
+                                "speech_tokenizer_v2.onnx", "CosyVoice-BlankEN/config.json")},
+    "cosyvoice3": {"repos": {"modelscope": "FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
+                             "huggingface": "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"},
+                   "dest": "Fun-CosyVoice3-0.5B", "out": "cosyvoice3-int8",
+                   "required": ("cosyvoice3.yaml", "llm.pt|llm.rl.pt", "flow.pt", "hift.pt", "campplus.onnx",
+                                "speech_tokenizer_v3.onnx", "CosyVoice-BlankEN/config.json")},
+}
 INSTALL = {"modelscope": "pip install modelscope", "huggingface": "pip install huggingface_hub"}
 REQUIRED = ("cosyvoice2.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "speech_tokenizer_v2.onnx",
             "CosyVoice-BlankEN/config.json")
@@ -51,15 +63,16 @@ def _huggingface(repo: str, dest: Path) -> None:
 DOWNLOADERS: dict[str, Callable[[str, Path], None]] = {"modelscope": _modelscope, "huggingface": _huggingface}
 
 
-def download(source: str, dest: Path, downloaders: dict[str, Callable[[str, Path], None]] | None = None) -> str:
+def download(source: str, dest: Path, downloaders: dict[str, Callable[[str, Path], None]] | None = None,
+             repos: dict[str, str] = REPOS) -> str:
     """Download into ``dest`` from ``source`` ("auto" tries ModelScope, then Hugging Face); returns the hub used."""
     downloaders = downloaders or DOWNLOADERS
     order = ["modelscope", "huggingface"] if source == "auto" else [source]
     reasons = []
     for hub in order:
         try:
-            logger.info("downloading %s from %s into %s", REPOS[hub], hub, dest)
-            downloaders[hub](REPOS[hub], dest)
+            logger.info("downloading %s from %s into %s", repos[hub], hub, dest)
+            downloaders[hub](repos[hub], dest)
             return hub
         except ImportError:
             reasons.append(f"{hub}: client not installed ({INSTALL[hub]})")
@@ -68,13 +81,12 @@ def download(source: str, dest: Path, downloaders: dict[str, Callable[[str, Path
     raise FetchError("download failed; " + "; ".join(reasons))
 
 
-def missing_files(directory: Path) -> list[str]:
-    """Files the converter needs that are absent or empty in ``directory``."""
+def missing_files(directory: Path, required: tuple[str, ...] = REQUIRED) -> list[str]:
+    """Files the converter needs that are absent or empty in ``directory`` (``a|b``: either will do)."""
     def ok(name: str) -> bool:
-        path = directory / name
-        return path.is_file() and path.stat().st_size > 0
+        return any((directory / n).is_file() and (directory / n).stat().st_size > 0 for n in name.split("|"))
 
-    missing = [name for name in REQUIRED if not ok(name)]
+    missing = [name.replace("|", " or ") for name in required if not ok(name)]
     if not any(all(ok(n) for n in names) for names in TOKENIZER_SETS):
         missing.append("CosyVoice-BlankEN/vocab.json + merges.txt (or tokenizer.json)")
     return missing
@@ -83,26 +95,34 @@ def missing_files(directory: Path) -> list[str]:
 def main(argv: list[str] | None = None,
          downloaders: dict[str, Callable[[str, Path], None]] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=tuple(MODELS), default="cosyvoice2",
+                        help="which checkpoint (cosyvoice3 = Fun-CosyVoice3-0.5B-2512)")
     parser.add_argument("--source", choices=("auto", "modelscope", "huggingface"), default="auto")
-    parser.add_argument("--dest", type=Path, default=ROOT / "downloads" / "CosyVoice2-0.5B",
-                        help="where the official checkpoint goes")
-    parser.add_argument("--out", type=Path, default=ROOT / "models" / "cosyvoice2-int8",
-                        help="converted model directory")
+    parser.add_argument("--dest", type=Path, default=None,
+                        help="where the official checkpoint goes (default: downloads/<official name>)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="converted model directory (default: models/<model>-int8)")
     parser.add_argument("--quantize", choices=("none", "int8"), default="int8")
     parser.add_argument("--skip-download", action="store_true", help="convert an existing --dest")
     parser.add_argument("--force", action="store_true", help="replace a non-empty --out")
     args = parser.parse_args(argv)
+    model = MODELS[args.model]
+    args.dest = args.dest or ROOT / "downloads" / model["dest"]
+    args.out = args.out or ROOT / "models" / model["out"]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if not args.skip_download:
             args.dest.mkdir(parents=True, exist_ok=True)
-            hub = download(args.source, args.dest, downloaders)
-            print(f"downloaded {REPOS[hub]} from {hub} into {args.dest}")
-        missing = missing_files(args.dest)
+            hub = download(args.source, args.dest, downloaders, model["repos"])
+            print(f"downloaded {model['repos'][hub]} from {hub} into {args.dest}")
+        missing = missing_files(args.dest, model["required"])
         if missing:
             raise FetchError(f"{args.dest} lacks {', '.join(missing)}; download again "
                              "(an interrupted download leaves files out)")
-        from cosyedge.export.cosyvoice2 import convert
+        if args.model == "cosyvoice3":
+            from cosyedge.export.cosyvoice3 import convert
+        else:
+            from cosyedge.export.cosyvoice2 import convert
 
         manifest = convert(args.dest, args.out, quantize=args.quantize, force=args.force)
     except FetchError as exc:

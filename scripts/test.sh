@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up the dev environment (if needed) and run the test suite.
 #   scripts/test.sh              the whole suite, as CI runs it:
-#                                  0. the tiny converted CosyVoice model that .venv tests use, built in
-#                                     .venv-ref into test-artifacts/tiny-models (reused while its stamp matches),
+#                                  0. the tiny converted CosyVoice models that .venv tests use, built in
+#                                     .venv-ref into test-artifacts/tiny-models and tiny-models-v3
+#                                     (reused while their stamps match),
 #                                  1. every test not marked `reference` in .venv (the app's environment: no torch),
 #                                  2. the tests marked `reference` (parity against upstream PyTorch) in .venv-ref.
 #   scripts/test.sh --fast       the quick loop (under 3 minutes): .venv only, without the tests marked
@@ -38,6 +39,8 @@ if [ "$fast" = 1 ]; then
 fi
 # Built here, before pytest, so that .venv tests find it (tests/helpers/tiny_models.py).
 .venv-ref/bin/python -m tests.helpers.cosyvoice_tiny --out test-artifacts/tiny-models
+# The committed CosyVoice3 upstream fixture, converted (tests/helpers/cosyvoice3_fixture.py).
+.venv-ref/bin/python -m tests.helpers.cosyvoice3_fixture --out test-artifacts/tiny-models-v3
 if [ $# -gt 0 ]; then
   # `reference` modules need .venv-ref; a -m among ARGS replaces this one (pytest keeps the last)
   run_pytest .venv -m "not reference" "$@"

@@ -128,9 +128,9 @@ def test_a_contradicting_or_unknown_identity_is_refused(tmp_path):
 def test_a_cosyvoice_version_the_runtime_does_not_run_is_named(tmp_path):
     from cosyedge.engines.cosyvoice.manifest import ModelDir
 
-    write_json(tmp_path / "v3", {**identity_fields("cosyvoice", 3), "format_version": 1, "files": {}})
-    with pytest.raises(ModelMissingError, match="CosyVoice version 3; this cosyedge runs CosyVoice 2"):
-        ModelDir.load(tmp_path / "v3")
+    write_json(tmp_path / "v1", {**identity_fields("cosyvoice", 1), "format_version": 1, "files": {}})
+    with pytest.raises(ModelMissingError, match="CosyVoice version 1; this cosyedge runs CosyVoice 2, 3"):
+        ModelDir.load(tmp_path / "v1")
     write_json(tmp_path / "k", {**identity_fields("kokoro"), "files": {}})
     with pytest.raises(ModelMissingError, match="not a CosyVoice manifest"):
         ModelDir.load(tmp_path / "k")

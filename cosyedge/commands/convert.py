@@ -12,7 +12,9 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-FAMILIES = ("cosyvoice2",)
+FAMILIES = ("cosyvoice2", "cosyvoice3")
+#: ``--quantize`` when it is not given: CosyVoice3 is converted int8 unless asked otherwise.
+DEFAULT_QUANTIZE = {"cosyvoice2": "none", "cosyvoice3": "int8"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,8 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("family", choices=FAMILIES, help="model family of the checkpoint")
     parser.add_argument("--src", type=Path, required=True, help="official model directory")
     parser.add_argument("--out", type=Path, required=True, help="output directory, e.g. models/cosyvoice2-int8")
-    parser.add_argument("--quantize", choices=("none", "int8"), default="none",
-                        help="weight int8 for the graphs where it helps (default: none, fp32)")
+    parser.add_argument("--quantize", choices=("none", "int8"), default=None,
+                        help="weight int8 for the graphs where it helps (default: none, fp32, for "
+                             "cosyvoice2; int8 for cosyvoice3; `none` keeps fp32)")
     parser.add_argument("--llm-bits", type=int, choices=(4, 8), default=None,
                         help="with --quantize int8: the LLM's weight bits (default 8; 4 halves the backbone, "
                              "LLM files -28 %%, with ~10x the log-prob deviation, see docs/benchmarks.md)")
@@ -39,17 +42,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cosyedge.export.cosyvoice2 import convert
     from cosyedge.export.llm import check_options
 
+    if args.family == "cosyvoice3":
+        from cosyedge.export.cosyvoice3 import convert
+    else:
+        from cosyedge.export.cosyvoice2 import convert
+    quantize = args.quantize or DEFAULT_QUANTIZE[args.family]
     steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
     options = {"llm_bits": args.llm_bits, "speech_tokenizer_int8": args.speech_tokenizer_int8}
-    check_options(args.quantize, options)  # before minutes of flow/HiFT export
-    manifest = convert(args.src, args.out, quantize=args.quantize, steps=steps, force=args.force,
+    check_options(quantize, options)  # before minutes of flow/HiFT export
+    manifest = convert(args.src, args.out, quantize=quantize, steps=steps, force=args.force,
                        options={k: v for k, v in options.items() if v})
     total = sum(f["bytes"] for f in manifest["files"].values())
     print(f"wrote {args.out} ({len(manifest['files'])} files, {total / 1e6:.1f} MB, "
           f"{manifest['quantization']})")
+    if "source_file" in manifest["graphs"].get("llm", {}):
+        print(f"  LLM read from {manifest['graphs']['llm']['source_file']}")
     for name, info in manifest["graphs"].items():
         snr = info.get("snr_db_vs_fp32")
         print(f"  {name}: {info['precision']}" + (f", SNR vs fp32 {snr} dB" if snr else ""))

@@ -15,7 +15,7 @@ from cosyedge import config, instruct, synthesis
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.commands.voice_library import describe
 from cosyedge.engines.loader import load_engine
-from cosyedge.engines.base import LANGUAGES, VoicePrompt
+from cosyedge.engines.base import KNOWN_LANGUAGES, VoicePrompt
 from cosyedge.errors import ParameterError, TextError
 from cosyedge.service import Service, TTSRequest, write_wav
 
@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--voice-id", dest="voice_id",
                         help="saved voice (see `library list`); overrides --voice")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
-    parser.add_argument("--lang", default="auto", choices=LANGUAGES, help="language of untagged text")
+    parser.add_argument("--lang", default="auto", choices=KNOWN_LANGUAGES,
+                        help="language of untagged text (ko/de/es/fr/it/ru: CosyVoice3 models only)")
     parser.add_argument("--instruct", metavar="TEXT",
                         help='how to read it, e.g. "slowly and warmly" or "用开心的语气说"; '
                              "what was applied / not supported is printed")

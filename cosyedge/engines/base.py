@@ -20,6 +20,10 @@ ProgressFn = Callable[[int, int], None]
 CancelFn = Callable[[], bool]
 
 LANGUAGES = ("auto", "zh", "en", "ja")
+#: Spoken by some models only (Fun-CosyVoice3): a request may name them, and an engine whose
+#: ``capabilities.languages`` lacks one refuses it by name (``language_not_supported``).
+MORE_LANGUAGES = ("ko", "de", "es", "fr", "it", "ru")
+KNOWN_LANGUAGES = LANGUAGES + MORE_LANGUAGES
 
 
 @dataclass(frozen=True)

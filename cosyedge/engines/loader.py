@@ -17,7 +17,8 @@ logger = logging.getLogger(__name__)
 #: What each engine does natively, (clone, instruct), by engine name (cosyedge.manifest): known before
 #: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
 #: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
-NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True)}
+NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True),
+                                                 "cosyvoice3": (True, True)}
 
 
 def load_engine(settings: Settings) -> Engine:

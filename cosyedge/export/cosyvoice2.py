@@ -53,11 +53,16 @@ class ExportContext:
     runtime: dict[str, Any] = field(default_factory=dict)
     quantization: dict[str, dict[str, Any]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # per-step choices, e.g. llm_bits
+    spec: "ModelSpec | None" = None  # which model version is converted (None: CosyVoice2)
+
+    @property
+    def model(self) -> "ModelSpec":
+        return self.spec or COSYVOICE2
 
     def source_file(self, name: str) -> Path:
         path = self.src / name
         if not path.is_file():
-            raise ModelMissingError(f"{path} is missing: point --src at the official CosyVoice2-0.5B directory")
+            raise ModelMissingError(f"{path} is missing: point --src at the official {self.model.label} directory")
         return path
 
     def add_file(self, name: str, role: str) -> Path:
@@ -113,20 +118,45 @@ STEP_SOURCES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_source(src: Path, steps: list[str]) -> None:
+@dataclass(frozen=True)
+class ModelSpec:
+    """What differs between the CosyVoice versions this converter writes (:data:`COSYVOICE2`; the v3
+    spec is in :mod:`cosyedge.export.cosyvoice3`): the yaml name, the steps and the files they read."""
+
+    version: int
+    label: str                                   # the official directory's name, for messages
+    config_name: str
+    steps: tuple[tuple[str, ExportStep], ...]
+    sources: dict[str, tuple[str, ...]]
+    #: The yaml names of the other versions, so that a directory given as the wrong one is named.
+    other_configs: dict[str, str] = field(default_factory=dict)
+
+
+COSYVOICE2 = ModelSpec(version=VERSION, label="CosyVoice2-0.5B", config_name=CONFIG_NAME,
+                       steps=tuple(EXPORT_STEPS), sources=STEP_SOURCES,
+                       other_configs={"cosyvoice3.yaml": "cosyvoice3", "cosyvoice.yaml": "cosyvoice1"})
+
+
+def _check_source(src: Path, steps: list[str], spec: ModelSpec = COSYVOICE2) -> None:
     """The official files are all in ``src``, or a ModelMissingError naming what is not (and where
     the checkpoint is, when ``src`` is a folder above it, such as a Hugging Face cache)."""
-    if not (src / CONFIG_NAME).is_file():
-        found = sorted({p.parent for depth in (1, 2, 3) for p in src.glob("*/" * depth + CONFIG_NAME)})
+    name = spec.config_name
+    if not (src / name).is_file():
+        for other, family in spec.other_configs.items():
+            if (src / other).is_file():
+                raise InputError(f"{src} holds {other}, not {name}: it is a {family} checkpoint, not "
+                                 f"{spec.label}; convert it with `python -m cosyedge convert {family}`",
+                                 code="convert_wrong_family", found=family)
+        found = sorted({p.parent for depth in (1, 2, 3) for p in src.glob("*/" * depth + name)})
         where = (f"; it is in {found[0]}: pass --src {found[0]}" if len(found) == 1
                  else f"; found in {', '.join(map(str, found))}: pass one as --src" if found else "")
-        raise ModelMissingError(f"{src / CONFIG_NAME} is missing: point --src at the official "
-                                f"CosyVoice2-0.5B directory{where}")
-    missing = [name for step in steps for name in STEP_SOURCES.get(step, ())
-               if not (src / name).is_file() or (src / name).stat().st_size == 0]
+        raise ModelMissingError(f"{src / name} is missing: point --src at the official "
+                                f"{spec.label} directory{where}")
+    missing = [name for step in steps for name in spec.sources.get(step, ())
+               if not any((src / alt).is_file() and (src / alt).stat().st_size for alt in name.split("|"))]
     if missing:
-        raise ModelMissingError(f"{src} lacks {', '.join(missing)} (missing or empty): copy or download "
-                                "the complete CosyVoice2-0.5B directory")
+        raise ModelMissingError(f"{src} lacks {', '.join(m.replace('|', ' or ') for m in missing)} (missing "
+                                f"or empty): copy or download the complete {spec.label} directory")
 
 
 def _check_out(src: Path, out: Path, force: bool) -> None:
@@ -146,7 +176,8 @@ def _check_out(src: Path, out: Path, force: bool) -> None:
 
 
 def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | None = None,
-            force: bool = False, options: dict[str, Any] | None = None) -> dict[str, Any]:
+            force: bool = False, options: dict[str, Any] | None = None,
+            spec: ModelSpec = COSYVOICE2) -> dict[str, Any]:
     """Run the export steps from ``src`` into ``out``; returns the manifest written there.
 
     ``steps`` picks a subset by name (default: all). ``force`` replaces an existing ``out``.
@@ -162,14 +193,14 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     if not src.is_dir():
         raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
     _check_out(src, out, force)
-    known = [name for name, _ in EXPORT_STEPS]
+    known = [name for name, _ in spec.steps]
     chosen = steps or known
     unknown = [s for s in chosen if s not in known]
     if unknown:
         raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(known)}")
 
-    _check_source(src, chosen)
-    config = read_config(src / CONFIG_NAME)
+    _check_source(src, chosen, spec)
+    config = read_config(src / spec.config_name)
     tmp = out.parent / f".{out.name}.partial"
     try:
         if tmp.exists():
@@ -178,9 +209,10 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     except OSError as exc:
         raise InputError(f"cannot write {tmp} for --out {out} ({exc.strerror or exc}); "
                          "pass a folder you can write to") from exc
-    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize, options=dict(options or {}))
+    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize, options=dict(options or {}),
+                        spec=spec)
     try:
-        for name, step in EXPORT_STEPS:
+        for name, step in spec.steps:
             if name in chosen:
                 logger.info("export step %s", name)
                 step(ctx)
@@ -205,7 +237,7 @@ def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, A
         if name.endswith((".pt", ".yaml", ".onnx")):
             source_files[name] = sha256_file(ctx.src / name)
     return {
-        **identity_fields(FAMILY, VERSION),
+        **identity_fields(FAMILY, ctx.model.version),
         "format_version": FORMAT_VERSION,
         "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", 24000),
         "quantization": "int8" if ctx.quantize == "int8" else "fp32",

@@ -85,10 +85,27 @@ def load_checkpoint(path: Path) -> dict[str, np.ndarray]:
     return {k: v.detach().float().numpy() for k, v in state.items() if hasattr(v, "detach")}
 
 
-def check_weights(weights: Mapping[str, np.ndarray], dims: QwenDims) -> int:
-    """Check that ``weights`` hold a Qwen2LM of ``dims``; return the speech vocabulary (6564 real)."""
-    need = ["llm_embedding.weight", "speech_embedding.weight", "llm_decoder.weight", "llm_decoder.bias",
-            PREFIX + "embed_tokens.weight", PREFIX + "norm.weight"]
+#: CosyVoice3's ``CosyVoice3LM``: no ``llm_embedding`` (sos and task id are rows 6561 and 6563 of the
+#: speech table), ``llm_decoder`` without bias and with 200 outputs past the speech tokens, all stops.
+V3_SPECIAL_ROWS = {"sos": 0, "task_id": 2}   # offsets from the speech-token count
+V3_EXTRA_OUTPUTS = 200
+
+
+def check_weights(weights: Mapping[str, np.ndarray], dims: QwenDims, version: int = 2) -> int:
+    """Check that ``weights`` hold a Qwen2LM (``version`` 2) or CosyVoice3LM (3) of ``dims``; return the
+    speech vocabulary (6564 real for v2, 6761 for v3)."""
+    if version == 3:
+        if "llm_embedding.weight" in weights or "llm_decoder.bias" in weights:
+            raise ValueError("llm.pt is a CosyVoice2 Qwen2LM (it has llm_embedding / a decoder bias), not "
+                             "a CosyVoice3LM: convert it with `python -m cosyedge convert cosyvoice2`")
+        need = ["speech_embedding.weight", "llm_decoder.weight"]
+    else:
+        if "llm_embedding.weight" not in weights and "speech_embedding.weight" in weights \
+                and "llm_decoder.bias" not in weights:
+            raise ValueError("llm.pt is a CosyVoice3LM (no llm_embedding, no decoder bias), not a CosyVoice2 "
+                             "Qwen2LM: convert it with `python -m cosyedge convert cosyvoice3`")
+        need = ["llm_embedding.weight", "speech_embedding.weight", "llm_decoder.weight", "llm_decoder.bias"]
+    need += [PREFIX + "embed_tokens.weight", PREFIX + "norm.weight"]
     for i in range(dims.layers):
         p = f"{PREFIX}layers.{i}."
         need += [p + n for n in ("self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
@@ -98,13 +115,15 @@ def check_weights(weights: Mapping[str, np.ndarray], dims: QwenDims) -> int:
                                  "post_attention_layernorm.weight")]
     missing = [k for k in need if k not in weights]
     if missing:
-        raise ValueError(f"llm.pt is not a CosyVoice2 Qwen2LM: {len(missing)} keys missing, e.g. {missing[:3]}")
+        kind = "CosyVoice3LM" if version == 3 else "CosyVoice2 Qwen2LM"
+        raise ValueError(f"llm.pt is not a {kind}: {len(missing)} keys missing, e.g. {missing[:3]}")
     checks = {
         PREFIX + "embed_tokens.weight": (dims.text_vocab, dims.hidden),
         PREFIX + "layers.0.self_attn.k_proj.weight": (dims.kv_heads * dims.head_dim, dims.hidden),
         PREFIX + "layers.0.mlp.gate_proj.weight": (dims.intermediate, dims.hidden),
-        "llm_embedding.weight": (2, dims.hidden),
     }
+    if version != 3:
+        checks["llm_embedding.weight"] = (2, dims.hidden)
     for key, shape in checks.items():
         if tuple(weights[key].shape) != shape:
             raise ValueError(f"{key} has shape {tuple(weights[key].shape)}, config.json implies {shape}")
@@ -351,7 +370,7 @@ def build_llm_model(weights: Mapping[str, np.ndarray], dims: QwenDims, plan: Wei
     x = _rms_norm(g, x, weights[PREFIX + "norm.weight"], dims.rms_eps, "final_norm")
     last = g.op("Gather", [x, g.op("Sub", [seq, one])], axis=1)             # [1, H]
     logits = _linear(g, last, weights["llm_decoder.weight"], "llm_decoder", plan.decoder_bits, plan.block,
-                     weights["llm_decoder.bias"])
+                     weights.get("llm_decoder.bias"))  # CosyVoice3's head has no bias
     g.nodes.append(helper.make_node("LogSoftmax", [logits], ["logp"], axis=-1, name="logp"))
 
     graph = helper.make_graph(g.nodes, "cosyvoice2_llm_step", inputs, outputs, initializer=g.inits)
@@ -385,12 +404,12 @@ def _store_table(tables: dict[str, np.ndarray], name: str, table: np.ndarray, dt
 
 def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, plan: WeightPlan = DEFAULT_PLAN,
                text_embedding: str = "int8",
-               weights: Mapping[str, np.ndarray] | None = None) -> dict[str, Path]:
+               weights: Mapping[str, np.ndarray] | None = None, version: int = 2) -> dict[str, Path]:
     """Convert ``llm.pt`` + ``CosyVoice-BlankEN/config.json`` into ``out_dir``; return the files written.
 
     ``plan`` says how the graph's weights and the speech table are stored; ``text_embedding`` picks how
     the 151936-row text table is stored (int8 with per-row scales, float16 or float32). ``weights``
-    skips reading llm.pt.
+    skips reading llm.pt. ``version`` 3 reads a CosyVoice3LM (see :data:`V3_SPECIAL_ROWS`).
     """
     import onnx
 
@@ -399,7 +418,7 @@ def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, plan: WeightPlan 
     dims = QwenDims.from_config(read_source(Path(qwen_config),
                                             lambda p: json.loads(p.read_text(encoding="utf-8"))))
     weights = dict(weights) if weights is not None else read_source(Path(llm_pt), load_checkpoint)
-    speech_vocab = check_weights(weights, dims)
+    speech_vocab = check_weights(weights, dims, version)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     logger.info("exporting Qwen2 LLM: %s, speech vocab %d, %s, text embedding %s", dims, speech_vocab,
@@ -421,13 +440,23 @@ def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, plan: WeightPlan 
     tables: dict[str, np.ndarray] = {}
     _store_table(tables, "text_embedding", weights[PREFIX + "embed_tokens.weight"], text_embedding)
     _store_table(tables, "speech_embedding", weights["speech_embedding.weight"], plan.speech_embedding)
-    tables["special_embedding"] = weights["llm_embedding.weight"].astype(np.float32)
+    if version == 3:
+        speech_tokens = speech_vocab - V3_EXTRA_OUTPUTS
+        rows = [speech_tokens + V3_SPECIAL_ROWS["sos"], speech_tokens + V3_SPECIAL_ROWS["task_id"]]
+        tables["special_embedding"] = weights["speech_embedding.weight"][rows].astype(np.float32)
+        # v3 stops on any id from speech_tokens on; below the minimum length upstream masks id
+        # speech_tokens (its sos), not the end-of-speech id speech_tokens + 1.
+        rules = {"speech_token_size": speech_tokens, "eos": speech_tokens + 1, "stop_from": speech_tokens,
+                 "min_len_masked": speech_tokens}
+    else:
+        tables["special_embedding"] = weights["llm_embedding.weight"].astype(np.float32)
+        rules = {"speech_token_size": speech_vocab - 3, "eos": speech_vocab - 3}
     for name, array in tables.items():
         files[name] = out_dir / f"llm_{name}.npy"
         np.save(files[name], array)
 
     config = {"format": 1, "dims": asdict(dims), "head_dim": dims.head_dim, "speech_vocab": speech_vocab,
-              "speech_token_size": speech_vocab - 3, "eos": speech_vocab - 3, "sos_row": 0, "task_row": 1,
+              **rules, "sos_row": 0, "task_row": 1,
               "quantization": plan.label, "weights": asdict(plan),
               "text_embedding": text_embedding,
               "files": {k: v.name for k, v in files.items()}}
@@ -443,6 +472,23 @@ def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, plan: WeightPlan 
 QWEN_DIR = "CosyVoice-BlankEN"
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json")
 FRONTEND_ONNX = ("campplus.onnx", "speech_tokenizer_v2.onnx")
+#: The LLM checkpoint files a download may hold, in the order they are preferred: upstream's
+#: ``CosyVoice3`` class loads ``llm.pt``; some Fun-CosyVoice3 downloads also or only carry the
+#: RL-tuned ``llm.rl.pt`` (same layout).
+LLM_FILES = ("llm.pt", "llm.rl.pt")
+
+
+def speech_tokenizer_name(version: int) -> str:
+    """``speech_tokenizer_v2.onnx`` (CosyVoice2) or ``speech_tokenizer_v3.onnx`` (CosyVoice3)."""
+    return f"speech_tokenizer_v{version}.onnx"
+
+
+def llm_source(src: Path) -> str:
+    """The LLM checkpoint file of an official directory (:data:`LLM_FILES`, first present wins)."""
+    for name in LLM_FILES:
+        if (Path(src) / name).is_file():
+            return name
+    return LLM_FILES[0]
 
 
 def plan_for(quantize: str, llm_bits: int | None = None) -> WeightPlan:
@@ -467,18 +513,25 @@ def check_options(quantize: str, options: Mapping) -> None:
 
 def export_llm_step(ctx) -> None:
     """Converter step "llm": ``llm.pt`` + BlankEN config -> ``llm.onnx`` and the gathered tables."""
-    llm_pt = ctx.source_file("llm.pt")
+    version = ctx.model.version
+    llm_name = llm_source(ctx.src) if version == 3 else "llm.pt"
+    llm_pt = ctx.source_file(llm_name)
     qwen_config = ctx.source_file(f"{QWEN_DIR}/config.json")
     quantize = ctx.quantize == "int8"
-    files = export_llm(llm_pt, qwen_config, ctx.out, plan=plan_for(ctx.quantize, ctx.options.get("llm_bits")),
-                       text_embedding="int8" if quantize else "float32")
+    try:
+        files = export_llm(llm_pt, qwen_config, ctx.out, plan=plan_for(ctx.quantize, ctx.options.get("llm_bits")),
+                           text_embedding="int8" if quantize else "float32", version=version)
+    except ValueError as exc:
+        raise InputError(f"{llm_pt}: {exc}") from exc
     for key, path in files.items():
         ctx.add_file(path.name, f"llm.{key}")
     config = json.loads(files["llm_config"].read_text(encoding="utf-8"))
     ctx.runtime["llm"] = {"config": files["llm_config"].name, "eos": config["eos"],
                           "speech_vocab": config["speech_vocab"]}
     ctx.quantization["llm"] = {"precision": config["quantization"], "weights": config["weights"],
-                               "text_embedding": config["text_embedding"]}
+                               "text_embedding": config["text_embedding"], "source_file": llm_name}
+    if version == 3:
+        ctx.runtime["llm"].update({k: config[k] for k in ("speech_token_size", "stop_from", "min_len_masked")})
 
 
 def export_frontend_step(ctx) -> None:
@@ -499,15 +552,16 @@ def export_frontend_step(ctx) -> None:
     if "tokenizer.json" not in copied and not {"vocab.json", "merges.txt"} <= set(copied):
         ctx.source_file(f"{QWEN_DIR}/vocab.json")  # raises with the "point --src at ..." message
         ctx.source_file(f"{QWEN_DIR}/merges.txt")
-    for name in FRONTEND_ONNX:  # parsed first: a truncated graph would fail only when a voice is cloned
+    onnx_files = (FRONTEND_ONNX[0], speech_tokenizer_name(ctx.model.version))
+    for name in onnx_files:  # parsed first: a truncated graph would fail only when a voice is cloned
         source = read_source(ctx.source_file(name), _parsed_onnx)
         shutil.copyfile(source, ctx.add_file(name, "frontend." + name.split(".")[0]))
     if ctx.options.get("speech_tokenizer_int8"):
         check_options(ctx.quantize, ctx.options)
-        ctx.quantization[FRONTEND_ONNX[1]] = int8_speech_tokenizer(ctx.out / FRONTEND_ONNX[1])
-    data = move_weights_to_external_data(ctx.out / FRONTEND_ONNX[1])
+        ctx.quantization[onnx_files[1]] = int8_speech_tokenizer(ctx.out / onnx_files[1])
+    data = move_weights_to_external_data(ctx.out / onnx_files[1])
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
-    runtime = {"tokenizer": "tokenizer", "campplus": FRONTEND_ONNX[0], "speech_tokenizer": FRONTEND_ONNX[1]}
+    runtime = {"tokenizer": "tokenizer", "campplus": onnx_files[0], "speech_tokenizer": onnx_files[1]}
     if (ctx.src / "spk2info.pt").is_file():
         speakers = read_source(ctx.src / "spk2info.pt", read_spk2info)
         np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)

@@ -89,7 +89,7 @@ class TTSBody(BaseModel):
     prompt_text: str | None = Field(None, description="Transcript of prompt_audio")
     consent: bool = Field(False, description="true: the speaker of prompt_audio agreed to have their "
                                              "voice cloned (required with prompt_audio)")
-    language: Literal["auto", "zh", "en", "ja"] = "auto"
+    language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"  # ko..ru: CosyVoice3
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
 
 

@@ -535,6 +535,10 @@ def capability_notes(service: Service) -> tuple[str, str]:
                       "新的参考音频首次使用较慢")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
+        if service.model_engine_name() == "cosyvoice3":
+            from cosyedge.engines.cosyvoice.version3 import INSTRUCT_NOTE
+
+            instruct_note += f". {INSTRUCT_NOTE}"
     else:
         instruct_note = (f"**{engine}** cannot follow instructions itself: speed, pitch, volume and the "
                          "choice of voice are read from it and applied as controls; the rest is listed "

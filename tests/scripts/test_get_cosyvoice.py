@@ -72,3 +72,27 @@ def test_fetched_checkpoint_is_converted(script, tmp_path, tmp_path_factory):
     assert "spk2info.npz" in manifest["files"]
     # --skip-download converts an existing copy; without --force a non-empty --out is refused.
     assert script.main(["--skip-download", "--dest", str(tmp_path / "dl"), "--out", str(out)]) == 2
+
+
+def test_cosyvoice3_download_is_checked_and_converted(script, tmp_path, capsys):
+    """--model cosyvoice3: the Fun-CosyVoice3 repository, its file list (llm.rl.pt will do), its converter."""
+    from tests.helpers import cosyvoice3_fixture
+
+    official = cosyvoice3_fixture.write_official_dir(tmp_path / "official")
+    (official / "llm.pt").rename(official / "llm.rl.pt")
+    seen = []
+
+    def fake_hub(repo, dest):
+        seen.append(repo)
+        shutil.copytree(official, dest, dirs_exist_ok=True)
+
+    out = tmp_path / "models" / "cosyvoice3-int8"
+    assert script.main(["--model", "cosyvoice3", "--source", "huggingface", "--dest", str(tmp_path / "d"),
+                        "--out", str(out)], {"huggingface": fake_hub}) == 0, capsys.readouterr().err
+    assert seen == ["FunAudioLLM/Fun-CosyVoice3-0.5B-2512"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["version"] == 3 and manifest["graphs"]["llm"]["source_file"] == "llm.rl.pt"
+    (tmp_path / "d" / "speech_tokenizer_v3.onnx").unlink()
+    assert script.main(["--model", "cosyvoice3", "--skip-download", "--dest", str(tmp_path / "d"),
+                        "--out", str(tmp_path / "o2")]) == 2
+    assert "speech_tokenizer_v3.onnx" in capsys.readouterr().err

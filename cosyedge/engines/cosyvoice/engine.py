@@ -1,4 +1,4 @@
-"""The CosyVoice2 engine: text + voice -> 24 kHz audio, one chunk per sentence (Engine protocol).
+"""The CosyVoice2/3 engine: text + voice -> 24 kHz audio, one chunk per sentence (Engine protocol).
 
 Responsible for choosing the mode and wiring the parts; the parts do the work:
 ``text_normalize`` + ``tokenizer`` (text ids), ``prompt_encoders`` (voice prompt), ``llm`` + ``sampling``
@@ -14,8 +14,10 @@ SFT preset            text only (+ instruction when given)           the preset'
 ====================  =============================================  ==================================
 
 ``options.language`` is not needed: like upstream, the text's script picks the normalization. The
-model's version (from its manifest) names the engine (``cosyvoice2``) and picks the instruction format
-(``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
+model's version (from its manifest) names the engine (``cosyvoice2``, ``cosyvoice3``) and picks the
+instruction format (``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
+Version 3 (Fun-CosyVoice3) adds its prompt format, silent-token rule, tokenizer, languages and
+token2wav from ``version3``; the LLM's v3 stop rule comes with its ``llm_config.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from cosyedge.engines.cosyvoice.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.llm import SpeechLM
 from cosyedge.engines.cosyvoice.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
-from cosyedge.engines.cosyvoice.tokenizer import END_OF_PROMPT, TextTokenizer
+from cosyedge.engines.cosyvoice import version3
+from cosyedge.engines.cosyvoice.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
 from cosyedge.heap import trim_heap
 from cosyedge.manifest import engine_name
@@ -74,7 +77,7 @@ class CosyVoiceEngine:
         # the LLM and flow activations of a synthesis.
         self.keep_prompt_encoder = keep_prompt_encoder
         self._lock = threading.Lock()
-        languages = ("auto", "zh", "en", "ja")
+        languages = ("auto", "zh", "en", "ja") if version != 3 else version3.LANGUAGES
         # Any SFT speaker reads every language the model does (as the clones do, cross-lingually).
         details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
                         for name in self.presets())
@@ -99,8 +102,11 @@ class CosyVoiceEngine:
         logger.info("CosyVoice threads: %s", plan.describe())
         lm_threads = plan.lm
         lm = SpeechLM.load(model.path, threads=lm_threads)
-        token2wav = Token2Wav.load(model, threads=plan.render)
-        tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"))
+        v3 = identity.version == 3
+        token2wav = (version3.load_token2wav(model, plan.render) if v3
+                     else Token2Wav.load(model, threads=plan.render))
+        tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"),
+                                       version3.COSYVOICE3_SPECIALS if v3 else COSYVOICE2_SPECIALS)
         presets: dict[str, np.ndarray] = {}
         if frontend.get("presets"):
             with np.load(model.file(frontend["presets"]), allow_pickle=False) as npz:
@@ -234,6 +240,8 @@ class CosyVoiceEngine:
                 return instruct_ids, [], tokens, mel, embedding, "instruct2"
             transcript = voice.meta.get("transcript")
             if transcript:
+                if self.version == 3:
+                    transcript = version3.zero_shot_prompt(transcript)
                 return self.tokenizer.encode(transcript), tokens.tolist(), tokens, mel, embedding, "zero_shot"
             return [], [], tokens, mel, embedding, "cross_lingual"
         if isinstance(voice, str) and voice:
@@ -260,13 +268,15 @@ class CosyVoiceEngine:
         sentences = (text if isinstance(text, TextAnalysis) else self.analyze(text, options.language)).sentences
         seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         rng = np.random.default_rng(seed)
-        chooser: Chooser = RasSampler(eos=self.lm_config.eos, seed=int(rng.integers(2 ** 31)))
+        chooser: Chooser = RasSampler(eos=self.lm_config.masked_id, seed=int(rng.integers(2 ** 31)))
+        # CosyVoice3 reads <|endofprompt|> in every input: cross-lingual and preset sentences carry it.
+        v3_prefix = self.version == 3 and self.tokenizer.end_of_prompt_id not in prompt_text
         logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
-            text_ids = self.tokenizer.encode(sentence)
+            text_ids = self.tokenizer.encode(version3.cross_lingual_text(sentence) if v3_prefix else sentence)
             if self._streams(options):
                 yield from self._sentence_hops(sentence, index, total, text_ids, chooser,
                                                (prompt_text, prompt_speech, flow_tokens, flow_mel, embedding),
@@ -274,6 +284,8 @@ class CosyVoiceEngine:
                 continue
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
+            if self.version == 3:
+                tokens = version3.drop_long_silences(tokens)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng,
                                        n_timesteps=options.n_timesteps)

@@ -37,12 +37,23 @@ class LLMConfig:
     head_dim: int
     speech_vocab: int
     eos: int
+    #: CosyVoice3: every id from here on ends the speech (None: CosyVoice2's eos + fill tokens).
+    stop_from: int | None = None
+    #: The id masked while the minimum length is not reached (None: ``eos``; CosyVoice3: 6561, its sos).
+    min_len_masked: int | None = None
+
+    @property
+    def masked_id(self) -> int:
+        """The id a chooser must not pick below the minimum length (upstream's ``speech_token_size``)."""
+        return self.eos if self.min_len_masked is None else self.min_len_masked
 
     @classmethod
     def from_json(cls, data: dict) -> "LLMConfig":
         dims = data["dims"]
+        optional = {k: int(data[k]) for k in ("stop_from", "min_len_masked") if data.get(k) is not None}
         return cls(hidden=int(dims["hidden"]), layers=int(dims["layers"]), kv_heads=int(dims["kv_heads"]),
-                   head_dim=int(data["head_dim"]), speech_vocab=int(data["speech_vocab"]), eos=int(data["eos"]))
+                   head_dim=int(data["head_dim"]), speech_vocab=int(data["speech_vocab"]), eos=int(data["eos"]),
+                   **optional)
 
 
 def make_session(path: Path, threads: int):
@@ -147,6 +158,7 @@ class SpeechLM:
                     on_step: Callable[[np.ndarray], None] | None = None) -> Iterator[int]:
         """:meth:`generate`'s tokens one at a time, as they are decoded (for streaming)."""
         eos = self.config.eos
+        stop_from = self.config.stop_from
         min_len = int(len(text_ids) * min_ratio)
         max_len = int(len(text_ids) * max_ratio)
         lm_input = self.build_prompt(text_ids, prompt_text_ids, prompt_speech_ids)
@@ -159,6 +171,12 @@ class SpeechLM:
             if on_step is not None:
                 on_step(logp)
             token = int(choose(logp, tokens, i < min_len))
+            if stop_from is not None:  # CosyVoice3: any of the extra outputs ends decoding
+                if token >= stop_from:
+                    break
+                tokens.append(token)
+                lm_input = self.embed_speech([token])
+                continue
             if token > eos and i == 0:
                 # Upstream would re-feed the whole prompt into a cache that already holds it (and
                 # crash on the mask); choose again among speech tokens and end-of-speech instead.

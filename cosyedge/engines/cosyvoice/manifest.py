@@ -23,12 +23,25 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_FORMATS = (1,)
 #: The CosyVoice versions this runtime runs (the schema knows 1, 2 and 3: cosyedge.manifest).
-RUNS_VERSIONS = (2,)
+RUNS_VERSIONS = (2, 3)
 
 
 def _fix_hint(directory: Path) -> str:
+    if _manifest_version(directory) == 3:
+        return (f"rebuild it with `python -m cosyedge convert cosyvoice3 --src <official Fun-CosyVoice3-0.5B dir> "
+                f"--out {directory} --force`")
     return (f"rebuild it with `python -m cosyedge convert cosyvoice2 --src <official CosyVoice2-0.5B dir> "
             f"--out {directory} --quantize int8 --force`")
+
+
+def _manifest_version(directory: Path) -> int | None:
+    """The ``version`` a readable manifest states, for the rebuild hint only (None when unreadable)."""
+    import json
+
+    try:
+        return int(json.loads((Path(directory) / MANIFEST).read_text(encoding="utf-8")).get("version"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 

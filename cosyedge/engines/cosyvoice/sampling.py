@@ -79,12 +79,15 @@ class RasSampler:
         return self.draw(masked / masked.sum(), decoded)
 
 
-def greedy(eos: int) -> Chooser:
-    """Arg-max chooser that never picks a fill token and never picks end-of-speech while ``ignore_eos``."""
+def greedy(eos: int, mask_fill: bool = True) -> Chooser:
+    """Arg-max chooser that never picks end-of-speech (``eos``: the id masked below the minimum length)
+    while ``ignore_eos``, and, with ``mask_fill`` (CosyVoice2), never a fill token above ``eos``.
+    CosyVoice3 passes its masked id 6561 and ``mask_fill=False``: every id above it is a stop."""
 
     def choose(logp: np.ndarray, decoded: Sequence[int], ignore_eos: bool) -> int:
         scores = np.array(logp, dtype=np.float64, copy=True)
-        scores[eos + 1:] = -np.inf
+        if mask_fill:
+            scores[eos + 1:] = -np.inf
         if ignore_eos:
             scores[eos] = -np.inf
         return int(np.argmax(scores))

@@ -66,8 +66,9 @@ class TextTokenizer:
         self.tokenizer = tokenizer
 
     @classmethod
-    def load(cls, directory: Path) -> "TextTokenizer":
-        """Build from a BlankEN-style directory (``tokenizer.json`` or ``vocab.json`` + ``merges.txt``)."""
+    def load(cls, directory: Path, specials: Sequence[str] = COSYVOICE2_SPECIALS) -> "TextTokenizer":
+        """Build from a BlankEN-style directory (``tokenizer.json`` or ``vocab.json`` + ``merges.txt``);
+        ``specials`` are the model version's added tokens (CosyVoice3: ``version3.COSYVOICE3_SPECIALS``)."""
         from tokenizers import AddedToken, Tokenizer
 
         directory = Path(directory)
@@ -90,7 +91,7 @@ class TextTokenizer:
         except Exception as exc:  # OSError, ValueError, and tokenizers' own plain Exception
             raise ModelMissingError(f"the CosyVoice tokenizer files in {directory} are missing or unreadable "
                                     f"({exc}); copy CosyVoice-BlankEN/ again with the converter") from exc
-        new = [AddedToken(t, special=True, normalized=False) for t in (END_OF_TEXT,) + COSYVOICE2_SPECIALS
+        new = [AddedToken(t, special=True, normalized=False) for t in (END_OF_TEXT, *specials)
                if tok.token_to_id(t) is None]
         if new:
             tok.add_special_tokens(new)

@@ -1,0 +1,514 @@
+"""Build the CosyVoice3 parity fixture from an upstream checkout kept outside the repository.
+
+    .venv-ref/bin/python -m tests.cosyvoice3.make_fixture --upstream-src /path/to/CosyVoice [--out DIR]
+
+Upstream's CosyVoice3 classes are not on PyPI, so this script imports them from ``--upstream-src``
+(a checkout of github.com/FunAudioLLM/CosyVoice; the commit is recorded), builds a shrunken
+``CosyVoice3LM`` / ``CausalMaskedDiffWithDiT`` / ``CausalHiFTGenerator`` with seeded random weights and
+computes reference outputs with upstream's own code. What it writes (``tests/data/cosyvoice3/`` by
+default, committed, a few MB) needs no upstream code to use:
+
+* ``weights.npz`` - every state-dict tensor of the three modules (float16: the weights are rounded to
+  float16 before the reference runs, so the stored values are exact; the Qwen2 text table keeps only
+  the rows the tiny tokenizer can produce, the others are zero), the tiny Qwen2 ``config.json`` and
+  ``cosyvoice3.yaml`` as strings. :mod:`tests.helpers.cosyvoice3_fixture` turns it back into an
+  official-layout directory (``llm.pt``, ``flow.pt``, ``hift.pt``, ``cosyvoice3.yaml``,
+  ``CosyVoice-BlankEN/``, stand-in ``campplus.onnx`` / ``speech_tokenizer_v3.onnx``).
+* ``reference.npz`` - upstream's outputs (see ``calls`` in the json).
+* ``fixture.json`` - the upstream commit, package versions, the exact calls and their inputs.
+
+Imports from the checkout need packages ``.venv-ref`` has (torch, transformers 4.51.3, x-transformers,
+einops, matcha from the reference package); only ``matcha.utils`` (hydra/lightning loggers) and
+``torchaudio`` (imported at module level, never called here) are stubbed while upstream imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+import types
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from tests.helpers import REPO
+from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OUT = REPO / "tests" / "data" / "cosyvoice3"
+SPEECH_TOKENS = 6561
+TEXT_ROWS_KEPT = 1000           # tiny BPE ids live below this; the specials sit at 151643 and up
+QWEN2_BASE = 151643
+TINY_QWEN = dict(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
+                 rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False, sliding_window=None)
+TINY = {"prelookahead_channels": 64, "dit": dict(dim=64, depth=2, heads=4, dim_head=16, ff_mult=2),
+        "hift_channels": 32}
+SILENT = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
+SYSTEM = "You are a helpful assistant."
+EOP = "<|endofprompt|>"
+#: Strings whose token ids must match upstream's CosyVoice3Tokenizer exactly.
+TOKENIZER_TEXTS = [
+    f"{SYSTEM}{EOP}Hello world, this is a tiny test.",
+    f"{SYSTEM}{EOP}你好，世界。",
+    f"{SYSTEM} 请用四川话说这句话{EOP}",
+    "报道[j][ǐ]予 and [HH][AH0][L][OW1]<|endofsystem|>[laughter]<strong>quick</strong>",
+]
+HIFT_NOISE_SEED = 20251
+
+
+# ----------------------------------------------------------------------------------------------
+# Importing upstream
+# ----------------------------------------------------------------------------------------------
+
+def import_upstream(src: Path) -> None:
+    """Put the checkout first on sys.path and stub what upstream imports but never uses here."""
+    src = Path(src).resolve()
+    if not (src / "cosyvoice" / "llm" / "llm.py").is_file():
+        raise SystemExit(f"{src} is not a CosyVoice checkout (no cosyvoice/llm/llm.py)")
+    sys.path.insert(0, str(src))
+    if "cosyvoice" in sys.modules:
+        raise SystemExit("a cosyvoice package was imported before the checkout; run this script on its own")
+    import matcha  # the reference package's copy: BASECFM for CausalConditionalCFM
+    import transformers  # noqa: F401  (before the torchaudio stub: it probes for torchaudio once)
+    from transformers import AutoTokenizer, Qwen2ForCausalLM  # noqa: F401
+
+    utils = types.ModuleType("matcha.utils")
+    utils.__path__ = []
+    pylogger = types.ModuleType("matcha.utils.pylogger")
+    pylogger.get_pylogger = lambda name=__name__: logging.getLogger(name)
+    utils.pylogger = pylogger
+    sys.modules.update({"matcha.utils": utils, "matcha.utils.pylogger": pylogger})
+    matcha.utils = utils
+    torchaudio = types.ModuleType("torchaudio")
+    torchaudio.__path__ = []
+    compliance = types.ModuleType("torchaudio.compliance")
+    compliance.__path__ = []
+    kaldi = types.ModuleType("torchaudio.compliance.kaldi")
+    sys.modules.update({"torchaudio": torchaudio, "torchaudio.compliance": compliance,
+                        "torchaudio.compliance.kaldi": kaldi})
+    level = logging.getLogger().level
+    import cosyvoice.utils.file_utils  # noqa: F401  (sets the root logger to DEBUG)
+    logging.getLogger().setLevel(level)
+    found = Path(sys.modules["cosyvoice"].__file__).resolve()
+    if src not in found.parents:
+        raise SystemExit(f"imported cosyvoice from {found}, not from {src}")
+
+
+def upstream_commit(src: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        name = Path(src).resolve().name
+        return name.rsplit("-", 1)[-1] if "-" in name else "unknown"
+
+
+# ----------------------------------------------------------------------------------------------
+# Building the tiny upstream modules
+# ----------------------------------------------------------------------------------------------
+
+def _round_fp16(module, gen, std: float | None = None) -> None:
+    """Redraw (``std``) or keep each parameter, then round it to float16 so storage is exact."""
+    import torch
+
+    with torch.no_grad():
+        for param in module.parameters():
+            if std is not None:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+            param.copy_(param.half().float())
+
+
+#: Upstream's full sizes (Fun-CosyVoice3-0.5B; the Qwen2.5-0.5B backbone), for bench/cosyvoice3.py.
+FULL_QWEN = dict(TINY_QWEN, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, tie_word_embeddings=True)
+FULL = {"prelookahead_channels": 1024, "dit": dict(dim=1024, depth=22, heads=16, dim_head=64, ff_mult=2),
+        "hift_channels": 512}
+
+
+def build_llm(qwen_dir: Path, seed: int, qwen: dict = TINY_QWEN, tweak: bool = True):
+    import torch
+    from cosyvoice.llm.llm import CosyVoice3LM, Qwen2Encoder
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    if not (qwen_dir / "config.json").is_file():  # from_pretrained below only seeds the weights
+        Qwen2ForCausalLM(Qwen2Config(**qwen)).save_pretrained(qwen_dir)
+    greedy = lambda scores, decoded, sampling: int(torch.argmax(scores))  # noqa: E731
+    llm = CosyVoice3LM(llm_input_size=qwen["hidden_size"], llm_output_size=qwen["hidden_size"],
+                       speech_token_size=SPEECH_TOKENS, llm=_encoder_from(qwen_dir, Qwen2Encoder, Qwen2Config),
+                       sampling=greedy, length_normalized_loss=True, lsm_weight=0, mix_ratio=[5, 15])
+    if not tweak:
+        return llm.eval()
+    _round_fp16(llm, torch.Generator().manual_seed(seed + 1), std=0.5)
+    with torch.no_grad():
+        table = llm.llm.model.model.embed_tokens.weight
+        table[TEXT_ROWS_KEPT:QWEN2_BASE] = 0.0
+        # A constant component in every input row and a matching column of the end-of-speech row make
+        # ending likely enough that the random model stops (upstream's rule: any of ids 6562.. ends).
+        llm.speech_embedding.weight[:, 0] = 3.0
+        table[:TEXT_ROWS_KEPT, 0] = 3.0
+        table[QWEN2_BASE:, 0] = 3.0
+        llm.speech_embedding.weight[SPEECH_TOKENS + 2, 0] = -3.0  # task id: rarely a stop at step 0
+        llm.llm_decoder.weight[SPEECH_TOKENS + 2:] *= 0.25  # the other 198 stop outputs: rarely drawn
+        llm.llm_decoder.weight[SPEECH_TOKENS + 1, :] = 0.0
+        llm.llm_decoder.weight[SPEECH_TOKENS + 1, 0] = 4.2
+        llm.llm.model.model.norm.weight[0] = 1.0
+    _round_fp16(llm, None)  # the values set above are stored as float16 too
+    return llm.eval()
+
+
+def _encoder_from(qwen_dir, encoder_cls, config_cls):
+    """Upstream ``Qwen2Encoder`` on the tiny config (from_pretrained finds no weights: random init)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return encoder_cls(str(qwen_dir))
+
+
+def build_flow(seed: int, sizes: dict = TINY, tweak: bool = True):
+    import torch
+    from omegaconf import DictConfig
+    from cosyvoice.flow.DiT.dit import DiT
+    from cosyvoice.flow.flow import CausalMaskedDiffWithDiT
+    from cosyvoice.flow.flow_matching import CausalConditionalCFM
+    from cosyvoice.transformer.upsample_encoder import PreLookaheadLayer
+
+    torch.manual_seed(seed)
+    estimator = DiT(**sizes["dit"], mel_dim=80, mu_dim=80, spk_dim=80, out_channels=80, static_chunk_size=50,
+                    num_decoding_left_chunks=-1)
+    cfm = CausalConditionalCFM(in_channels=240, n_spks=1, spk_emb_dim=80, estimator=estimator,
+                               cfm_params=DictConfig({"sigma_min": 1e-06, "solver": "euler", "t_scheduler": "cosine",
+                                                      "training_cfg_rate": 0.2, "inference_cfg_rate": 0.7,
+                                                      "reg_loss_type": "l1"}))
+    flow = CausalMaskedDiffWithDiT(input_size=80, output_size=80, spk_embed_dim=192, output_type="mel",
+                                   vocab_size=SPEECH_TOKENS, input_frame_rate=25, only_mask_loss=True,
+                                   token_mel_ratio=2, pre_lookahead_len=3,
+                                   pre_lookahead_layer=PreLookaheadLayer(80, sizes["prelookahead_channels"], 3),
+                                   decoder=cfm)
+    if not tweak:
+        return flow.eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # adaLN/proj weights are small by default: widen them so every path matters
+        for name, param in flow.named_parameters():
+            scale = 0.1 if name.endswith("bias") else 0.7 / max(1.0, param.shape[-1] ** 0.5)
+            param.copy_(torch.randn(param.shape, generator=gen) * scale)
+    _round_fp16(flow, gen)
+    return flow.eval()
+
+
+def build_hift(seed: int, f0_bias: float = 150.0, sizes: dict = TINY):
+    import torch
+    from cosyvoice.hifigan.f0_predictor import CausalConvRNNF0Predictor
+    from cosyvoice.hifigan.generator import CausalHiFTGenerator
+
+    torch.manual_seed(seed)
+    ch = sizes["hift_channels"]
+    hift = CausalHiFTGenerator(
+        in_channels=80, base_channels=ch, nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1, nsf_sigma=0.003,
+        nsf_voiced_threshold=10, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
+        istft_params={"n_fft": 16, "hop_len": 4}, resblock_kernel_sizes=[3, 7, 11],
+        resblock_dilation_sizes=[[1, 3, 5]] * 3, source_resblock_kernel_sizes=[7, 7, 11],
+        source_resblock_dilation_sizes=[[1, 3, 5]] * 3, lrelu_slope=0.1, audio_limit=0.99, conv_pre_look_right=4,
+        f0_predictor=CausalConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=ch))
+    with torch.no_grad():
+        hift.f0_predictor.classifier.bias.fill_(f0_bias)  # voiced frames, so the sine path is exercised
+        for module in hift.modules():
+            if hasattr(module, "alpha") and isinstance(module.alpha, torch.nn.Parameter):
+                module.alpha.uniform_(0.5, 1.5)
+    _round_fp16(hift, torch.Generator().manual_seed(seed + 1))
+    return hift.eval()
+
+
+def yaml_text(sizes: dict = TINY, qwen: dict = TINY_QWEN) -> str:
+    """The tiny ``cosyvoice3.yaml``, in the layout of upstream's recipe (ace7c47), shrunken."""
+    d = sizes["dit"]
+    ch = sizes["hift_channels"]
+    return f"""# tiny CosyVoice3 for parity tests (tests/cosyvoice3/make_fixture.py); layout of cosyvoice3.yaml
+sample_rate: 24000
+llm_input_size: {qwen['hidden_size']}
+llm_output_size: {qwen['hidden_size']}
+spk_embed_dim: 192
+qwen_pretrain_path: ''
+token_frame_rate: 25
+token_mel_ratio: 2
+chunk_size: 25
+num_decoding_left_chunks: -1
+
+llm: !new:cosyvoice.llm.llm.CosyVoice3LM
+    llm_input_size: !ref <llm_input_size>
+    llm_output_size: !ref <llm_output_size>
+    speech_token_size: 6561
+    length_normalized_loss: True
+    lsm_weight: 0
+    mix_ratio: [5, 15]
+    llm: !new:cosyvoice.llm.llm.Qwen2Encoder
+        pretrain_path: !ref <qwen_pretrain_path>
+    sampling: !name:cosyvoice.utils.common.ras_sampling
+        top_p: 0.8
+        top_k: 25
+        win_size: 10
+        tau_r: 0.1
+
+flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
+    input_size: 80
+    output_size: 80
+    spk_embed_dim: !ref <spk_embed_dim>
+    output_type: 'mel'
+    vocab_size: 6561
+    input_frame_rate: !ref <token_frame_rate>
+    only_mask_loss: True
+    token_mel_ratio: !ref <token_mel_ratio>
+    pre_lookahead_len: 3
+    pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
+        in_channels: 80
+        channels: {sizes['prelookahead_channels']}
+        pre_lookahead_len: 3
+    decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
+        in_channels: 240
+        n_spks: 1
+        spk_emb_dim: 80
+        cfm_params: !new:omegaconf.DictConfig
+            content:
+                sigma_min: 1e-06
+                solver: 'euler'
+                t_scheduler: 'cosine'
+                training_cfg_rate: 0.2
+                inference_cfg_rate: 0.7
+                reg_loss_type: 'l1'
+        estimator: !new:cosyvoice.flow.DiT.dit.DiT
+            dim: {d['dim']}
+            depth: {d['depth']}
+            heads: {d['heads']}
+            dim_head: {d['dim_head']}
+            ff_mult: {d['ff_mult']}
+            mel_dim: 80
+            mu_dim: 80
+            spk_dim: 80
+            out_channels: 80
+            static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
+            num_decoding_left_chunks: !ref <num_decoding_left_chunks>
+
+hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
+    in_channels: 80
+    base_channels: {ch}
+    nb_harmonics: 8
+    sampling_rate: !ref <sample_rate>
+    nsf_alpha: 0.1
+    nsf_sigma: 0.003
+    nsf_voiced_threshold: 10
+    upsample_rates: [8, 5, 3]
+    upsample_kernel_sizes: [16, 11, 7]
+    istft_params:
+        n_fft: 16
+        hop_len: 4
+    resblock_kernel_sizes: [3, 7, 11]
+    resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
+    source_resblock_kernel_sizes: [7, 7, 11]
+    source_resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
+    lrelu_slope: 0.1
+    audio_limit: 0.99
+    conv_pre_look_right: 4
+    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor
+        num_class: 1
+        in_channels: 80
+        cond_channels: {ch}
+
+feat_extractor: !name:matcha.utils.audio.mel_spectrogram
+    n_fft: 1920
+    num_mels: 80
+    sampling_rate: !ref <sample_rate>
+    hop_size: 480
+    win_size: 1920
+    fmin: 0
+    fmax: null
+    center: False
+get_tokenizer: !name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer
+    token_path: !ref <qwen_pretrain_path>
+    skip_special_tokens: True
+    version: cosyvoice3
+allowed_special: 'all'
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference runs
+# ----------------------------------------------------------------------------------------------
+
+def run_llm(llm, text, prompt_text=(), prompt_speech=(), forced=None):
+    """Upstream ``CosyVoice3LM.inference``: tokens and per-step log-probs.
+
+    ``forced``: teacher forcing (the chooser returns these ids in turn); otherwise upstream's own
+    ``sampling_ids`` runs with greedy arg-max as ``sampling`` (so its id-6561 mask applies).
+    """
+    import torch
+
+    steps = []
+    hook = llm.llm_decoder.register_forward_hook(
+        lambda m, i, o: steps.append(o.log_softmax(-1)[0].double().numpy().copy()))
+    saved = llm.sampling
+    if forced is not None:
+        queue = list(forced)
+        llm.sampling = lambda scores, decoded, sampling: queue.pop(0) if queue else SPEECH_TOKENS + 1
+    i32 = lambda values: torch.tensor([list(values)], dtype=torch.int32)  # noqa: E731
+    try:
+        with torch.inference_mode():
+            tokens = list(llm.inference(
+                text=i32(text), text_len=torch.tensor([len(text)], dtype=torch.int32),
+                prompt_text=i32(prompt_text), prompt_text_len=torch.tensor([len(prompt_text)], dtype=torch.int32),
+                prompt_speech_token=i32(prompt_speech),
+                prompt_speech_token_len=torch.tensor([len(prompt_speech)], dtype=torch.int32),
+                embedding=torch.zeros(0, 192), sampling=25))
+    finally:
+        hook.remove()
+        llm.sampling = saved
+    return [int(t) for t in tokens], np.stack(steps)
+
+
+def hift_noise(n_samples: int) -> np.ndarray:
+    """The sine-source noise injected on both sides: uniform [0, 1) as upstream's buffer, seeded."""
+    return np.random.default_rng(HIFT_NOISE_SEED).random((n_samples, 9), dtype=np.float32)
+
+
+def inject_hift_noise(hift, n_samples: int) -> None:
+    import torch
+
+    hift.m_source.l_sin_gen.sine_waves = torch.from_numpy(hift_noise(n_samples))[None]
+
+
+def make(src: Path, out: Path, seed: int = 0) -> dict:
+    import tempfile
+
+    import torch
+
+    import_upstream(src)
+    from cosyvoice.cli.model import CosyVoice3Model
+    from cosyvoice.tokenizer.tokenizer import CosyVoice3Tokenizer
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="cosyvoice3-fixture-"))
+    qwen = work / "CosyVoice-BlankEN"
+    write_tiny_tokenizer(qwen)
+    tokenizer = CosyVoice3Tokenizer(str(qwen))
+    token_ids = [list(map(int, tokenizer.encode(t, allowed_special="all"))) for t in TOKENIZER_TEXTS]
+    llm, flow, hift = build_llm(qwen, seed), build_flow(seed + 10), build_hift(seed + 20)
+    rng = np.random.default_rng(seed + 30)
+    ref: dict[str, np.ndarray] = {}
+    calls: dict[str, dict] = {}
+
+    # LLM: teacher-forced log-probs (prefill + 20 cached steps), and greedy tokens.
+    text = token_ids[0][-8:]
+    prompt_text = token_ids[0][:-8]
+    prompt_speech = rng.integers(0, SPEECH_TOKENS, 12).tolist()
+    forced = rng.integers(0, SPEECH_TOKENS, 21).tolist()
+    _, logp = run_llm(llm, text, prompt_text, prompt_speech, forced=forced)
+    ref["llm_forced_logp"] = logp[:21].astype(np.float32)
+    calls["llm_forced"] = {"call": "CosyVoice3LM.inference (chooser returns `forced` in turn)", "text": text,
+                           "prompt_text": prompt_text, "prompt_speech": prompt_speech, "forced": forced}
+    greedy_tokens, greedy_logp = run_llm(llm, text, prompt_text, prompt_speech)
+    calls["llm_greedy"] = {"call": "CosyVoice3LM.inference, sampling = arg-max (upstream sampling_ids masks "
+                                   "id 6561 below min_len)", "text": text, "prompt_text": prompt_text,
+                           "prompt_speech": prompt_speech, "tokens": greedy_tokens,
+                           "stopped_by": len(greedy_logp) and int(np.argmax(greedy_logp[-1]))}
+
+    # Flow: mel for given tokens, prompt tokens, prompt mel and embedding (fixed upstream noise).
+    tokens = rng.integers(0, SPEECH_TOKENS, 30)
+    prompt_tokens = rng.integers(0, SPEECH_TOKENS, 12)
+    prompt_mel = (rng.standard_normal((24, 80)) * 2 - 5).astype(np.float32)
+    embedding = rng.standard_normal(192).astype(np.float32)
+    i32 = lambda a: torch.tensor(np.asarray(a)[None], dtype=torch.int32)  # noqa: E731
+    with torch.inference_mode():
+        mel, _ = flow.inference(token=i32(tokens), token_len=torch.tensor([len(tokens)], dtype=torch.int32),
+                                prompt_token=i32(prompt_tokens),
+                                prompt_token_len=torch.tensor([len(prompt_tokens)], dtype=torch.int32),
+                                prompt_feat=torch.from_numpy(prompt_mel)[None],
+                                prompt_feat_len=torch.tensor([24], dtype=torch.int32),
+                                embedding=torch.from_numpy(embedding)[None], streaming=False, finalize=True)
+    ref.update(flow_tokens=tokens, flow_prompt_tokens=prompt_tokens, flow_prompt_mel=prompt_mel,
+               flow_embedding=embedding, flow_mel=mel[0].numpy())
+    calls["flow"] = {"call": "CausalMaskedDiffWithDiT.inference(streaming=False, finalize=True)",
+                     "inputs": ["flow_tokens", "flow_prompt_tokens", "flow_prompt_mel", "flow_embedding"],
+                     "output": "flow_mel [80, 2N]"}
+
+    # HiFT: audio for a mel with the injected sine noise.
+    hift_mel = (rng.standard_normal((80, 40)) - 4).astype(np.float32)
+    inject_hift_noise(hift, 40 * 480)
+    with torch.inference_mode():
+        audio, _ = hift.inference(speech_feat=torch.from_numpy(hift_mel)[None], finalize=True)
+        f0 = hift.f0_predictor(torch.from_numpy(hift_mel)[None].double(), finalize=True)
+    ref.update(hift_mel=hift_mel, hift_audio=audio[0].numpy(), hift_f0=f0[0].numpy())
+    calls["hift"] = {"call": "CausalHiFTGenerator.inference(finalize=True)", "input": "hift_mel [80, T]",
+                     "noise": f"sine_waves = default_rng({HIFT_NOISE_SEED}).random((T*480, 9), float32)",
+                     "output": "hift_audio [T*480]"}
+
+    # End to end: CosyVoice3Model.tts (llm_job's silent-token rule, flow, HiFT), greedy tokens.
+    model = CosyVoice3Model(llm, flow, hift)
+    e2e_text = token_ids[1][-6:]
+    inject_hift_noise(hift, e2e_text.__len__() * 20 * 2 * 480)
+    with torch.inference_mode():
+        pieces = list(model.tts(text=i32(e2e_text), flow_embedding=torch.from_numpy(embedding)[None],
+                                llm_embedding=torch.zeros(0, 192), prompt_text=i32(token_ids[1][:-6]),
+                                llm_prompt_speech_token=i32(prompt_tokens), flow_prompt_speech_token=i32(prompt_tokens),
+                                prompt_speech_feat=torch.from_numpy(prompt_mel)[None], stream=False, speed=1.0))
+    e2e_tokens, _ = run_llm(llm, e2e_text, token_ids[1][:-6], prompt_tokens.tolist())
+    ref["e2e_audio"] = torch.cat([p["tts_speech"] for p in pieces], dim=1)[0].numpy()
+    calls["e2e"] = {"call": "CosyVoice3Model.tts(stream=False, speed=1.0), LLM sampling = arg-max",
+                    "text": e2e_text, "prompt_text": token_ids[1][:-6], "prompt_speech": prompt_tokens.tolist(),
+                    "flow_prompt": "flow_prompt_tokens / flow_prompt_mel / flow_embedding",
+                    "llm_tokens": e2e_tokens, "noise": calls["hift"]["noise"]}
+
+    weights: dict[str, np.ndarray] = {}
+    for prefix, module in (("llm.", llm), ("flow.", flow), ("hift.", hift)):
+        for key, value in module.state_dict().items():
+            if prefix == "llm." and key == "llm.model.lm_head.weight":
+                continue  # never used by upstream's decoding; rebuilt as zeros
+            weights[prefix + key] = value.detach().numpy().astype(np.float16)
+    files = {name: hashlib.sha256((qwen / name).read_bytes()).hexdigest()
+             for name in ("vocab.json", "merges.txt", "tokenizer_config.json")}
+    np.savez_compressed(out / "weights.npz", **weights,
+                        __qwen_config__=np.array((qwen / "config.json").read_text(encoding="utf-8")),
+                        __yaml__=np.array(yaml_text()))
+    np.savez_compressed(out / "reference.npz", **ref)
+    info = {
+        "upstream": {"repository": "github.com/FunAudioLLM/CosyVoice", "commit": upstream_commit(src)},
+        "versions": {name: _version(name) for name in ("torch", "transformers", "x-transformers", "numpy",
+                                                          "cosyvoice-minicpmo", "einops")},
+        "seed": seed, "tiny": {"qwen": TINY_QWEN, **TINY}, "silent_tokens": list(SILENT),
+        "tokenizer": {"texts": TOKENIZER_TEXTS, "ids": token_ids, "vocab_size": len(tokenizer.tokenizer),
+                      "files_sha256": files},
+        "calls": calls,
+    }
+    (out / "fixture.json").write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return info
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--upstream-src", type=Path, required=True, help="upstream CosyVoice checkout (outside the repo)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    info = make(args.upstream_src, args.out)
+    sizes = {p.name: p.stat().st_size for p in Path(args.out).iterdir()}
+    print(f"wrote {args.out}: {sizes}; upstream {info['upstream']['commit']}; "
+          f"greedy tokens {len(info['calls']['llm_greedy']['tokens'])}, e2e tokens "
+          f"{len(info['calls']['e2e']['llm_tokens'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
