@@ -125,7 +125,7 @@ def _check_source(src: Path, steps: list[str]) -> None:
                                 "the complete CosyVoice2-0.5B directory")
 
 
-def _check_out(src: Path, out: Path, force: bool) -> None:
+def check_out(src: Path, out: Path, force: bool) -> None:
     """``out`` can be written (replaced with ``force``) without deleting the source or other models."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; pass a folder such as models/cosyvoice2-int8")
@@ -157,7 +157,7 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
         raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
     if not src.is_dir():
         raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
-    _check_out(src, out, force)
+    check_out(src, out, force)
     known = [name for name, _ in EXPORT_STEPS]
     chosen = steps or known
     unknown = [s for s in chosen if s not in known]
@@ -180,7 +180,7 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
             if name in chosen:
                 logger.info("export step %s", name)
                 step(ctx)
-        manifest = _manifest(ctx, __version__, chosen)
+        manifest = build_manifest(ctx, __version__, chosen)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -191,7 +191,9 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     return manifest
 
 
-def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, Any]:
+def build_manifest(ctx: ExportContext, version: str, steps: list[str], family: str = FAMILY,
+                   model_version: int = VERSION, default_rate: int = 24000) -> dict[str, Any]:
+    """The manifest of a finished conversion (shared by the CosyVoice converters of every version)."""
     files = {}
     for name, info in sorted(ctx.files.items()):
         path = ctx.out / name
@@ -201,9 +203,9 @@ def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, A
         if name.endswith((".pt", ".yaml", ".onnx")):
             source_files[name] = sha256_file(ctx.src / name)
     return {
-        **identity_fields(FAMILY, VERSION),
+        **identity_fields(family, model_version),
         "format_version": FORMAT_VERSION,
-        "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", 24000),
+        "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", default_rate),
         "quantization": "int8" if ctx.quantize == "int8" else "fp32",
         "steps": steps,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
