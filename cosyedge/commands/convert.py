@@ -1,4 +1,4 @@
-"""`python -m cosyedge convert cosyvoice2 --src DIR --out models/<id> [--quantize int8]`.
+"""`python -m cosyedge convert cosyvoice2|cosyvoice1 --src DIR --out models/<id> [--quantize int8]`.
 
 Turns an official checkpoint directory into a cosyedge ONNX model directory. Needs torch at export
 time only (the command says how to install it when it is missing); the converted model runs without it.
@@ -12,7 +12,9 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-FAMILIES = ("cosyvoice2",)
+FAMILIES = ("cosyvoice2", "cosyvoice1")
+#: --quantize when it is not given: CosyVoice-300M converts to int8 unless asked otherwise.
+DEFAULT_QUANTIZE = {"cosyvoice2": "none", "cosyvoice1": "int8"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,8 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("family", choices=FAMILIES, help="model family of the checkpoint")
     parser.add_argument("--src", type=Path, required=True, help="official model directory")
     parser.add_argument("--out", type=Path, required=True, help="output directory, e.g. models/cosyvoice2-int8")
-    parser.add_argument("--quantize", choices=("none", "int8"), default="none",
-                        help="weight int8 for the graphs where it helps (default: none, fp32)")
+    parser.add_argument("--quantize", choices=("none", "int8"), default=None,
+                        help="weight int8 for the graphs where it helps (default: none for cosyvoice2, "
+                             "int8 for cosyvoice1)")
+    parser.add_argument("--variant", choices=("base", "sft", "instruct"), default=None,
+                        help="cosyvoice1 only: CosyVoice-300M, -SFT or -Instruct (default: detected from the "
+                             "directory: '-Instruct' in its name, else spk2info.pt present)")
     parser.add_argument("--llm-bits", type=int, choices=(4, 8), default=None,
                         help="with --quantize int8: the LLM's weight bits (default 8; 4 halves the backbone, "
                              "LLM files -28 %%, with ~10x the log-prob deviation, see docs/benchmarks.md)")
@@ -43,13 +49,26 @@ def run(args: argparse.Namespace) -> int:
     from cosyedge.export.llm import check_options
 
     steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
+    args.quantize = args.quantize or DEFAULT_QUANTIZE[args.family]
+    if args.family == "cosyvoice1":
+        from cosyedge.export.cosyvoice1 import convert as convert_v1
+
+        manifest = convert_v1(args.src, args.out, quantize=args.quantize, variant=args.variant, force=args.force,
+                              steps=steps)
+        return _report(args, manifest)
     options = {"llm_bits": args.llm_bits, "speech_tokenizer_int8": args.speech_tokenizer_int8}
     check_options(args.quantize, options)  # before minutes of flow/HiFT export
     manifest = convert(args.src, args.out, quantize=args.quantize, steps=steps, force=args.force,
                        options={k: v for k, v in options.items() if v})
+    return _report(args, manifest)
+
+
+def _report(args: argparse.Namespace, manifest: dict) -> int:
     total = sum(f["bytes"] for f in manifest["files"].values())
+    variant = manifest.get("config", {}).get("model", {})
     print(f"wrote {args.out} ({len(manifest['files'])} files, {total / 1e6:.1f} MB, "
-          f"{manifest['quantization']})")
+          f"{manifest['quantization']})" + (f": {variant['name']}, modes {', '.join(variant['modes'])}"
+                                            if variant else ""))
     for name, info in manifest["graphs"].items():
         snr = info.get("snr_db_vs_fp32")
         print(f"  {name}: {info['precision']}" + (f", SNR vs fp32 {snr} dB" if snr else ""))

@@ -138,7 +138,9 @@ def build_cache(out: Path) -> Path:
     try:
         source = write_tiny_checkpoint(work / "src" / "CosyVoice2-0.5B")["dir"]
         convert(source, tiny_models.models_dir(work) / tiny_models.MODEL_ID, quantize="int8")
-        shutil.rmtree(work / "src")  # .venv tests need the converted model only
+        from tests.helpers.cosyvoice1_tiny import convert_all as convert_v1  # the CosyVoice-300M variants
+        convert_v1(work / "src" / "v1", tiny_models.models_dir(work))
+        shutil.rmtree(work / "src")  # .venv tests need the converted models only
         stamp = tiny_models.stamp(tiny_models.repo_sources(list(sys.modules.values())))
         (work / tiny_models.STAMP_NAME).write_text(json.dumps(stamp, indent=1, ensure_ascii=False) + "\n",
                                                    encoding="utf-8")
