@@ -117,3 +117,18 @@ def test_every_mode_synthesizes_22khz_audio(engines, voice, instruct):
     assert chunks and all(c.sample_rate == 22050 for c in chunks)
     audio = np.concatenate([c.audio for c in chunks])
     assert audio.size % 256 == 0 and 0.05 < audio.size / 22050 < 30 and np.isfinite(audio).all()
+
+
+def test_the_page_offers_the_sft_speakers_once_the_model_loaded(tiny_cosyvoice_models, tmp_path):
+    from cosyedge.service import Service, TTSRequest
+    from cosyedge.web.ui import voice_choices
+
+    service = Service(Settings(models_dir=tiny_cosyvoice_models, model="cosyvoice1-sft-tiny", onnx_threads=1,
+                               outputs_dir=tmp_path / "out", prompts_dir=tmp_path / "prompts"))
+    try:
+        job = service.submit(TTSRequest(text="你好。", speaker="female_1"))
+        assert job.wait(120) and job.error is None, job.error
+        assert [value for _, value in voice_choices(service)][:7] == SPEAKERS
+        assert service.voices()["native_instruct"] is False
+    finally:
+        service.close()
