@@ -217,10 +217,74 @@ def export_lm(ctx: ExportContext) -> None:
                   "pos_weight": "llm_pos_weight.npy"})
     if ctx.quantize == "int8":
         quantize_in_place(ctx, TEXT_ENCODER_FILE)
-        quantize_in_place(ctx, LM_FILE)
+        weight_only_int8(ctx, LM_FILE)
     ctx.runtime["llm"] = {"files": files, "hidden": cfg.hidden, "heads": cfg.heads, "head_dim": cfg.head_dim,
                           "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
                           "eos": cfg.speech_vocab, "text_vocab": cfg.text_vocab}
+
+
+def weight_only_int8(ctx: ExportContext, name: str, block: int = 128) -> None:
+    """Every MatMul / Gemm with a constant weight in graph ``name`` -> weight-only int8 ``MatMulNBits``.
+
+    The LLM step runs one position at a time, where reading the weights is the cost: onnxruntime's
+    ``MatMulNBits`` (block-wise int8 weights, float activations; what the CosyVoice2 LLM uses) does that
+    GEMV faster than dynamic int8 (docs/benchmarks.md, "CosyVoice-300M"). Block scales as
+    :func:`cosyedge.export.llm.quantize_blocks`; the SNR of the outputs against fp32 is recorded.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from cosyedge.export.llm import BLOCKS, quantize_blocks
+    from cosyedge.export.quantize import output_snr
+
+    path = ctx.out / name
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes, used, converted = [], set(), 0
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = node.input[1] if len(node.input) > 1 else ""
+        gemm = node.op_type == "Gemm" and attrs.get("transB") == 1 and attrs.get("alpha", 1.0) == 1.0 \
+            and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA")
+        if weight in inits and (node.op_type == "MatMul" or gemm):
+            w = numpy_helper.to_array(inits[weight]).astype(np.float32)
+            w = w.T if gemm else w                                          # [K, N]
+            k, n = w.shape
+            size = next((b for b in sorted(BLOCKS, reverse=True) if b <= block and k % b == 0), 0)
+            if w.ndim == 2 and size:
+                codes, scale = quantize_blocks(w, 8, size)
+                graph.initializer.extend([numpy_helper.from_array(codes, weight + ".q8"),
+                                          numpy_helper.from_array(scale.reshape(-1), weight + ".scale")])
+                out = node.output[0] if not gemm or len(node.input) < 3 else node.output[0] + ".nobias"
+                nodes.append(helper.make_node("MatMulNBits", [node.input[0], weight + ".q8", weight + ".scale"],
+                                              [out], name=node.name + ".nbits", domain="com.microsoft", K=k, N=n,
+                                              bits=8, block_size=size, accuracy_level=4))
+                if out != node.output[0]:
+                    nodes.append(helper.make_node("Add", [out, node.input[2]], [node.output[0]], name=node.name + ".bias"))
+                    used.add(node.input[2])
+                converted += 1
+                continue
+        nodes.append(node)
+        used.update(node.input)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used.update(n for node in nodes for n in node.input)
+    keep = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    if not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    tmp = path.with_suffix(".nbits.onnx")
+    before = path.stat().st_size
+    onnx.save_model(model, str(tmp))
+    snr = output_snr(path, tmp)
+    tmp.replace(path)
+    ctx.quantization[name] = {"precision": f"int8-weight-only-block{block}", "ops": ["MatMulNBits"],
+                              "matmuls": converted, "snr_db_vs_fp32": {"logp": snr.get("logp")},
+                              "bytes_fp32": before, "bytes_int8": path.stat().st_size}
+    logger.info("%s: %d MatMuls as weight-only int8, %d -> %d bytes, logp SNR %s dB", name, converted, before,
+                path.stat().st_size, snr.get("logp"))
 
 
 def export_flow_v1(ctx: ExportContext) -> None:
