@@ -45,7 +45,8 @@ def test_cli_converts_the_instruct_model_to_int8_by_default(sources, tmp_path, c
     assert (identity.family, identity.version, identity.engine) == ("cosyvoice", 1, "cosyvoice1")
     assert manifest["variant"] == "instruct" and manifest["quantization"] == "int8"
     assert manifest["sample_rate"] == 22050 and manifest["config"]["hift"]["samples_per_frame"] == 256
-    assert manifest["graphs"]["llm_step.onnx"]["precision"] == "int8"
+    assert manifest["graphs"]["llm_step.onnx"]["precision"] == "int8-weight-only-block128"
+    assert manifest["graphs"]["llm_text_encoder.onnx"]["precision"] == "int8"
     spec = json.loads((out / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8"))
     shipped = whisper.__file__.replace("__init__.py", "assets/multilingual.tiktoken")
     assert spec["sha256"] == sha256_file(out / "tokenizer" / "multilingual.tiktoken") == sha256_file(shipped)
