@@ -42,8 +42,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 TEXT_VOCAB = 51866
 SPEECH_VOCAB = 4096
 EOS = SPEECH_VOCAB
-#: The SFT speakers of the official CosyVoice-300M-SFT ``spk2info.pt`` (upstream README @46dfe04 lists
-#: them: 中文女, 中文男, 日语男, 粤语女, 英文女, 英文男, 韩语女); the tiny checkpoints ship these names.
+#: The seven speakers of the official CosyVoice-300M-SFT ``spk2info.pt`` (what upstream's web UI lists
+#: when that model is loaded; the repository itself names 中文女 and 中文男 in README.md @46dfe04 and
+#: uses 中文女 as the runtime clients' default); the tiny checkpoints ship these names.
 SFT_SPEAKERS = ("中文女", "中文男", "日语男", "粤语女", "英文女", "英文男", "韩语女")
 
 

@@ -43,9 +43,8 @@ SAMPLE_RATE = 22050
 #: The seed's preset names -> the closest CosyVoice-300M-SFT speaker: its two Mandarin speakers first
 #: (the seed's text is Chinese), then the English pair. Used only where the model ships that speaker.
 SEED_ALIASES = {"female_1": "中文女", "female_2": "英文女", "male_1": "中文男", "male_2": "英文男"}
-#: Seed names with no SFT speaker behind them, and why (listed in /voices' preset_details).
-SEED_MISSING = {"child": "no child speaker in CosyVoice-300M's SFT table (中文女, 中文男, 日语男, 粤语女, "
-                         "英文女, 英文男, 韩语女); not offered"}
+#: Seed names with no SFT speaker behind them, and what they would be (listed in /voices' preset_details).
+SEED_MISSING = {"child": "child speaker"}
 LANGUAGES = ("auto", "zh", "en", "ja")
 
 
@@ -62,7 +61,9 @@ class CosyVoice1Engine(CosyVoiceEngine):
         details = [PresetDetail(name, {lang: {"speaker": self.aliases.get(name, name)} for lang in languages})
                    for name in names]
         if self._presets:
-            details += [PresetDetail(seed, {}, note=why) for seed, why in SEED_MISSING.items()]
+            speakers = ", ".join(self._presets)
+            details += [PresetDetail(seed, {}, note=f"no {what} among this model's SFT speakers ({speakers}); "
+                                                    "not offered") for seed, what in SEED_MISSING.items()]
         self.capabilities = Capabilities(native_clone=True, native_instruct="instruct" in self.modes,
                                          languages=LANGUAGES, sample_rate=self.capabilities.sample_rate,
                                          preset_details=tuple(details))
