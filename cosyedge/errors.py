@@ -71,7 +71,7 @@ class ParameterError(InputError):
     kind = "invalid_parameter"
     codes = ("speed_not_number", "speed_out_of_range", "language_unknown", "job_id_in_use",
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
-             "mode_not_supported")
+             "consent_required", "consent_reference_invalid", "mode_not_supported")
 
 
 class NameError_(InputError):  # noqa: N801 - trailing underscore avoids shadowing the builtin

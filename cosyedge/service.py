@@ -35,6 +35,7 @@ import numpy as np
 
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
+from cosyedge.consent import require_consent
 from cosyedge.engines.loader import NATIVE_ABILITIES
 from cosyedge.engines.base import (LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
@@ -87,6 +88,7 @@ class TTSRequest:
     speed: float = 1.0
     language: str = "auto"
     keep_file: bool = False  # write outputs/<job-id>.wav (the UI serves that file)
+    consent: bool = False  # the user confirmed the prompt's speaker agreed (needed with prompt_audio)
 
 
 @dataclass(frozen=True)
@@ -414,9 +416,12 @@ class Service:
 
     def voices(self) -> dict[str, Any]:
         """Presets, what each is made of (``preset_details``, docs/web.md; known once the engine has
-        loaded) and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``)."""
+        loaded) and saved voices (``prompts/library/``; use a saved voice's ``id`` as ``voice_id``;
+        ``consent_given``: unix time, null when not recorded)."""
         clone, instruct = self.abilities()
-        saved = [{"id": v.id, "name": v.name, "duration": v.duration_s} for v in self.library.list()]
+        saved = [{"id": v.id, "name": v.name, "duration": v.duration_s,
+                  "consent_given": v.consent.given_at if v.consent is not None else None}
+                 for v in self.library.list()]
         caps = self.holder.capabilities
         details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
                     "languages": list(d.made_of), "made_of": d.made_of, **({"note": d.note} if d.note else {})}
@@ -436,14 +441,17 @@ class Service:
         return NATIVE_ABILITIES.get(self.model_engine_name(), (None, None))
 
     def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
-                   overwrite: bool = False) -> VoiceInfo:
-        """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``)."""
+                   overwrite: bool = False, *, consent: bool | str | None = None) -> VoiceInfo:
+        """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``).
+        ``consent``: what the user confirmed (:func:`cosyedge.consent.require_consent`)."""
+        record = require_consent(consent, "saving a voice")
         if not prompt_audio:
             raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})",
                              code="prompt_missing")
         prompt = self._condition(prompt_audio)
         return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
-                                 model_id=self.holder.model_id or self.settings.model, overwrite=overwrite)
+                                 model_id=self.holder.model_id or self.settings.model, consent=record,
+                                 overwrite=overwrite)
 
     def model_engine_name(self) -> str:
         """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""
@@ -533,6 +541,7 @@ class Service:
             self.library.get(request.voice_id)  # NotFoundError / NameError_ naming the problem
         prompt = None
         if request.prompt_audio is not None:
+            require_consent(request.consent, "cloning from prompt audio")  # before the audio is read
             prompt = self._condition(request.prompt_audio)  # a bad prompt is refused before queueing
         if request.instruct is not None and len(request.instruct) > MAX_INSTRUCTION_CHARS:
             raise TextError(f"instruction is {len(request.instruct)} characters; the limit is "

@@ -30,13 +30,14 @@ import unicodedata
 import zipfile
 import zlib
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from cosyedge.audio import ConditionedPrompt, condition_prompt
+from cosyedge.consent import ConsentRecord
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
 from cosyedge.files import write_atomic
@@ -232,6 +233,9 @@ class VoiceInfo:
     duration_s: float
     created: float
     notes: tuple[str, ...] = ()
+    #: When the user confirmed the speaker's consent (cosyedge.consent); None: saved before it was
+    #: asked for ("consent not recorded"), still usable.
+    consent: ConsentRecord | None = None
 
 
 def name_to_id(name: Any) -> tuple[str, str]:
@@ -357,8 +361,10 @@ class VoiceLibrary:
         return prompt, transcript, info
 
     def save(self, name: str, prompt: ConditionedPrompt, transcript: str | None, *, engine: str,
-             model_id: str, overwrite: bool = False) -> VoiceInfo:
-        """Save a conditioned prompt as a named voice (atomically: all three files or nothing)."""
+             model_id: str, consent: ConsentRecord | None = None, overwrite: bool = False) -> VoiceInfo:
+        """Save a conditioned prompt as a named voice (atomically: all three files or nothing).
+        ``consent``: the record of :func:`cosyedge.consent.require_consent` (None: not recorded, as
+        for a voice saved before consent was asked for; the service always passes one)."""
         display, voice_id = name_to_id(name)
         transcript = _check_transcript(transcript)
         if not overwrite:
@@ -366,7 +372,7 @@ class VoiceLibrary:
         target = self._path(voice_id)
         info = VoiceInfo(id=voice_id, name=display, engine=engine, model_id=model_id,
                          duration_s=round(prompt.duration_s, 3), created=time.time(),
-                         notes=tuple(prompt.notes))
+                         notes=tuple(prompt.notes), consent=consent)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root()))
         try:
             write_atomic(tmp / WAV_NAME, _float_wav(prompt))
@@ -391,7 +397,7 @@ class VoiceLibrary:
             new_id = self._id_for(display, new_id)
         target = self._path(new_id)
         info = self._read_meta(path)
-        info = VoiceInfo(**{**asdict(info), "id": new_id, "name": display})
+        info = replace(info, id=new_id, name=display)
         if new_id != voice_id:  # move first: a folder is never left with another voice's meta
             _rename_to_new(path, target, new_id)
         try:
@@ -481,14 +487,15 @@ class VoiceLibrary:
         display, _ = name_to_id(name if name is not None else meta["name"])
         prompt = condition_prompt(blobs[WAV_NAME], max_bytes=max_bytes, filename=WAV_NAME)
         return self.save(display, prompt, transcript, engine=meta["engine"], model_id=meta["model_id"],
-                         overwrite=overwrite)
+                         consent=ConsentRecord.from_meta(meta.get("consent")), overwrite=overwrite)
 
     @staticmethod
     def _read_meta(path: Path) -> VoiceInfo:
         meta = json.loads((path / META_NAME).read_text(encoding="utf-8"))
         return VoiceInfo(id=path.name, name=str(meta["name"]), engine=str(meta["engine"]),
                          model_id=str(meta["model_id"]), duration_s=float(meta["duration_s"]),
-                         created=float(meta["created"]), notes=tuple(meta.get("notes", ())))
+                         created=float(meta["created"]), notes=tuple(meta.get("notes", ())),
+                         consent=ConsentRecord.from_meta(meta.get("consent")))
 
 
 def _float_wav(prompt: ConditionedPrompt) -> bytes:
@@ -502,7 +509,8 @@ def _float_wav(prompt: ConditionedPrompt) -> bytes:
 
 
 def _meta_bytes(info: VoiceInfo) -> bytes:
-    meta = {"format": LIBRARY_FORMAT, **asdict(info), "notes": list(info.notes)}
+    meta = {"format": LIBRARY_FORMAT, **asdict(info), "notes": list(info.notes),
+            "consent": info.consent.to_meta() if info.consent is not None else None}
     return json.dumps(meta, ensure_ascii=False, indent=2).encode("utf-8")
 
 

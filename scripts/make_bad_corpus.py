@@ -171,7 +171,8 @@ def _speech(**fields: object) -> Callable[[], bytes]:
 
 
 def _upload_body(maker: Callable[[], bytes]) -> Callable[[], bytes]:
-    return lambda: json.dumps({"text": "hi.", "prompt_audio": base64.b64encode(maker()).decode()}).encode()
+    return lambda: json.dumps({"text": "hi.", "consent": True,
+                               "prompt_audio": base64.b64encode(maker()).decode()}).encode()
 
 
 def cases() -> list[Case]:
@@ -219,9 +220,9 @@ def cases() -> list[Case]:
         ("empty_body", _raw(""), (400,)),
         ("malformed_json", _raw('{"text": "hi.",'), (400,)),
         ("invalid_utf8", lambda: b'{"text": "\xff\xfe\xfa"}', (400,)),
-        ("invalid_base64", _tts(prompt_audio="!!!not base64!!!"), (400,)),
-        ("base64_bad_padding", _tts(prompt_audio="UklGRg="), (400,)),
-        ("data_uri_junk", _tts(prompt_audio="data:audio/wav;base64,@@@@"), (400,)),
+        ("invalid_base64", _tts(consent=True, prompt_audio="!!!not base64!!!"), (400,)),
+        ("base64_bad_padding", _tts(consent=True, prompt_audio="UklGRg="), (400,)),
+        ("data_uri_junk", _tts(consent=True, prompt_audio="data:audio/wav;base64,@@@@"), (400,)),
         ("speech_missing_input", lambda: json.dumps({"model": "tts-1", "voice": "female_1"}).encode(),
          (400,)),
         ("speech_bad_format", _speech(response_format="exe"), (400,)),

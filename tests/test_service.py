@@ -83,8 +83,8 @@ def test_no_unload_while_a_job_uses_the_engine(make_service, web_settings, fake_
     ({"text": "hi", "speed": "fast"}, ParameterError),
     ({"text": "hi", "language": "fr"}, ParameterError),
     ({"text": "hi", "voice_id": "nobody"}, NotFoundError),
-    ({"text": "hi", "prompt_audio": b"this is not audio"}, AudioError),
-    ({"text": "hi", "prompt_audio": b""}, AudioError),
+    ({"text": "hi", "consent": True, "prompt_audio": b"this is not audio"}, AudioError),
+    ({"text": "hi", "consent": True, "prompt_audio": b""}, AudioError),
     ({"text": "hi", "prompt_text": "x" * 2001}, TextError),   # had no limit: read before every sentence
 ])
 def test_bad_requests_are_refused_before_queueing(make_service, fake_factory, fields, error):
@@ -98,7 +98,7 @@ def test_bad_requests_are_refused_before_queueing(make_service, fake_factory, fi
 def test_upload_over_limit_is_too_large(make_service, web_settings):
     service = make_service(dataclasses.replace(web_settings, max_upload_mb=0.01))
     with pytest.raises(PayloadTooLargeError):
-        service.submit(TTSRequest(text="hi", prompt_audio=wav_file(2.0)))
+        service.submit(TTSRequest(text="hi", consent=True, prompt_audio=wav_file(2.0)))
 
 
 def test_unknown_preset_fails_in_job_first_then_up_front(make_service):
@@ -113,7 +113,7 @@ def test_unknown_preset_fails_in_job_first_then_up_front(make_service):
 
 def test_prompt_audio_on_an_engine_without_cloning_is_an_approximate_match(make_service, fake_factory):
     service = make_service()
-    result = run(service, timeout=120, text="Hello.", speaker="female_2", prompt_audio=wav_file(4.0))
+    result = run(service, timeout=120, text="Hello.", speaker="female_2", consent=True, prompt_audio=wav_file(4.0))
     assert result.voice == "prompt audio"
     assert result.voice_match == "approximate voice match"  # never "clone" on an engine that cannot
     assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
@@ -132,7 +132,7 @@ def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, 
 
     monkeypatch.setattr(FakeEngine, "encode_prompt", slow_encode)
     service = make_service()
-    job = service.submit(TTSRequest(text="Hello.", prompt_audio=wav_file(4.0)))
+    job = service.submit(TTSRequest(text="Hello.", consent=True, prompt_audio=wav_file(4.0)))
     while not job.wait(0.02):
         phases.append(job.phase)
     assert PHASE_PREPARING_VOICE in phases
@@ -235,7 +235,7 @@ def test_a_cancelled_submission_is_counted_once(make_service, fake_factory, monk
 def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):
     fake_factory.engine_kwargs["native_clone"] = True
     service = make_service()
-    result = run(service, timeout=120, text="Hello.", prompt_audio=wav_file(4.0), prompt_text="hi")
+    result = run(service, timeout=120, text="Hello.", consent=True, prompt_audio=wav_file(4.0), prompt_text="hi")
     assert result.voice_match == "native clone"
     voice = fake_factory.engine.calls[-1][1]
     assert voice.meta == {"transcript": "hi", "sample_rate": 24000}  # conditioned to 24 kHz first
@@ -357,7 +357,7 @@ def test_the_prompt_is_decoded_once_per_request(make_service, monkeypatch):
 
     monkeypatch.setattr(service_module, "condition_prompt", counting_condition)
     service = make_service()
-    result = run(service, timeout=120, text="Hello.", prompt_audio=wav_file(4.0))
+    result = run(service, timeout=120, text="Hello.", consent=True, prompt_audio=wav_file(4.0))
     assert result.voice == "prompt audio"
     assert decoded == [len(wav_file(4.0))]
 
@@ -386,6 +386,6 @@ def test_the_engine_reads_the_text_once_per_request(make_service, fake_factory, 
 def test_the_worker_runs_the_prepared_request(make_service, monkeypatch):
     """submit() prepares once and the queued job resolves exactly that prepared request."""
     prepared, resolved = record_request_path(monkeypatch)
-    run(make_service(), text="Hello.", prompt_audio=wav_file(4.0))
+    run(make_service(), text="Hello.", consent=True, prompt_audio=wav_file(4.0))
     assert len(prepared) == 1 and prepared[0].prompt is not None
     assert resolved == prepared and resolved[0] is prepared[0]

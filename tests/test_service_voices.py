@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cosyedge.audio import condition_prompt
@@ -22,15 +24,15 @@ def run(service, **fields):
 def test_bad_prompt_is_refused_before_queueing(make_service, fake_factory):
     service = make_service()
     with pytest.raises(AudioError, match=r"only 1\.\d\d s long"):
-        service.submit(TTSRequest(text="hi", prompt_audio=encode(speechlike(1.0), 24000)))
+        service.submit(TTSRequest(text="hi", consent=True, prompt_audio=encode(speechlike(1.0), 24000)))
     assert fake_factory.loads == 0 and service.queue.stats().waiting == 0
 
 
 def test_same_prompt_twice_encodes_once(make_service, fake_factory):
     service = make_service()
     prompt = encode(speechlike(4.0), 24000)
-    first = run(service, text="Hello.", prompt_audio=prompt, prompt_text="hi")
-    run(service, text="Again.", prompt_audio=prompt, prompt_text="hi")
+    first = run(service, text="Hello.", consent=True, prompt_audio=prompt, prompt_text="hi")
+    run(service, text="Again.", consent=True, prompt_audio=prompt, prompt_text="hi")
     assert (service.prompt_cache.misses, service.prompt_cache.hits) == (1, 1)
     assert first.voice == "prompt audio" and first.voice_match == "approximate voice match"
     assert isinstance(first.similarity, float) and -1.0 <= first.similarity <= 1.0
@@ -81,7 +83,7 @@ def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
     from cosyedge.web.ui import SAVED_PREFIX, build_ui, voice_choices, voice_fields
 
     service = make_service()
-    info = service.save_voice("王老师", encode(speechlike(4.0), 24000), "你好")
+    info = service.save_voice("王老师", encode(speechlike(4.0), 24000), "你好", consent=True)
     assert info.id == "wang-lao-shi"
     choices = voice_choices(service)
     assert choices[0] == ("female_1", "female_1")
@@ -91,7 +93,7 @@ def test_ui_lists_saved_voices_and_maps_them_to_voice_id(make_service):
     assert voice_fields("saved:wang-lao-shi") == {"speaker": None, "voice_id": "wang-lao-shi"}
     assert voice_fields("male_1") == {"speaker": "male_1", "voice_id": None}
     with pytest.raises(AudioError):
-        service.save_voice("empty", None, "")
+        service.save_voice("empty", None, "", consent=True)
     build_ui(service)  # the page builds with saved voices present
 
 
@@ -100,14 +102,14 @@ def test_prompt_text_is_noted_as_ignored_only_where_the_engine_cannot_use_it(mak
 
     prompt = encode(speechlike(4.0), 24000)
     matcher = make_service()  # the fake engine, like Kokoro, cannot clone
-    first = run(matcher, text="Hello.", prompt_audio=prompt, prompt_text="hello there")
-    again = run(matcher, text="Hello.", prompt_audio=prompt, prompt_text="a different transcript")
+    first = run(matcher, text="Hello.", consent=True, prompt_audio=prompt, prompt_text="hello there")
+    again = run(matcher, text="Hello.", consent=True, prompt_audio=prompt, prompt_text="a different transcript")
     assert any(n.startswith("prompt_text ignored") for n in first.notes), first.notes
     # ignored for real: a new transcript does not make the same audio a new (slow) voice match
     assert (matcher.prompt_cache.misses, matcher.prompt_cache.hits) == (1, 1)
     assert again.report()["notes"] == first.notes
     cloner = make_service(factory=FakeFactory(native_clone=True))
-    cloned = run(cloner, text="Hello.", prompt_audio=prompt, prompt_text="hello there",
+    cloned = run(cloner, text="Hello.", consent=True, prompt_audio=prompt, prompt_text="hello there",
                  speaker="male_1")
     assert cloned.notes == ["speaker 'male_1' ignored: the voice comes from prompt_audio"]
 
@@ -117,10 +119,10 @@ def test_a_voice_the_instruction_replaced_gets_no_similarity(make_service):
     page) measured nothing the teacher asked for."""
     service = make_service()
     prompt = encode(speechlike(4.0), 24000)
-    result = run(service, text="Hello.", prompt_audio=prompt, instruct="用男声")
+    result = run(service, text="Hello.", consent=True, prompt_audio=prompt, instruct="用男声")
     assert result.voice.startswith("male") and "instead of prompt audio" in result.voice_match
     assert result.similarity is None
-    kept = run(service, text="Hello.", prompt_audio=prompt, instruct="慢一点")
+    kept = run(service, text="Hello.", consent=True, prompt_audio=prompt, instruct="慢一点")
     assert kept.voice == "prompt audio" and isinstance(kept.similarity, float)
 
 
@@ -135,7 +137,7 @@ def test_cancel_while_the_voice_is_prepared_stops_at_once(make_service, fake_fac
     fake_factory.engine_kwargs["encode_delay"] = 5.0
     service = make_service()
     prompt = encode(speechlike(4.0), 24000)
-    job = service.submit(TTSRequest(text="Hello.", prompt_audio=prompt))
+    job = service.submit(TTSRequest(text="Hello.", consent=True, prompt_audio=prompt))
     deadline = time.monotonic() + 10
     while job.phase != PHASE_PREPARING_VOICE:
         assert time.monotonic() < deadline, job.phase
@@ -145,7 +147,7 @@ def test_cancel_while_the_voice_is_prepared_stops_at_once(make_service, fake_fac
     assert job.wait(1.0), "the voice match ran on after Cancel"
     assert job.state is JobState.CANCELLED and time.monotonic() - cancelled_at < 1.0
     fake_factory.engine.encode_delay = 0.0
-    run(service, text="Again.", prompt_audio=prompt)
+    run(service, text="Again.", consent=True, prompt_audio=prompt)
     assert service.prompt_cache.misses == 2 and service.prompt_cache.hits == 0
 
 
@@ -175,3 +177,25 @@ def test_voices_say_what_each_preset_is_made_of(make_service):
     for detail in details:
         assert detail["languages"] == languages
         assert all(sum(recipe["packs"].values()) == pytest.approx(1.0) for recipe in detail["made_of"].values())
+
+
+def test_prompt_audio_and_saving_need_consent(make_service, fake_factory):
+    """The one check (cosyedge.consent) in the service: refused before the audio is read or
+    anything queued or saved; a save with consent records when it was given."""
+    from cosyedge.errors import ParameterError
+
+    service = make_service()
+    prompt = encode(speechlike(4.0), 24000)
+    with pytest.raises(ParameterError) as info:
+        service.submit(TTSRequest(text="hi", prompt_audio=prompt))
+    assert info.value.code == "consent_required"
+    with pytest.raises(ParameterError) as info:
+        service.save_voice("Ms Lee", prompt, "hello")
+    assert info.value.code == "consent_required" and service.library.list() == []
+    assert fake_factory.loads == 0 and service.queue.stats().waiting == 0
+    before = time.time()
+    saved = service.save_voice("Ms Lee", prompt, "hello", consent=True)
+    assert saved.consent is not None and before <= saved.consent.given_at <= time.time()
+    assert service.library.get(saved.id).consent == saved.consent
+    # a saved voice carries no prompt audio: its consent was given when it was saved
+    assert run(service, text="Hello.", voice_id=saved.id).voice == "saved voice Ms Lee"

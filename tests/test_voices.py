@@ -212,6 +212,38 @@ def test_export_import_round_trip(lib, tmp_path):
     assert other.import_zip(blob, max_bytes=LIMIT, name="Copy").id == "copy"
 
 
+def test_consent_is_recorded_and_travels_in_the_zip(lib, tmp_path):
+    from cosyedge.consent import ConsentRecord
+
+    record = ConsentRecord(given_at=1_780_000_000.5, reference="cons_abc")
+    lib.save("Agreed", prompt(), "hi", engine="kokoro", model_id="kokoro-int8", consent=record)
+    assert lib.get("agreed").consent == record
+    assert lib.rename("agreed", "Still Agreed").consent == record
+    blob = lib.export("still-agreed")
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        assert json.loads(zf.read("meta.json"))["consent"] == {"given_at": 1_780_000_000.5,
+                                                               "reference": "cons_abc"}
+    assert VoiceLibrary(tmp_path / "other").import_zip(blob, max_bytes=LIMIT).consent == record
+
+
+def test_a_voice_saved_before_consent_loads_as_not_recorded(lib, tmp_path):
+    """A meta.json (or an exported zip) from before consent was asked for has no "consent" key."""
+    from cosyedge.consent import describe
+
+    save(lib, "Old Voice")
+    meta_path = lib.directory / "old-voice" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["consent"]
+    meta_path.write_text(json.dumps(meta))
+    assert lib.get("old-voice").consent is None and describe(lib.get("old-voice").consent) == (
+        "consent not recorded")
+    audio, _, _ = lib.load("old-voice")  # still usable
+    assert audio.duration_s > 1
+    blob = lib.export("old-voice")
+    imported = VoiceLibrary(tmp_path / "other").import_zip(blob, max_bytes=LIMIT)
+    assert imported.consent is None  # never invented on the way in
+
+
 def _zip(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from cosyedge import config
 from cosyedge.audio import condition_prompt
+from cosyedge.consent import CONSENT_QUESTION, require_consent
+from cosyedge.consent import describe as describe_consent
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
 from cosyedge.files import write_atomic
 from cosyedge.voices import PromptCache, VoiceLibrary
@@ -38,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     save.add_argument("--encode", action="store_true",
                       help="also encode it now for the configured model (approximate voice match on "
                            "Kokoro, ~30 s), so its first use is instant")
+    save.add_argument("--consent", action="store_true",
+                      help=f"confirm that {CONSENT_QUESTION} (required; recorded with the voice)")
     save.add_argument("--overwrite", action="store_true", help="replace a saved voice of the same id")
     save.set_defaults(func=run_save)
 
@@ -103,6 +107,7 @@ def _engine_name(settings: config.Settings) -> str:
 
 def run_save(args: argparse.Namespace) -> int:
     settings = config.from_args(args)
+    consent = require_consent(args.consent, "saving a voice")  # before the recording is read
     prompt = condition_prompt(_read(args.audio, _limit(settings)), max_bytes=_limit(settings),
                               filename=args.audio.name)
     engine_name, model_id = _engine_name(settings), settings.model
@@ -115,7 +120,7 @@ def run_save(args: argparse.Namespace) -> int:
         if describe(encoded.meta):
             print(describe(encoded.meta))
     info = library_for(settings).save(args.name, prompt, args.transcript, engine=engine_name,
-                                      model_id=model_id, overwrite=args.overwrite)
+                                      model_id=model_id, consent=consent, overwrite=args.overwrite)
     for note in prompt.notes:
         print(f"note: {note}")
     print(f"saved voice {info.id!r} ({info.name}, {info.duration_s:.1f} s)")
@@ -125,9 +130,9 @@ def run_save(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     voices = library_for(config.from_args(args)).list()
     if not voices:
-        print("no saved voices (save one with `python -m cosyedge library save NAME AUDIO`)")
+        print("no saved voices (save one with `python -m cosyedge library save NAME AUDIO --consent`)")
     for v in voices:
-        print(f"{v.id}\t{v.name}\t{v.duration_s:.1f} s")
+        print(f"{v.id}\t{v.name}\t{v.duration_s:.1f} s\t{describe_consent(v.consent)}")
     return 0
 
 

@@ -81,6 +81,8 @@ class TTSBody(BaseModel):
     instruct: str | None = Field(None, description="Natural-language instruction")
     prompt_audio: str | None = Field(None, description="Base64 audio file (WAV/FLAC/OGG/MP3) to clone")
     prompt_text: str | None = Field(None, description="Transcript of prompt_audio")
+    consent: bool = Field(False, description="true: the speaker of prompt_audio agreed to have their "
+                                             "voice cloned (required with prompt_audio)")
     language: Literal["auto", "zh", "en", "ja"] = "auto"
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
 
@@ -374,7 +376,7 @@ def build_router(service: Service) -> APIRouter:
         prompt = decode_base64_audio(body.prompt_audio) if body.prompt_audio is not None else None
         req = TTSRequest(text=body.text, speaker=body.speaker, voice_id=body.voice_id,
                          prompt_audio=prompt, prompt_text=body.prompt_text, instruct=body.instruct,
-                         speed=body.speed, language=body.language)
+                         speed=body.speed, language=body.language, consent=body.consent)
         result = await run_job(service, request, req, body.job_id)
         wav = await asyncio.to_thread(wav_bytes, result.audio, result.sample_rate)
         return TTSResponse(audio=base64.b64encode(wav).decode("ascii"),

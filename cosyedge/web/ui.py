@@ -78,6 +78,10 @@ PROMPT_GONE = ("The prompt audio is no longer on the server (the page keeps uplo
                f"{UPLOAD_KEEP_S // 3600} hours): upload or record it again / 参考音频已不在服务器上"
                f"（上传和录音保留 {UPLOAD_KEEP_S // 3600} 小时），请重新上传或录制")
 NO_SAVE_NAME = "Type a name to save the voice as / 请输入音色名称"
+#: The clone tab's one consent box, for generating from the prompt and for saving it
+#: (cosyedge.consent: the service refuses both without it).
+CONSENT_LABEL = ("The speaker of the prompt audio agreed to have their voice cloned / "
+                 "参考音频的说话人已同意克隆其声音")
 #: What the similarity numbers mean, from the checks measured when the encoder was adopted
 #: (cosyedge/speaker.py): a hint on the scale, not a quality claim.
 SIMILARITY_SCALE = ("cosine of voice embeddings, 1.00 = same; measured: the same voice on other "
@@ -116,6 +120,7 @@ REASONS_ZH = {
     "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
     "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
     "shutting_down": "服务正在关闭",
+    "consent_required": "需要确认参考音频的说话人同意克隆其声音（请勾选同意框）",
 }
 
 
@@ -445,7 +450,7 @@ def cancel_session(service: Service, request: "gr.Request | None") -> str | None
 
 
 def save_prompt(service: Service, prompt_path: str | None, prompt_text: str | None,
-                name: str | None) -> tuple[str, str]:
+                name: str | None, consent: bool) -> tuple[str, str]:
     """Save the clone tab's prompt as a voice; (dropdown value of the saved voice, confirmation).
     Raises a lasting gr.Error naming the problem (the button must be queued for it to be shown)."""
     if not prompt_path:
@@ -454,7 +459,7 @@ def save_prompt(service: Service, prompt_path: str | None, prompt_text: str | No
         raise ui_error(NO_SAVE_NAME, title=CANNOT_SAVE)
     try:
         info = service.save_voice(name or "", _read_prompt(prompt_path, CANNOT_SAVE),
-                                  (prompt_text or "").strip())
+                                  (prompt_text or "").strip(), consent=bool(consent))
     except CosyedgeError as exc:
         raise _ui_error(exc, title=CANNOT_SAVE) from exc
     return SAVED_PREFIX + info.id, f"Saved / 已保存: {info.name}"
@@ -472,7 +477,8 @@ def build_ui(service: Service) -> "gr.Blocks":
         return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
-                    language: str, request: gr.Request, progress: gr.Progress = gr.Progress()):
+                    language: str, consent: bool, request: gr.Request,
+                    progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt_bytes is None and not saved:
             raise ui_error("Record or upload 3-10 s of a voice, or choose a saved voice / "
@@ -480,7 +486,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         voice = voice_fields(saved) if prompt_bytes is None else {}
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
-                         language=language, keep_file=True)
+                         language=language, keep_file=True, consent=bool(consent))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
@@ -560,6 +566,7 @@ def build_ui(service: Service) -> "gr.Blocks":
                 saved_c = gr.Dropdown(voice_choices(service, with_presets=False), value=None,
                                       label="Or a saved voice (when no prompt is given) / 或使用已保存的音色",
                                       elem_id="clone-saved")
+                consent = gr.Checkbox(False, label=CONSENT_LABEL, elem_id="clone-consent")
                 with gr.Row():
                     save_name = gr.Textbox(label="Save the prompt as / 保存参考音频为", scale=3,
                                            placeholder="e.g. Ms Lee / 王老师", elem_id="clone-save-name")
@@ -567,7 +574,8 @@ def build_ui(service: Service) -> "gr.Blocks":
                 speed_c, lang_c = common_inputs("clone")
                 go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
                 generated.append(wire(go_c, stop_c, clone,
-                                      [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c],
+                                      [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c,
+                                       consent],
                                       [audio_c, panel_c, live_c]))
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
@@ -609,9 +617,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                     gr.update(choices=choices, value=choices[0][1]),
                     gr.update(choices=choices, value=choices[0][1]))
 
-        def save_voice(prompt_path: str | None, prompt_text: str, name: str):
+        def save_voice(prompt_path: str | None, prompt_text: str, name: str, consent: bool):
             try:
-                value, confirmation = save_prompt(service, prompt_path, prompt_text, name)
+                value, confirmation = save_prompt(service, prompt_path, prompt_text, name, consent)
             except gr.Error as exc:
                 # A lasting warning toast rather than a failed event: a failed event also puts red
                 # "Error" badges on the three voice dropdowns it updates, two of them on other tabs.
@@ -624,7 +632,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         demo.load(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
         # Queued: only a queued event delivers gr.Error / gr.Info to the page. Unqueued, every
         # refusal was a bare HTTP 500 and a red badge on the dropdown, and success said nothing.
-        save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name],
+        save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name, consent],
                        outputs=[saved_c, voice_i, voice_p], show_progress="hidden")
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,
                                         show_progress="hidden")

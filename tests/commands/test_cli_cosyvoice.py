@@ -63,7 +63,7 @@ def test_cli_clone_from_a_saved_voice_with_an_instruction(tiny_cosyvoice_models,
                       ).astype(np.float32), 16000)
     prompts_dir = tmp_path / "prompts"
     saved = _library(tiny_cosyvoice_models, prompts_dir, "save", "Teacher", str(prompt),
-                     "--transcript", "Hello world, this is a tiny test.")
+                     "--transcript", "Hello world, this is a tiny test.", "--consent")
     assert saved.returncode == 0, saved.stderr[-2000:]
     listed = _library(tiny_cosyvoice_models, prompts_dir, "list")
     assert listed.returncode == 0 and "Teacher" in listed.stdout, listed.stdout + listed.stderr

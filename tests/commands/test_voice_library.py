@@ -12,10 +12,11 @@ def test_library_commands(tmp_path, capsys):
     wav = tmp_path / "me.wav"
     sf.write(wav, speechlike(5.0, rate=44100), 44100)
     common = ["--prompts-dir", str(tmp_path / "prompts")]
-    assert main(["library", "save", "Ms Lee", str(wav), "--transcript", "hello", *common]) == 0
+    assert main(["library", "save", "Ms Lee", str(wav), "--transcript", "hello", "--consent",
+                 *common]) == 0
     assert "saved voice 'ms-lee'" in capsys.readouterr().out
     assert main(["library", "list", *common]) == 0
-    assert "ms-lee\tMs Lee" in capsys.readouterr().out
+    assert "ms-lee\tMs Lee\t5.0 s\tconsent given " in capsys.readouterr().out
     assert main(["library", "rename", "ms-lee", "Teacher Lee", *common]) == 0
     zip_path = tmp_path / "lee.zip"
     assert main(["library", "export", "teacher-lee", "-o", str(zip_path), *common]) == 0
@@ -32,13 +33,13 @@ def test_library_errors_are_one_line_exit_2(tmp_path, capsys, monkeypatch):
     assert "no saved voice 'nobody'" in capsys.readouterr().err
     bad = tmp_path / "bad.wav"
     bad.write_bytes(b"not audio")
-    assert main(["library", "save", "../x", str(bad), *common]) == 2
-    assert main(["library", "save", "ok", str(bad), *common]) == 2
+    assert main(["library", "save", "../x", str(bad), "--consent", *common]) == 2
+    assert main(["library", "save", "ok", str(bad), "--consent", *common]) == 2
     assert "not a recognised audio file" in capsys.readouterr().err
     big = tmp_path / "big.wav"
     big.write_bytes(b"\0" * 2_000_000)
     monkeypatch.setenv("COSYEDGE_MAX_UPLOAD_MB", "1")
-    assert main(["library", "save", "ok", str(big), *common]) == 2
+    assert main(["library", "save", "ok", str(big), "--consent", *common]) == 2
     assert "limit" in capsys.readouterr().err
 
 
@@ -46,7 +47,7 @@ def test_export_to_a_place_that_cannot_be_written_is_one_line_exit_2(tmp_path, c
     wav = tmp_path / "me.wav"
     sf.write(wav, speechlike(5.0), 24000)
     common = ["--prompts-dir", str(tmp_path / "prompts")]
-    assert main(["library", "save", "Ms Lee", str(wav), *common]) == 0
+    assert main(["library", "save", "Ms Lee", str(wav), "--consent", *common]) == 0
     capsys.readouterr()
     for output, reason in [(tmp_path, "Is a directory"), (tmp_path / "missing" / "lee.zip", "No such file"),
                            (wav / "lee.zip", "Not a directory")]:
@@ -55,3 +56,32 @@ def test_export_to_a_place_that_cannot_be_written_is_one_line_exit_2(tmp_path, c
         assert err.startswith(f"error: cannot write {output}: {reason}") and err.count("\n") == 1, err
     assert main(["library", "export", "ms-lee", "-o", str(tmp_path / "lee.zip"), *common]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lee.zip", "me.wav", "prompts"]  # no temp left
+
+
+def test_save_without_consent_is_refused_and_saves_nothing(tmp_path, capsys):
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0), 24000)
+    common = ["--prompts-dir", str(tmp_path / "prompts")]
+    assert main(["library", "save", "Ms Lee", str(wav), *common]) == 2
+    err = capsys.readouterr().err
+    assert "needs your confirmation that the speaker" in err and "--consent" in err, err
+    assert main(["library", "list", *common]) == 0
+    assert "no saved voices" in capsys.readouterr().out
+
+
+def test_consent_travels_through_export_and_import(tmp_path, capsys):
+    """The record keeps the moment it was given, through a zip and back."""
+    from cosyedge.voices import VoiceLibrary
+
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0), 24000)
+    common = ["--prompts-dir", str(tmp_path / "prompts")]
+    assert main(["library", "save", "Ms Lee", str(wav), "--consent", *common]) == 0
+    library = VoiceLibrary(tmp_path / "prompts" / "library")
+    given = library.get("ms-lee").consent
+    assert given is not None and given.reference is None
+    zip_path = tmp_path / "lee.zip"
+    assert main(["library", "export", "ms-lee", "-o", str(zip_path), *common]) == 0
+    assert main(["library", "delete", "ms-lee", *common]) == 0
+    assert main(["library", "import", str(zip_path), *common]) == 0
+    assert library.get("ms-lee").consent == given

@@ -35,7 +35,8 @@ def test_tts_returns_a_wav_whose_duration_matches(server):
 def test_tts_extensions_are_reported_honestly(server):
     r = httpx.post(f"{server.url}/tts", json={"text": "你好。", "speaker": "child", "speed": 1.2,
                                               "language": "zh", "instruct": "用开心的语气说",
-                                              "prompt_audio": wav_b64(4.0), "prompt_text": "hello"},
+                                              "consent": True, "prompt_audio": wav_b64(4.0),
+                                              "prompt_text": "hello"},
                    timeout=30)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -131,9 +132,9 @@ def test_health_voices_and_openapi(server):
     ({"text": 123}, 400, "invalid_request"),  # wrong JSON type
     ({"text": "hi", "speed": "fast"}, 400, "invalid_request"),
     ({"text": ["a"], "speaker": 5}, 400, "invalid_request"),
-    ({"text": "hi", "prompt_audio": "not base64!!"}, 400, "invalid_audio"),
-    ({"text": "hi", "prompt_audio": base64.b64encode(b"%PDF-1.4 not audio").decode()}, 400,
-     "invalid_audio"),
+    ({"text": "hi", "consent": True, "prompt_audio": "not base64!!"}, 400, "invalid_audio"),
+    ({"text": "hi", "consent": True,
+      "prompt_audio": base64.b64encode(b"%PDF-1.4 not audio").decode()}, 400, "invalid_audio"),
     ({"text": "hi", "speaker": "robot"}, 404, "not_found"),
     ({"text": "hi", "voice_id": "nobody"}, 404, "not_found"),
     ({"text": "hi", "speed": 9.0}, 400, "invalid_parameter"),
@@ -149,12 +150,29 @@ def test_bad_input_is_4xx_with_a_message(server, payload, status, kind):
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"  # still alive
 
 
+@pytest.mark.parametrize("consent", [None, False, "yes", 1])
+def test_prompt_audio_without_consent_is_refused_with_its_code(server, consent):
+    """No consent: 400 consent_required, before the audio is read; strict JSON: "yes" is no bool."""
+    payload = {"text": "hi", "prompt_audio": wav_b64(4.0)}
+    if consent is not None:
+        payload["consent"] = consent
+    r = httpx.post(f"{server.url}/tts", json=payload, timeout=30)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    if consent in (None, False):
+        assert error["code"] == "consent_required" and "consent: true" in error["message"], error
+    else:
+        assert error["type"] == "invalid_request" and "consent" in error["message"], error
+    assert httpx.get(f"{server.url}/jobs").json()["jobs"] == []
+
+
 def test_malformed_json_and_oversized_body(make_service, web_settings, live_server):
     service = make_service(dataclasses.replace(web_settings, max_upload_mb=0.05))
     server = live_server(service)
     r = httpx.post(f"{server.url}/tts", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request"
-    r = httpx.post(f"{server.url}/tts", json={"text": "hi", "prompt_audio": wav_b64(5.0)})
+    r = httpx.post(f"{server.url}/tts", json={"text": "hi", "consent": True,
+                                              "prompt_audio": wav_b64(5.0)})
     assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large"
     r = httpx.get(f"{server.url}/no/such/route")
     assert r.status_code == 404 and "error" in r.json()
@@ -252,7 +270,7 @@ def test_ignored_fields_are_named_in_notes(server):
     assert r.json()["notes"] == [("prompt_text ignored: it is the transcript of prompt_audio, and no "
                                   "prompt_audio was sent")]
     r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "speaker": "male_1",
-                                              "prompt_audio": wav_b64(4.0), "prompt_text": "hi"},
+                                              "consent": True, "prompt_audio": wav_b64(4.0), "prompt_text": "hi"},
                    timeout=30)
     assert r.status_code == 200, r.text
     notes = r.json()["notes"]

@@ -69,7 +69,7 @@ def _post(url: str, body: dict) -> tuple[int, dict | str]:
 
 @pytest.mark.parametrize("instruct", [None, "Read this slowly and warmly."])
 def test_rest_clone_and_instruct(app_server, instruct):
-    body = {"text": "Hello world. The quick brown fox!", "prompt_audio": _wav_b64(),
+    body = {"text": "Hello world. The quick brown fox!", "consent": True, "prompt_audio": _wav_b64(),
             "prompt_text": "Hello world, this is a tiny test."}
     if instruct:
         body["instruct"] = instruct
@@ -90,5 +90,5 @@ def test_rest_preset_list_and_errors(app_server):
     assert voices.json()["native_clone"] is True and voices.json()["native_instruct"] is True
     status, reply = _post(f"{app_server}/tts", {"text": "Hello.", "speaker": "nobody"})
     assert status in (400, 404) and "nobody" in str(reply)
-    status, _ = _post(f"{app_server}/tts", {"text": "Hello.", "prompt_audio": "bm90IGF1ZGlv"})
+    status, _ = _post(f"{app_server}/tts", {"text": "Hello.", "consent": True, "prompt_audio": "bm90IGF1ZGlv"})
     assert status == 400

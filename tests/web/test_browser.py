@@ -253,6 +253,7 @@ def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_serv
         page.get_by_role("tab", name=TABS["clone"]).click()
         page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
         page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
+        page.locator("#clone-consent input[type=checkbox]").check()
         # Kokoro cannot clone: the prompt gets the approximate voice match (≤ ~30 s on 2 idle cores,
         # longer on a loaded box), and the panel says so with the similarity before/after.
         data, panel = generate(page, "clone", "[zh]今天天气真好[en]It's sunny today", timeout_ms=300_000)
@@ -336,7 +337,8 @@ def toast_texts(page) -> list[str]:
 
 
 def test_save_voice_tells_why_not_and_confirms(browser, make_service, live_server, tmp_path):
-    """Save with no prompt, then with an empty name: a toast each with the reason; then saved."""
+    """Save with no prompt, then with an empty name, then without the consent box: a toast each with
+    the reason; then saved, with the consent recorded."""
     import numpy as np
     import soundfile as sf
 
@@ -359,8 +361,13 @@ def test_save_voice_tells_why_not_and_confirms(browser, make_service, live_serve
         page.locator(".toast-body", has_text="Type a name").wait_for(timeout=15_000)
         page.locator("#clone-save-name textarea, #clone-save-name input").first.fill("Ms Lee")
         page.locator("#clone-save").click()
+        page.locator(".toast-body", has_text="needs your confirmation that the speaker").wait_for(timeout=15_000)
+        assert service.voices()["saved"] == []
+        page.locator("#clone-consent input[type=checkbox]").check()
+        page.locator("#clone-save").click()
         page.locator(".toast-body", has_text="Saved / 已保存: Ms Lee").wait_for(timeout=15_000)
         assert [v["name"] for v in service.voices()["saved"]] == ["Ms Lee"]
+        assert service.library.list()[0].consent is not None
         page.screenshot(path=str(ARTIFACTS / "clone-saved.png"), full_page=True)
     finally:
         context.close()

@@ -103,17 +103,44 @@ def test_save_refusals_name_the_reason_and_stay(make_service, tmp_path, prompt_s
     service = make_service()
     prompt = wav_path(tmp_path, prompt_s) if prompt_s else None
     with pytest.raises(gr.Error) as info:
-        save_prompt(service, prompt, "", name)
+        save_prompt(service, prompt, "", name, True)
     assert reason in info.value.message and info.value.message.startswith(CANNOT_SAVE)
     assert info.value.duration is None  # stays until closed
     assert service.voices()["saved"] == []
+
+
+def test_the_clone_tab_refuses_prompt_audio_and_saving_without_the_consent_box(make_service, tmp_path):
+    """The page's Gradio handlers, as the page calls them: unticked box -> a lasting bilingual error."""
+    import gradio as gr
+
+    from cosyedge.web.ui import CANNOT_SAVE, save_prompt
+
+    service = make_service()
+    prompt = wav_path(tmp_path, 4.0)
+    with pytest.raises(gr.Error) as info:
+        save_prompt(service, prompt, "", "Ms Lee", False)
+    assert info.value.message.startswith(CANNOT_SAVE) and "speaker" in info.value.message
+    assert "同意" in info.value.message and service.voices()["saved"] == []
+
+    clone = handler(build_ui(service), "clone").fn
+
+    async def generate(consent: bool) -> list:
+        return [update async for update in clone(prompt, "", "Hello.", None, 1.0, "auto", consent,
+                                                 request=SimpleNamespace(session_hash="c"),
+                                                 progress=Progress())]
+
+    with pytest.raises(gr.Error) as info:
+        asyncio.run(generate(False))
+    assert "needs your confirmation that the speaker" in info.value.message and "同意" in info.value.message
+    assert service.queue.stats().waiting == 0 and service.queue.stats().running == 0
+    assert asyncio.run(generate(True))  # ticked: it runs
 
 
 def test_save_confirms_with_the_name(make_service, tmp_path):
     from cosyedge.web.ui import SAVED_PREFIX, save_prompt
 
     service = make_service()
-    value, confirmation = save_prompt(service, wav_path(tmp_path, 4.0), "hello", " Ms Lee ")
+    value, confirmation = save_prompt(service, wav_path(tmp_path, 4.0), "hello", " Ms Lee ", True)
     saved = service.voices()["saved"]
     assert len(saved) == 1 and value == SAVED_PREFIX + saved[0]["id"]
     assert confirmation == f"Saved / 已保存: {saved[0]['name']}" and "Ms Lee" in confirmation
@@ -265,7 +292,7 @@ def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monke
     monkeypatch.setattr(FakeEngine, "encode_prompt", slow_encode)
     service = make_service()
     progress = Progress()
-    tts = TTSRequest(text="One.", prompt_audio=Path(wav_path(tmp_path, 4.0)).read_bytes())
+    tts = TTSRequest(text="One.", consent=True, prompt_audio=Path(wav_path(tmp_path, 4.0)).read_bytes())
     asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="p"), progress))
     assert PREPARING_VOICE in [d for _, d in progress.calls]
 
@@ -311,7 +338,7 @@ def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_se
         served = httpx.post(server.url + "/gradio_api/upload", files={"files": upload}).json()[0]
 
     def generate() -> str:
-        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto"]
+        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True]
         event = httpx.post(server.url + "/gradio_api/call/clone", json={"data": data}).json()["event_id"]
         return httpx.get(f"{server.url}/gradio_api/call/clone/{event}", timeout=60).text
 
@@ -344,7 +371,8 @@ def test_common_refusals_carry_chinese_too(make_service):
 TRANSLATED_BEFORE = {"text_too_long", "instruction_too_long", "text_only_punctuation",
                      "text_no_supported_script", "text_markup", "prompt_silent", "prompt_rate_too_low",
                      "prompt_too_long", "prompt_invalid_samples", "prompt_empty_file", "voice_id_taken",
-                     "voice_name_taken", "voice_name_empty", "queue_full", "too_hot", "shutting_down"}
+                     "voice_name_taken", "voice_name_empty", "queue_full", "too_hot", "shutting_down",
+                     "consent_required"}
 
 
 def test_every_code_the_page_words_is_in_the_error_and_note_trees():
@@ -435,6 +463,8 @@ def real_refusals(service, tmp_path):
         ("instruction_too_long", lambda: service.prepare(TTSRequest(text="hi", instruct="x" * 501)),
          "指令有 501 个字符，上限为 500 个"),
         ("text_markup", lambda: service.prepare(TTSRequest(text="<speak>hi</speak>")), "不支持 SSML 标签，请输入纯文本"),
+        ("consent_required", lambda: service.prepare(TTSRequest(text="hi", prompt_audio=wav(4.0, 16000))),
+         "需要确认参考音频的说话人同意克隆其声音（请勾选同意框）"),
         ("text_only_punctuation", lambda: kokoro("。！？"), "文本只有标点符号，没有可朗读的内容"),
         ("text_no_supported_script", lambda: kokoro("😀😀"),
          "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）"),
@@ -505,18 +535,19 @@ def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
 
     service = make_service()
     prompt = Path(wav_path(tmp_path, 4.0)).read_bytes()
-    saved = service.save_voice("Ms Lee", prompt, "hello")
+    saved = service.save_voice("Ms Lee", prompt, "hello", consent=True)
 
     def ignored(tts: TTSRequest) -> str:
         _, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="n"), Progress()))
         return html.unescape(next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line))
 
-    assert ignored(TTSRequest(text="Hi.", voice_id=saved.id, prompt_audio=prompt, speaker="male_1",
-                              prompt_text="hello")).endswith(
+    assert ignored(TTSRequest(text="Hi.", voice_id=saved.id, consent=True, prompt_audio=prompt,
+                              speaker="male_1", prompt_text="hello")).endswith(
         "the prompt audio ignored: the saved voice 'ms-lee' was used instead; the voice 'male_1' ignored: "
         "the voice comes from the saved voice 'ms-lee'; the prompt transcript ignored: the saved voice "
         "keeps its own transcript")
-    assert ignored(TTSRequest(text="Hi.", prompt_audio=prompt, speaker="male_1", prompt_text="hello")).endswith(
+    assert ignored(TTSRequest(text="Hi.", consent=True, prompt_audio=prompt, speaker="male_1",
+                              prompt_text="hello")).endswith(
         "the voice 'male_1' ignored: the voice comes from the prompt audio; the prompt transcript ignored: "
         "the fake engine cannot clone; it matches the voice from the sound of the prompt audio alone, "
         "without its transcript")
