@@ -68,8 +68,8 @@ def _tts(url: str, body: dict) -> tuple[int, dict]:
 @pytest.mark.parametrize("mode,body", [
     ("sft", {"speaker": "中文女"}),
     ("sft", {"speaker": "male_1"}),
-    ("zero_shot", {"prompt_audio": "PROMPT", "prompt_text": "希望你以后能够做的比我还好呦。"}),
-    ("cross_lingual", {"prompt_audio": "PROMPT"}),
+    ("zero_shot", {"prompt_audio": "PROMPT", "prompt_text": "希望你以后能够做的比我还好呦。", "consent": True}),
+    ("cross_lingual", {"prompt_audio": "PROMPT", "consent": True}),
     ("instruct", {"speaker": "中文男", "instruct": "Theo 'Crimson', is a fiery, passionate rebel leader."}),
 ])
 def test_rest_runs_every_v1_mode(app_server, mode, body):
@@ -106,7 +106,7 @@ def test_openai_route_maps_its_voice_names_to_sft_speakers(app_server):
 
 def test_cloned_voice_with_an_instruction_is_refused_naming_the_mode(app_server):
     status, reply = _tts(app_server, {"text": "你好。", "prompt_audio": _wav_b64(), "prompt_text": "测试。",
-                                      "instruct": "Speak like a pirate."})
+                                      "instruct": "Speak like a pirate.", "consent": True})
     assert status == 400, reply
     assert reply["error"]["code"] == "mode_not_supported" and "instruct mode" in reply["error"]["message"]
     status, reply = _tts(app_server, {"text": "你好。", "speaker": "child"})
