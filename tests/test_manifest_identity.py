@@ -129,7 +129,7 @@ def test_a_cosyvoice_version_the_runtime_does_not_run_is_named(tmp_path):
     from cosyedge.engines.cosyvoice.manifest import ModelDir
 
     write_json(tmp_path / "v3", {**identity_fields("cosyvoice", 3), "format_version": 1, "files": {}})
-    with pytest.raises(ModelMissingError, match="CosyVoice version 3; this cosyedge runs CosyVoice 2"):
+    with pytest.raises(ModelMissingError, match="CosyVoice version 3; this cosyedge runs CosyVoice 1, 2"):
         ModelDir.load(tmp_path / "v3")
     write_json(tmp_path / "k", {**identity_fields("kokoro"), "files": {}})
     with pytest.raises(ModelMissingError, match="not a CosyVoice manifest"):
