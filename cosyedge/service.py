@@ -444,7 +444,7 @@ class Service:
                  for v in self.library.list()]
         caps = self.holder.capabilities
         details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
-                    "languages": list(d.made_of), "made_of": d.made_of}
+                    "languages": list(d.made_of), "made_of": d.made_of, **({"note": d.note} if d.note else {})}
                    for d in (caps.preset_details if caps is not None else ())]
         return {"presets": self.presets(), "preset_details": details, "saved": saved,
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
@@ -725,6 +725,8 @@ class Service:
 
     @staticmethod
     def _check_preset(name: str, presets: list[str]) -> str:
+        if not presets:  # a clone-only model (CosyVoice-300M base): its engine names what is missing
+            return name
         if name in ("", "default"):
             return presets[0]
         if name not in presets:

@@ -26,6 +26,8 @@ fi
 # transformers is pinned: from 4.53 on the upstream LLM's cached decoding is silently wrong.
 "${PIP[@]}" "transformers==4.51.3" "diffusers==0.29.0" "conformer==0.3.2" einops omegaconf scipy onnx pyyaml
 "${PIP[@]}" --no-deps "cosyvoice-minicpmo==0.1.0"
-# Whisper log-mel reference (tests import only whisper/audio.py; its deps numba/tiktoken are not needed).
+# Whisper log-mel and tokenizer reference (tests import whisper/audio.py and whisper/tokenizer.py; numba is not needed).
 "${PIP[@]}" --no-deps "openai-whisper==20250625"
+# CosyVoice-300M: whisper's tokenizer (its multilingual.tiktoken is what convert cosyvoice1 copies) needs tiktoken.
+"${PIP[@]}" "tiktoken==0.14.0"
 "$VENV/bin/python" -c 'import torch, onnx, cosyvoice, matcha; print("reference ok: torch", torch.__version__)'

@@ -278,7 +278,7 @@ def test_to_dict_shape():
 
 @pytest.mark.parametrize("version,expected", [
     (2, "用四川话说这句话<|endofprompt|>"),
-    (1, "用四川话说这句话<|endofprompt|>"),
+    (1, "用四川话说这句话<endofprompt>"),  # upstream frontend_instruct @46dfe04 appends '<endofprompt>'
     (3, "You are a helpful assistant. 用四川话说这句话<|endofprompt|>"),
 ])
 def test_native_plan_uses_the_engines_format(version: int, expected: str):
@@ -368,7 +368,7 @@ def test_plan_for_engine_uses_the_engines_instruction_format(name, version):
 
     engine = _FakeEngine(name, "my-model-v3" if version != 3 else "my-model", native=True, version=version)
     p = plan_for_engine("大声一点", engine)
-    assert p.native_instruction.endswith("大声一点<|endofprompt|>")
+    assert p.native_instruction.endswith("大声一点<endofprompt>" if version == 1 else "大声一点<|endofprompt|>")
     assert p.native_instruction.startswith("You are a helpful assistant.") == (version == 3)
 
 

@@ -125,12 +125,15 @@ def test_a_contradicting_or_unknown_identity_is_refused(tmp_path):
         read_identity(write_json(tmp_path / "d", {"files": {}}))
 
 
-def test_a_cosyvoice_version_the_runtime_does_not_run_is_named(tmp_path):
+def test_a_cosyvoice_version_the_runtime_does_not_run_is_named(tmp_path, monkeypatch):
+    from cosyedge.engines.cosyvoice import manifest as cosyvoice_manifest
     from cosyedge.engines.cosyvoice.manifest import ModelDir
 
-    write_json(tmp_path / "v1", {**identity_fields("cosyvoice", 1), "format_version": 1, "files": {}})
-    with pytest.raises(ModelMissingError, match="CosyVoice version 1; this cosyedge runs CosyVoice 2, 3"):
-        ModelDir.load(tmp_path / "v1")
+    # Every version the schema knows runs now; a runtime without v3 must still name it.
+    monkeypatch.setattr(cosyvoice_manifest, "RUNS_VERSIONS", (1, 2))
+    write_json(tmp_path / "v3", {**identity_fields("cosyvoice", 3), "format_version": 1, "files": {}})
+    with pytest.raises(ModelMissingError, match="CosyVoice version 3; this cosyedge runs CosyVoice 1, 2"):
+        ModelDir.load(tmp_path / "v3")
     write_json(tmp_path / "k", {**identity_fields("kokoro"), "files": {}})
     with pytest.raises(ModelMissingError, match="not a CosyVoice manifest"):
         ModelDir.load(tmp_path / "k")

@@ -1,4 +1,4 @@
-"""`python -m cosyedge convert cosyvoice2 --src DIR --out models/<id> [--quantize int8]`.
+"""`python -m cosyedge convert cosyvoice2|cosyvoice3|cosyvoice1 --src DIR --out models/<id> [--quantize int8]`.
 
 Turns an official checkpoint directory into a cosyedge ONNX model directory. Needs torch at export
 time only (the command says how to install it when it is missing); the converted model runs without it.
@@ -12,9 +12,9 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-FAMILIES = ("cosyvoice2", "cosyvoice3")
-#: ``--quantize`` when it is not given: CosyVoice3 is converted int8 unless asked otherwise.
-DEFAULT_QUANTIZE = {"cosyvoice2": "none", "cosyvoice3": "int8"}
+FAMILIES = ("cosyvoice2", "cosyvoice3", "cosyvoice1")
+#: ``--quantize`` when it is not given: CosyVoice3 and CosyVoice-300M convert to int8 unless asked otherwise.
+DEFAULT_QUANTIZE = {"cosyvoice2": "none", "cosyvoice3": "int8", "cosyvoice1": "int8"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output directory, e.g. models/cosyvoice2-int8")
     parser.add_argument("--quantize", choices=("none", "int8"), default=None,
                         help="weight int8 for the graphs where it helps (default: none, fp32, for "
-                             "cosyvoice2; int8 for cosyvoice3; `none` keeps fp32)")
+                             "cosyvoice2; int8 for cosyvoice3 and cosyvoice1; `none` keeps fp32)")
+    parser.add_argument("--variant", choices=("base", "sft", "instruct"), default=None,
+                        help="cosyvoice1 only: CosyVoice-300M, -SFT or -Instruct (default: detected from the "
+                             "directory: '-Instruct' in its name, else spk2info.pt present)")
     parser.add_argument("--llm-bits", type=int, choices=(4, 8), default=None,
                         help="with --quantize int8: the LLM's weight bits (default 8; 4 halves the backbone, "
                              "LLM files -28 %%, with ~10x the log-prob deviation, see docs/benchmarks.md)")
@@ -44,19 +47,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from cosyedge.export.llm import check_options
 
+    quantize = args.quantize or DEFAULT_QUANTIZE[args.family]
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
+    if args.family == "cosyvoice1":
+        from cosyedge.export.cosyvoice1 import convert as convert_v1
+
+        return _report(args, convert_v1(args.src, args.out, quantize=quantize, variant=args.variant,
+                                        force=args.force, steps=steps))
     if args.family == "cosyvoice3":
         from cosyedge.export.cosyvoice3 import convert
     else:
         from cosyedge.export.cosyvoice2 import convert
-    quantize = args.quantize or DEFAULT_QUANTIZE[args.family]
-    steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
     options = {"llm_bits": args.llm_bits, "speech_tokenizer_int8": args.speech_tokenizer_int8}
     check_options(quantize, options)  # before minutes of flow/HiFT export
     manifest = convert(args.src, args.out, quantize=quantize, steps=steps, force=args.force,
                        options={k: v for k, v in options.items() if v})
+    return _report(args, manifest)
+
+
+def _report(args: argparse.Namespace, manifest: dict) -> int:
     total = sum(f["bytes"] for f in manifest["files"].values())
+    variant = manifest.get("config", {}).get("model", {})
     print(f"wrote {args.out} ({len(manifest['files'])} files, {total / 1e6:.1f} MB, "
-          f"{manifest['quantization']})")
+          f"{manifest['quantization']})" + (f": {variant['name']}, modes {', '.join(variant['modes'])}"
+                                            if variant else ""))
     if "source_file" in manifest["graphs"].get("llm", {}):
         print(f"  LLM read from {manifest['graphs']['llm']['source_file']}")
     for name, info in manifest["graphs"].items():

@@ -34,6 +34,9 @@ class PresetDetail:
 
     name: str
     made_of: dict[str, dict[str, Any]]
+    #: Why a name is listed with nothing in ``made_of``: a seed preset name the engine does not offer
+    #: (such a detail comes after the presets' own). Empty for every real preset.
+    note: str = ""
 
 
 @dataclass(frozen=True)

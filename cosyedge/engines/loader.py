@@ -17,8 +17,9 @@ logger = logging.getLogger(__name__)
 #: What each engine does natively, (clone, instruct), by engine name (cosyedge.manifest): known before
 #: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
 #: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
+#: cosyvoice1: only its -Instruct variant follows instructions; until it loads the page says no.
 NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True),
-                                                 "cosyvoice3": (True, True)}
+                                                  "cosyvoice3": (True, True), "cosyvoice1": (True, False)}
 
 
 def load_engine(settings: Settings) -> Engine:
@@ -34,6 +35,8 @@ def load_engine(settings: Settings) -> Engine:
     identity = manifest_identity(manifest, settings.model_path)
     if identity.known and identity.family == "kokoro":
         from cosyedge.engines.kokoro.engine import KokoroEngine as engine_class
+    elif identity.known and identity.family == "cosyvoice" and identity.version == 1:
+        from cosyedge.engines.cosyvoice.engine_v1 import CosyVoice1Engine as engine_class
     elif identity.known and identity.family == "cosyvoice":  # its engine refuses a version it cannot run
         from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine as engine_class
     else:

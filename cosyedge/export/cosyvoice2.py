@@ -130,6 +130,8 @@ class ModelSpec:
     sources: dict[str, tuple[str, ...]]
     #: The yaml names of the other versions, so that a directory given as the wrong one is named.
     other_configs: dict[str, str] = field(default_factory=dict)
+    #: The manifest's ``licence`` (docs/models.md).
+    licence: dict[str, str] = field(default_factory=lambda: dict(LICENCE))
 
 
 COSYVOICE2 = ModelSpec(version=VERSION, label="CosyVoice2-0.5B", config_name=CONFIG_NAME,
@@ -159,7 +161,7 @@ def _check_source(src: Path, steps: list[str], spec: ModelSpec = COSYVOICE2) -> 
                                 f"or empty): copy or download the complete {spec.label} directory")
 
 
-def _check_out(src: Path, out: Path, force: bool) -> None:
+def check_out(src: Path, out: Path, force: bool) -> None:
     """``out`` can be written (replaced with ``force``) without deleting the source or other models."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file; pass a folder such as models/cosyvoice2-int8")
@@ -192,7 +194,7 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
         raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
     if not src.is_dir():
         raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
-    _check_out(src, out, force)
+    check_out(src, out, force)
     known = [name for name, _ in spec.steps]
     chosen = steps or known
     unknown = [s for s in chosen if s not in known]
@@ -216,7 +218,7 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
             if name in chosen:
                 logger.info("export step %s", name)
                 step(ctx)
-        manifest = _manifest(ctx, __version__, chosen)
+        manifest = build_manifest(ctx, __version__, chosen)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -227,7 +229,10 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     return manifest
 
 
-def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, Any]:
+def build_manifest(ctx: ExportContext, version: str, steps: list[str], family: str = FAMILY,
+                   model_version: int | None = None, default_rate: int = 24000,
+                   licence: dict[str, str] | None = None) -> dict[str, Any]:
+    """The manifest of a finished conversion (shared by the CosyVoice converters of every version)."""
     files = {}
     for name, info in sorted(ctx.files.items()):
         path = ctx.out / name
@@ -237,11 +242,11 @@ def _manifest(ctx: ExportContext, version: str, steps: list[str]) -> dict[str, A
         if name.endswith((".pt", ".yaml", ".onnx")):
             source_files[name] = sha256_file(ctx.src / name)
     return {
-        **identity_fields(FAMILY, ctx.model.version),
+        **identity_fields(family, model_version or ctx.model.version),
         "format_version": FORMAT_VERSION,
-        "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", 24000),
+        "sample_rate": ctx.runtime.get("hift", {}).get("sampling_rate", default_rate),
         "quantization": "int8" if ctx.quantize == "int8" else "fp32",
-        "licence": LICENCE,
+        "licence": licence or ctx.model.licence,
         "steps": steps,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "converter": f"cosyedge {version}",

@@ -215,7 +215,9 @@ def _spec():
         sources={"flow": ("flow.pt",), "hift": ("hift.pt",),
                  "llm": ("llm.pt|llm.rl.pt", "CosyVoice-BlankEN/config.json"),
                  "frontend": ("campplus.onnx", "speech_tokenizer_v3.onnx")},
-        other_configs={"cosyvoice2.yaml": "cosyvoice2", "cosyvoice.yaml": "cosyvoice1"})
+        other_configs={"cosyvoice2.yaml": "cosyvoice2", "cosyvoice.yaml": "cosyvoice1"},
+        licence={"weights": "Apache-2.0 (FunAudioLLM/Fun-CosyVoice3-0.5B-2512; see its model card)",
+                 "code": "Apache-2.0 (FunAudioLLM/CosyVoice)"})
 
 
 def convert(src: Path, out: Path, quantize: str = "int8", steps: list[str] | None = None, force: bool = False,

@@ -34,8 +34,6 @@ def hift_config(config: dict[str, Any]):
     h = section(config, "hift")
     if not str(h.get("__class__", "")).endswith("HiFTGenerator"):
         raise InputError(f"hift class {h.get('__class__')!r} is not HiFTGenerator")
-    if int(h.get("sampling_rate", 24000)) == 22050:
-        raise InputError("22.05 kHz HiFT (CosyVoice v1, SineGen) is not supported by this converter")
     f0 = section(config, "hift", "f0_predictor")
     istft_params = h.get("istft_params", {"n_fft": 16, "hop_len": 4})
     cfg = HiftConfig(

@@ -39,6 +39,10 @@ PLAN: dict[str, dict[str, Any]] = {
     "flow_encoder_stream.onnx": {"ops": ["MatMul", "Gemm"]},
     "flow_estimator_stream.onnx": {"ops": ["MatMul", "Gemm"], "per_channel": True},
     "hift_f0.onnx": {"ops": [], "why": "pitch output; tiny graph"},
+    # CosyVoice-300M (cosyedge.export.cosyvoice1): its LLM graphs and the length regulator.
+    "llm_text_encoder.onnx": {"ops": ["MatMul", "Gemm"]},
+    "llm_step.onnx": {"ops": ["MatMul", "Gemm"]},
+    "flow_regulator.onnx": {"ops": [], "why": "conv-only, 80 channels; tiny graph"},
     "hift_decoder.onnx": {"ops": [], "why": "conv-only; exp() magnitude output amplifies weight error"},
 }
 
@@ -53,14 +57,16 @@ def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
     return 10.0 * math.log10(max(sig, 1e-30) / err)
 
 
-def _example_inputs(session, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _example_inputs(session, rng: np.random.Generator, overrides: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Random inputs for any of our graphs, with consistent dynamic sizes (50 frames, 25 tokens)."""
-    sizes = {"n_tokens": 25, "n_frames": 50, "batch": 2, "n_stft": 50 * 120 + 1}
+    # (v1 LLM step: L new positions after P cached ones, T = P + L; v1 speech tokens are < 4096.)
+    sizes = {"n_tokens": 25, "n_frames": 50, "batch": 2, "n_stft": 50 * 120 + 1, "n": 7, "L": 1, "P": 1, "T": 2,
+             **(overrides or {})}
     feeds = {}
     for inp in session.get_inputs():
         shape = [d if isinstance(d, int) else sizes.get(d, 1) for d in inp.shape]
         if inp.type == "tensor(int64)":
-            feeds[inp.name] = rng.integers(0, 6561, size=shape, dtype=np.int64)
+            feeds[inp.name] = rng.integers(0, 4096, size=shape, dtype=np.int64)
         elif inp.name == "mask":
             feeds[inp.name] = np.ones(shape, dtype=np.float32)
         elif inp.type == "tensor(float16)":  # the streamed estimator's key/value cache in int8 models
@@ -72,7 +78,8 @@ def _example_inputs(session, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return feeds
 
 
-def output_snr(fp32_path: Path, int8_path: Path, seed: int = 0) -> dict[str, float]:
+def output_snr(fp32_path: Path, int8_path: Path, seed: int = 0,
+               sizes: dict[str, int] | None = None) -> dict[str, float]:
     """SNR (dB) of each output of the int8 graph against the fp32 graph on one random input."""
     import onnxruntime as ort
 
@@ -80,7 +87,7 @@ def output_snr(fp32_path: Path, int8_path: Path, seed: int = 0) -> dict[str, flo
     opts.intra_op_num_threads = 2
     ref = ort.InferenceSession(str(fp32_path), opts, providers=["CPUExecutionProvider"])
     test = ort.InferenceSession(str(int8_path), opts, providers=["CPUExecutionProvider"])
-    feeds = _example_inputs(ref, np.random.default_rng(seed))
+    feeds = _example_inputs(ref, np.random.default_rng(seed), sizes)
     names = [o.name for o in ref.get_outputs()]
     return {name: round(snr_db(a, b), 2) for name, a, b in zip(names, ref.run(None, feeds),
                                                                 test.run(None, feeds))}
@@ -173,6 +180,12 @@ def store_weights_fp16(src: Path, dst: Path, min_elements: int = FP16_MIN_ELEMEN
     return len(casts)
 
 
+def _stft_size(ctx) -> dict[str, int]:
+    """The HiFT decoder's STFT length for the 50 frames of :func:`_example_inputs` (480 or 256 samples a frame)."""
+    hift = ctx.runtime.get("hift", {})
+    return {"n_stft": 50 * int(hift.get("samples_per_frame", 480)) // int(hift.get("hop_len", 4)) + 1}
+
+
 def compact_float_weights(ctx) -> None:
     """Converter step "compact" (``--quantize int8`` only): float16 storage for :data:`COMPACT_GRAPHS`.
 
@@ -187,7 +200,7 @@ def compact_float_weights(ctx) -> None:
             continue
         tmp = path.with_suffix(".fp16w.onnx")
         count = store_weights_fp16(path, tmp)
-        snr = output_snr(path, tmp)
+        snr = output_snr(path, tmp, sizes=_stft_size(ctx))
         before, after = path.stat().st_size, tmp.stat().st_size
         tmp.replace(path)
         ctx.quantization.setdefault(name, {})["weight_storage"] = {

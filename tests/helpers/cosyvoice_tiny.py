@@ -56,13 +56,14 @@ def campplus_standin(path: Path, seed: int = 0) -> None:
     _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-def speech_tokenizer_standin(path: Path, seed: int = 1) -> None:
-    """``feats [1, 128, T]`` + ``feats_length [1]`` -> ``indices [1, T/4]``: every 4th frame, argmax."""
+def speech_tokenizer_standin(path: Path, seed: int = 1, vocab: int = 6561, stride: int = 4) -> None:
+    """``feats [1, 128, T]`` + ``feats_length [1]`` -> ``indices [1, T/stride]``: every ``stride``-th
+    frame, argmax over ``vocab`` (v2: 25 Hz of 6561; v1: 50 Hz of 4096)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    w = np.random.default_rng(seed).normal(size=(128, 6561)).astype(np.float32)
+    w = np.random.default_rng(seed).normal(size=(128, vocab)).astype(np.float32)
     consts = [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in
-              (("starts", [0]), ("ends", [1 << 30]), ("axes", [2]), ("steps", [4]))]
+              (("starts", [0]), ("ends", [1 << 30]), ("axes", [2]), ("steps", [stride]))]
     nodes = [helper.make_node("Slice", ["feats", "starts", "ends", "axes", "steps"], ["s"]),
              helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1]),
              helper.make_node("MatMul", ["t", "w"], ["logits"]),
@@ -137,7 +138,9 @@ def build_cache(out: Path) -> Path:
     try:
         source = write_tiny_checkpoint(work / "src" / "CosyVoice2-0.5B")["dir"]
         convert(source, tiny_models.models_dir(work) / tiny_models.MODEL_ID, quantize="int8")
-        shutil.rmtree(work / "src")  # .venv tests need the converted model only
+        from tests.helpers.cosyvoice1_tiny import convert_all as convert_v1  # the CosyVoice-300M variants
+        convert_v1(work / "src" / "v1", tiny_models.models_dir(work))
+        shutil.rmtree(work / "src")  # .venv tests need the converted models only
         stamp = tiny_models.stamp(tiny_models.repo_sources(list(sys.modules.values())))
         (work / tiny_models.STAMP_NAME).write_text(json.dumps(stamp, indent=1, ensure_ascii=False) + "\n",
                                                    encoding="utf-8")

@@ -120,11 +120,13 @@ class FlowDecoder:
         return self.estimator_session.run(None, feeds)[0]
 
     def solve(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray, n_timesteps: int,
-              cfg_rate: float | None = None) -> np.ndarray:
-        """Euler CFM from the fixed noise: mu/cond [80, T], spks [80] -> mel [80, T]."""
+              cfg_rate: float | None = None, noise: np.ndarray | None = None) -> np.ndarray:
+        """Euler CFM from the fixed noise: mu/cond [80, T], spks [80] -> mel [80, T].
+
+        ``noise`` [80, T] starts from there instead (CosyVoice-300M draws fresh noise per call)."""
         n_frames = mu.shape[1]
         rate = np.float32(self.params.inference_cfg_rate if cfg_rate is None else cfg_rate)
-        x = self.noise[:, :n_frames].copy()
+        x = (self.noise[:, :n_frames] if noise is None else np.asarray(noise, dtype=np.float32)).copy()
         mu_in = np.zeros((2, mu.shape[0], n_frames), dtype=np.float32)
         mu_in[0] = mu
         spks_in = np.zeros((2, spks.shape[0]), dtype=np.float32)

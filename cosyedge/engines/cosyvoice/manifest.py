@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_FORMATS = (1,)
 #: The CosyVoice versions this runtime runs (the schema knows 1, 2 and 3: cosyedge.manifest).
-RUNS_VERSIONS = (2, 3)
+RUNS_VERSIONS = (1, 2, 3)
 
 
 def _fix_hint(directory: Path) -> str:

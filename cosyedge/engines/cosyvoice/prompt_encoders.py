@@ -49,7 +49,11 @@ class EncodedPrompt:
 class PromptEncoder:
     """campplus + speech tokenizer sessions and the flow-mel settings of one model directory."""
 
-    def __init__(self, campplus, speech_tokenizer, mel_settings: dict | None, flow_rate: int = 24000) -> None:
+    def __init__(self, campplus, speech_tokenizer, mel_settings: dict | None, flow_rate: int = 24000,
+                 mel_per_token: int | None = 2) -> None:
+        # CosyVoice2 cuts the prompt to exactly 2 mel frames per token; CosyVoice-300M (None) keeps both
+        # whole: its length regulator stretches the prompt tokens to the prompt mel's frames.
+        self.mel_per_token = mel_per_token
         self.campplus = campplus
         self.speech_tokenizer = speech_tokenizer
         self.mel_settings = dict(mel_settings or {})
@@ -91,8 +95,10 @@ class PromptEncoder:
         wav16k = resample(audio, sample_rate, TOKENIZER_RATE)
         tokens = self.speech_tokens(wav16k)
         mel = self.flow_mel(resample(audio, sample_rate, self.flow_rate))
-        n = min(mel.shape[0] // 2, tokens.size)
+        ratio = self.mel_per_token
+        n = min(mel.shape[0] // ratio, tokens.size) if ratio else tokens.size
         if n == 0:
             raise AudioError("prompt audio gave no speech tokens; give a longer recording")
         embedding = self.speaker_embedding(wav16k)
-        return EncodedPrompt(embedding=embedding, tokens=tokens[:n], mel=np.ascontiguousarray(mel[:2 * n]))
+        mel = mel[:ratio * n] if ratio else mel
+        return EncodedPrompt(embedding=embedding, tokens=tokens[:n], mel=np.ascontiguousarray(mel))
