@@ -175,6 +175,7 @@ class SpeechLM:
                 if token >= stop_from:
                     break
                 tokens.append(token)
+                yield token
                 lm_input = self.embed_speech([token])
                 continue
             if token > eos and i == 0:

@@ -23,6 +23,9 @@ from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.loader import load_engine
 from cosyedge.errors import ParameterError
 
+# Every test here loads the tiny converted models that scripts/test.sh builds first.
+pytestmark = pytest.mark.slow
+
 INSTRUCT = "Theo 'Crimson', is a fiery, passionate rebel leader."
 INSTRUCT_IDS = [2278, 78, 922, 34, 5565, 3015, 6098, 307, 257, 43897, 11, 11410, 28293, 5263, 13, 27, 521, 2670,
                 28722, 662, 29]
