@@ -47,10 +47,12 @@ class VoiceRef(BaseModel):
 
 
 def loaded_model_names(service: Service) -> list[str]:
-    """The names that mean the loaded model: its folder under models/ and the engine's model id."""
+    """The names that mean the loaded model: its folder under models/, the engine's model id and the
+    engine's name (``kokoro``, ``cosyvoice2``: what clients configured by engine send)."""
     names = [service.settings.model]
-    if service.holder.model_id and service.holder.model_id not in names:
-        names.append(service.holder.model_id)
+    for name in (service.holder.model_id, service.model_engine_name()):
+        if name and name not in names:
+            names.append(name)
     return names
 
 
