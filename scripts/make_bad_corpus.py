@@ -239,7 +239,7 @@ def cases() -> list[Case]:
             ("wrong_method_put_tts", "PUT", "/tts", (405,), "method_not_allowed"),
             ("wrong_method_get_speech", "GET", "/v1/audio/speech", (405,), "method_not_allowed"),
             ("wrong_method_post_health", "POST", "/health", (405,), "method_not_allowed"),
-            ("unknown_route_models", "GET", "/v1/models", (404,), "not_found")]:
+            ("unknown_route_transcriptions", "POST", "/v1/audio/transcriptions", (404,), "not_found")]:
         out.append(Case(f"json-{cid}", "json", method, path, lambda: b"", expect, kind))
 
     names = [
