@@ -134,19 +134,23 @@ def _scan(outputs_dir: Path, policy: JanitorPolicy,
 
 
 def sweep(outputs_dir: str | os.PathLike[str], now: float, policy: JanitorPolicy = JanitorPolicy(),
-          in_use: frozenset[Path] | set[Path] = frozenset(), dry_run: bool = False) -> list[Path]:
+          in_use: frozenset[Path] | set[Path] | Callable[[], Iterable[Path]] = frozenset(),
+          dry_run: bool = False) -> list[Path]:
     """Remove what the policy says must go; return the paths removed (or that would be, on a dry run).
 
     ``now`` is a ``time.time()`` value, so tests set file ages with ``os.utime``. ``in_use`` holds
-    paths that must survive whatever their age (jobs writing, clients downloading).
+    paths that must survive whatever their age (jobs writing, clients downloading); given as a
+    callable, it is asked after the scan, so a file a job created while the scan ran is in it.
     """
     outputs_dir = _resolved(Path(outputs_dir))
     protected = tuple(_resolved(Path(p)) for p in policy.protected)
     if _is_under(outputs_dir, protected):
         logger.error("janitor: %s lies under a protected directory; not sweeping it", outputs_dir)
         return []
-    busy = {_resolved(Path(p)) for p in in_use}
     outputs, temps = _scan(outputs_dir, policy, protected)
+    # A job marks its file in use before creating it and leases it before unmarking it, so a
+    # snapshot taken after the scan covers every file the scan saw that is in use.
+    busy = {_resolved(Path(p)) for p in (in_use() if callable(in_use) else in_use)}
 
     def removable(out: _Output) -> bool:
         # Fresh means written within min_age_s of now. An mtime further ahead than that comes from a
@@ -333,7 +337,7 @@ class Janitor:
 
     def run_once(self) -> list[Path]:
         """One sweep now, in the calling thread: outputs/, then the upload cache."""
-        removed = sweep(self.outputs_dir, self._clock(), self.policy, self._busy())
+        removed = sweep(self.outputs_dir, self._clock(), self.policy, self._busy)
         if self.uploads_dir is not None:
             removed += self.sweep_uploads()
         self.last_removed = removed
