@@ -59,7 +59,7 @@ from cosyedge.synthesis import check_text
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
-from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
+from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary, refuse_preset_name
 
 logger = logging.getLogger(__name__)
 
@@ -466,7 +466,7 @@ class Service:
         """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``).
         ``consent``: what the user confirmed (:func:`cosyedge.consent.require_consent`)."""
         record = require_consent(consent, "saving a voice")
-        self._refuse_preset_name(name)
+        refuse_preset_name(name, self.presets())
         self.check_room("saving a voice")
         if not prompt_audio:
             raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})",
@@ -475,17 +475,6 @@ class Service:
         return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, consent=record,
                                  overwrite=overwrite)
-
-    def _refuse_preset_name(self, name: str) -> None:
-        """A voice is asked for by name (OpenAI ``voice``, Wyoming), and a preset wins: a saved
-        voice called like a preset could never be used, so it is refused when it is saved."""
-        if not isinstance(name, str):
-            return  # name_to_id words that refusal
-        folded = " ".join(name.split()).casefold()
-        for preset in self.presets():
-            if folded in (preset.casefold(), preset.casefold().replace("_", " ")):
-                raise NameError_(f"{name!r} is the name of a preset voice; choose another name",
-                                 code="voice_name_preset", name=name, preset=preset)
 
     def model_engine_name(self) -> str:
         """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""
