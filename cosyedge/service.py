@@ -634,9 +634,10 @@ class Service:
         result is a :class:`~cosyedge.lessons.LessonResult` (a WAV, and with ``per_paragraph`` a
         zip of one WAV per paragraph, in outputs/)."""
         self.check_room("a new lesson")
-        prepared = self.prepare(dataclasses.replace(request, text=lesson.paragraphs[0], keep_file=True))
-        return self.queue.submit(functools.partial(self._run_lesson, prepared=prepared, lesson=lesson,
-                                                   per_paragraph=per_paragraph), owner=owner)
+        return self._prepare_and_queue(
+            dataclasses.replace(request, text=lesson.paragraphs[0], keep_file=True), owner,
+            lambda prepared: functools.partial(self._run_lesson, prepared=prepared, lesson=lesson,
+                                               per_paragraph=per_paragraph))
 
     def _run_lesson(self, job: Job, prepared: PreparedRequest, lesson: Lesson,
                     per_paragraph: bool) -> LessonResult:
@@ -733,6 +734,13 @@ class Service:
         if job_id is not None and not JOB_ID_RE.match(job_id):
             raise NameError_("job id must be 1-64 letters, digits, '-' or '_'", code="job_id_invalid")
         self.check_room("a new job")
+        return self._prepare_and_queue(request, owner, lambda prepared: functools.partial(
+            self._run, prepared=prepared), job_id=job_id, stream=AudioStream() if stream else None)
+
+    def _prepare_and_queue(self, request: TTSRequest, owner: str | None,
+                           work: Callable[[PreparedRequest], Callable[[Job], Any]], **queue_args: Any) -> Job:
+        """``prepare`` the request, then queue ``work(prepared)``; a cancel of ``owner`` that comes
+        while the request is checked cancels the job (queued already cancelled)."""
         cancelled = threading.Event()
         if owner is not None:
             with self._submitting_lock:
@@ -747,9 +755,8 @@ class Service:
         # it in between) or as a queued job, never both.
         with self._submitting_lock:
             try:
-                return self.queue.submit(functools.partial(self._run, prepared=prepared), owner=owner,
-                                         job_id=job_id, stream=AudioStream() if stream else None,
-                                         cancelled=cancelled.is_set())
+                return self.queue.submit(work(prepared), owner=owner, cancelled=cancelled.is_set(),
+                                         **queue_args)
             finally:
                 self._submitted(owner, cancelled)
 
