@@ -24,7 +24,7 @@ import numpy as np
 
 from cosyedge.errors import InputError, ModelMissingError
 from cosyedge.export import read_source
-from cosyedge.export.cosyvoice2 import ExportContext, build_manifest, check_out
+from cosyedge.export.cosyvoice2 import ExportContext, build_manifest, check_out, chosen_steps, export_into
 
 logger = logging.getLogger(__name__)
 
@@ -445,11 +445,7 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
     if variant not in VARIANTS:
         raise InputError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     check_out(src, out, force)
-    known = [name for name, _ in EXPORT_STEPS]
-    chosen = steps or known
-    unknown = [s for s in chosen if s not in known]
-    if unknown:
-        raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = chosen_steps(EXPORT_STEPS, steps)
     missing = [name for step in chosen for name in STEP_SOURCES.get(step, ())
                if not (src / name).is_file() or (src / name).stat().st_size == 0]
     if missing:
@@ -458,27 +454,17 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
     if variant in ("sft", "instruct") and not (src / "spk2info.pt").is_file():
         raise ModelMissingError(f"{src} lacks spk2info.pt, the preset speakers of {VARIANT_NAMES[variant]}")
     config = read_config(src / CONFIG_NAME)
-    tmp = out.parent / f".{out.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize)
-    try:
-        for name, step in EXPORT_STEPS:
-            if name in chosen:
-                logger.info("export step %s", name)
-                step(ctx)
+
+    def finish(ctx: ExportContext) -> dict[str, Any]:
         has_presets = "presets" in ctx.runtime.get("frontend", {})
         ctx.runtime["model"] = {"variant": variant, "name": VARIANT_NAMES[variant],
                                 "modes": modes_of(variant, has_presets), "variant_detected": variant == detect_variant(src)}
         manifest = build_manifest(ctx, __version__, chosen, family=FAMILY, model_version=VERSION,
                                   default_rate=22050, licence=LICENCE)
         manifest["variant"] = variant
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return manifest
+        (ctx.out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                               encoding="utf-8")
+        return manifest
+
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, quantize=quantize),
+                       EXPORT_STEPS, chosen, finish)
