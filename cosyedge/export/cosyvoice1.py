@@ -367,7 +367,7 @@ WHISPER_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}
 
 def export_frontend_v1(ctx: ExportContext) -> None:
     """Step "frontend": the tiktoken vocabulary (+ its specials), campplus, the speech tokenizer, presets."""
-    from cosyedge.export.llm import _parsed_onnx, move_weights_to_external_data, read_spk2info
+    from cosyedge.export.llm import _parsed_onnx, move_weights_to_external_data, save_presets
     from cosyedge.manifest import sha256_file
 
     vocab, origin = whisper_vocabulary()
@@ -397,11 +397,7 @@ def export_frontend_v1(ctx: ExportContext) -> None:
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
     runtime = {"tokenizer": TOKENIZER_DIR, "campplus": "campplus.onnx", "speech_tokenizer": SPEECH_TOKENIZER,
                "speech_token_rate": 50}
-    if (ctx.src / "spk2info.pt").is_file():
-        speakers = read_source(ctx.src / "spk2info.pt", read_spk2info)
-        np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
-        runtime["presets"] = "spk2info.npz"
-        logger.info("SFT presets: %s", ", ".join(speakers) or "none")
+    runtime.update(save_presets(ctx))
     ctx.runtime["frontend"] = runtime
 
 
