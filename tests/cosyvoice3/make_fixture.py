@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.helpers import REPO, upstream_yaml
+from tests.helpers.cosyvoice_llm_reference import upstream_inference
 from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -284,28 +285,15 @@ def run_llm(llm, text, prompt_text=(), prompt_speech=(), forced=None):
     ``forced``: teacher forcing (the chooser returns these ids in turn); otherwise upstream's own
     ``sampling_ids`` runs with greedy arg-max as ``sampling`` (so its id-6561 mask applies).
     """
-    import torch
-
-    steps = []
-    hook = llm.llm_decoder.register_forward_hook(
-        lambda m, i, o: steps.append(o.log_softmax(-1)[0].double().numpy().copy()))
     saved = llm.sampling
     if forced is not None:
         queue = list(forced)
         llm.sampling = lambda scores, decoded, sampling: queue.pop(0) if queue else SPEECH_TOKENS + 1
-    i32 = lambda values: torch.tensor([list(values)], dtype=torch.int32)  # noqa: E731
     try:
-        with torch.inference_mode():
-            tokens = list(llm.inference(
-                text=i32(text), text_len=torch.tensor([len(text)], dtype=torch.int32),
-                prompt_text=i32(prompt_text), prompt_text_len=torch.tensor([len(prompt_text)], dtype=torch.int32),
-                prompt_speech_token=i32(prompt_speech),
-                prompt_speech_token_len=torch.tensor([len(prompt_speech)], dtype=torch.int32),
-                embedding=torch.zeros(0, 192), sampling=25))
+        tokens, steps = upstream_inference(llm, text, prompt_text, prompt_speech)
     finally:
-        hook.remove()
         llm.sampling = saved
-    return [int(t) for t in tokens], np.stack(steps)
+    return tokens, np.stack(steps)
 
 
 def hift_noise(n_samples: int) -> np.ndarray:
