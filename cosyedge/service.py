@@ -59,7 +59,8 @@ from cosyedge.synthesis import check_text
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
-from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary, refuse_preset_name
+from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
+from cosyedge.voices import refuse_preset_name
 
 logger = logging.getLogger(__name__)
 

@@ -69,24 +69,6 @@ def test_save_without_consent_is_refused_and_saves_nothing(tmp_path, capsys):
     assert "no saved voices" in capsys.readouterr().out
 
 
-def test_consent_travels_through_export_and_import(tmp_path, capsys):
-    """The record keeps the moment it was given, through a zip and back."""
-    from cosyedge.voices import VoiceLibrary
-
-    wav = tmp_path / "me.wav"
-    sf.write(wav, speechlike(5.0), 24000)
-    common = ["--prompts-dir", str(tmp_path / "prompts")]
-    assert main(["library", "save", "Ms Lee", str(wav), "--consent", *common]) == 0
-    library = VoiceLibrary(tmp_path / "prompts" / "library")
-    given = library.get("ms-lee").consent
-    assert given is not None and given.reference is None
-    zip_path = tmp_path / "lee.zip"
-    assert main(["library", "export", "ms-lee", "-o", str(zip_path), *common]) == 0
-    assert main(["library", "delete", "ms-lee", *common]) == 0
-    assert main(["library", "import", str(zip_path), *common]) == 0
-    assert library.get("ms-lee").consent == given
-
-
 def test_save_refuses_a_preset_name_like_the_service(tmp_path, capsys):
     """`library save male_1` would save a voice no one could ask for by name (the preset wins):
     refused with the same check as the page and REST, and nothing is written."""
@@ -114,3 +96,22 @@ def test_the_preset_name_check_is_one_function(tmp_path):
             assert exc.code == "voice_name_preset" and exc.params["preset"] in SEED_PRESETS
         else:
             raise AssertionError(f"{name!r} passed the check")
+
+
+def test_consent_travels_through_export_and_import(tmp_path, capsys):
+    """The record keeps the moment it was given, through a zip and back."""
+    from cosyedge.voices import VoiceLibrary
+
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0), 24000)
+    common = ["--prompts-dir", str(tmp_path / "prompts")]
+    assert main(["library", "save", "Ms Lee", str(wav), "--consent", *common]) == 0
+    library = VoiceLibrary(tmp_path / "prompts" / "library")
+    given = library.get("ms-lee").consent
+    assert given is not None and given.reference is None
+    zip_path = tmp_path / "lee.zip"
+    assert main(["library", "export", "ms-lee", "-o", str(zip_path), *common]) == 0
+    assert main(["library", "delete", "ms-lee", *common]) == 0
+    assert main(["library", "import", str(zip_path), *common]) == 0
+    assert library.get("ms-lee").consent == given
+
