@@ -114,4 +114,3 @@ def test_consent_travels_through_export_and_import(tmp_path, capsys):
     assert main(["library", "delete", "ms-lee", *common]) == 0
     assert main(["library", "import", str(zip_path), *common]) == 0
     assert library.get("ms-lee").consent == given
-
