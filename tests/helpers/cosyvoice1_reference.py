@@ -204,21 +204,8 @@ flow: !new:cosyvoice.flow.flow.MaskedDiffWithXvec
     vocab_size: 4096
     input_frame_rate: 50
     only_mask_loss: True
-    encoder: !new:cosyvoice.transformer.encoder.ConformerEncoder
-        output_size: {flow["input_size"]}
-        attention_heads: {flow["heads"]}
-        linear_units: {flow["units"]}
-        num_blocks: {flow["blocks"]}
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.1
-        normalize_before: True
-        input_layer: 'linear'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        input_size: {flow["input_size"]}
-        use_cnn_module: False
-        macaron_style: False
+{upstream_yaml.conformer_encoder("encoder.ConformerEncoder", flow["input_size"], flow["heads"], flow["units"],
+                                 flow["blocks"])}\
     length_regulator: !new:cosyvoice.flow.length_regulator.InterpolateRegulator
         channels: 80
         sampling_ratios: [1, 1, 1, 1]

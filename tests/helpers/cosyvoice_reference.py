@@ -190,6 +190,8 @@ def yaml_text(size: str = "tiny") -> str:
     """
     p = PRESETS[size]
     enc, est, hift = p["encoder"], p["estimator"], p["hift"]
+    encoder = upstream_yaml.conformer_encoder("upsample_encoder.UpsampleConformerEncoder", 512,
+                                              enc["attention_heads"], enc["linear_units"], enc["num_blocks"])
     return f"""\
 # CosyVoice2 test config in the upstream hyperpyyaml layout (sizes from a preset).
 __set_seed1: !apply:random.seed [1986]
@@ -210,21 +212,7 @@ num_decoding_left_chunks: -1
 
 {upstream_yaml.qwen2_llm("Qwen2LM")}
 {upstream_yaml.causal_flow_head("CausalMaskedDiffWithXvec", 512)}\
-    encoder: !new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder
-        output_size: 512
-        attention_heads: {enc["attention_heads"]}
-        linear_units: {enc["linear_units"]}
-        num_blocks: {enc["num_blocks"]}
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.1
-        normalize_before: True
-        input_layer: 'linear'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        input_size: 512
-        use_cnn_module: False
-        macaron_style: False
+{encoder}\
         static_chunk_size: !ref <chunk_size>
 {upstream_yaml.cfm_decoder("CausalConditionalCFM")}\
         estimator: !new:cosyvoice.flow.decoder.CausalConditionalDecoder

@@ -51,6 +51,28 @@ flow: !new:cosyvoice.flow.flow.{flow_class}
 """
 
 
+def conformer_encoder(encoder_class: str, size: int, heads: int, units: int, blocks: int) -> str:
+    """``encoder:`` under ``flow:``: v1's ``encoder.ConformerEncoder`` and v2's
+    ``upsample_encoder.UpsampleConformerEncoder`` (v2 adds its chunk size after these lines)."""
+    return f"""\
+    encoder: !new:cosyvoice.transformer.{encoder_class}
+        output_size: {size}
+        attention_heads: {heads}
+        linear_units: {units}
+        num_blocks: {blocks}
+        dropout_rate: 0.1
+        positional_dropout_rate: 0.1
+        attention_dropout_rate: 0.1
+        normalize_before: True
+        input_layer: 'linear'
+        pos_enc_layer_type: 'rel_pos_espnet'
+        selfattention_layer_type: 'rel_selfattn'
+        input_size: {size}
+        use_cnn_module: False
+        macaron_style: False
+"""
+
+
 def cfm_decoder(cfm_class: str) -> str:
     """``decoder:`` under ``flow:`` up to its estimator: the CFM and its solver settings."""
     return f"""\
