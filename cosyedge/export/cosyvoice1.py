@@ -24,7 +24,8 @@ import numpy as np
 
 from cosyedge.errors import InputError, ModelMissingError
 from cosyedge.export import read_source
-from cosyedge.export.cosyvoice2 import ExportContext, build_manifest, check_out, chosen_steps, export_into
+from cosyedge.export.cosyvoice2 import (ExportContext, build_manifest, check_arguments, check_out, chosen_steps,
+                                        export_into)
 
 logger = logging.getLogger(__name__)
 
@@ -424,15 +425,11 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
     """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there."""
     from cosyedge import __version__
     from cosyedge.export import require_torch
-    from cosyedge.export.cosyvoice2 import QUANTIZE_CHOICES
     from cosyedge.export.upstream_config import read_config
 
     require_torch()
     src, out = Path(src), Path(out)
-    if quantize not in QUANTIZE_CHOICES:
-        raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
-    if not src.is_dir():
-        raise ModelMissingError(f"{src} is not a directory: point --src at the official CosyVoice-300M directory")
+    check_arguments(src, quantize, "CosyVoice-300M")
     if not (src / CONFIG_NAME).is_file():
         hint = " (it holds cosyvoice2.yaml: use `convert cosyvoice2`)" if (src / "cosyvoice2.yaml").is_file() else ""
         raise ModelMissingError(f"{src / CONFIG_NAME} is missing: point --src at the official "

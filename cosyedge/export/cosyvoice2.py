@@ -190,10 +190,7 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
 
     require_torch()
     src, out = Path(src), Path(out)
-    if quantize not in QUANTIZE_CHOICES:
-        raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
-    if not src.is_dir():
-        raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
+    check_arguments(src, quantize)
     check_out(src, out, force)
     chosen = chosen_steps(spec.steps, steps)
     _check_source(src, chosen, spec)
@@ -207,6 +204,14 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, quantize=quantize,
                                                       options=dict(options or {}), spec=spec),
                        spec.steps, chosen, finish)
+
+
+def check_arguments(src: Path, quantize: str, label: str = "model") -> None:
+    """``--quantize`` is a known choice and ``--src`` a folder (the official ``label`` directory)."""
+    if quantize not in QUANTIZE_CHOICES:
+        raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
+    if not src.is_dir():
+        raise ModelMissingError(f"{src} is not a directory: point --src at the official {label} directory")
 
 
 def chosen_steps(known: Sequence[tuple[str, ExportStep]], steps: list[str] | None) -> list[str]:
