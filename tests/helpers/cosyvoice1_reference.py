@@ -210,16 +210,7 @@ flow: !new:cosyvoice.flow.flow.MaskedDiffWithXvec
         channels: 80
         sampling_ratios: [1, 1, 1, 1]
 {upstream_yaml.cfm_decoder("ConditionalCFM")}\
-        estimator: !new:cosyvoice.flow.decoder.ConditionalDecoder
-            in_channels: 320
-            out_channels: 80
-            channels: {est["channels"]}
-            dropout: 0.0
-            attention_head_dim: {est["attention_head_dim"]}
-            n_blocks: {est["n_blocks"]}
-            num_mid_blocks: {est["num_mid_blocks"]}
-            num_heads: {est["num_heads"]}
-            act_fn: 'gelu'
+{upstream_yaml.unet_estimator("ConditionalDecoder", est)}\
 
 {hift_section}
 get_tokenizer: !name:whisper.tokenizer.get_tokenizer

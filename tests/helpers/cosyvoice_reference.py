@@ -215,16 +215,7 @@ num_decoding_left_chunks: -1
 {encoder}\
         static_chunk_size: !ref <chunk_size>
 {upstream_yaml.cfm_decoder("CausalConditionalCFM")}\
-        estimator: !new:cosyvoice.flow.decoder.CausalConditionalDecoder
-            in_channels: 320
-            out_channels: 80
-            channels: {est["channels"]}
-            dropout: 0.0
-            attention_head_dim: {est["attention_head_dim"]}
-            n_blocks: {est["n_blocks"]}
-            num_mid_blocks: {est["num_mid_blocks"]}
-            num_heads: {est["num_heads"]}
-            act_fn: 'gelu'
+{upstream_yaml.unet_estimator("CausalConditionalDecoder", est)}\
             static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
             num_decoding_left_chunks: !ref <num_decoding_left_chunks>
 

@@ -137,3 +137,21 @@ feat_extractor: !name:matcha.utils.audio.mel_spectrogram
     fmax: {fmax}
     center: False
 """
+
+
+def unet_estimator(decoder_class: str, sizes: dict) -> str:
+    """``estimator:`` under ``decoder:``: v1's ``ConditionalDecoder`` and v2's
+    ``CausalConditionalDecoder`` (v2 adds its chunk lines), with a preset's ``channels``,
+    ``attention_head_dim``, ``n_blocks``, ``num_mid_blocks`` and ``num_heads``."""
+    return f"""\
+        estimator: !new:cosyvoice.flow.decoder.{decoder_class}
+            in_channels: 320
+            out_channels: 80
+            channels: {sizes["channels"]}
+            dropout: 0.0
+            attention_head_dim: {sizes["attention_head_dim"]}
+            n_blocks: {sizes["n_blocks"]}
+            num_mid_blocks: {sizes["num_mid_blocks"]}
+            num_heads: {sizes["num_heads"]}
+            act_fn: 'gelu'
+"""
