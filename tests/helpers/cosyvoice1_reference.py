@@ -20,6 +20,7 @@ from typing import Any
 
 from tests.helpers import upstream_yaml
 from tests.helpers.cosyvoice_reference import _cfm_params, _randomize_norms, install_shim
+from tests.helpers.cosyvoice_reference import build_hift as build_hift_v2
 
 #: "full" repeats upstream examples/libritts/cosyvoice/conf/cosyvoice.yaml @46dfe04.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -116,28 +117,10 @@ def build_flow(size: str = "tiny", seed: int = 0):
 
 
 def build_hift(size: str = "tiny", seed: int = 0, f0_bias: float = 150.0):
-    """Upstream 22.05 kHz ``HiFTGenerator`` (``SineGen`` source, 256 samples per frame), random weights."""
-    install_shim()
-    import torch
-    from cosyvoice.hifigan.f0_predictor import ConvRNNF0Predictor
-    from cosyvoice.hifigan.generator import HiFTGenerator
-
-    p = PRESETS[size]["hift"]
-    torch.manual_seed(seed)
-    hift = HiFTGenerator(
-        in_channels=80, base_channels=p["base_channels"], nb_harmonics=8, sampling_rate=22050, nsf_alpha=0.1,
-        nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=[8, 8], upsample_kernel_sizes=[16, 16],
-        istft_params={"n_fft": 16, "hop_len": 4}, resblock_kernel_sizes=[3, 7, 11],
-        resblock_dilation_sizes=[[1, 3, 5]] * 3, source_resblock_kernel_sizes=[7, 11],
-        source_resblock_dilation_sizes=[[1, 3, 5]] * 2, lrelu_slope=0.1, audio_limit=0.99,
-        f0_predictor=ConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=p["cond_channels"]))
-    with torch.no_grad():
-        for name, param in hift.named_parameters():
-            if name.endswith(".alpha"):
-                param.mul_(1.0 + 0.2 * torch.rand_like(param))
-        if f0_bias:
-            hift.f0_predictor.classifier.bias.fill_(f0_bias)
-    return hift.eval()
+    """Upstream 22.05 kHz ``HiFTGenerator`` (``SineGen`` source, 256 samples per frame), random weights:
+    CosyVoice2's builder with v1's sizes and rates."""
+    return build_hift_v2(size, seed, f0_bias, sizes=PRESETS[size]["hift"], sampling_rate=22050,
+                         upsample_rates=(8, 8), upsample_kernels=(16, 16), source_kernels=(7, 11))
 
 
 def yaml_text(size: str = "tiny") -> str:

@@ -128,25 +128,30 @@ def build_flow(size: str = "tiny", seed: int = 0):
     return flow.eval()
 
 
-def build_hift(size: str = "tiny", seed: int = 0, f0_bias: float = 150.0):
+def build_hift(size: str = "tiny", seed: int = 0, f0_bias: float = 150.0, *, sizes: dict | None = None,
+               sampling_rate: int = 24000, upsample_rates: tuple[int, ...] = (8, 5, 3),
+               upsample_kernels: tuple[int, ...] = (16, 11, 7), source_kernels: tuple[int, ...] = (7, 7, 11)):
     """Upstream ``HiFTGenerator`` (24 kHz, ``ConvRNNF0Predictor``) with random weights, in eval mode.
 
     ``f0_bias`` is written into the F0 classifier bias so that random weights still give voiced frames
     (F0 above the 10 Hz threshold) and the sine source path is exercised; 0 keeps the random bias.
+    ``sizes`` (default: the preset's) and the rates are CosyVoice-300M's in its builder
+    (:func:`tests.helpers.cosyvoice1_reference.build_hift`).
     """
     install_shim()
     import torch
     from cosyvoice.hifigan.f0_predictor import ConvRNNF0Predictor
     from cosyvoice.hifigan.generator import HiFTGenerator
 
-    p = PRESETS[size]["hift"]
+    p = sizes if sizes is not None else PRESETS[size]["hift"]
     torch.manual_seed(seed)
     hift = HiFTGenerator(
-        in_channels=80, base_channels=p["base_channels"], nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1,
-        nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
-        istft_params={"n_fft": 16, "hop_len": 4}, resblock_kernel_sizes=[3, 7, 11],
-        resblock_dilation_sizes=[[1, 3, 5]] * 3, source_resblock_kernel_sizes=[7, 7, 11],
-        source_resblock_dilation_sizes=[[1, 3, 5]] * 3, lrelu_slope=0.1, audio_limit=0.99,
+        in_channels=80, base_channels=p["base_channels"], nb_harmonics=8, sampling_rate=sampling_rate,
+        nsf_alpha=0.1, nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=list(upsample_rates),
+        upsample_kernel_sizes=list(upsample_kernels), istft_params={"n_fft": 16, "hop_len": 4},
+        resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5]] * 3,
+        source_resblock_kernel_sizes=list(source_kernels),
+        source_resblock_dilation_sizes=[[1, 3, 5]] * len(source_kernels), lrelu_slope=0.1, audio_limit=0.99,
         f0_predictor=ConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=p["cond_channels"]))
     with torch.no_grad():
         # Snake alphas start at exactly 1.0: perturb them so a wrong alpha mapping cannot pass.
