@@ -60,6 +60,7 @@ from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
 from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
+from cosyedge.voices import refuse_preset_name
 
 logger = logging.getLogger(__name__)
 
@@ -466,7 +467,7 @@ class Service:
         """Condition a prompt and save it in the library as ``name`` (usable as ``voice_id``).
         ``consent``: what the user confirmed (:func:`cosyedge.consent.require_consent`)."""
         record = require_consent(consent, "saving a voice")
-        self._refuse_preset_name(name)
+        refuse_preset_name(name, self.presets())
         self.check_room("saving a voice")
         if not prompt_audio:
             raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})",
@@ -475,17 +476,6 @@ class Service:
         return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, consent=record,
                                  overwrite=overwrite)
-
-    def _refuse_preset_name(self, name: str) -> None:
-        """A voice is asked for by name (OpenAI ``voice``, Wyoming), and a preset wins: a saved
-        voice called like a preset could never be used, so it is refused when it is saved."""
-        if not isinstance(name, str):
-            return  # name_to_id words that refusal
-        folded = " ".join(name.split()).casefold()
-        for preset in self.presets():
-            if folded in (preset.casefold(), preset.casefold().replace("_", " ")):
-                raise NameError_(f"{name!r} is the name of a preset voice; choose another name",
-                                 code="voice_name_preset", name=name, preset=preset)
 
     def model_engine_name(self) -> str:
         """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""
@@ -645,9 +635,10 @@ class Service:
         result is a :class:`~cosyedge.lessons.LessonResult` (a WAV, and with ``per_paragraph`` a
         zip of one WAV per paragraph, in outputs/)."""
         self.check_room("a new lesson")
-        prepared = self.prepare(dataclasses.replace(request, text=lesson.paragraphs[0], keep_file=True))
-        return self.queue.submit(functools.partial(self._run_lesson, prepared=prepared, lesson=lesson,
-                                                   per_paragraph=per_paragraph), owner=owner)
+        return self._prepare_and_queue(
+            dataclasses.replace(request, text=lesson.paragraphs[0], keep_file=True), owner,
+            lambda prepared: functools.partial(self._run_lesson, prepared=prepared, lesson=lesson,
+                                               per_paragraph=per_paragraph))
 
     def _run_lesson(self, job: Job, prepared: PreparedRequest, lesson: Lesson,
                     per_paragraph: bool) -> LessonResult:
@@ -744,6 +735,13 @@ class Service:
         if job_id is not None and not JOB_ID_RE.match(job_id):
             raise NameError_("job id must be 1-64 letters, digits, '-' or '_'", code="job_id_invalid")
         self.check_room("a new job")
+        return self._prepare_and_queue(request, owner, lambda prepared: functools.partial(
+            self._run, prepared=prepared), job_id=job_id, stream=AudioStream() if stream else None)
+
+    def _prepare_and_queue(self, request: TTSRequest, owner: str | None,
+                           work: Callable[[PreparedRequest], Callable[[Job], Any]], **queue_args: Any) -> Job:
+        """``prepare`` the request, then queue ``work(prepared)``; a cancel of ``owner`` that comes
+        while the request is checked cancels the job (queued already cancelled)."""
         cancelled = threading.Event()
         if owner is not None:
             with self._submitting_lock:
@@ -758,9 +756,8 @@ class Service:
         # it in between) or as a queued job, never both.
         with self._submitting_lock:
             try:
-                return self.queue.submit(functools.partial(self._run, prepared=prepared), owner=owner,
-                                         job_id=job_id, stream=AudioStream() if stream else None,
-                                         cancelled=cancelled.is_set())
+                return self.queue.submit(work(prepared), owner=owner, cancelled=cancelled.is_set(),
+                                         **queue_args)
             finally:
                 self._submitted(owner, cancelled)
 

@@ -32,7 +32,7 @@ import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -276,6 +276,22 @@ def name_to_id(name: Any) -> tuple[str, str]:
         raise NameError_(f"the voice name {name!r} does not give a usable id",
                          code="voice_name_no_id", name=name)
     return name, voice_id
+
+
+def refuse_preset_name(name: Any, presets: Iterable[str]) -> None:
+    """Refuse saving a voice under a preset's name (case, spaces for ``_`` and runs of spaces aside).
+
+    A voice is asked for by name (OpenAI ``voice``, Wyoming) and a preset wins, so a saved voice
+    called like a preset could never be used. A name that is not text passes: ``name_to_id``
+    words that refusal.
+    """
+    if not isinstance(name, str):
+        return
+    folded = " ".join(name.split()).casefold()
+    for preset in presets:
+        if folded in (preset.casefold(), preset.casefold().replace("_", " ")):
+            raise NameError_(f"{name!r} is the name of a preset voice; choose another name",
+                             code="voice_name_preset", name=name, preset=preset)
 
 
 class VoiceLibrary:

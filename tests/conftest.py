@@ -121,6 +121,20 @@ def tiny_cosyvoice_models() -> Path:
     pytest.fail(reason, pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def tiny_cosyvoice3_models() -> Path:
+    """``models/`` holding the committed CosyVoice3 fixture converted int8 and fp32
+    (tests/helpers/cosyvoice3_fixture.py; ``MODEL_IDS``), built by scripts/test.sh in .venv-ref;
+    read-only. Fails, naming the build command, when it is missing or stale."""
+    from tests.helpers import cosyvoice3_fixture
+
+    try:
+        return cosyvoice3_fixture.models_dir()
+    except RuntimeError as exc:
+        reason = str(exc)
+    pytest.fail(reason, pytrace=False)
+
+
 # --- the two environments ----------------------------------------------------------------------
 
 

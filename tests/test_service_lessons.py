@@ -146,3 +146,30 @@ def test_a_lesson_in_a_cloned_voice_needs_consent_like_any_clone(make_service):
     assert caught.value.code == "consent_required"
     job = service.submit_lesson(lesson, TTSRequest(text="", prompt_audio=wav_file(4.0), consent=True))
     assert job.wait(20) and job.outcome().voice == "prompt audio"
+
+
+def test_a_lesson_cancelled_while_being_checked_never_reaches_a_worker(make_service, monkeypatch):
+    """As with `submit`: a Cancel that lands while the lesson's request is checked (its prompt is
+    conditioned before it is queued) is counted, and the job is queued already cancelled."""
+    from cosyedge.jobs import JobState
+    from cosyedge.service import Service
+
+    service = make_service()
+    lesson = service.read_lesson(lesson_text(3), "l.txt")
+    prepare = Service.prepare
+    cancels: list[int] = []
+
+    def cancel_during_check(self, request):
+        prepared = prepare(self, request)
+        cancels.append(self.cancel_owner("ui:a"))  # the Cancel click lands while it is checked
+        return prepared
+
+    monkeypatch.setattr(Service, "prepare", cancel_during_check)
+    job = service.submit_lesson(lesson, TTSRequest(text=""), owner="ui:a")
+    assert cancels == [1]
+    assert job.wait(10) and job.state is JobState.CANCELLED and job.done_steps == 0
+    with pytest.raises(CancelledError):
+        job.outcome()
+    monkeypatch.setattr(Service, "prepare", prepare)
+    later = service.submit_lesson(lesson, TTSRequest(text=""), owner="ui:a")  # the next is not affected
+    assert later.wait(10) and later.outcome().paragraphs == 3

@@ -14,7 +14,8 @@ from cosyedge.consent import CONSENT_QUESTION, require_consent
 from cosyedge.consent import describe as describe_consent
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
 from cosyedge.files import write_atomic
-from cosyedge.voices import PromptCache, VoiceLibrary
+from cosyedge.service import SEED_PRESETS
+from cosyedge.voices import PromptCache, VoiceLibrary, refuse_preset_name
 
 LIBRARY_DIR = "library"
 CACHE_DIR = "cache"
@@ -108,6 +109,7 @@ def _engine_name(settings: config.Settings) -> str:
 def run_save(args: argparse.Namespace) -> int:
     settings = config.from_args(args)
     consent = require_consent(args.consent, "saving a voice")  # before the recording is read
+    refuse_preset_name(args.name, SEED_PRESETS)  # the service's check before its engine loads
     prompt = condition_prompt(_read(args.audio, _limit(settings)), max_bytes=_limit(settings),
                               filename=args.audio.name)
     engine_name, model_id = _engine_name(settings), settings.model
@@ -115,6 +117,7 @@ def run_save(args: argparse.Namespace) -> int:
         from cosyedge.engines.loader import load_engine
 
         engine = load_engine(settings)
+        refuse_preset_name(args.name, engine.presets())
         encoded = cache_for(settings).get_or_encode(engine, prompt, args.transcript)
         engine_name, model_id = engine.name, engine.model_id
         if describe(encoded.meta):

@@ -24,7 +24,8 @@ import numpy as np
 
 from cosyedge.errors import InputError, ModelMissingError
 from cosyedge.export import read_source
-from cosyedge.export.cosyvoice2 import ExportContext, build_manifest, check_out
+from cosyedge.export.cosyvoice2 import (ExportContext, build_manifest, check_arguments, check_out, chosen_steps,
+                                        export_into)
 
 logger = logging.getLogger(__name__)
 
@@ -367,7 +368,7 @@ WHISPER_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}
 
 def export_frontend_v1(ctx: ExportContext) -> None:
     """Step "frontend": the tiktoken vocabulary (+ its specials), campplus, the speech tokenizer, presets."""
-    from cosyedge.export.llm import _parsed_onnx, move_weights_to_external_data, read_spk2info
+    from cosyedge.export.llm import _parsed_onnx, move_weights_to_external_data, save_presets
     from cosyedge.manifest import sha256_file
 
     vocab, origin = whisper_vocabulary()
@@ -397,11 +398,7 @@ def export_frontend_v1(ctx: ExportContext) -> None:
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
     runtime = {"tokenizer": TOKENIZER_DIR, "campplus": "campplus.onnx", "speech_tokenizer": SPEECH_TOKENIZER,
                "speech_token_rate": 50}
-    if (ctx.src / "spk2info.pt").is_file():
-        speakers = read_source(ctx.src / "spk2info.pt", read_spk2info)
-        np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
-        runtime["presets"] = "spk2info.npz"
-        logger.info("SFT presets: %s", ", ".join(speakers) or "none")
+    runtime.update(save_presets(ctx))
     ctx.runtime["frontend"] = runtime
 
 
@@ -428,15 +425,11 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
     """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there."""
     from cosyedge import __version__
     from cosyedge.export import require_torch
-    from cosyedge.export.cosyvoice2 import QUANTIZE_CHOICES
     from cosyedge.export.upstream_config import read_config
 
     require_torch()
     src, out = Path(src), Path(out)
-    if quantize not in QUANTIZE_CHOICES:
-        raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
-    if not src.is_dir():
-        raise ModelMissingError(f"{src} is not a directory: point --src at the official CosyVoice-300M directory")
+    check_arguments(src, quantize, "CosyVoice-300M")
     if not (src / CONFIG_NAME).is_file():
         hint = " (it holds cosyvoice2.yaml: use `convert cosyvoice2`)" if (src / "cosyvoice2.yaml").is_file() else ""
         raise ModelMissingError(f"{src / CONFIG_NAME} is missing: point --src at the official "
@@ -445,11 +438,7 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
     if variant not in VARIANTS:
         raise InputError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     check_out(src, out, force)
-    known = [name for name, _ in EXPORT_STEPS]
-    chosen = steps or known
-    unknown = [s for s in chosen if s not in known]
-    if unknown:
-        raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = chosen_steps(EXPORT_STEPS, steps)
     missing = [name for step in chosen for name in STEP_SOURCES.get(step, ())
                if not (src / name).is_file() or (src / name).stat().st_size == 0]
     if missing:
@@ -458,27 +447,17 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
     if variant in ("sft", "instruct") and not (src / "spk2info.pt").is_file():
         raise ModelMissingError(f"{src} lacks spk2info.pt, the preset speakers of {VARIANT_NAMES[variant]}")
     config = read_config(src / CONFIG_NAME)
-    tmp = out.parent / f".{out.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize)
-    try:
-        for name, step in EXPORT_STEPS:
-            if name in chosen:
-                logger.info("export step %s", name)
-                step(ctx)
+
+    def finish(ctx: ExportContext) -> dict[str, Any]:
         has_presets = "presets" in ctx.runtime.get("frontend", {})
         ctx.runtime["model"] = {"variant": variant, "name": VARIANT_NAMES[variant],
                                 "modes": modes_of(variant, has_presets), "variant_detected": variant == detect_variant(src)}
         manifest = build_manifest(ctx, __version__, chosen, family=FAMILY, model_version=VERSION,
                                   default_rate=22050, licence=LICENCE)
         manifest["variant"] = variant
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return manifest
+        (ctx.out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                               encoding="utf-8")
+        return manifest
+
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, quantize=quantize),
+                       EXPORT_STEPS, chosen, finish)

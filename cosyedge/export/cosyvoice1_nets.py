@@ -14,9 +14,10 @@ What v1 has of its own, each in one place here:
 * the CFM estimator (``ConditionalDecoder``): a non-causal two-level U-Net with GroupNorm
   (:class:`EstimatorV1`).
 
-What v1 shares with CosyVoice2 is imported from :mod:`cosyedge.export.flow_nets` (Conformer layer,
-relative sinusoids, transformer blocks with fused attention, Mish, time embedding). Parameter names
-mirror the official ``llm.pt`` / ``flow.pt`` keys so the checkpoints load with ``strict=True``.
+What v1 shares with CosyVoice2 is imported from :mod:`cosyedge.export.flow_nets` (Conformer layer, the
+rel-pos attention's layers, relative sinusoids, transformer blocks with fused attention, Mish, time
+embedding). Parameter names mirror the official ``llm.pt`` / ``flow.pt`` keys so the checkpoints load
+with ``strict=True``.
 
 This module imports torch at the top: only ``cosyedge.export.cosyvoice1`` imports it, inside functions.
 """
@@ -31,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosyedge.export.flow_nets import (ConformerLayer, LinearEmbed, TimeMLP, TransformerBlock, mish,
-                                       relative_positions, timestep_features)
+from cosyedge.export.flow_nets import (ConformerLayer, LinearEmbed, RelPosSelfAttention, TimeMLP,
+                                       TransformerBlock, mish, relative_positions, timestep_features)
 
 logger = logging.getLogger(__name__)
 
@@ -70,24 +71,15 @@ def sinusoids(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     return torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).reshape(-1, d_model)
 
 
-class CausalRelPosAttention(nn.Module):
+class CausalRelPosAttention(RelPosSelfAttention):
     """Rel-pos self-attention of queries at positions ``P .. P+L-1`` over a KV cache, causal.
 
-    ``pos_proj`` [T, H*D] is ``linear_pos`` applied to the sinusoid of each offset ``r = 0 .. T-1``
-    (T = P + L); query i and key j score ``(q_i + u)·k_j + (q_i + v)·pos_proj[P + i - j]``, as upstream's
-    ``rel_shift`` arranges for the prefill (P = 0) and for one-step decoding (L = 1).
+    The layers (and so the ``llm.pt`` keys) are CosyVoice2's :class:`RelPosSelfAttention`; the
+    forward pass differs. ``pos_proj`` [T, H*D] is ``linear_pos`` applied to the sinusoid of each
+    offset ``r = 0 .. T-1`` (T = P + L); query i and key j score
+    ``(q_i + u)·k_j + (q_i + v)·pos_proj[P + i - j]``, as upstream's ``rel_shift`` arranges for the
+    prefill (P = 0) and for one-step decoding (L = 1).
     """
-
-    def __init__(self, heads: int, dim: int) -> None:
-        super().__init__()
-        self.h, self.d_k = heads, dim // heads
-        self.linear_q = nn.Linear(dim, dim)
-        self.linear_k = nn.Linear(dim, dim)
-        self.linear_v = nn.Linear(dim, dim)
-        self.linear_out = nn.Linear(dim, dim)
-        self.linear_pos = nn.Linear(dim, dim, bias=False)
-        self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.d_k))
-        self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.d_k))
 
     def forward(self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
                 pos_proj: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from cosyedge.errors import InputError, ModelMissingError
 from cosyedge.export.upstream_config import CONFIG_NAME, read_config
@@ -190,19 +190,45 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
 
     require_torch()
     src, out = Path(src), Path(out)
+    check_arguments(src, quantize)
+    check_out(src, out, force)
+    chosen = chosen_steps(spec.steps, steps)
+    _check_source(src, chosen, spec)
+    config = read_config(src / spec.config_name)
+
+    def finish(ctx: ExportContext) -> dict[str, Any]:
+        manifest = build_manifest(ctx, __version__, chosen)
+        (ctx.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        return manifest
+
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, quantize=quantize,
+                                                      options=dict(options or {}), spec=spec),
+                       spec.steps, chosen, finish)
+
+
+def check_arguments(src: Path, quantize: str, label: str = "model") -> None:
+    """``--quantize`` is a known choice and ``--src`` a folder (the official ``label`` directory)."""
     if quantize not in QUANTIZE_CHOICES:
         raise InputError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
     if not src.is_dir():
-        raise ModelMissingError(f"{src} is not a directory: point --src at the official model directory")
-    check_out(src, out, force)
-    known = [name for name, _ in spec.steps]
-    chosen = steps or known
-    unknown = [s for s in chosen if s not in known]
-    if unknown:
-        raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise ModelMissingError(f"{src} is not a directory: point --src at the official {label} directory")
 
-    _check_source(src, chosen, spec)
-    config = read_config(src / spec.config_name)
+
+def chosen_steps(known: Sequence[tuple[str, ExportStep]], steps: list[str] | None) -> list[str]:
+    """The names of the steps to run: ``steps`` (all of ``known`` when None), each a known one."""
+    names = [name for name, _ in known]
+    chosen = steps or names
+    unknown = [s for s in chosen if s not in names]
+    if unknown:
+        raise InputError(f"unknown export step(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    return chosen
+
+
+def export_into(out: Path, context: Callable[[Path], ExportContext], steps: Sequence[tuple[str, ExportStep]],
+                chosen: list[str], finish: Callable[[ExportContext], dict[str, Any]]) -> dict[str, Any]:
+    """Run the ``chosen`` steps in a temporary folder next to ``out`` (``context(folder)``), then
+    ``finish`` (writes and returns the manifest), then put the folder in ``out``'s place: a failed
+    conversion leaves nothing half-written under ``out``."""
     tmp = out.parent / f".{out.name}.partial"
     try:
         if tmp.exists():
@@ -211,15 +237,13 @@ def convert(src: Path, out: Path, quantize: str = "none", steps: list[str] | Non
     except OSError as exc:
         raise InputError(f"cannot write {tmp} for --out {out} ({exc.strerror or exc}); "
                          "pass a folder you can write to") from exc
-    ctx = ExportContext(src=src, out=tmp, config=config, quantize=quantize, options=dict(options or {}),
-                        spec=spec)
+    ctx = context(tmp)
     try:
-        for name, step in spec.steps:
+        for name, step in steps:
             if name in chosen:
                 logger.info("export step %s", name)
                 step(ctx)
-        manifest = build_manifest(ctx, __version__, chosen)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        manifest = finish(ctx)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -138,20 +138,16 @@ def export_hift(ctx) -> None:
     import numpy as np
     import torch
 
+    from cosyedge.export import hift
     from cosyedge.export.cosyvoice3_nets import CausalDecoderNet
-    from cosyedge.export.flow import quiet_export
-    from cosyedge.export.hift import hift_config
     from cosyedge.export.hift_nets import fold_weight_norm
     from cosyedge.export.quantize import quantize_in_place
 
     check_config(ctx.config)
-    cfg = hift_config(ctx.config)
+    cfg = hift.hift_config(ctx.config)
     look_right = int(section(ctx.config, "hift").get("conv_pre_look_right", 4))
     state = read_source(ctx.source_file("hift.pt"), lambda p: torch.load(p, map_location="cpu", weights_only=True))
-    folded = fold_weight_norm(state)
-    f0 = {k[len("f0_predictor."):]: v for k, v in folded.items() if k.startswith("f0_predictor.")}
-    source = {k[len("m_source.l_linear."):]: v for k, v in folded.items() if k.startswith("m_source.")}
-    dec_state = {k: v for k, v in folded.items() if not k.startswith(("f0_predictor.", "m_source."))}
+    f0, source, dec_state = hift.split_state(fold_weight_norm(state))
     expected_f0 = {f"condnet.{2 * i}.{p}" for i in range(5) for p in ("weight", "bias")} | \
         {"classifier.weight", "classifier.bias"}
     if set(f0) != expected_f0 or set(source) != {"weight", "bias"}:
@@ -167,29 +163,15 @@ def export_hift(ctx) -> None:
         raise InputError(f"hift.pt does not match the causal HiFT of {CONFIG_NAME}: "
                          f"{' '.join(first[:2])[:300]}") from exc
 
-    t = 20
-    mel = torch.randn(1, cfg.in_channels, t)
-    n_stft = t * cfg.samples_per_frame // cfg.hop_len + 1
-    decoder_path = ctx.add_file(DECODER_FILE, "causal HiFT decoder network")
-    with torch.no_grad(), quiet_export():
-        torch.onnx.export(decoder, (mel, torch.randn(1, cfg.n_fft + 2, n_stft)), str(decoder_path),
-                          input_names=["mel", "source_stft"], output_names=["real", "imag"],
-                          dynamic_axes={"mel": {2: "n_frames"}, "source_stft": {2: "n_stft"},
-                                        "real": {2: "n_stft"}, "imag": {2: "n_stft"}},
-                          opset_version=OPSET, dynamo=False)
+    mel = torch.randn(1, cfg.in_channels, 20)
+    hift.export_decoder(decoder, mel, cfg, ctx.add_file(DECODER_FILE, "causal HiFT decoder network"))
     np.savez(ctx.add_file(F0_FILE, "causal F0 predictor weights (run in float64)"),
              **{k.replace(".", "_"): v.numpy().astype(np.float32) for k, v in f0.items()})
-    np.savez(ctx.add_file(SOURCE_FILE, "HiFT source-module linear layer"),
-             weight=source["weight"].numpy().astype(np.float32), bias=source["bias"].numpy().astype(np.float32))
+    hift.save_source(ctx, source)
     if ctx.quantize == "int8":
         quantize_in_place(ctx, DECODER_FILE)
-    ctx.runtime["hift"] = {
-        "kind": "causal", "f0": F0_FILE, "decoder": DECODER_FILE, "source": SOURCE_FILE,
-        "sampling_rate": cfg.sampling_rate, "samples_per_frame": cfg.samples_per_frame,
-        "nb_harmonics": cfg.nb_harmonics, "nsf_alpha": cfg.nsf_alpha, "nsf_sigma": cfg.nsf_sigma,
-        "nsf_voiced_threshold": cfg.nsf_voiced_threshold, "n_fft": cfg.n_fft, "hop_len": cfg.hop_len,
-        "audio_limit": cfg.audio_limit, "f0_lookahead": 3, "conv_pre_look_right": look_right,
-    }
+    ctx.runtime["hift"] = {"kind": "causal", **hift.runtime_constants(cfg, F0_FILE), "f0_lookahead": 3,
+                           "conv_pre_look_right": look_right}
 
 
 # ----------------------------------------------------------------------------------------------

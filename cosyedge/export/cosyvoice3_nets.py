@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyedge.export.flow_nets import FusedSelfAttention, mish
-from cosyedge.export.hift_nets import HiftConfig, Snake
+from cosyedge.export.hift_nets import DecoderNet, HiftConfig, ResBlock
 
 logger = logging.getLogger(__name__)
 
@@ -255,65 +255,39 @@ class CausalConv(nn.Conv1d):
         return super().forward(F.pad(x, (0, self.pad) if self.right else (self.pad, 0)))
 
 
-class CausalResBlock(nn.Module):
-    def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...]) -> None:
-        super().__init__()
-        self.convs1 = nn.ModuleList([CausalConv(channels, channels, kernel, d) for d in dilations])
-        self.convs2 = nn.ModuleList([CausalConv(channels, channels, kernel) for _ in dilations])
-        self.activations1 = nn.ModuleList([Snake(channels) for _ in dilations])
-        self.activations2 = nn.ModuleList([Snake(channels) for _ in dilations])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for c1, c2, a1, a2 in zip(self.convs1, self.convs2, self.activations1, self.activations2):
-            x = x + c2(a2(c1(a1(x))))
-        return x
+class CausalResBlock(ResBlock):
+    @staticmethod
+    def conv(channels: int, kernel: int, dilation: int) -> nn.Module:
+        return CausalConv(channels, channels, kernel, dilation)
 
 
-class CausalDecoderNet(nn.Module):
-    """mel + excitation spectrum -> (real, imag) spectrum, causal HiFT layout (``conv_pre`` looks 4 ahead)."""
+class CausalDecoderNet(DecoderNet):
+    """mel + excitation spectrum -> (real, imag) spectrum, causal HiFT layout (``conv_pre`` looks
+    ``look_right`` frames ahead; each upsampling repeats frames, then a causal conv)."""
+
+    resblock = CausalResBlock
 
     def __init__(self, cfg: HiftConfig, look_right: int = 4) -> None:
-        super().__init__()
-        self.cfg = cfg
-        base, n_bins = cfg.base_channels, cfg.n_fft + 2
-        self.conv_pre = CausalConv(cfg.in_channels, base, look_right + 1, right=True, pad=look_right)
-        # Weight keys keep upstream's names: the upsample conv is ``ups.i`` itself.
-        self.ups = nn.ModuleList([CausalConv(base // 2 ** i, base // 2 ** (i + 1), k)
-                                  for i, k in enumerate(cfg.upsample_kernel_sizes)])
-        rates = list(cfg.upsample_rates)
-        self.source_downs = nn.ModuleList()
-        self.source_resblocks = nn.ModuleList()
-        for i, (k, d) in enumerate(zip(cfg.source_resblock_kernel_sizes, cfg.source_resblock_dilation_sizes)):
-            stride = math.prod(rates[i + 1:])
-            ch = base // 2 ** (i + 1)
-            if stride == 1:
-                self.source_downs.append(CausalConv(n_bins, ch, 1))
-            else:
-                self.source_downs.append(CausalConv(n_bins, ch, 2 * stride, stride=stride, pad=stride - 1))
-            self.source_resblocks.append(CausalResBlock(ch, k, tuple(d)))
-        self.resblocks = nn.ModuleList()
-        for i in range(len(rates)):
-            ch = base // 2 ** (i + 1)
-            for k, d in zip(cfg.resblock_kernel_sizes, cfg.resblock_dilation_sizes):
-                self.resblocks.append(CausalResBlock(ch, k, tuple(d)))
-        self.conv_post = CausalConv(ch, n_bins, 7)
-        self.num_kernels = len(cfg.resblock_kernel_sizes)
+        self.look_right = look_right  # read by _pre, during DecoderNet.__init__
+        super().__init__(cfg)
 
-    def forward(self, mel: torch.Tensor, source_stft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.conv_pre(mel)
-        last = len(self.ups) - 1
-        for i, (up, rate) in enumerate(zip(self.ups, self.cfg.upsample_rates)):
-            x = up(torch.repeat_interleave(F.leaky_relu(x, self.cfg.lrelu_slope), rate, dim=2))
-            if i == last:
-                x = F.pad(x, (1, 0), mode="reflect")
-            x = x + self.source_resblocks[i](self.source_downs[i](source_stft))
-            blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
-            acc = blocks[0](x)
-            for block in blocks[1:]:
-                acc = acc + block(x)
-            x = acc / self.num_kernels
-        x = self.conv_post(F.leaky_relu(x))
-        half = self.cfg.n_fft // 2 + 1
-        magnitude = torch.clamp(torch.exp(x[:, :half]), max=1e2)
-        phase = torch.sin(x[:, half:])
-        return magnitude * torch.cos(phase), magnitude * torch.sin(phase)
+    def _pre(self, cin: int, cout: int) -> nn.Module:
+        return CausalConv(cin, cout, self.look_right + 1, right=True, pad=self.look_right)
+
+    @staticmethod
+    def _up(cin: int, cout: int, kernel: int, rate: int) -> nn.Module:
+        return CausalConv(cin, cout, kernel)  # weight keys keep upstream's names: ``ups.i`` is the conv
+
+    @staticmethod
+    def _source_down(n_bins: int, channels: int, stride: int) -> nn.Module:
+        if stride == 1:
+            return CausalConv(n_bins, channels, 1)
+        return CausalConv(n_bins, channels, 2 * stride, stride=stride, pad=stride - 1)
+
+    @staticmethod
+    def _post(cin: int, cout: int) -> nn.Module:
+        return CausalConv(cin, cout, 7)
+
+    def upsample(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        rate = self.cfg.upsample_rates[i]
+        return self.ups[i](torch.repeat_interleave(F.leaky_relu(x, self.cfg.lrelu_slope), rate, dim=2))

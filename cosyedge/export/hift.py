@@ -56,14 +56,52 @@ def hift_config(config: dict[str, Any]):
     return cfg
 
 
+def split_state(folded: dict) -> tuple[dict, dict, dict]:
+    """A weight-norm-folded ``hift.pt`` as (F0 predictor, ``m_source.l_linear``, decoder) weights,
+    each with its own key prefix removed."""
+    f0 = {k[len("f0_predictor."):]: v for k, v in folded.items() if k.startswith("f0_predictor.")}
+    source = {k[len("m_source.l_linear."):]: v for k, v in folded.items() if k.startswith("m_source.")}
+    decoder = {k: v for k, v in folded.items() if not k.startswith(("f0_predictor.", "m_source."))}
+    return f0, source, decoder
+
+
+def export_decoder(decoder, mel, cfg, path) -> None:
+    """The decoder graph: (mel, source_stft) -> (real, imag), frames and STFT length dynamic."""
+    import torch
+
+    from cosyedge.export.flow import quiet_export
+
+    n_stft = mel.shape[2] * cfg.samples_per_frame // cfg.hop_len + 1
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(decoder, (mel, torch.randn(1, cfg.n_fft + 2, n_stft)), str(path),
+                          input_names=["mel", "source_stft"], output_names=["real", "imag"],
+                          dynamic_axes={"mel": {2: "n_frames"}, "source_stft": {2: "n_stft"},
+                                        "real": {2: "n_stft"}, "imag": {2: "n_stft"}},
+                          opset_version=OPSET, dynamo=False)
+
+
+def save_source(ctx, source: dict) -> None:
+    """``hift_source.npz``: the source module's linear layer, applied in numpy at run time."""
+    import numpy as np
+
+    np.savez(ctx.add_file(SOURCE_FILE, "HiFT source-module linear layer"),
+             weight=source["weight"].numpy().astype(np.float32), bias=source["bias"].numpy().astype(np.float32))
+
+
+def runtime_constants(cfg, f0_file: str = F0_FILE) -> dict[str, Any]:
+    """The manifest's ``hift`` entries both HiFT kinds share (files, rates, source, STFT, clamp)."""
+    return {"f0": f0_file, "decoder": DECODER_FILE, "source": SOURCE_FILE,
+            "sampling_rate": cfg.sampling_rate, "samples_per_frame": cfg.samples_per_frame,
+            "nb_harmonics": cfg.nb_harmonics, "nsf_alpha": cfg.nsf_alpha, "nsf_sigma": cfg.nsf_sigma,
+            "nsf_voiced_threshold": cfg.nsf_voiced_threshold, "n_fft": cfg.n_fft, "hop_len": cfg.hop_len,
+            "audio_limit": cfg.audio_limit}
+
+
 def load_hift(state: dict, cfg):
     """Our F0Net and DecoderNet with ``hift.pt`` loaded strictly, plus the source-module weights."""
     from cosyedge.export.hift_nets import DecoderNet, F0Net, fold_weight_norm
 
-    folded = fold_weight_norm(state)
-    f0_state = {k[len("f0_predictor."):]: v for k, v in folded.items() if k.startswith("f0_predictor.")}
-    source = {k[len("m_source.l_linear."):]: v for k, v in folded.items() if k.startswith("m_source.")}
-    dec_state = {k: v for k, v in folded.items() if not k.startswith(("f0_predictor.", "m_source."))}
+    f0_state, source, dec_state = split_state(fold_weight_norm(state))
     if set(source) != {"weight", "bias"}:
         raise InputError(f"hift.pt: expected m_source.l_linear.weight/bias, found {sorted(source)}")
     f0_net, decoder = F0Net(cfg).eval(), DecoderNet(cfg).eval()
@@ -79,7 +117,6 @@ def load_hift(state: dict, cfg):
 
 def export_hift(ctx) -> None:
     """The "hift" export step (see module docstring)."""
-    import numpy as np
     import torch
 
     from cosyedge.export.flow import quiet_export
@@ -97,25 +134,11 @@ def export_hift(ctx) -> None:
         torch.onnx.export(f0_net, (mel,), str(f0_path), input_names=["mel"], output_names=["f0"],
                           dynamic_axes={"mel": {2: "n_frames"}, "f0": {1: "n_frames"}},
                           opset_version=OPSET, dynamo=False)
-    n_stft = t * cfg.samples_per_frame // cfg.hop_len + 1
-    decoder_path = ctx.add_file(DECODER_FILE, "HiFT decoder network")
-    with torch.no_grad(), quiet_export():
-        torch.onnx.export(decoder, (mel, torch.randn(1, cfg.n_fft + 2, n_stft)), str(decoder_path),
-                          input_names=["mel", "source_stft"], output_names=["real", "imag"],
-                          dynamic_axes={"mel": {2: "n_frames"}, "source_stft": {2: "n_stft"},
-                                        "real": {2: "n_stft"}, "imag": {2: "n_stft"}},
-                          opset_version=OPSET, dynamo=False)
-    np.savez(ctx.add_file(SOURCE_FILE, "HiFT source-module linear layer"),
-             weight=source["weight"].numpy().astype(np.float32), bias=source["bias"].numpy().astype(np.float32))
+    export_decoder(decoder, mel, cfg, ctx.add_file(DECODER_FILE, "HiFT decoder network"))
+    save_source(ctx, source)
 
     if ctx.quantize == "int8":
         quantize_in_place(ctx, F0_FILE)
         quantize_in_place(ctx, DECODER_FILE)
 
-    ctx.runtime["hift"] = {
-        "f0": F0_FILE, "decoder": DECODER_FILE, "source": SOURCE_FILE,
-        "sampling_rate": cfg.sampling_rate, "samples_per_frame": cfg.samples_per_frame,
-        "nb_harmonics": cfg.nb_harmonics, "nsf_alpha": cfg.nsf_alpha, "nsf_sigma": cfg.nsf_sigma,
-        "nsf_voiced_threshold": cfg.nsf_voiced_threshold, "n_fft": cfg.n_fft, "hop_len": cfg.hop_len,
-        "audio_limit": cfg.audio_limit,
-    }
+    ctx.runtime["hift"] = runtime_constants(cfg)

@@ -16,6 +16,7 @@ This module imports torch at the top: only ``cosyedge.export.hift`` imports it, 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
@@ -97,14 +98,19 @@ class Snake(nn.Module):
 
 
 class ResBlock(nn.Module):
+    """Snake -> dilated conv -> Snake -> conv, residual, once per dilation (``conv`` keeps the length)."""
+
     def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...]) -> None:
         super().__init__()
-        self.convs1 = nn.ModuleList([nn.Conv1d(channels, channels, kernel, dilation=d,
-                                               padding=(kernel * d - d) // 2) for d in dilations])
-        self.convs2 = nn.ModuleList([nn.Conv1d(channels, channels, kernel, padding=(kernel - 1) // 2)
-                                     for _ in dilations])
+        self.convs1 = nn.ModuleList([self.conv(channels, kernel, d) for d in dilations])
+        self.convs2 = nn.ModuleList([self.conv(channels, kernel, 1) for _ in dilations])
         self.activations1 = nn.ModuleList([Snake(channels) for _ in dilations])
         self.activations2 = nn.ModuleList([Snake(channels) for _ in dilations])
+
+    @staticmethod
+    def conv(channels: int, kernel: int, dilation: int) -> nn.Module:
+        """Padded on both sides (non-causal)."""
+        return nn.Conv1d(channels, channels, kernel, dilation=dilation, padding=(kernel * dilation - dilation) // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for c1, c2, a1, a2 in zip(self.convs1, self.convs2, self.activations1, self.activations2):
@@ -133,45 +139,66 @@ class F0Net(nn.Module):
 
 
 class DecoderNet(nn.Module):
-    """mel + excitation spectrum -> (real, imag) spectrum of the waveform, magnitude clipped at 100."""
+    """mel + excitation spectrum -> (real, imag) spectrum of the waveform, magnitude clipped at 100.
+
+    The layout (upsample stages, a source branch meeting each, multi-kernel resblocks) is shared
+    with CosyVoice3's causal decoder, which overrides the convolutions (``_pre``, ``_up``,
+    ``_source_down``, ``_post``, ``resblock``) and the upsampling step (``upsample``).
+    """
+
+    resblock = ResBlock
 
     def __init__(self, cfg: HiftConfig) -> None:
         super().__init__()
         self.cfg = cfg
         base = cfg.base_channels
         n_bins = cfg.n_fft + 2
-        self.conv_pre = nn.Conv1d(cfg.in_channels, base, 7, padding=3)
-        self.ups = nn.ModuleList([
-            nn.ConvTranspose1d(base // 2 ** i, base // 2 ** (i + 1), k, u, padding=(k - u) // 2)
-            for i, (u, k) in enumerate(zip(cfg.upsample_rates, cfg.upsample_kernel_sizes))])
+        self.conv_pre = self._pre(cfg.in_channels, base)
+        self.ups = nn.ModuleList([self._up(base // 2 ** i, base // 2 ** (i + 1), k, u)
+                                  for i, (u, k) in enumerate(zip(cfg.upsample_rates, cfg.upsample_kernel_sizes))])
         # Source branch i meets the decoder after upsample stage i: downsample the excitation STFT by
         # the product of the remaining upsample rates.
         rates = list(cfg.upsample_rates)
         self.source_downs = nn.ModuleList()
         self.source_resblocks = nn.ModuleList()
         for i, (k, d) in enumerate(zip(cfg.source_resblock_kernel_sizes, cfg.source_resblock_dilation_sizes)):
-            stride = 1
-            for r in rates[i + 1:]:
-                stride *= r
             ch = base // 2 ** (i + 1)
-            if stride == 1:
-                self.source_downs.append(nn.Conv1d(n_bins, ch, 1))
-            else:
-                self.source_downs.append(nn.Conv1d(n_bins, ch, 2 * stride, stride, padding=stride // 2))
-            self.source_resblocks.append(ResBlock(ch, k, tuple(d)))
+            self.source_downs.append(self._source_down(n_bins, ch, math.prod(rates[i + 1:])))
+            self.source_resblocks.append(self.resblock(ch, k, tuple(d)))
         self.resblocks = nn.ModuleList()
         for i in range(len(rates)):
             ch = base // 2 ** (i + 1)
             for k, d in zip(cfg.resblock_kernel_sizes, cfg.resblock_dilation_sizes):
-                self.resblocks.append(ResBlock(ch, k, tuple(d)))
-        self.conv_post = nn.Conv1d(ch, n_bins, 7, padding=3)
+                self.resblocks.append(self.resblock(ch, k, tuple(d)))
+        self.conv_post = self._post(ch, n_bins)
         self.num_kernels = len(cfg.resblock_kernel_sizes)
+
+    @staticmethod
+    def _pre(cin: int, cout: int) -> nn.Module:
+        return nn.Conv1d(cin, cout, 7, padding=3)
+
+    @staticmethod
+    def _up(cin: int, cout: int, kernel: int, rate: int) -> nn.Module:
+        return nn.ConvTranspose1d(cin, cout, kernel, rate, padding=(kernel - rate) // 2)
+
+    @staticmethod
+    def _source_down(n_bins: int, channels: int, stride: int) -> nn.Module:
+        if stride == 1:
+            return nn.Conv1d(n_bins, channels, 1)
+        return nn.Conv1d(n_bins, channels, 2 * stride, stride, padding=stride // 2)
+
+    @staticmethod
+    def _post(cin: int, cout: int) -> nn.Module:
+        return nn.Conv1d(cin, cout, 7, padding=3)
+
+    def upsample(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        return self.ups[i](F.leaky_relu(x, self.cfg.lrelu_slope))
 
     def forward(self, mel: torch.Tensor, source_stft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.conv_pre(mel)
         last = len(self.ups) - 1
-        for i, up in enumerate(self.ups):
-            x = up(F.leaky_relu(x, self.cfg.lrelu_slope))
+        for i in range(len(self.ups)):
+            x = self.upsample(i, x)
             if i == last:
                 x = F.pad(x, (1, 0), mode="reflect")
             x = x + self.source_resblocks[i](self.source_downs[i](source_stft))

@@ -562,11 +562,7 @@ def export_frontend_step(ctx) -> None:
     data = move_weights_to_external_data(ctx.out / onnx_files[1])
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
     runtime = {"tokenizer": "tokenizer", "campplus": onnx_files[0], "speech_tokenizer": onnx_files[1]}
-    if (ctx.src / "spk2info.pt").is_file():
-        speakers = read_source(ctx.src / "spk2info.pt", read_spk2info)
-        np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
-        runtime["presets"] = "spk2info.npz"
-        logger.info("SFT presets: %s", ", ".join(speakers) or "none")
+    runtime.update(save_presets(ctx))
     ctx.runtime["frontend"] = runtime
 
 
@@ -633,6 +629,17 @@ def int8_speech_tokenizer(path: Path, frames: int = 500, seed: int = 0) -> dict:
                 before, after, 100 * agree)
     return {"precision": "int8", "ops": ["MatMul", "Gemm"], "bytes_fp32": before, "bytes_int8": after,
             "token_agreement_random_input": round(agree, 4)}
+
+
+def save_presets(ctx) -> dict[str, str]:
+    """``spk2info.pt``'s speakers (the SFT presets), when the checkpoint has one, as
+    ``spk2info.npz``; returns the frontend's manifest entry for it."""
+    if not (ctx.src / "spk2info.pt").is_file():
+        return {}
+    speakers = read_source(ctx.src / "spk2info.pt", read_spk2info)
+    np.savez(ctx.add_file("spk2info.npz", "frontend.presets"), **speakers)
+    logger.info("SFT presets: %s", ", ".join(speakers) or "none")
+    return {"presets": "spk2info.npz"}
 
 
 def read_spk2info(path: Path) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
+from cosyedge.engines.base import KNOWN_LANGUAGES, LANGUAGES
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
@@ -49,7 +50,11 @@ INSTRUCT_EXAMPLES = [
     "Speak cheerfully, like a children's storyteller.",
     "Whisper, as if telling a secret.",
 ]
-LANGUAGE_CHOICES = [("auto / 自动", "auto"), ("中文 zh", "zh"), ("English en", "en"), ("日本語 ja", "ja")]
+#: The language dropdown's labels, by code; it offers the loaded engine's (``language_choices``).
+LANGUAGE_LABELS = {"auto": "auto / 自动", "zh": "中文 zh", "en": "English en", "ja": "日本語 ja",
+                   "ko": "한국어 ko", "de": "Deutsch de", "es": "Español es", "fr": "Français fr",
+                   "it": "Italiano it", "ru": "Русский ru"}
+LANGUAGE_CHOICES = [(LANGUAGE_LABELS[code], code) for code in LANGUAGES]
 #: System fonts only: the page must not ask any font server for anything.
 SANS = ["system-ui", "-apple-system", "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "PingFang SC",
         "Microsoft YaHei", "sans-serif"]
@@ -473,6 +478,15 @@ def voice_choices(service: Service, with_presets: bool = True) -> list[tuple[str
     return presets + saved
 
 
+def language_choices(service: Service) -> list[tuple[str, str]]:
+    """(label, value) pairs: auto and the loaded engine's languages; before the first load
+    auto/zh/en/ja, which every engine reads."""
+    spoken = service.voices()["languages"]
+    if spoken is None:
+        return list(LANGUAGE_CHOICES)
+    return [(LANGUAGE_LABELS[code], code) for code in KNOWN_LANGUAGES if code == "auto" or code in spoken]
+
+
 def voice_fields(value: str | None) -> dict[str, str | None]:
     """A dropdown value as TTSRequest fields: ``speaker`` for a preset, ``voice_id`` for a saved voice."""
     if value and value.startswith(SAVED_PREFIX):
@@ -787,6 +801,18 @@ def build_ui(service: Service) -> "gr.Blocks":
                     gr.update(choices=voice_choices(service)), gr.update(choices=voice_choices(service)))
 
         demo.load(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False)
+
+        def languages(*chosen: str) -> tuple[dict, ...]:
+            """The loaded engine's languages on the three tabs; a choice it does not read -> auto."""
+            choices = language_choices(service)
+            codes = {code for _, code in choices}
+            return tuple(gr.update(choices=choices, value=c if c in codes else "auto") for c in chosen)
+
+        langs = [lang_c, lang_i, lang_p]
+        demo.load(languages, inputs=langs, outputs=langs, queue=False)
+        models.switched.then(languages, inputs=langs, outputs=langs, queue=False)
+        for event in generated:  # the first job loads the engine: its languages are known from then on
+            event.then(languages, inputs=langs, outputs=langs, queue=False, show_progress="hidden")
         # the studio tabs: a new model has its own presets; the voice list changed; a saved voice to clone
         models.switched.then(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False).then(
             status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")

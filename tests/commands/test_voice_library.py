@@ -69,6 +69,35 @@ def test_save_without_consent_is_refused_and_saves_nothing(tmp_path, capsys):
     assert "no saved voices" in capsys.readouterr().out
 
 
+def test_save_refuses_a_preset_name_like_the_service(tmp_path, capsys):
+    """`library save male_1` would save a voice no one could ask for by name (the preset wins):
+    refused with the same check as the page and REST, and nothing is written."""
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0), 24000)
+    common = ["--prompts-dir", str(tmp_path / "prompts")]
+    for name in ("male_1", "Female 2"):
+        assert main(["library", "save", name, str(wav), "--consent", *common]) == 2
+        assert "is the name of a preset voice" in capsys.readouterr().err
+    assert main(["library", "list", *common]) == 0
+    assert "no saved voices" in capsys.readouterr().out
+
+
+def test_the_preset_name_check_is_one_function(tmp_path):
+    from cosyedge.errors import NameError_
+    from cosyedge.service import SEED_PRESETS
+    from cosyedge.voices import refuse_preset_name
+
+    refuse_preset_name("Ms Lee", SEED_PRESETS)
+    refuse_preset_name(None, SEED_PRESETS)  # not text: name_to_id words that refusal
+    for name in ("male_1", " Female   2 ", "CHILD"):
+        try:
+            refuse_preset_name(name, SEED_PRESETS)
+        except NameError_ as exc:
+            assert exc.code == "voice_name_preset" and exc.params["preset"] in SEED_PRESETS
+        else:
+            raise AssertionError(f"{name!r} passed the check")
+
+
 def test_consent_travels_through_export_and_import(tmp_path, capsys):
     """The record keeps the moment it was given, through a zip and back."""
     from cosyedge.voices import VoiceLibrary

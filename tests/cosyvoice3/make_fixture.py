@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.helpers import REPO
+from tests.helpers import REPO, upstream_yaml
+from tests.helpers.cosyvoice_llm_reference import upstream_inference
 from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -231,6 +232,8 @@ def yaml_text(sizes: dict = TINY, qwen: dict = TINY_QWEN) -> str:
     """The tiny ``cosyvoice3.yaml``, in the layout of upstream's recipe (ace7c47), shrunken."""
     d = sizes["dit"]
     ch = sizes["hift_channels"]
+    hift = upstream_yaml.hift("CausalHiFTGenerator", ch, ch, "CausalConvRNNF0Predictor",
+                              extra="    conv_pre_look_right: 4\n")
     return f"""# tiny CosyVoice3 for parity tests (tests/cosyvoice3/make_fixture.py); layout of cosyvoice3.yaml
 sample_rate: 24000
 llm_input_size: {qwen['hidden_size']}
@@ -242,47 +245,13 @@ token_mel_ratio: 2
 chunk_size: 25
 num_decoding_left_chunks: -1
 
-llm: !new:cosyvoice.llm.llm.CosyVoice3LM
-    llm_input_size: !ref <llm_input_size>
-    llm_output_size: !ref <llm_output_size>
-    speech_token_size: 6561
-    length_normalized_loss: True
-    lsm_weight: 0
-    mix_ratio: [5, 15]
-    llm: !new:cosyvoice.llm.llm.Qwen2Encoder
-        pretrain_path: !ref <qwen_pretrain_path>
-    sampling: !name:cosyvoice.utils.common.ras_sampling
-        top_p: 0.8
-        top_k: 25
-        win_size: 10
-        tau_r: 0.1
-
-flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
-    input_size: 80
-    output_size: 80
-    spk_embed_dim: !ref <spk_embed_dim>
-    output_type: 'mel'
-    vocab_size: 6561
-    input_frame_rate: !ref <token_frame_rate>
-    only_mask_loss: True
-    token_mel_ratio: !ref <token_mel_ratio>
-    pre_lookahead_len: 3
+{upstream_yaml.qwen2_llm("CosyVoice3LM")}
+{upstream_yaml.causal_flow_head("CausalMaskedDiffWithDiT", 80)}\
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
         channels: {sizes['prelookahead_channels']}
         pre_lookahead_len: 3
-    decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
-        in_channels: 240
-        n_spks: 1
-        spk_emb_dim: 80
-        cfm_params: !new:omegaconf.DictConfig
-            content:
-                sigma_min: 1e-06
-                solver: 'euler'
-                t_scheduler: 'cosine'
-                training_cfg_rate: 0.2
-                inference_cfg_rate: 0.7
-                reg_loss_type: 'l1'
+{upstream_yaml.cfm_decoder("CausalConditionalCFM")}\
         estimator: !new:cosyvoice.flow.DiT.dit.DiT
             dim: {d['dim']}
             depth: {d['depth']}
@@ -296,40 +265,8 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
             static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
             num_decoding_left_chunks: !ref <num_decoding_left_chunks>
 
-hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
-    in_channels: 80
-    base_channels: {ch}
-    nb_harmonics: 8
-    sampling_rate: !ref <sample_rate>
-    nsf_alpha: 0.1
-    nsf_sigma: 0.003
-    nsf_voiced_threshold: 10
-    upsample_rates: [8, 5, 3]
-    upsample_kernel_sizes: [16, 11, 7]
-    istft_params:
-        n_fft: 16
-        hop_len: 4
-    resblock_kernel_sizes: [3, 7, 11]
-    resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    source_resblock_kernel_sizes: [7, 7, 11]
-    source_resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    lrelu_slope: 0.1
-    audio_limit: 0.99
-    conv_pre_look_right: 4
-    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor
-        num_class: 1
-        in_channels: 80
-        cond_channels: {ch}
-
-feat_extractor: !name:matcha.utils.audio.mel_spectrogram
-    n_fft: 1920
-    num_mels: 80
-    sampling_rate: !ref <sample_rate>
-    hop_size: 480
-    win_size: 1920
-    fmin: 0
-    fmax: null
-    center: False
+{hift}
+{upstream_yaml.feat_extractor(1920, 480, "null")}\
 get_tokenizer: !name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer
     token_path: !ref <qwen_pretrain_path>
     skip_special_tokens: True
@@ -348,28 +285,15 @@ def run_llm(llm, text, prompt_text=(), prompt_speech=(), forced=None):
     ``forced``: teacher forcing (the chooser returns these ids in turn); otherwise upstream's own
     ``sampling_ids`` runs with greedy arg-max as ``sampling`` (so its id-6561 mask applies).
     """
-    import torch
-
-    steps = []
-    hook = llm.llm_decoder.register_forward_hook(
-        lambda m, i, o: steps.append(o.log_softmax(-1)[0].double().numpy().copy()))
     saved = llm.sampling
     if forced is not None:
         queue = list(forced)
         llm.sampling = lambda scores, decoded, sampling: queue.pop(0) if queue else SPEECH_TOKENS + 1
-    i32 = lambda values: torch.tensor([list(values)], dtype=torch.int32)  # noqa: E731
     try:
-        with torch.inference_mode():
-            tokens = list(llm.inference(
-                text=i32(text), text_len=torch.tensor([len(text)], dtype=torch.int32),
-                prompt_text=i32(prompt_text), prompt_text_len=torch.tensor([len(prompt_text)], dtype=torch.int32),
-                prompt_speech_token=i32(prompt_speech),
-                prompt_speech_token_len=torch.tensor([len(prompt_speech)], dtype=torch.int32),
-                embedding=torch.zeros(0, 192), sampling=25))
+        tokens, steps = upstream_inference(llm, text, prompt_text, prompt_speech)
     finally:
-        hook.remove()
         llm.sampling = saved
-    return [int(t) for t in tokens], np.stack(steps)
+    return tokens, np.stack(steps)
 
 
 def hift_noise(n_samples: int) -> np.ndarray:

@@ -18,7 +18,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import upstream_yaml
 from tests.helpers.cosyvoice_reference import _cfm_params, _randomize_norms, install_shim
+from tests.helpers.cosyvoice_reference import build_hift as build_hift_v2
 
 #: "full" repeats upstream examples/libritts/cosyvoice/conf/cosyvoice.yaml @46dfe04.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -115,37 +117,93 @@ def build_flow(size: str = "tiny", seed: int = 0):
 
 
 def build_hift(size: str = "tiny", seed: int = 0, f0_bias: float = 150.0):
-    """Upstream 22.05 kHz ``HiFTGenerator`` (``SineGen`` source, 256 samples per frame), random weights."""
-    install_shim()
-    import torch
-    from cosyvoice.hifigan.f0_predictor import ConvRNNF0Predictor
-    from cosyvoice.hifigan.generator import HiFTGenerator
-
-    p = PRESETS[size]["hift"]
-    torch.manual_seed(seed)
-    hift = HiFTGenerator(
-        in_channels=80, base_channels=p["base_channels"], nb_harmonics=8, sampling_rate=22050, nsf_alpha=0.1,
-        nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=[8, 8], upsample_kernel_sizes=[16, 16],
-        istft_params={"n_fft": 16, "hop_len": 4}, resblock_kernel_sizes=[3, 7, 11],
-        resblock_dilation_sizes=[[1, 3, 5]] * 3, source_resblock_kernel_sizes=[7, 11],
-        source_resblock_dilation_sizes=[[1, 3, 5]] * 2, lrelu_slope=0.1, audio_limit=0.99,
-        f0_predictor=ConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=p["cond_channels"]))
-    with torch.no_grad():
-        for name, param in hift.named_parameters():
-            if name.endswith(".alpha"):
-                param.mul_(1.0 + 0.2 * torch.rand_like(param))
-        if f0_bias:
-            hift.f0_predictor.classifier.bias.fill_(f0_bias)
-    return hift.eval()
+    """Upstream 22.05 kHz ``HiFTGenerator`` (``SineGen`` source, 256 samples per frame), random weights:
+    CosyVoice2's builder with v1's sizes and rates."""
+    return build_hift_v2(size, seed, f0_bias, sizes=PRESETS[size]["hift"], sampling_rate=22050,
+                         upsample_rates=(8, 8), upsample_kernels=(16, 16), source_kernels=(7, 11))
 
 
 def yaml_text(size: str = "tiny") -> str:
     """A ``cosyvoice.yaml`` in upstream's layout (the sections the converter reads) with the preset's sizes."""
-    p = PRESETS[size]
-    return _YAML.format(**{f"llm_{k}": v for k, v in p["llm"].items()},
-                        **{f"flow_{k}": v for k, v in p["flow"].items()},
-                        **{f"est_{k}": v for k, v in p["estimator"].items()},
-                        **{f"hift_{k}": v for k, v in p["hift"].items()})
+    llm, flow, est, hift = (PRESETS[size][part] for part in ("llm", "flow", "estimator", "hift"))
+    hift_section = upstream_yaml.hift("HiFTGenerator", hift["base_channels"], hift["cond_channels"],
+                                      "ConvRNNF0Predictor", upsample_rates="[8, 8]", upsample_kernels="[16, 16]",
+                                      source_kernels="[7, 11]", source_dilations="[[1, 3, 5], [1, 3, 5]]")
+    return f"""\
+# CosyVoice-300M test config in the upstream hyperpyyaml layout (sizes from a preset).
+__set_seed1: !apply:random.seed [1986]
+sample_rate: 22050
+text_encoder_input_size: {llm["text_input"]}
+llm_input_size: {llm["hidden"]}
+llm_output_size: {llm["hidden"]}
+spk_embed_dim: 192
+
+llm: !new:cosyvoice.llm.llm.TransformerLM
+    text_encoder_input_size: !ref <text_encoder_input_size>
+    llm_input_size: !ref <llm_input_size>
+    llm_output_size: !ref <llm_output_size>
+    text_token_size: 51866
+    speech_token_size: 4096
+    length_normalized_loss: True
+    lsm_weight: 0
+    spk_embed_dim: !ref <spk_embed_dim>
+    text_encoder: !new:cosyvoice.transformer.encoder.ConformerEncoder
+        input_size: !ref <text_encoder_input_size>
+        output_size: {llm["text_hidden"]}
+        attention_heads: {llm["text_heads"]}
+        linear_units: {llm["text_units"]}
+        num_blocks: {llm["text_blocks"]}
+        dropout_rate: 0.1
+        positional_dropout_rate: 0.1
+        attention_dropout_rate: 0.0
+        normalize_before: True
+        input_layer: 'linear'
+        pos_enc_layer_type: 'rel_pos_espnet'
+        selfattention_layer_type: 'rel_selfattn'
+        use_cnn_module: False
+        macaron_style: False
+        use_dynamic_chunk: False
+        use_dynamic_left_chunk: False
+        static_chunk_size: 1
+    llm: !new:cosyvoice.transformer.encoder.TransformerEncoder
+        input_size: !ref <llm_input_size>
+        output_size: !ref <llm_output_size>
+        attention_heads: {llm["heads"]}
+        linear_units: {llm["units"]}
+        num_blocks: {llm["blocks"]}
+        dropout_rate: 0.1
+        positional_dropout_rate: 0.1
+        attention_dropout_rate: 0.0
+        input_layer: 'linear_legacy'
+        pos_enc_layer_type: 'rel_pos_espnet'
+        selfattention_layer_type: 'rel_selfattn'
+        static_chunk_size: 1
+{upstream_yaml.RAS_SAMPLING}
+flow: !new:cosyvoice.flow.flow.MaskedDiffWithXvec
+    input_size: {flow["input_size"]}
+    output_size: 80
+    spk_embed_dim: !ref <spk_embed_dim>
+    output_type: 'mel'
+    vocab_size: 4096
+    input_frame_rate: 50
+    only_mask_loss: True
+{upstream_yaml.conformer_encoder("encoder.ConformerEncoder", flow["input_size"], flow["heads"], flow["units"],
+                                 flow["blocks"])}\
+    length_regulator: !new:cosyvoice.flow.length_regulator.InterpolateRegulator
+        channels: 80
+        sampling_ratios: [1, 1, 1, 1]
+{upstream_yaml.cfm_decoder("ConditionalCFM")}\
+{upstream_yaml.unet_estimator("ConditionalDecoder", est)}\
+
+{hift_section}
+get_tokenizer: !name:whisper.tokenizer.get_tokenizer
+    multilingual: True
+    num_languages: 100
+    language: 'en'
+    task: 'transcribe'
+allowed_special: 'all'
+
+{upstream_yaml.feat_extractor(1024, 256, "8000")}"""
 
 
 def write_checkpoint(directory: Path, llm=None, flow=None, hift=None, size: str = "tiny",
@@ -176,150 +234,3 @@ def write_checkpoint(directory: Path, llm=None, flow=None, hift=None, size: str 
         torch.save({name: {"embedding": torch.randn(1, 192, generator=gen)} for name in speakers},
                    directory / "spk2info.pt")
     return directory
-
-
-_YAML = """\
-# CosyVoice-300M test config in the upstream hyperpyyaml layout (sizes from a preset).
-__set_seed1: !apply:random.seed [1986]
-sample_rate: 22050
-text_encoder_input_size: {llm_text_input}
-llm_input_size: {llm_hidden}
-llm_output_size: {llm_hidden}
-spk_embed_dim: 192
-
-llm: !new:cosyvoice.llm.llm.TransformerLM
-    text_encoder_input_size: !ref <text_encoder_input_size>
-    llm_input_size: !ref <llm_input_size>
-    llm_output_size: !ref <llm_output_size>
-    text_token_size: 51866
-    speech_token_size: 4096
-    length_normalized_loss: True
-    lsm_weight: 0
-    spk_embed_dim: !ref <spk_embed_dim>
-    text_encoder: !new:cosyvoice.transformer.encoder.ConformerEncoder
-        input_size: !ref <text_encoder_input_size>
-        output_size: {llm_text_hidden}
-        attention_heads: {llm_text_heads}
-        linear_units: {llm_text_units}
-        num_blocks: {llm_text_blocks}
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.0
-        normalize_before: True
-        input_layer: 'linear'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        use_cnn_module: False
-        macaron_style: False
-        use_dynamic_chunk: False
-        use_dynamic_left_chunk: False
-        static_chunk_size: 1
-    llm: !new:cosyvoice.transformer.encoder.TransformerEncoder
-        input_size: !ref <llm_input_size>
-        output_size: !ref <llm_output_size>
-        attention_heads: {llm_heads}
-        linear_units: {llm_units}
-        num_blocks: {llm_blocks}
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.0
-        input_layer: 'linear_legacy'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        static_chunk_size: 1
-    sampling: !name:cosyvoice.utils.common.ras_sampling
-        top_p: 0.8
-        top_k: 25
-        win_size: 10
-        tau_r: 0.1
-
-flow: !new:cosyvoice.flow.flow.MaskedDiffWithXvec
-    input_size: {flow_input_size}
-    output_size: 80
-    spk_embed_dim: !ref <spk_embed_dim>
-    output_type: 'mel'
-    vocab_size: 4096
-    input_frame_rate: 50
-    only_mask_loss: True
-    encoder: !new:cosyvoice.transformer.encoder.ConformerEncoder
-        output_size: {flow_input_size}
-        attention_heads: {flow_heads}
-        linear_units: {flow_units}
-        num_blocks: {flow_blocks}
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.1
-        normalize_before: True
-        input_layer: 'linear'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        input_size: {flow_input_size}
-        use_cnn_module: False
-        macaron_style: False
-    length_regulator: !new:cosyvoice.flow.length_regulator.InterpolateRegulator
-        channels: 80
-        sampling_ratios: [1, 1, 1, 1]
-    decoder: !new:cosyvoice.flow.flow_matching.ConditionalCFM
-        in_channels: 240
-        n_spks: 1
-        spk_emb_dim: 80
-        cfm_params: !new:omegaconf.DictConfig
-            content:
-                sigma_min: 1e-06
-                solver: 'euler'
-                t_scheduler: 'cosine'
-                training_cfg_rate: 0.2
-                inference_cfg_rate: 0.7
-                reg_loss_type: 'l1'
-        estimator: !new:cosyvoice.flow.decoder.ConditionalDecoder
-            in_channels: 320
-            out_channels: 80
-            channels: {est_channels}
-            dropout: 0.0
-            attention_head_dim: {est_attention_head_dim}
-            n_blocks: {est_n_blocks}
-            num_mid_blocks: {est_num_mid_blocks}
-            num_heads: {est_num_heads}
-            act_fn: 'gelu'
-
-hift: !new:cosyvoice.hifigan.generator.HiFTGenerator
-    in_channels: 80
-    base_channels: {hift_base_channels}
-    nb_harmonics: 8
-    sampling_rate: !ref <sample_rate>
-    nsf_alpha: 0.1
-    nsf_sigma: 0.003
-    nsf_voiced_threshold: 10
-    upsample_rates: [8, 8]
-    upsample_kernel_sizes: [16, 16]
-    istft_params:
-        n_fft: 16
-        hop_len: 4
-    resblock_kernel_sizes: [3, 7, 11]
-    resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    source_resblock_kernel_sizes: [7, 11]
-    source_resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5]]
-    lrelu_slope: 0.1
-    audio_limit: 0.99
-    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor
-        num_class: 1
-        in_channels: 80
-        cond_channels: {hift_cond_channels}
-
-get_tokenizer: !name:whisper.tokenizer.get_tokenizer
-    multilingual: True
-    num_languages: 100
-    language: 'en'
-    task: 'transcribe'
-allowed_special: 'all'
-
-feat_extractor: !name:matcha.utils.audio.mel_spectrogram
-    n_fft: 1024
-    num_mels: 80
-    sampling_rate: !ref <sample_rate>
-    hop_size: 256
-    win_size: 1024
-    fmin: 0
-    fmax: 8000
-    center: False
-"""

@@ -14,18 +14,14 @@ names the upstream commit and the calls). Using it needs no upstream code:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from tests.helpers import REPO
+from tests.helpers import REPO, tiny_models
 
 DATA = REPO / "tests" / "data" / "cosyvoice3"
 DEFAULT_OUT = REPO / "test-artifacts" / "tiny-models-v3"
@@ -114,36 +110,18 @@ def models_dir(out: Path = DEFAULT_OUT) -> Path:
 def build(out: Path = DEFAULT_OUT) -> Path:
     from cosyedge.export.cosyvoice3 import convert
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
+    def fill(work: Path) -> dict:
         source = write_official_dir(work / "src" / "Fun-CosyVoice3-0.5B")
         for quantize, model_id in MODEL_IDS.items():
             convert(source, work / "models" / model_id, quantize=quantize)
-        shutil.rmtree(work / "src")
-        (work / STAMP).write_text(json.dumps(_stamp(), indent=1) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return out / "models"
+        return _stamp()
+
+    return tiny_models.build_in_place(out, fill)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.helpers.cosyvoice3_fixture",
-                                     description="Convert the tiny CosyVoice3 fixture for the .venv tests.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--force", action="store_true")
-    args = parser.parse_args(argv)
-    reason = "--force" if args.force else stale_reason(args.out)
-    if reason is None:
-        print(f"tiny CosyVoice3 models up to date: {args.out / 'models'}")
-        return 0
-    print(f"building the tiny CosyVoice3 models ({reason}) ...", flush=True)
-    print(f"tiny CosyVoice3 models built: {build(args.out)}")
-    return 0
+    return tiny_models.cache_command(argv, "tests.helpers.cosyvoice3_fixture", "the tiny CosyVoice3 models",
+                                     DEFAULT_OUT, stale_reason, build)
 
 
 if __name__ == "__main__":

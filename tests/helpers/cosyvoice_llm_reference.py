@@ -54,12 +54,26 @@ def run_upstream(llm, text, prompt_text=(), prompt_speech=(), choose=None, min_r
     """
     import torch
 
-    steps = []
-    hook = llm.llm_decoder.register_forward_hook(
-        lambda m, i, o: steps.append(o.log_softmax(-1)[0].double().numpy().copy()))
     if choose is not None:
         llm.sampling_ids = lambda scores, decoded, sampling, ignore_eos=True: torch.tensor(
             [choose(scores.numpy(), list(decoded), ignore_eos)])
+    try:
+        return upstream_inference(llm, text, prompt_text, prompt_speech, max_token_text_ratio=max_ratio,
+                                  min_token_text_ratio=min_ratio)
+    finally:
+        if choose is not None:
+            del llm.sampling_ids
+
+
+def upstream_inference(llm, text, prompt_text=(), prompt_speech=(), **options):
+    """``llm.inference`` of upstream's Qwen2-based LLMs (v2 ``Qwen2LM``, v3 ``CosyVoice3LM``) on id
+    lists, no speaker embedding, ``sampling=25``; ``options`` go to it too. Returns (tokens, the
+    log-probs of every step as float64 numpy arrays), read by a hook on ``llm_decoder``."""
+    import torch
+
+    steps = []
+    hook = llm.llm_decoder.register_forward_hook(
+        lambda m, i, o: steps.append(o.log_softmax(-1)[0].double().numpy().copy()))
     i32 = lambda values: torch.tensor([list(values)], dtype=torch.int32)  # noqa: E731
     try:
         with torch.inference_mode():
@@ -68,12 +82,9 @@ def run_upstream(llm, text, prompt_text=(), prompt_speech=(), choose=None, min_r
                 prompt_text=i32(prompt_text), prompt_text_len=torch.tensor([len(prompt_text)], dtype=torch.int32),
                 prompt_speech_token=i32(prompt_speech),
                 prompt_speech_token_len=torch.tensor([len(prompt_speech)], dtype=torch.int32),
-                embedding=torch.zeros(0, 192), sampling=25, max_token_text_ratio=max_ratio,
-                min_token_text_ratio=min_ratio))
+                embedding=torch.zeros(0, 192), sampling=25, **options))
     finally:
         hook.remove()
-        if choose is not None:
-            del llm.sampling_ids
     return [int(t) for t in tokens], steps
 
 

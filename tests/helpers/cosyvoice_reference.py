@@ -25,6 +25,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import upstream_yaml
+
 INSTALL_HINT = "install the reference with: scripts/install_reference.sh .venv"
 
 #: Size presets. "full" repeats upstream cosyvoice2.yaml (commit 46dfe04). "tiny" keeps every structure
@@ -126,25 +128,30 @@ def build_flow(size: str = "tiny", seed: int = 0):
     return flow.eval()
 
 
-def build_hift(size: str = "tiny", seed: int = 0, f0_bias: float = 150.0):
+def build_hift(size: str = "tiny", seed: int = 0, f0_bias: float = 150.0, *, sizes: dict | None = None,
+               sampling_rate: int = 24000, upsample_rates: tuple[int, ...] = (8, 5, 3),
+               upsample_kernels: tuple[int, ...] = (16, 11, 7), source_kernels: tuple[int, ...] = (7, 7, 11)):
     """Upstream ``HiFTGenerator`` (24 kHz, ``ConvRNNF0Predictor``) with random weights, in eval mode.
 
     ``f0_bias`` is written into the F0 classifier bias so that random weights still give voiced frames
     (F0 above the 10 Hz threshold) and the sine source path is exercised; 0 keeps the random bias.
+    ``sizes`` (default: the preset's) and the rates are CosyVoice-300M's in its builder
+    (:func:`tests.helpers.cosyvoice1_reference.build_hift`).
     """
     install_shim()
     import torch
     from cosyvoice.hifigan.f0_predictor import ConvRNNF0Predictor
     from cosyvoice.hifigan.generator import HiFTGenerator
 
-    p = PRESETS[size]["hift"]
+    p = sizes if sizes is not None else PRESETS[size]["hift"]
     torch.manual_seed(seed)
     hift = HiFTGenerator(
-        in_channels=80, base_channels=p["base_channels"], nb_harmonics=8, sampling_rate=24000, nsf_alpha=0.1,
-        nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
-        istft_params={"n_fft": 16, "hop_len": 4}, resblock_kernel_sizes=[3, 7, 11],
-        resblock_dilation_sizes=[[1, 3, 5]] * 3, source_resblock_kernel_sizes=[7, 7, 11],
-        source_resblock_dilation_sizes=[[1, 3, 5]] * 3, lrelu_slope=0.1, audio_limit=0.99,
+        in_channels=80, base_channels=p["base_channels"], nb_harmonics=8, sampling_rate=sampling_rate,
+        nsf_alpha=0.1, nsf_sigma=0.003, nsf_voiced_threshold=10, upsample_rates=list(upsample_rates),
+        upsample_kernel_sizes=list(upsample_kernels), istft_params={"n_fft": 16, "hop_len": 4},
+        resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5]] * 3,
+        source_resblock_kernel_sizes=list(source_kernels),
+        source_resblock_dilation_sizes=[[1, 3, 5]] * len(source_kernels), lrelu_slope=0.1, audio_limit=0.99,
         f0_predictor=ConvRNNF0Predictor(num_class=1, in_channels=80, cond_channels=p["cond_channels"]))
     with torch.no_grad():
         # Snake alphas start at exactly 1.0: perturb them so a wrong alpha mapping cannot pass.
@@ -188,11 +195,37 @@ def yaml_text(size: str = "tiny") -> str:
     """
     p = PRESETS[size]
     enc, est, hift = p["encoder"], p["estimator"], p["hift"]
-    return _YAML_TEMPLATE.format(
-        enc_heads=enc["attention_heads"], enc_units=enc["linear_units"], enc_blocks=enc["num_blocks"],
-        est_channels=est["channels"], est_head_dim=est["attention_head_dim"], est_blocks=est["n_blocks"],
-        est_mid=est["num_mid_blocks"], est_heads=est["num_heads"], hift_base=hift["base_channels"],
-        hift_cond=hift["cond_channels"])
+    encoder = upstream_yaml.conformer_encoder("upsample_encoder.UpsampleConformerEncoder", 512,
+                                              enc["attention_heads"], enc["linear_units"], enc["num_blocks"])
+    return f"""\
+# CosyVoice2 test config in the upstream hyperpyyaml layout (sizes from a preset).
+__set_seed1: !apply:random.seed [1986]
+__set_seed2: !apply:numpy.random.seed [1986]
+__set_seed3: !apply:torch.manual_seed [1986]
+__set_seed4: !apply:torch.cuda.manual_seed_all [1986]
+
+sample_rate: 24000
+llm_input_size: 896
+llm_output_size: 896
+spk_embed_dim: 192
+qwen_pretrain_path: ''
+token_frame_rate: 25
+token_mel_ratio: 2
+
+chunk_size: 25
+num_decoding_left_chunks: -1
+
+{upstream_yaml.qwen2_llm("Qwen2LM")}
+{upstream_yaml.causal_flow_head("CausalMaskedDiffWithXvec", 512)}\
+{encoder}\
+        static_chunk_size: !ref <chunk_size>
+{upstream_yaml.cfm_decoder("CausalConditionalCFM")}\
+{upstream_yaml.unet_estimator("CausalConditionalDecoder", est)}\
+            static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
+            num_decoding_left_chunks: !ref <num_decoding_left_chunks>
+
+{upstream_yaml.hift("HiFTGenerator", hift["base_channels"], hift["cond_channels"], "ConvRNNF0Predictor")}
+{upstream_yaml.feat_extractor(1920, 480, "8000")}"""
 
 
 def write_model_dir(directory: Path, flow=None, hift=None, size: str = "tiny",
@@ -242,126 +275,6 @@ def upstream_hift_capturing_noise(hift, mel):
     finally:
         torch.randn_like = real
     return wav[0].numpy(), source[0, 0].numpy(), captured[0][0].numpy()
-
-
-_YAML_TEMPLATE = """\
-# CosyVoice2 test config in the upstream hyperpyyaml layout (sizes from a preset).
-__set_seed1: !apply:random.seed [1986]
-__set_seed2: !apply:numpy.random.seed [1986]
-__set_seed3: !apply:torch.manual_seed [1986]
-__set_seed4: !apply:torch.cuda.manual_seed_all [1986]
-
-sample_rate: 24000
-llm_input_size: 896
-llm_output_size: 896
-spk_embed_dim: 192
-qwen_pretrain_path: ''
-token_frame_rate: 25
-token_mel_ratio: 2
-
-chunk_size: 25
-num_decoding_left_chunks: -1
-
-llm: !new:cosyvoice.llm.llm.Qwen2LM
-    llm_input_size: !ref <llm_input_size>
-    llm_output_size: !ref <llm_output_size>
-    speech_token_size: 6561
-    length_normalized_loss: True
-    lsm_weight: 0
-    mix_ratio: [5, 15]
-    llm: !new:cosyvoice.llm.llm.Qwen2Encoder
-        pretrain_path: !ref <qwen_pretrain_path>
-    sampling: !name:cosyvoice.utils.common.ras_sampling
-        top_p: 0.8
-        top_k: 25
-        win_size: 10
-        tau_r: 0.1
-
-flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
-    input_size: 512
-    output_size: 80
-    spk_embed_dim: !ref <spk_embed_dim>
-    output_type: 'mel'
-    vocab_size: 6561
-    input_frame_rate: !ref <token_frame_rate>
-    only_mask_loss: True
-    token_mel_ratio: !ref <token_mel_ratio>
-    pre_lookahead_len: 3
-    encoder: !new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder
-        output_size: 512
-        attention_heads: {enc_heads}
-        linear_units: {enc_units}
-        num_blocks: {enc_blocks}
-        dropout_rate: 0.1
-        positional_dropout_rate: 0.1
-        attention_dropout_rate: 0.1
-        normalize_before: True
-        input_layer: 'linear'
-        pos_enc_layer_type: 'rel_pos_espnet'
-        selfattention_layer_type: 'rel_selfattn'
-        input_size: 512
-        use_cnn_module: False
-        macaron_style: False
-        static_chunk_size: !ref <chunk_size>
-    decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
-        in_channels: 240
-        n_spks: 1
-        spk_emb_dim: 80
-        cfm_params: !new:omegaconf.DictConfig
-            content:
-                sigma_min: 1e-06
-                solver: 'euler'
-                t_scheduler: 'cosine'
-                training_cfg_rate: 0.2
-                inference_cfg_rate: 0.7
-                reg_loss_type: 'l1'
-        estimator: !new:cosyvoice.flow.decoder.CausalConditionalDecoder
-            in_channels: 320
-            out_channels: 80
-            channels: {est_channels}
-            dropout: 0.0
-            attention_head_dim: {est_head_dim}
-            n_blocks: {est_blocks}
-            num_mid_blocks: {est_mid}
-            num_heads: {est_heads}
-            act_fn: 'gelu'
-            static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
-            num_decoding_left_chunks: !ref <num_decoding_left_chunks>
-
-hift: !new:cosyvoice.hifigan.generator.HiFTGenerator
-    in_channels: 80
-    base_channels: {hift_base}
-    nb_harmonics: 8
-    sampling_rate: !ref <sample_rate>
-    nsf_alpha: 0.1
-    nsf_sigma: 0.003
-    nsf_voiced_threshold: 10
-    upsample_rates: [8, 5, 3]
-    upsample_kernel_sizes: [16, 11, 7]
-    istft_params:
-        n_fft: 16
-        hop_len: 4
-    resblock_kernel_sizes: [3, 7, 11]
-    resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    source_resblock_kernel_sizes: [7, 7, 11]
-    source_resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
-    lrelu_slope: 0.1
-    audio_limit: 0.99
-    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.ConvRNNF0Predictor
-        num_class: 1
-        in_channels: 80
-        cond_channels: {hift_cond}
-
-feat_extractor: !name:matcha.utils.audio.mel_spectrogram
-    n_fft: 1920
-    num_mels: 80
-    sampling_rate: !ref <sample_rate>
-    hop_size: 480
-    win_size: 1920
-    fmin: 0
-    fmax: 8000
-    center: False
-"""
 
 
 def matcha_mel_spectrogram():

@@ -16,13 +16,8 @@ still matches (``--force`` rebuilds).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -132,24 +127,14 @@ def build_cache(out: Path) -> Path:
     """
     from cosyedge.export.cosyvoice2 import convert
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
+    def fill(work: Path) -> dict:
         source = write_tiny_checkpoint(work / "src" / "CosyVoice2-0.5B")["dir"]
         convert(source, tiny_models.models_dir(work) / tiny_models.MODEL_ID, quantize="int8")
         from tests.helpers.cosyvoice1_tiny import convert_all as convert_v1  # the CosyVoice-300M variants
         convert_v1(work / "src" / "v1", tiny_models.models_dir(work))
-        shutil.rmtree(work / "src")  # .venv tests need the converted models only
-        stamp = tiny_models.stamp(tiny_models.repo_sources(list(sys.modules.values())))
-        (work / tiny_models.STAMP_NAME).write_text(json.dumps(stamp, indent=1, ensure_ascii=False) + "\n",
-                                                   encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return tiny_models.models_dir(out)
+        return tiny_models.stamp(tiny_models.repo_sources(list(sys.modules.values())))
+
+    return tiny_models.build_in_place(out, fill)
 
 
 def cached_models_dir(out: Path = tiny_models.DEFAULT_OUT) -> Path:
@@ -161,20 +146,9 @@ def cached_models_dir(out: Path = tiny_models.DEFAULT_OUT) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.helpers.cosyvoice_tiny",
-                                     description="Build the tiny converted CosyVoice2 model .venv tests use.")
-    parser.add_argument("--out", type=Path, default=tiny_models.DEFAULT_OUT,
-                        help="cache directory (default: test-artifacts/tiny-models)")
-    parser.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
-    args = parser.parse_args(argv)
-    out = args.out.resolve()
-    reason = "--force" if args.force else tiny_models.stale_reason(out, check_versions=True)
-    if reason is None:
-        print(f"tiny CosyVoice model up to date: {tiny_models.models_dir(out)}")
-        return 0
-    print(f"building the tiny CosyVoice model ({reason}) ...", flush=True)
-    print(f"tiny CosyVoice model built: {build_cache(out)}")
-    return 0
+    return tiny_models.cache_command(argv, "tests.helpers.cosyvoice_tiny", "the tiny CosyVoice models",
+                                     tiny_models.DEFAULT_OUT,
+                                     lambda out: tiny_models.stale_reason(out, check_versions=True), build_cache)
 
 
 if __name__ == "__main__":

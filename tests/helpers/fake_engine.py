@@ -36,9 +36,10 @@ class FakeEngine:
     model_id = "fake-sine"
 
     def __init__(self, delay: float = 0.0, ballast_mb: int = 0, native_clone: bool = False,
-                 native_instruct: bool = False, encode_delay: float = 0.0) -> None:
+                 native_instruct: bool = False, encode_delay: float = 0.0,
+                 languages: tuple[str, ...] = ("auto", "zh", "en", "ja")) -> None:
         self.capabilities = Capabilities(native_clone=native_clone, native_instruct=native_instruct,
-                                         languages=("auto", "zh", "en", "ja"),
+                                         languages=languages,
                                          sample_rate=SAMPLE_RATE)
         self.delay = delay
         self.encode_delay = encode_delay

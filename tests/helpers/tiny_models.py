@@ -19,7 +19,7 @@ import json
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tests.helpers import REPO
 
@@ -122,3 +122,48 @@ def require(out: Path = DEFAULT_OUT) -> Path:
         raise TinyModelsMissing(f"the tiny CosyVoice model is not usable ({reason}); build it with: {command}"
                                 " (scripts/test.sh does this before the .venv run)")
     return models_dir(out)
+
+
+def build_in_place(out: Path, fill: Callable[[Path], dict]) -> Path:
+    """Build a cache anew beside ``out`` and put it in ``out``'s place once it is complete.
+
+    ``fill(work)`` writes ``work/models/`` (and what it converts from, under ``work/src/``, which is
+    removed after) and returns the stamp, written as ``work/stamp.json``. Returns ``out/models``.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        found = fill(work)
+        shutil.rmtree(work / "src", ignore_errors=True)  # .venv tests need the converted models only
+        (work / STAMP_NAME).write_text(json.dumps(found, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return models_dir(out)
+
+
+def cache_command(argv: list[str] | None, prog: str, what: str, default_out: Path,
+                  stale: Callable[[Path], str | None], build: Callable[[Path], Path]) -> int:
+    """``python -m <prog> [--out DIR] [--force]``: build ``what`` into DIR unless its stamp still matches."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=f"Build {what} the .venv tests use.")
+    parser.add_argument("--out", type=Path, default=default_out,
+                        help=f"cache directory (default: {default_out.relative_to(REPO)})")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    reason = "--force" if args.force else stale(out)
+    if reason is None:
+        print(f"{what} up to date: {models_dir(out)}")
+        return 0
+    print(f"building {what} ({reason}) ...", flush=True)
+    print(f"{what} built: {build(out)}")
+    return 0

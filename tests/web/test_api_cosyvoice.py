@@ -10,18 +10,12 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-import subprocess
-import sys
-import time
 
 import httpx
-import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.helpers import REPO
-from tests.helpers.live_server import free_port, stop_process
+from tests.helpers.cosyvoice_app import app_process, prompt_b64
 from tests.helpers.tiny_models import MODEL_ID, PRESET_NAMES
 
 pytestmark = pytest.mark.slow  # starts the whole app in its own process (~10-30 s)
@@ -30,33 +24,8 @@ pytestmark = pytest.mark.slow  # starts the whole app in its own process (~10-30
 @pytest.fixture(scope="module")
 def app_server(tiny_cosyvoice_models, tmp_path_factory):
     """The real server (``python app.py``) with the tiny CosyVoice model selected by COSYEDGE_MODEL."""
-    port = free_port()
-    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(tiny_cosyvoice_models), "COSYEDGE_MODEL": MODEL_ID,
-           "COSYEDGE_OUTPUTS_DIR": str(tmp_path_factory.mktemp("outputs")),
-           "COSYEDGE_PROMPTS_DIR": str(tmp_path_factory.mktemp("prompts")), "COSYEDGE_LOG_LEVEL": "WARNING",
-           "COSYEDGE_ONNX_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
-            time.sleep(0.3)
+    with app_process(tiny_cosyvoice_models, MODEL_ID, tmp_path_factory.mktemp("app")) as url:
         yield url
-    finally:
-        stop_process(proc)
-
-
-def _wav_b64(seconds: float = 3.0, sr: int = 16000) -> str:
-    t = np.arange(int(sr * seconds)) / sr
-    buf = io.BytesIO()
-    sf.write(buf, (0.3 * np.sin(2 * np.pi * 160 * t)).astype(np.float32), sr, format="WAV")
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def _post(url: str, body: dict) -> tuple[int, dict | str]:
@@ -69,7 +38,7 @@ def _post(url: str, body: dict) -> tuple[int, dict | str]:
 
 @pytest.mark.parametrize("instruct", [None, "Read this slowly and warmly."])
 def test_rest_clone_and_instruct(app_server, instruct):
-    body = {"text": "Hello world. The quick brown fox!", "consent": True, "prompt_audio": _wav_b64(),
+    body = {"text": "Hello world. The quick brown fox!", "consent": True, "prompt_audio": prompt_b64(),
             "prompt_text": "Hello world, this is a tiny test."}
     if instruct:
         body["instruct"] = instruct

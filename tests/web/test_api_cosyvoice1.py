@@ -11,18 +11,12 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-import subprocess
-import sys
-import time
 
 import httpx
-import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.helpers import REPO
-from tests.helpers.live_server import free_port, stop_process
+from tests.helpers.cosyvoice_app import app_process, prompt_b64
 
 pytestmark = pytest.mark.slow  # starts the whole app in its own process
 MODEL = "cosyvoice1-instruct-tiny"
@@ -30,34 +24,8 @@ MODEL = "cosyvoice1-instruct-tiny"
 
 @pytest.fixture(scope="module")
 def app_server(tiny_cosyvoice_models, tmp_path_factory):
-    port = free_port()
-    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(tiny_cosyvoice_models), "COSYEDGE_MODEL": MODEL,
-           "COSYEDGE_OUTPUTS_DIR": str(tmp_path_factory.mktemp("outputs")),
-           "COSYEDGE_PROMPTS_DIR": str(tmp_path_factory.mktemp("prompts")), "COSYEDGE_LOG_LEVEL": "WARNING",
-           "COSYEDGE_ONNX_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
-            time.sleep(0.3)
+    with app_process(tiny_cosyvoice_models, MODEL, tmp_path_factory.mktemp("app")) as url:
         yield url
-    finally:
-        stop_process(proc)
-
-
-def _wav_b64(seconds: float = 3.0, sr: int = 16000) -> str:
-    t = np.arange(int(sr * seconds)) / sr
-    buf = io.BytesIO()
-    sf.write(buf, (0.3 * np.sin(2 * np.pi * 160 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
-             sr, format="WAV")
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def _tts(url: str, body: dict) -> tuple[int, dict]:
@@ -73,7 +41,7 @@ def _tts(url: str, body: dict) -> tuple[int, dict]:
     ("instruct", {"speaker": "中文男", "instruct": "Theo 'Crimson', is a fiery, passionate rebel leader."}),
 ])
 def test_rest_runs_every_v1_mode(app_server, mode, body):
-    body = {k: (_wav_b64() if v == "PROMPT" else v) for k, v in body.items()}
+    body = {k: (prompt_b64() if v == "PROMPT" else v) for k, v in body.items()}
     status, reply = _tts(app_server, {"text": "你好，世界。<|en|>Hello there.", **body})
     assert status == 200, reply
     assert reply["engine"] == "cosyvoice1" and reply["model"] == MODEL
@@ -105,7 +73,7 @@ def test_openai_route_maps_its_voice_names_to_sft_speakers(app_server):
 
 
 def test_cloned_voice_with_an_instruction_is_refused_naming_the_mode(app_server):
-    status, reply = _tts(app_server, {"text": "你好。", "prompt_audio": _wav_b64(), "prompt_text": "测试。",
+    status, reply = _tts(app_server, {"text": "你好。", "prompt_audio": prompt_b64(), "prompt_text": "测试。",
                                       "instruct": "Speak like a pirate.", "consent": True})
     assert status == 400, reply
     assert reply["error"]["code"] == "mode_not_supported" and "instruct mode" in reply["error"]["message"]

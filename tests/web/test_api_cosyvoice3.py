@@ -13,7 +13,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import numpy as np
@@ -22,7 +21,7 @@ import soundfile as sf
 
 from tests.helpers import REPO
 from tests.helpers import cosyvoice3_fixture as fixture
-from tests.helpers.live_server import free_port, stop_process
+from tests.helpers.cosyvoice_app import app_process, prompt_b64, prompt_wav
 
 pytestmark = pytest.mark.slow  # starts the whole app, and CLI processes, on the tiny model
 MODEL_ID = fixture.MODEL_IDS["int8"]
@@ -30,49 +29,15 @@ TRANSCRIPT = "Hello world, this is a tiny test."
 
 
 @pytest.fixture(scope="module")
-def models():
-    try:
-        return fixture.models_dir()
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture(scope="module")
-def app_server(models, tmp_path_factory):
-    port = free_port()
-    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(models), "COSYEDGE_MODEL": MODEL_ID,
-           "COSYEDGE_OUTPUTS_DIR": str(tmp_path_factory.mktemp("outputs")),
-           "COSYEDGE_PROMPTS_DIR": str(tmp_path_factory.mktemp("prompts")), "COSYEDGE_LOG_LEVEL": "WARNING",
-           "COSYEDGE_ONNX_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
-            time.sleep(0.3)
+def app_server(tiny_cosyvoice3_models, tmp_path_factory):
+    with app_process(tiny_cosyvoice3_models, MODEL_ID, tmp_path_factory.mktemp("app")) as url:
         yield url
-    finally:
-        stop_process(proc)
-
-
-def _wav(seconds: float = 3.0, sr: int = 16000) -> bytes:
-    t = np.arange(int(sr * seconds)) / sr
-    buf = io.BytesIO()
-    sf.write(buf, (0.3 * np.sin(2 * np.pi * 160 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
-             sr, format="WAV")
-    return buf.getvalue()
 
 
 def _tts(url: str, **fields) -> tuple[int, dict]:
     # Several sentences: a random v3 model may end a sentence at its first step (upstream's rule).
     body = {"text": "Hello world. The quick brown fox! Good night. See you soon.",
-            "prompt_audio": base64.b64encode(_wav()).decode(), "consent": True, **fields}
+            "prompt_audio": prompt_b64(), "consent": True, **fields}
     r = httpx.post(f"{url}/tts", json=body, timeout=600)
     return r.status_code, r.json()
 
@@ -125,11 +90,11 @@ def _cosyedge(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=300)
 
 
-def test_cli_zero_shot_cross_lingual_and_instruct(models, tmp_path):
+def test_cli_zero_shot_cross_lingual_and_instruct(tiny_cosyvoice3_models, tmp_path):
     prompt = tmp_path / "me.wav"
-    prompt.write_bytes(_wav(4.0))
+    prompt.write_bytes(prompt_wav(4.0))
     prompts = tmp_path / "prompts"
-    common = ["--models-dir", str(models), "--prompts-dir", str(prompts), "--model", MODEL_ID]
+    common = ["--models-dir", str(tiny_cosyvoice3_models), "--prompts-dir", str(prompts), "--model", MODEL_ID]
     for name, transcript in (("Clone", ["--transcript", TRANSCRIPT]), ("Accent", [])):
         saved = _cosyedge("library", "save", name, str(prompt), *transcript, "--consent", *common)
         assert saved.returncode == 0, saved.stderr[-2000:]

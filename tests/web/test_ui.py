@@ -551,3 +551,35 @@ def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
         "the voice 'male_1' ignored: the voice comes from the prompt audio; the prompt transcript ignored: "
         "the fake engine cannot clone; it matches the voice from the sound of the prompt audio alone, "
         "without its transcript")
+
+
+def test_the_language_dropdowns_offer_the_loaded_engines_languages(make_service, fake_factory):
+    """A Fun-CosyVoice3 model reads ko/de/es/fr/it/ru too: once it has loaded, the three tabs
+    offer them; a choice the next model does not read falls back to auto."""
+    from cosyedge.engines.base import MORE_LANGUAGES
+
+    fake_factory.engine_kwargs["languages"] = ("auto", "zh", "en", "ja", *MORE_LANGUAGES)
+    service = make_service()
+    demo = build_ui(service)
+    events = [f for f in demo.fns.values() if getattr(f.fn, "__name__", None) == "languages"]
+    assert events, "no event refreshes the language dropdowns"
+    for event in events:
+        assert [getattr(o, "elem_id", None) for o in event.outputs] == [
+            "clone-language", "instruct-language", "preset-language"]
+    languages = events[0]
+
+    def offered(update) -> list[str]:
+        return [value for _, value in update["choices"]]
+
+    before = languages.fn("auto", "zh", "en")
+    assert [offered(u) for u in before] == [["auto", "zh", "en", "ja"]] * 3  # nothing loaded yet
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    after = languages.fn("ko", "zh", "auto")
+    assert all(offered(u) == ["auto", "zh", "en", "ja", *MORE_LANGUAGES] for u in after)
+    assert [u["value"] for u in after] == ["ko", "zh", "auto"]
+    fake_factory.engine_kwargs["languages"] = ("zh", "en", "ja")  # as Kokoro: no "auto" of its own
+    service.holder.unload()
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    kokoro = languages.fn("ko", "ja", "auto")
+    assert all(offered(u) == ["auto", "zh", "en", "ja"] for u in kokoro)
+    assert [u["value"] for u in kokoro] == ["auto", "ja", "auto"]

@@ -11,7 +11,8 @@ Step for step as upstream ``CausalHiFTGenerator.inference(finalize=True)``:
    seed (so a call is deterministic, as upstream's is), or takes it as an argument (parity tests).
    Upstream's random initial phase never reaches the output (the frame-rate resampling reads the middle
    of each frame) and its second buffer (``uv``) is not used for the waveform, so neither is modelled.
-3. STFT of the excitation, the decoder graph, inverse STFT, clamp: CosyVoice2's DSP (``hift``).
+3. STFT of the excitation, the decoder graph, inverse STFT, clamp: CosyVoice2's vocoder
+   (``hift.HiftVocoder``, which this one extends).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import logging
 
 import numpy as np
 
-from cosyedge.engines.cosyvoice.hift import HiftParams, istft, stft
+from cosyedge.engines.cosyvoice.hift import HiftParams, HiftVocoder
 
 logger = logging.getLogger(__name__)
 
@@ -78,16 +79,14 @@ def causal_excitation(f0: np.ndarray, noise: np.ndarray, weight: np.ndarray, bia
     return np.tanh(merged[:, 0]).astype(np.float32)
 
 
-class CausalHiftVocoder:
-    """mel -> waveform: numpy F0 and source, one ONNX decoder session (fakes welcome in tests)."""
+class CausalHiftVocoder(HiftVocoder):
+    """mel -> waveform: numpy F0 and source, one ONNX decoder session (fakes welcome in tests); the
+    decoding and its checks are CosyVoice2's (:class:`HiftVocoder`)."""
 
     def __init__(self, f0_predictor: CausalF0Predictor, decoder_session, source_weight: np.ndarray,
                  source_bias: np.ndarray, params: HiftParams) -> None:
+        super().__init__(None, decoder_session, source_weight, source_bias, params)
         self.f0_predictor = f0_predictor
-        self.decoder_session = decoder_session
-        self.source_weight = np.asarray(source_weight, dtype=np.float32)
-        self.source_bias = np.asarray(source_bias, dtype=np.float32)
-        self.params = params
 
     def f0(self, mel: np.ndarray) -> np.ndarray:
         return self.f0_predictor(mel)
@@ -97,25 +96,11 @@ class CausalHiftVocoder:
         return np.random.default_rng(NOISE_SEED).random((n_samples, self.params.nb_harmonics + 1),
                                                           dtype=np.float32)
 
-    def source(self, mel: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+    def source(self, mel: np.ndarray, noise: np.ndarray | None = None,
+               rng: np.random.Generator | None = None) -> np.ndarray:
+        """``rng`` is accepted for the CosyVoice2 vocoder's signature and not used (the noise is fixed)."""
         n = mel.shape[1] * self.params.samples_per_frame
         noise = self.noise(n) if noise is None else np.asarray(noise, dtype=np.float32)[:n]
         if noise.shape != (n, self.params.nb_harmonics + 1):
             raise ValueError(f"noise must cover {(n, self.params.nb_harmonics + 1)}, got {noise.shape}")
         return causal_excitation(self.f0(mel), noise, self.source_weight, self.source_bias, self.params)
-
-    def decode(self, mel: np.ndarray, source: np.ndarray) -> np.ndarray:
-        p = self.params
-        spec = stft(source, p.n_fft, p.hop_len)
-        real, imag = self.decoder_session.run(
-            None, {"mel": mel[None].astype(np.float32, copy=False), "source_stft": spec[None]})
-        wav = istft(real[0], imag[0], p.n_fft, p.hop_len)
-        return np.clip(wav, -p.audio_limit, p.audio_limit).astype(np.float32)
-
-    def __call__(self, mel: np.ndarray, noise: np.ndarray | None = None,
-                 rng: np.random.Generator | None = None) -> np.ndarray:
-        """``rng`` is accepted for the CosyVoice2 vocoder's signature and not used (the noise is fixed)."""
-        mel = np.asarray(mel, dtype=np.float32)
-        if mel.ndim != 2 or mel.shape[0] != 80 or mel.shape[1] == 0:
-            raise ValueError(f"mel must have shape [80, T>0], got {mel.shape}")
-        return self.decode(mel, self.source(mel, noise=noise))

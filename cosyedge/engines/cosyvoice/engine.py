@@ -48,6 +48,40 @@ logger = logging.getLogger(__name__)
 SAMPLE_RATE = 24000
 
 
+def read_presets(model) -> dict[str, np.ndarray]:
+    """The model's preset speakers (``frontend.presets``: name -> embedding [192]); none without."""
+    frontend = model.config("frontend")
+    if not frontend.get("presets"):
+        return {}
+    with np.load(model.file(frontend["presets"]), allow_pickle=False) as npz:
+        return {name: np.asarray(npz[name], dtype=np.float32).reshape(-1) for name in npz.files}
+
+
+def prompt_encoder_factory(model, threads: int, mel_per_token: int | None = 2) -> Callable[[], object]:
+    """Opens the model's prompt encoders (campplus, speech tokenizer) when a new voice comes."""
+    def open_encoder():  # noqa: ANN202
+        from cosyedge.engines.cosyvoice.prompt_encoders import PromptEncoder
+
+        frontend = model.config("frontend")
+        return PromptEncoder(model.session(frontend["campplus"], threads),
+                             model.session(frontend["speech_tokenizer"], threads),
+                             model.manifest.get("config", {}).get("features"), mel_per_token=mel_per_token)
+
+    return open_encoder
+
+
+def prompt_arrays(voice: VoicePrompt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An encoded voice's (embedding [192], speech tokens, flow mel [T, 80]); a coded refusal when
+    the encoding lacks one (made by another version of the encoder)."""
+    try:
+        embedding = np.asarray(voice.arrays["embedding"], dtype=np.float32).reshape(-1)
+        tokens = np.asarray(voice.arrays["tokens"], dtype=np.int64).reshape(-1)
+        mel = np.asarray(voice.arrays["mel"], dtype=np.float32)
+    except KeyError as exc:
+        raise ParameterError(f"voice prompt lacks {exc}; encode the recording again") from exc
+    return embedding, tokens, mel
+
+
 class CosyVoiceEngine:
     """CosyVoice2-0.5B on onnxruntime: native 3 s cloning, cross-lingual cloning and instructions."""
 
@@ -107,18 +141,8 @@ class CosyVoiceEngine:
                      else Token2Wav.load(model, threads=plan.render))
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"),
                                        version3.COSYVOICE3_SPECIALS if v3 else COSYVOICE2_SPECIALS)
-        presets: dict[str, np.ndarray] = {}
-        if frontend.get("presets"):
-            with np.load(model.file(frontend["presets"]), allow_pickle=False) as npz:
-                presets = {name: np.asarray(npz[name], dtype=np.float32).reshape(-1) for name in npz.files}
-
-        def prompt_encoder():
-            from cosyedge.engines.cosyvoice.prompt_encoders import PromptEncoder
-
-            return PromptEncoder(model.session(frontend["campplus"], threads),
-                                 model.session(frontend["speech_tokenizer"], threads),
-                                 model.manifest.get("config", {}).get("features"))
-
+        presets = read_presets(model)
+        prompt_encoder = prompt_encoder_factory(model, threads)
         trim_heap()  # the graphs' protobuf copies are freed now; give them back
         logger.info("CosyVoice engine %s loaded (%d presets)", identity.model_id, len(presets))
         return cls(identity.model_id, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
@@ -230,12 +254,7 @@ class CosyVoiceEngine:
             if voice.engine != self.name:
                 raise ParameterError(f"this voice was encoded for the {voice.engine!r} engine; "
                                      "encode the recording again for CosyVoice")
-            try:
-                embedding = np.asarray(voice.arrays["embedding"], dtype=np.float32).reshape(-1)
-                tokens = np.asarray(voice.arrays["tokens"], dtype=np.int64).reshape(-1)
-                mel = np.asarray(voice.arrays["mel"], dtype=np.float32)
-            except KeyError as exc:
-                raise ParameterError(f"voice prompt lacks {exc}; encode the recording again") from exc
+            embedding, tokens, mel = prompt_arrays(voice)
             if instruct_ids:
                 return instruct_ids, [], tokens, mel, embedding, "instruct2"
             transcript = voice.meta.get("transcript")

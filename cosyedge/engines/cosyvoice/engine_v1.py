@@ -31,7 +31,7 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
-from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine
+from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine, prompt_arrays, prompt_encoder_factory, read_presets
 from cosyedge.engines.cosyvoice.instruct_format import V1_END, format_instruction
 from cosyedge.engines.cosyvoice.sampling import RasSampler
 from cosyedge.engines.cosyvoice.text_normalize import TextNormalizer
@@ -82,18 +82,8 @@ class CosyVoice1Engine(CosyVoiceEngine):
         frontend, about = model.config("frontend"), model.config("model")
         lm_threads = max(1, (threads or 1) // 2)  # as CosyVoice2: decode is memory-bound
         tokenizer = TiktokenBPE.load(model.path / frontend.get("tokenizer", "tokenizer"))
-        presets: dict[str, np.ndarray] = {}
-        if frontend.get("presets"):
-            with np.load(model.file(frontend["presets"]), allow_pickle=False) as npz:
-                presets = {name: np.asarray(npz[name], dtype=np.float32).reshape(-1) for name in npz.files}
-
-        def prompt_encoder():
-            from cosyedge.engines.cosyvoice.prompt_encoders import PromptEncoder
-
-            return PromptEncoder(model.session(frontend["campplus"], threads),
-                                 model.session(frontend["speech_tokenizer"], threads),
-                                 model.manifest.get("config", {}).get("features"), mel_per_token=None)
-
+        presets = read_presets(model)
+        prompt_encoder = prompt_encoder_factory(model, threads, mel_per_token=None)
         token2wav = Token2WavV1.load(model, threads=threads)
         trim_heap()
         logger.info("CosyVoice-300M engine %s loaded (%s, %d presets)", model.identity.model_id,
@@ -135,12 +125,7 @@ class CosyVoice1Engine(CosyVoiceEngine):
                         "the instruction to clone", code="mode_not_supported", mode="instruct",
                         model=self.model_id, model_name=self.variant_name)
                 raise self._refuse("instruct", "only CosyVoice-300M-Instruct follows instructions")
-            try:
-                embedding = np.asarray(voice.arrays["embedding"], dtype=np.float32).reshape(-1)
-                tokens = np.asarray(voice.arrays["tokens"], dtype=np.int64).reshape(-1)
-                mel = np.asarray(voice.arrays["mel"], dtype=np.float32)
-            except KeyError as exc:
-                raise ParameterError(f"voice prompt lacks {exc}; encode the recording again") from exc
+            embedding, tokens, mel = prompt_arrays(voice)
             transcript = voice.meta.get("transcript")
             flow = {"flow_tokens": tokens, "flow_mel": mel, "flow_embedding": embedding}
             if transcript:

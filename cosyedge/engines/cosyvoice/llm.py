@@ -56,6 +56,15 @@ class LLMConfig:
                    **optional)
 
 
+def gather_rows(table: np.ndarray, scale: np.ndarray | None, ids: Sequence[int]) -> np.ndarray:
+    """Rows ``ids`` of a (possibly int8 + per-row scale) table as float32 ``[n, hidden]``."""
+    idx = np.asarray(ids, dtype=np.int64).reshape(-1)
+    rows = np.asarray(table[idx], dtype=np.float32)
+    if scale is not None:
+        rows *= np.asarray(scale[idx], dtype=np.float32)[:, None]
+    return rows
+
+
 def make_session(path: Path, threads: int):
     """An onnxruntime CPU session with all graph optimizations and ``threads`` intra-op threads."""
     import onnxruntime as ort
@@ -108,20 +117,11 @@ class SpeechLM:
                    tables["speech_embedding"], tables["special_embedding"], tables.get("speech_embedding_scale"))
 
     # -- embeddings (host-side gathers) -------------------------------------------------------
-    @staticmethod
-    def _gather(table: np.ndarray, scale: np.ndarray | None, ids: Sequence[int]) -> np.ndarray:
-        """Rows ``ids`` of a (possibly int8 + per-row scale) table as float32 ``[n, hidden]``."""
-        idx = np.asarray(ids, dtype=np.int64).reshape(-1)
-        rows = np.asarray(table[idx], dtype=np.float32)
-        if scale is not None:
-            rows *= np.asarray(scale[idx], dtype=np.float32)[:, None]
-        return rows
-
     def embed_text(self, ids: Sequence[int]) -> np.ndarray:
-        return self._gather(self.text_table, self.text_scale, ids)
+        return gather_rows(self.text_table, self.text_scale, ids)
 
     def embed_speech(self, ids: Sequence[int]) -> np.ndarray:
-        return self._gather(self.speech_embedding, self.speech_scale, ids)
+        return gather_rows(self.speech_embedding, self.speech_scale, ids)
 
     def build_prompt(self, text_ids: Sequence[int], prompt_text_ids: Sequence[int] = (),
                      prompt_speech_ids: Sequence[int] = ()) -> np.ndarray:

@@ -17,19 +17,16 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from cosyedge.engines.cosyvoice.llm import MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO, gather_rows, make_session
 from cosyedge.engines.cosyvoice.sampling import Chooser
 from cosyedge.errors import CancelledError, ModelMissingError, ParameterError
 from cosyedge.heap import trim_heap
 
 logger = logging.getLogger(__name__)
-
-MIN_TOKEN_TEXT_RATIO = 2.0
-MAX_TOKEN_TEXT_RATIO = 20.0
 
 
 @dataclass(frozen=True)
@@ -95,8 +92,6 @@ class SpeechLMv1:
     @classmethod
     def load(cls, model, threads: int = 1) -> "SpeechLMv1":
         """Open the two graphs and the memory-mapped tables a converted model lists (``config.llm``)."""
-        from cosyedge.engines.cosyvoice.llm import make_session
-
         cfg = model.config("llm")
         files = cfg.get("files", {})
         try:
@@ -114,12 +109,7 @@ class SpeechLMv1:
 
     # -- inputs ---------------------------------------------------------------------------------
     def _gather(self, name: str, ids: Sequence[int]) -> np.ndarray:
-        idx = np.asarray(ids, dtype=np.int64).reshape(-1)
-        rows = np.asarray(self.tables[name][idx], dtype=np.float32)
-        scale = self.tables.get(name + "_scale")
-        if scale is not None:
-            rows *= np.asarray(scale[idx], dtype=np.float32)[:, None]
-        return rows
+        return gather_rows(self.tables[name], self.tables.get(name + "_scale"), ids)
 
     def embed_speech(self, ids: Sequence[int]) -> np.ndarray:
         return self._gather("speech_embedding", ids)

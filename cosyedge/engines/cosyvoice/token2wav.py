@@ -35,6 +35,23 @@ HOP_TOKENS = 25        # upstream CosyVoice2Model.token_hop_len (the encoder's c
 MEL_CACHE_FRAMES = 8   # upstream CosyVoice2Model.mel_cache_len
 
 
+def check_speed(speed: float) -> float:
+    """``speed`` as a float within :data:`SPEED_RANGE`; a ParameterError otherwise."""
+    speed = float(speed)
+    if not (SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]):
+        raise ParameterError(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}")
+    return speed
+
+
+def load_vocoder(model: ModelDir, threads: int = 0, kind: type[HiftVocoder] = HiftVocoder) -> HiftVocoder:
+    """The HiFT vocoder of the manifest's ``hift`` entry: F0 and decoder graphs, source layer."""
+    hc = model.config("hift")
+    with np.load(model.file(hc["source"])) as source:
+        weight, bias = source["weight"], source["bias"]
+    return kind(model.session(hc["f0"], threads), model.session(hc["decoder"], threads), weight, bias,
+                HiftParams.from_dict(hc))
+
+
 class Token2WavStream:
     """Upstream's hop schedule (``CosyVoice2Model.tts(stream=True)`` at 46dfe04) over a
     :class:`FlowStream` and a :class:`HiftStream`.
@@ -91,18 +108,14 @@ class Token2Wav:
     def load(cls, model_dir: Path | str | ModelDir, threads: int = 0, verify_hashes: bool = False) -> "Token2Wav":
         """Open the four graphs and side files listed in ``manifest.json`` (CPU, ``threads`` intra-op)."""
         model = model_dir if isinstance(model_dir, ModelDir) else ModelDir.load(model_dir, verify_hashes)
-        fc, hc = model.config("flow"), model.config("hift")
+        fc = model.config("flow")
         stream = fc.get("stream")
         stream_sessions = ((model.session(stream["encoder"], threads), model.session(stream["estimator"], threads))
                            if stream else None)
         flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads),
                            np.load(model.file(fc["noise"])), FlowParams.from_dict(fc), stream_sessions,
                            StreamLayout.from_dict(stream) if stream else None)
-        with np.load(model.file(hc["source"])) as source:
-            weight, bias = source["weight"], source["bias"]
-        vocoder = HiftVocoder(model.session(hc["f0"], threads), model.session(hc["decoder"], threads),
-                              weight, bias, HiftParams.from_dict(hc))
-        return cls(flow, vocoder)
+        return cls(flow, load_vocoder(model, threads))
 
     @property
     def can_stream(self) -> bool:
@@ -121,9 +134,7 @@ class Token2Wav:
     def mel(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
             n_timesteps: int | None = None) -> np.ndarray:
         """The mel [80, frames] that :meth:`__call__` vocodes (after the speed change)."""
-        speed = float(speed)
-        if not (SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]):
-            raise ParameterError(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}")
+        speed = check_speed(speed)
         mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps)
         return resample_mel(mel, speed) if speed != 1.0 else mel
 

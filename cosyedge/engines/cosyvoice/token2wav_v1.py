@@ -24,7 +24,7 @@ import numpy as np
 from cosyedge.engines.cosyvoice.flow import FlowDecoder, FlowParams, resample_mel
 from cosyedge.engines.cosyvoice.hift import HiftParams, HiftVocoder, _nearest_index
 from cosyedge.engines.cosyvoice.manifest import ModelDir
-from cosyedge.engines.cosyvoice.token2wav import SPEED_RANGE
+from cosyedge.engines.cosyvoice.token2wav import check_speed, load_vocoder
 from cosyedge.errors import ParameterError
 
 logger = logging.getLogger(__name__)
@@ -183,16 +183,12 @@ class Token2WavV1:
 
     @classmethod
     def load(cls, model: ModelDir, threads: int = 0) -> "Token2WavV1":
-        fc, hc = model.config("flow"), model.config("hift")
+        fc = model.config("flow")
         params = FlowParams.from_dict(fc)
         flow = FlowV1(model.session(fc["encoder"], threads), model.session(fc["regulator"], threads),
                       model.session(fc["estimator"], threads), params,
                       token_rate=int(fc.get("input_frame_rate", 50)))
-        with np.load(model.file(hc["source"])) as source:
-            weight, bias = source["weight"], source["bias"]
-        vocoder = SineGenVocoder(model.session(hc["f0"], threads), model.session(hc["decoder"], threads),
-                                 weight, bias, HiftParams.from_dict(hc))
-        return cls(flow, vocoder)
+        return cls(flow, load_vocoder(model, threads, SineGenVocoder))
 
     @property
     def sample_rate(self) -> int:
@@ -201,9 +197,7 @@ class Token2WavV1:
     def __call__(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
                  rng: np.random.Generator | None = None) -> np.ndarray:
         """float32 audio at 22.05 kHz (256 samples per mel frame), within +-0.99."""
-        speed = float(speed)
-        if not (SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]):
-            raise ParameterError(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}")
+        speed = check_speed(speed)
         rng = rng if rng is not None else np.random.default_rng()
         mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, rng=rng)
         if speed != 1.0:

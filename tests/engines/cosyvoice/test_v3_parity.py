@@ -31,11 +31,8 @@ AUDIO_TOL = 1e-3
 
 
 @pytest.fixture(scope="module")
-def models():
-    try:
-        return fixture.models_dir()
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+def models(tiny_cosyvoice3_models):
+    return tiny_cosyvoice3_models
 
 
 @pytest.fixture(scope="module")
