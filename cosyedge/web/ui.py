@@ -126,6 +126,7 @@ REASONS_ZH = {
     "voice_id_taken": "已有同名音色，请换一个名字",
     "voice_name_taken": "已有同名音色，请换一个名字",
     "voice_name_empty": "音色名称为空",
+    "voice_name_preset": "“{preset}”是预置音色的名字，请换一个名字",
     "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
     "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
     "shutting_down": "服务正在关闭",
