@@ -587,7 +587,7 @@ class Service:
         return prompt.pcm, prompt.sample_rate
 
     def rename_voice(self, voice_id: str, new_name: str) -> VoiceInfo:
-        return self.library.rename(voice_id, new_name)
+        return self.library.rename(voice_id, new_name, presets=self.presets())
 
     def delete_voice(self, voice_id: str) -> None:
         self.library.delete(voice_id)
@@ -597,9 +597,10 @@ class Service:
         return self.library.export(voice_id)
 
     def import_voice(self, data: bytes, name: str | None = None) -> VoiceInfo:
-        """Import a voice .zip with the checks of ``library import`` (size limit included)."""
+        """Import a voice .zip with the checks of ``library import`` (size limit and preset names
+        included)."""
         limit = int(self.settings.max_upload_mb * 1024 * 1024)
-        return self.library.import_zip(data, max_bytes=limit, name=name)
+        return self.library.import_zip(data, max_bytes=limit, name=name, presets=self.presets())
 
     def history(self, limit: int = 50) -> list[history.HistoryEntry]:
         """The page's last outputs still on disk, newest first (:mod:`cosyedge.history`)."""

@@ -411,9 +411,11 @@ class VoiceLibrary:
         logger.info("saved voice %s (%s)", voice_id, display)
         return info
 
-    def rename(self, voice_id: str, new_name: str) -> VoiceInfo:
+    def rename(self, voice_id: str, new_name: str, *, presets: Iterable[str] = ()) -> VoiceInfo:
+        """Rename a voice (its id follows the name); a name of one of ``presets`` is refused."""
         path = self._existing(voice_id)
         display, new_id = name_to_id(new_name)
+        refuse_preset_name(display, presets)
         if new_id != voice_id:
             new_id = self._id_for(display, new_id)
         target = self._path(new_id)
@@ -479,9 +481,10 @@ class VoiceLibrary:
         return buf.getvalue()
 
     def import_zip(self, data: bytes, *, max_bytes: int, name: str | None = None,
-                   overwrite: bool = False) -> VoiceInfo:
+                   overwrite: bool = False, presets: Iterable[str] = ()) -> VoiceInfo:
         """Validate an exported voice completely (members, sizes, meta, name, transcript, audio),
-        then save it. Nothing is written unless everything is valid."""
+        then save it. Nothing is written unless everything is valid; the name it is saved under
+        (``name`` or the zip's own) must not be one of ``presets``."""
         if len(data) > max_bytes:
             raise PayloadTooLargeError(f"the voice file is {len(data) / 1e6:.1f} MB; the limit is "
                                        f"{max_bytes / 1e6:.1f} MB", code="voice_file_too_large",
@@ -518,6 +521,7 @@ class VoiceLibrary:
                              code="voice_file_transcript_not_utf8") from None
         transcript = _check_transcript(transcript)
         display, _ = name_to_id(name if name is not None else meta["name"])
+        refuse_preset_name(display, presets)
         prompt = condition_prompt(blobs[WAV_NAME], max_bytes=max_bytes, filename=WAV_NAME)
         return self.save(display, prompt, transcript, engine=meta["engine"], model_id=meta["model_id"],
                          consent=ConsentRecord.from_meta(meta.get("consent")), overwrite=overwrite)

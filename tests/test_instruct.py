@@ -385,14 +385,10 @@ def test_cli_speak_instruct_on_tiny_engine(tmp_path, monkeypatch, capsys):
 
     from cosyedge import cli
     from cosyedge.commands import speak
-    from cosyedge.engines.kokoro.engine import KokoroEngine, make_session
+    from tests.engines.kokoro.test_engine import SplitOnPeriodFrontend
     from tests.helpers import tiny_kokoro
-    from tests.engines.kokoro.test_engine import PACKS, SplitOnPeriodFrontend
 
-    rng = np.random.default_rng(0)
-    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
-    engine = KokoroEngine(session=make_session(tiny_kokoro.build(tmp_path / "tiny.onnx"), 1),
-                          packs=packs, frontend=SplitOnPeriodFrontend())
+    engine = tiny_kokoro.engine(tmp_path, SplitOnPeriodFrontend())
     monkeypatch.setattr(speak, "load_engine", lambda settings: engine)
     text = "Hello there. General Kenobi."
     assert cli.main(["speak", text, "-o", str(tmp_path / "plain.wav")]) == 0

@@ -187,6 +187,20 @@ def test_a_saved_voice_records_the_models_it_was_encoded_for(studio):
     assert rate == 24000 and len(pcm) == pytest.approx(4.0 * 24000, rel=0.05)
 
 
+def test_rename_and_import_refuse_a_preset_name(studio):
+    """The My voices tab's rename and import go through these: a preset name is refused there too."""
+    info = studio.save_voice("Ms Lee", wav_bytes(), "hello", consent=True)
+    exported = studio.export_voice(info.id)
+    for name in studio.presets()[:2]:
+        with pytest.raises(InputError) as refused:
+            studio.rename_voice(info.id, name)
+        assert refused.value.code == "voice_name_preset"
+        with pytest.raises(InputError) as refused:
+            studio.import_voice(exported, name=name.replace("_", " ").upper())
+        assert refused.value.code == "voice_name_preset"
+    assert [(v.id, v.name) for v in studio.saved_voices()] == [("ms-lee", "Ms Lee")]
+
+
 def test_settings_stay_as_given_apart_from_the_model(studio, web_settings):
     studio.switch_model("cosyvoice2-int8")
     assert studio.settings == dataclasses.replace(web_settings, model="cosyvoice2-int8")

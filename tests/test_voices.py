@@ -212,6 +212,27 @@ def test_export_import_round_trip(lib, tmp_path):
     assert other.import_zip(blob, max_bytes=LIMIT, name="Copy").id == "copy"
 
 
+def test_rename_and_import_refuse_a_preset_name_and_write_nothing(lib, tmp_path):
+    """A preset wins when a voice is asked for by name, so no path may give a saved voice one."""
+    presets = ("female_1", "male_1")
+    save(lib, "Ms Lee")
+    for name in ("male_1", " Female 1 "):
+        with pytest.raises(NameError_) as info:
+            lib.rename("ms-lee", name, presets=presets)
+        assert info.value.code == "voice_name_preset"
+    assert [(v.id, v.name) for v in lib.list()] == [("ms-lee", "Ms Lee")]
+    blob = lib.export("ms-lee")
+    other = VoiceLibrary(tmp_path / "other")
+    with pytest.raises(NameError_) as info:
+        other.import_zip(blob, max_bytes=LIMIT, name="MALE_1", presets=presets)
+    assert info.value.code == "voice_name_preset"
+    lib.rename("ms-lee", "male_1")  # a box whose presets are others (or one before this check)
+    with pytest.raises(NameError_) as info:  # the zip's own name is checked too
+        other.import_zip(lib.export("male_1"), max_bytes=LIMIT, presets=presets)
+    assert info.value.code == "voice_name_preset"
+    assert other.list() == []
+
+
 def test_consent_is_recorded_and_travels_in_the_zip(lib, tmp_path):
     from cosyedge.consent import ConsentRecord
 

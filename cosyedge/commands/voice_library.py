@@ -140,7 +140,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_rename(args: argparse.Namespace) -> int:
-    info = library_for(config.from_args(args)).rename(args.voice_id, args.new_name)
+    info = library_for(config.from_args(args)).rename(args.voice_id, args.new_name, presets=SEED_PRESETS)
     print(f"renamed to {info.id!r} ({info.name})")
     return 0
 
@@ -165,6 +165,7 @@ def run_export(args: argparse.Namespace) -> int:
 def run_import(args: argparse.Namespace) -> int:
     settings = config.from_args(args)
     info = library_for(settings).import_zip(_read(args.zip, _limit(settings)), max_bytes=_limit(settings),
-                                            name=args.name, overwrite=args.overwrite)
+                                            name=args.name, overwrite=args.overwrite,
+                                            presets=SEED_PRESETS)
     print(f"imported voice {info.id!r} ({info.name})")
     return 0

@@ -536,6 +536,13 @@ async def _unparsed_body(request: Request) -> str:
     return f"the body could not be parsed: {JSON_ADVICE}"
 
 
+def _is_form(request: Request) -> bool:
+    """Whether the body is a form: only then does Starlette parse it itself (and name what is wrong,
+    a missing multipart boundary say); FastAPI's 400 for any other body names nothing."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return content_type in ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map the exception tree, validation and routing errors to the one JSON error shape."""
 
@@ -553,12 +560,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404 and exc.detail == "Not Found":
+        # Decided by status and request, never by Starlette's wording: our routes raise CosyedgeError,
+        # so an HTTPException 404 or 405 is the router's.
+        if exc.status_code == 404:
             return _no_route(request.method, request.url.path)
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
             return _wrong_method(request.method, request.url.path, allowed.split(", ") if allowed else [])
-        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        if exc.status_code == 400 and not _is_form(request):  # a form's 400 is its parser's, kept
             return error_response(400, "invalid_request", await _unparsed_body(request))
         kind = "payload_too_large" if exc.status_code == 413 else "http_error"
         return error_response(exc.status_code, kind, str(exc.detail), exc.headers)

@@ -8,7 +8,6 @@ reports the paragraph being made with the time left until the WAV lands in the t
 """
 
 # No `from __future__ import annotations`: the page's handlers read real annotations (see ui.py).
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from cosyedge.jobs import Job
 from cosyedge.lessons import LESSON_SUFFIXES, LessonResult
 from cosyedge.notes import code_of
 from cosyedge.service import Service
+from cosyedge.web.job_wait import wait_reporting
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -89,27 +89,19 @@ async def follow_lesson(service: Service, job: Job, progress: Any,
                         labels: dict[str, str]) -> LessonResult:
     """Wait for a lesson's job, reporting its queue place or its paragraph and time left; its
     result, or its error raised again. The job is cancelled when the wait is (the page went away)."""
-    waiter = asyncio.ensure_future(job.wait_async())
-    try:
-        while True:
-            done, _ = await asyncio.wait({waiter}, timeout=0.25)
-            if done:
-                break
-            position = service.position(job)
-            words = progress_words(job.phase)
-            if position is not None:
-                progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
-            elif words is not None and job.total_steps:
-                progress((job.done_steps, job.total_steps), desc=words)
-            elif code_of(job.phase) == "lesson_zipping":
-                progress(1.0, desc="cutting one file per paragraph / 正在生成分段文件")
-            else:
-                progress(0.0, desc=labels.get(job.phase, job.phase))
-        return waiter.result()
-    finally:
-        if not job.finished:
-            service.cancel(job.id)
-            waiter.cancel()
+    def report(job: Job) -> None:
+        position = service.position(job)
+        words = progress_words(job.phase)
+        if position is not None:
+            progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
+        elif words is not None and job.total_steps:
+            progress((job.done_steps, job.total_steps), desc=words)
+        elif code_of(job.phase) == "lesson_zipping":
+            progress(1.0, desc="cutting one file per paragraph / 正在生成分段文件")
+        else:
+            progress(0.0, desc=labels.get(job.phase, job.phase))
+
+    return await wait_reporting(service, job, report)
 
 
 def lesson_line(result: LessonResult) -> str:

@@ -33,6 +33,7 @@ from cosyedge.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
 from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
                               SPEED_RANGE, Service, TTSRequest, TTSResult)
+from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
                                     lesson_controls, lesson_line)
 
@@ -125,6 +126,7 @@ REASONS_ZH = {
     "voice_id_taken": "已有同名音色，请换一个名字",
     "voice_name_taken": "已有同名音色，请换一个名字",
     "voice_name_empty": "音色名称为空",
+    "voice_name_preset": "“{preset}”是预置音色的名字，请换一个名字",
     "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
     "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
     "shutting_down": "服务正在关闭",
@@ -436,34 +438,27 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
     """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error."""
     import gradio as gr
 
-    waiter = asyncio.ensure_future(job.wait_async())
+    def report(job: Job) -> None:
+        position = service.position(job)
+        if position is not None:
+            progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
+        elif job.total_steps and job.done_steps < job.total_steps:  # the sentence being made
+            progress((job.done_steps, job.total_steps),
+                     desc=f"sentence {job.done_steps + 1}/{job.total_steps} / "
+                          f"第 {job.done_steps + 1}/{job.total_steps} 句")
+        elif job.total_steps:  # all sentences made: scoring, writing the file
+            progress((job.done_steps, job.total_steps),
+                     desc=PHASE_LABELS.get(job.phase, "finishing / 正在完成"))
+        else:
+            progress(0.0, desc=PHASE_LABELS.get(job.phase, job.phase))
+
     try:
-        while True:
-            done, _ = await asyncio.wait({waiter}, timeout=0.25)
-            if done:
-                break
-            position = service.position(job)
-            if position is not None:
-                progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
-            elif job.total_steps and job.done_steps < job.total_steps:  # the sentence being made
-                progress((job.done_steps, job.total_steps),
-                         desc=f"sentence {job.done_steps + 1}/{job.total_steps} / "
-                              f"第 {job.done_steps + 1}/{job.total_steps} 句")
-            elif job.total_steps:  # all sentences made: scoring, writing the file
-                progress((job.done_steps, job.total_steps),
-                         desc=PHASE_LABELS.get(job.phase, "finishing / 正在完成"))
-            else:
-                progress(0.0, desc=PHASE_LABELS.get(job.phase, job.phase))
-        result: TTSResult = waiter.result()
+        result: TTSResult = await wait_reporting(service, job, report)
     except CancelledError:
         gr.Info(CANCELLED)
         return None, CANCELLED
     except CosyedgeError as exc:
         raise _ui_error(exc) from exc
-    finally:
-        if not job.finished:  # the event was cancelled or the page went away
-            service.cancel(job.id)
-            waiter.cancel()
     return (str(result.path) if result.path else None), describe(result)
 
 

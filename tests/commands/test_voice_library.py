@@ -82,6 +82,22 @@ def test_save_refuses_a_preset_name_like_the_service(tmp_path, capsys):
     assert "no saved voices" in capsys.readouterr().out
 
 
+def test_rename_and_import_refuse_a_preset_name_like_save(tmp_path, capsys):
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0), 24000)
+    common = ["--prompts-dir", str(tmp_path / "prompts")]
+    assert main(["library", "save", "Ms Lee", str(wav), "--consent", *common]) == 0
+    zip_path = tmp_path / "lee.zip"
+    assert main(["library", "export", "ms-lee", "-o", str(zip_path), *common]) == 0
+    capsys.readouterr()
+    assert main(["library", "rename", "ms-lee", "Male 1", *common]) == 2
+    assert "is the name of a preset voice" in capsys.readouterr().err
+    assert main(["library", "import", str(zip_path), "--name", "child", *common]) == 2
+    assert "is the name of a preset voice" in capsys.readouterr().err
+    assert main(["library", "list", *common]) == 0
+    assert capsys.readouterr().out.startswith("ms-lee\tMs Lee\t")  # only the voice as it was
+
+
 def test_the_preset_name_check_is_one_function(tmp_path):
     from cosyedge.errors import NameError_
     from cosyedge.service import SEED_PRESETS

@@ -235,15 +235,7 @@ def yaml_text(sizes: dict = TINY, qwen: dict = TINY_QWEN) -> str:
     hift = upstream_yaml.hift("CausalHiFTGenerator", ch, ch, "CausalConvRNNF0Predictor",
                               extra="    conv_pre_look_right: 4\n")
     return f"""# tiny CosyVoice3 for parity tests (tests/cosyvoice3/make_fixture.py); layout of cosyvoice3.yaml
-sample_rate: 24000
-llm_input_size: {qwen['hidden_size']}
-llm_output_size: {qwen['hidden_size']}
-spk_embed_dim: 192
-qwen_pretrain_path: ''
-token_frame_rate: 25
-token_mel_ratio: 2
-chunk_size: 25
-num_decoding_left_chunks: -1
+{upstream_yaml.qwen2_rates(qwen['hidden_size'])}\
 
 {upstream_yaml.qwen2_llm("CosyVoice3LM")}
 {upstream_yaml.causal_flow_head("CausalMaskedDiffWithDiT", 80)}\

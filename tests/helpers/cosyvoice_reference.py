@@ -204,16 +204,7 @@ __set_seed2: !apply:numpy.random.seed [1986]
 __set_seed3: !apply:torch.manual_seed [1986]
 __set_seed4: !apply:torch.cuda.manual_seed_all [1986]
 
-sample_rate: 24000
-llm_input_size: 896
-llm_output_size: 896
-spk_embed_dim: 192
-qwen_pretrain_path: ''
-token_frame_rate: 25
-token_mel_ratio: 2
-
-chunk_size: 25
-num_decoding_left_chunks: -1
+{upstream_yaml.qwen2_rates(896)}\
 
 {upstream_yaml.qwen2_llm("Qwen2LM")}
 {upstream_yaml.causal_flow_head("CausalMaskedDiffWithXvec", 512)}\

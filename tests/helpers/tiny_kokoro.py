@@ -14,7 +14,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from cosyedge.engines.kokoro.engine import KokoroEngine
+from cosyedge.engines.kokoro.sessions import make_session
+
 SAMPLES_PER_TOKEN = 600
+#: The packs the presets are mixed from (:mod:`cosyedge.engines.kokoro.presets`).
+PACKS = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 
 
 @dataclass
@@ -65,3 +70,12 @@ def build(path: Path) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def engine(directory: Path, frontend: object, seed: int = 0, **kwargs) -> KokoroEngine:
+    """A KokoroEngine on the tiny model (built in ``directory``) with random packs from ``seed`` and
+    the test's fake ``frontend``; ``kwargs`` go to KokoroEngine."""
+    rng = np.random.default_rng(seed)
+    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
+    return KokoroEngine(session=make_session(build(directory / "tiny.onnx"), 1), packs=packs,
+                        frontend=frontend, **kwargs)

@@ -20,6 +20,22 @@ RAS_SAMPLING = """\
 """
 
 
+def qwen2_rates(hidden_size: int) -> str:
+    """The top-level keys before v2's and v3's ``llm:`` section: the Qwen2 width and the token rates
+    (25 tokens/s, 2 mel frames per token, chunks of 25 tokens)."""
+    return f"""\
+sample_rate: 24000
+llm_input_size: {hidden_size}
+llm_output_size: {hidden_size}
+spk_embed_dim: 192
+qwen_pretrain_path: ''
+token_frame_rate: 25
+token_mel_ratio: 2
+chunk_size: 25
+num_decoding_left_chunks: -1
+"""
+
+
 def qwen2_llm(llm_class: str) -> str:
     """The ``llm:`` section of v2 (``Qwen2LM``) and v3 (``CosyVoice3LM``)."""
     return f"""\

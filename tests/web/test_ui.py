@@ -510,6 +510,7 @@ def test_each_translated_refusal_is_raised_with_its_code_and_params(make_service
     ("prompt_too_long", {"seconds": 130.4, "maximum": 120.0}, "参考音频长 130 秒，最长 120 秒"),
     ("queue_full", {"running": 2, "waiting": 8}, "正忙：2 个任务在运行，8 个在排队"),
     ("voice_name_taken", {"name": "Ms Lee", "voice_id": "ms-lee"}, "已有同名音色，请换一个名字"),
+    ("voice_name_preset", {"name": "Male 1", "preset": "male_1"}, "“male_1”是预置音色的名字，请换一个名字"),
 ])
 def test_a_reworded_message_keeps_its_chinese(code, params, chinese):
     from cosyedge.errors import error_codes

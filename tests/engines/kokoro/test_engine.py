@@ -11,12 +11,10 @@ import pytest
 from cosyedge.engines.base import Engine, SynthesisOptions, TextAnalysis, VoicePrompt
 from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.engines.kokoro.presets import PRESETS
-from cosyedge.engines.kokoro.sessions import make_session
 from cosyedge.errors import CancelledError, EngineError, NotFoundError, ParameterError
 from tests.helpers import tiny_kokoro
-from tests.helpers.tiny_kokoro import Sentence
+from tests.helpers.tiny_kokoro import PACKS, Sentence
 
-PACKS = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 
 
 class SplitOnPeriodFrontend:
@@ -37,10 +35,7 @@ class SplitOnPeriodFrontend:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> KokoroEngine:
-    path = tiny_kokoro.build(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
-    rng = np.random.default_rng(0)
-    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
-    return KokoroEngine(session=make_session(path, 1), packs=packs, frontend=SplitOnPeriodFrontend())
+    return tiny_kokoro.engine(tmp_path_factory.mktemp("tiny"), SplitOnPeriodFrontend())
 
 
 def run(engine: KokoroEngine, text: str, voice="female_1", **opts):

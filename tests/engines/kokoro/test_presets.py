@@ -10,11 +10,9 @@ from cosyedge.engines.base import SynthesisOptions, TextAnalysis, VoicePrompt
 from cosyedge.engines.kokoro import presets
 from cosyedge.engines.kokoro.engine import KokoroEngine
 from cosyedge.engines.kokoro.presets import PRESETS, Recipe
-from cosyedge.engines.kokoro.sessions import make_session
 from tests.helpers import tiny_kokoro
-from tests.helpers.tiny_kokoro import Sentence
+from tests.helpers.tiny_kokoro import PACKS, Sentence
 
-PACKS = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 
 
 class TaggedFrontend:
@@ -39,11 +37,7 @@ class TaggedFrontend:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> KokoroEngine:
-    path = tiny_kokoro.build(tmp_path_factory.mktemp("tiny") / "tiny.onnx")
-    rng = np.random.default_rng(1)
-    packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
-    return KokoroEngine(session=make_session(path, 1), packs=packs, frontend=TaggedFrontend(),
-                        check_reading=False)
+    return tiny_kokoro.engine(tmp_path_factory.mktemp("tiny"), TaggedFrontend(), seed=1, check_reading=False)
 
 
 def chunks(engine, text, voice):
