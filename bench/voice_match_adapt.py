@@ -134,17 +134,14 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
     final = voice_match.guard_reading(_Checked(engine, errors), _with_errors(final, errors["kept"]))
     t_guard = time.perf_counter() - t0
     errors["kept"] = final.meta["reading_errors"]  # the unadapted figures when the guard dropped it
-    forced_meta = None
     tried = final.meta["stages"].get("adapted") or []
-    if tried:
-        forced_meta = max(tried, key=lambda t: t["similarity"])
     voices = {p: p for p in engine.presets()}
     voices["search"] = search
     voices["kept"] = final
-    if forced_meta:
-        forced = voice_match.without_adaptation(search, "bench")
-        forced.meta["adaptation"] = {k: v for k, v in forced_meta.items() if "similarity" not in k}
-        voices["forced"] = forced
+    for variant in tried:  # each method's best variant alone: which method carries over
+        one = voice_match.without_adaptation(search, "bench")
+        one.meta["adaptation"] = {k: v for k, v in variant.items() if "similarity" not in k}
+        voices[f"forced_{variant['method']}"] = one
     wavs: dict[tuple[str, int], Path] = {}
     for i, (language, text) in enumerate(HELD_OUT):
         for key, voice in voices.items():
@@ -168,29 +165,11 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
                 if key != "best_preset":
                     per[key].append(sim(key))
         scores[judge] = {k: round(float(np.mean(v)), 4) for k, v in per.items()}
-    # speed: a long text with and without the adaptation (the same style), side by side
-    adaptation_meta = (final.meta.get("adaptation") or (voices.get("forced").meta["adaptation"]
-                                                        if "forced" in voices else None))
-    speed = {}
-    if adaptation_meta:
-        timed = voice_match.without_adaptation(search, "bench")
-        plain_s, adapted_s = [], []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            audio = speak(engine, LONG_TEXT, timed, "en")
-            plain_s.append(time.perf_counter() - t0)
-            timed.meta["adaptation"] = adaptation_meta
-            t0 = time.perf_counter()
-            speak(engine, LONG_TEXT, timed, "en")
-            adapted_s.append(time.perf_counter() - t0)
-            timed.meta.pop("adaptation")
-        speed = {"audio_s": round(audio.size / 24000, 2), "plain_s": round(min(plain_s), 2),
-                 "adapted_s": round(min(adapted_s), 2), "method": adaptation_meta["method"]}
     return {"name": name, "prompt_s": round(prompt.duration_s, 2), "match_s": round(t_match, 2),
             "final_choice_s": final.meta["stages"].get("seconds"), "guard_s": round(t_guard, 2),
             "stages": final.meta["stages"], "adaptation": final.meta.get("adaptation"),
             "kept": final.meta["stages"]["kept"], "scores": scores, "reading_errors": errors,
-            "speed": speed, "load": os.getloadavg()[0]}
+            "load": os.getloadavg()[0]}
 
 
 class _Checked:
@@ -227,8 +206,41 @@ def cmd_run(args) -> int:
             row["load_before"] = load
             row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
             (OUT / f"{name.replace(' ', '_')}.json").write_text(json.dumps(row, indent=1, ensure_ascii=False))
-            print(json.dumps({k: row[k] for k in ("name", "kept", "scores", "reading_errors", "speed",
+            print(json.dumps({k: row[k] for k in ("name", "kept", "scores", "reading_errors",
                                                   "match_s", "final_choice_s")}, ensure_ascii=False), flush=True)
+    return 0
+
+
+def cmd_speed(args) -> int:
+    """What the adaptation adds to synthesis: a long English text with a preset's style, plain and
+    adapted by each method, alternated, best of ``--reps``."""
+    from cosyedge import config
+    from cosyedge.engines.base import VoicePrompt
+    from cosyedge.engines.kokoro import adapt
+    from cosyedge.engines.loader import load_engine
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    engine = load_engine(config.from_env())
+    style = engine.style_pack("male_1", "en")
+    load = os.getloadavg()[0]
+    plain = VoicePrompt(engine="kokoro", model_id=engine.model_id, arrays={"style": style}, meta={})
+    speak(engine, "Warm up.", plain, "en")
+    times: dict[str, list[float]] = {"plain": [], **{m: [] for m in adapt.METHODS}}
+    audio_s = 0.0
+    for _ in range(args.reps):
+        for key in times:
+            voice = plain if key == "plain" else VoicePrompt(
+                engine="kokoro", model_id=engine.model_id, arrays={"style": style},
+                meta={"adaptation": adapt.Adaptation(warp=1.08, f0_range=1.2, f0_center_hz=110.0,
+                                                     method=key).to_meta()})
+            t0 = time.perf_counter()
+            audio_s = speak(engine, LONG_TEXT, voice, "en").size / 24000
+            times[key].append(time.perf_counter() - t0)
+    row = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load,
+           "load_after": os.getloadavg()[0], "audio_s": round(audio_s, 2),
+           **{k: round(min(v), 3) for k, v in times.items()}}
+    (OUT / "speed.json.txt").write_text(json.dumps(row))
+    print(json.dumps(row))
     return 0
 
 
@@ -237,51 +249,63 @@ def cmd_report(args) -> int:
     if not rows:
         print("no results yet: run first")
         return 1
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    flags = open("/proc/cpuinfo").read()
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
+    flags = [f for f in ("avx512_vnni", "amx_int8") if f in cpuinfo]
+    cols = ("best_preset", "search", "kept", "forced_stft", "forced_world")
     lines = ["## Voice match adaptation (issue 25)", "",
-             f"Machine: {cpu}, {os.cpu_count()} cores, {platform.machine()}"
-             f"{', avx512_vnni' if 'avx512_vnni' in flags else ''}{', amx_int8' if 'amx_int8' in flags else ''}; "
-             f"runs {', '.join(sorted({r['date'] for r in rows}))}; command "
-             "`flock /work/locks/heavy .venv/bin/python bench/voice_match_adapt.py run --voices ...` (one or two "
-             "voices per lock hold), then `report --write-docs`; load average at each voice's start in the table "
-             "(the box is shared by four engineers).", "",
+             f"Machine: {cpu} ({', '.join(flags) or 'no avx512_vnni/amx'}), {os.cpu_count()} cores; runs "
+             f"{', '.join(sorted({r['date'] for r in rows}))}; command `flock /work/locks/heavy .venv/bin/python "
+             "bench/voice_match_adapt.py run --voices ...` (a few voices per lock hold), then `report "
+             "--write-docs`; the load average at each voice's start is in the table (the box is shared by four "
+             "engineers: timings are not an idle box's).", "",
              "Similarity to the prompt on four held-out sentences (2 en, 1 ja, 1 zh) that the search, the "
-             "adaptation tuning and the final choice never heard; best preset = the best of the five presets "
-             "per sentence by the same judge (an upper bound for any one preset). d-vector = `cosyedge.speaker` "
-             "(the search's own judge); Resemblyzer = an independent GE2E encoder (bench only). search = the "
-             "style search alone; kept = the voice the final choice kept (preset, search or search + "
-             "adaptation); forced = the search with its best adaptation applied even where it was not kept.", "",
-             "| reference | load | kept | adaptation (best variant) | d-vector preset / search / kept / forced | "
-             "Resemblyzer preset / search / kept / forced | errors zh/en/ja search -> kept |",
+             "adaptation tuning and the final choice never heard, mean of the four. preset = the best of the five "
+             "presets per sentence by the same judge (an upper bound for any one preset); search = the style "
+             "search alone; kept = the voice the final choice kept; stft / world = the search with that method's "
+             "best variant applied even where it was not kept ('-': no variant beat the plain probe). "
+             "d-vector = `cosyedge.speaker` (the search's own judge); Resemblyzer = an independent GE2E encoder "
+             "(bench only). Errors = the listening check (`intelligibility.check_voice`, one guard line each, "
+             "Whisper base) of the search alone -> the kept voice.", "",
+             "| reference | load | kept | adaptation kept | d-vector preset / search / kept / stft / world | "
+             "Resemblyzer preset / search / kept / stft / world | errors zh, en, ja: search -> kept |",
              "|---|---|---|---|---|---|---|"]
     gains = {"dvector": [], "resemblyzer": []}
+    search_gains = {"dvector": [], "resemblyzer": []}
     for r in rows:
-        tried = r["stages"].get("adapted") or []
-        best = max(tried, key=lambda t: t["similarity"]) if tried else None
-        desc = (f"{best['method']} warp {best['warp']:.2f}" + (f", F0 range ×{best['f0_range']:.2f}"
-                                                                  if best["method"] == "world" else "")
-                if best else "none")
+        kept_adapt = r.get("adaptation")
+        desc = "-"
+        if kept_adapt:
+            desc = f"{kept_adapt['method']} warp {kept_adapt['warp']:.2f}" + (
+                f", F0 range ×{kept_adapt['f0_range']:.2f}" if kept_adapt["method"] == "world" else "")
         cells = []
         for judge in ("dvector", "resemblyzer"):
-            s = r["scores"][judge]
-            cells.append(" / ".join(f"{s[k]:.3f}" if k in s else "-" for k in ("best_preset", "search", "kept", "forced")))
-            gains[judge].append(s["kept"] - s["best_preset"])
+            sc = r["scores"][judge]
+            cells.append(" / ".join(f"{sc[k]:.3f}" if k in sc else "-" for k in cols))
+            gains[judge].append(sc["kept"] - sc["best_preset"])
+            search_gains[judge].append(sc["search"] - sc["best_preset"])
         err = r["reading_errors"]
-        e = " / ".join(f"{err['search'].get(lang, float('nan')):.0%}->{err['kept'].get(lang, float('nan')):.0%}"
-                       for lang in ("zh", "en", "ja"))
+        e = ", ".join(f"{err['search'].get(lang, float('nan')):.0%} -> {err['kept'].get(lang, float('nan')):.0%}"
+                      for lang in ("zh", "en", "ja"))
         lines.append(f"| {r['name']} | {r['load_before']:.1f} | {r['kept']} | {desc} | {cells[0]} | {cells[1]} | {e} |")
-    lines += ["", f"Mean gain of the kept voice over the best preset: d-vector **{np.mean(gains['dvector']):+.3f}**, "
-              f"Resemblyzer **{np.mean(gains['resemblyzer']):+.3f}** (goal +0.15 by the independent encoder)."]
-    speed = [r["speed"] for r in rows if r.get("speed")]
-    if speed:
-        lines += ["", "Speed (same style, long English text, best of 2, side by side): " + "; ".join(
-            f"{s['method']} {s['plain_s']:.2f} -> {s['adapted_s']:.2f} s for {s['audio_s']:.1f} s of audio "
-            f"({(s['adapted_s'] / s['plain_s'] - 1):+.0%})" for s in speed) + "."]
-    lines += ["", "Encoding a new voice: match (search + final choice) " + ", ".join(
-        f"{r['match_s']:.1f} s (final choice {r['final_choice_s']:.1f} s)" for r in rows)
-        + "; the listening guard of an adapted voice checks it twice (bench: "
-        + ", ".join(f"{r['guard_s']:.0f} s" for r in rows) + " for both checks)."]
+    lines += ["", "Mean gain over the best preset, search alone -> kept voice: d-vector "
+              f"{np.mean(search_gains['dvector']):+.3f} -> **{np.mean(gains['dvector']):+.3f}**, Resemblyzer "
+              f"{np.mean(search_gains['resemblyzer']):+.3f} -> **{np.mean(gains['resemblyzer']):+.3f}** "
+              "(goal +0.15 by the independent encoder)."]
+    speed_file = OUT / "speed.json.txt"
+    if speed_file.exists():
+        sp = json.loads(speed_file.read_text())
+        lines += ["", f"Speed ({sp['date']}, load {sp['load_before']:.1f} before / {sp['load_after']:.1f} after, command "
+                  "`.venv/bin/python bench/voice_match_adapt.py speed --reps 3`): a long English text "
+                  f"({sp['audio_s']:.1f} s of audio) with one style, plain and adapted, alternated, best of 3: plain "
+                  f"{sp['plain']:.2f} s, STFT warp {sp['stft']:.2f} s ({sp['stft'] / sp['plain'] - 1:+.0%}), WORLD "
+                  f"{sp['world']:.2f} s ({sp['world'] / sp['plain'] - 1:+.0%})."]
+    lines += ["", "Encoding a new voice (12 probes, no deadline): match "
+              + ", ".join(f"{r['match_s']:.0f} s (final choice {r['final_choice_s']:.1f} s)" for r in rows)
+              + ". The final choice is the check lines with the search result (2 Kokoro calls), the tuning "
+              "(STFT warps and WORLD variants on the probe audio, embeddings) and the check-line embeddings of "
+              "the variants; the presets' check lines come from the stored probe table. An adapted voice is "
+              "listened to twice by the guard (with and without the adaptation)."]
     section = "\n".join(lines) + "\n"
     print(section)
     if args.write_docs:
@@ -303,10 +327,12 @@ def main() -> int:
     run = sub.add_parser("run")
     run.add_argument("--voices", nargs="*", help="reference names (default: all)")
     run.add_argument("--evals", type=int, default=12)
+    speed = sub.add_parser("speed")
+    speed.add_argument("--reps", type=int, default=3)
     report = sub.add_parser("report")
     report.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    return cmd_run(args) if args.cmd == "run" else cmd_report(args)
+    return {"run": cmd_run, "speed": cmd_speed, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

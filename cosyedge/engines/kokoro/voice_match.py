@@ -312,7 +312,9 @@ def tune_adaptations(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int,
                      probe_audio: np.ndarray) -> list[tuple[adapt.Adaptation, float]]:
     """For each adaptation method, the variant that scores best on the search's own probe audio:
     the envelope estimate, warps around it and (WORLD) the pitch-range change at full or half
-    size. Returns (adaptation, probe similarity) per method, best first; identities left out."""
+    size. Returns (adaptation, probe similarity) per method whose best variant beats the plain
+    probe audio, best first; identities left out."""
+    plain = cosine(scorer.target, scorer.embed(probe_audio))
     found = []
     for method in adapt.METHODS:
         estimate = adapt.estimate(prompt, prompt_rate, probe_audio, scorer.rate, method)
@@ -326,8 +328,9 @@ def tune_adaptations(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int,
                 continue
             audio = adapt.apply(probe_audio, scorer.rate, variant)
             scored.append((variant, cosine(scorer.target, scorer.embed(audio))))
-        if scored:
-            found.append(max(scored, key=lambda item: item[1]))
+        best = max(scored, key=lambda item: item[1], default=None)
+        if best is not None and best[1] > plain:
+            found.append(best)
     return sorted(found, key=lambda item: -item[1])
 
 
