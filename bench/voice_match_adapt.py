@@ -154,7 +154,8 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
     target = {"dvector": enc.embed(prompt.pcm, prompt.sample_rate), "resemblyzer": indep[str(ref_path)]}
     scores: dict[str, dict[str, float]] = {}
     for judge in target:
-        per: dict[str, list[float]] = {k: [] for k in ["best_preset", *[k for k in voices if k not in engine.presets()]]}
+        stages = ["best_preset", *[k for k in voices if k not in engine.presets()]]
+        per: dict[str, list[float]] = {k: [] for k in stages}
         for i in range(len(HELD_OUT)):
             def sim(key):
                 p = wavs[(key, i)]

@@ -212,8 +212,10 @@ class KokoroEngine:
         sentences = (text.sentences if isinstance(text, TextAnalysis)
                      else self.frontend.sentences(text, options.language))
         total = len(sentences)
-        # The voice's formant/pitch-range adaptation (voice match), applied to each chunk alike.
-        adaptation = adapt.Adaptation.from_meta(voice.meta.get("adaptation")) if isinstance(voice, VoicePrompt) else None
+        # A matched voice's formant/pitch-range adaptation (voice_match), applied to each chunk alike.
+        adaptation = None
+        if isinstance(voice, VoicePrompt):
+            adaptation = adapt.Adaptation.from_meta(voice.meta.get("adaptation"))
         calls = []
         packs: dict[str, np.ndarray] = {}  # a preset may read each language with its own recipe
         for index, sentence in enumerate(sentences):

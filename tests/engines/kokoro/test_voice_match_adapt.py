@@ -267,3 +267,30 @@ def test_streamed_adapted_chunks_join_without_clicks_or_level_jumps(engine, meth
     jump = np.max(np.abs(np.diff(20 * np.log10(speech(chunks)))))
     jump_plain = np.max(np.abs(np.diff(20 * np.log10(speech(reference)))))
     assert jump <= jump_plain + 1.5, (jump, jump_plain)
+
+
+def test_a_matched_voice_reports_its_stages_through_the_service(make_service):
+    """The stages in a matched voice's meta become notes with codes (the page and REST show them)."""
+    from cosyedge.service import TTSRequest
+    from tests.helpers.fake_engine import FakeEngine
+    from tests.test_audio_prompt import encode, speechlike
+
+    class StagedMatch(FakeEngine):
+        def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+            prompt = super().encode_prompt(audio, sample_rate, transcript, cancelled=cancelled)
+            prompt.meta.update(_matched(ADAPTED).meta)
+            return prompt
+
+    def run(**fields):
+        job = service.submit(TTSRequest(**fields))
+        assert job.wait(120), "job did not finish"
+        return job.outcome()
+
+    service = make_service(factory=StagedMatch)
+    result = run(text="Hello.", consent=True, prompt_audio=encode(speechlike(4.0), 24000), language="en")
+    (note,) = [n for n in result.notes if n.code == "voice_match_stages"]
+    assert note.params == {"preset": "male_1", "preset_similarity": 0.31, "search_similarity": 0.35,
+                           "adapted_similarity": 0.41, "kept": "adapted"}
+    assert "formants ×1.05" in str(result.report()["notes"])
+    preset = run(text="Hello.", speaker="female_1", language="en")
+    assert not [n for n in preset.notes if getattr(n, "code", "") == "voice_match_stages"]
