@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,9 +57,11 @@ PROBE_PHONEMES = ("iʔɕoɲi koːeɴ o sampo ɕi maɕoː.", "ɪT ɪz wˈɔɹm ɪ
 #: The lines the final choice is made on (language, text): heard by no search probe and no tuning
 #: step, and not among the bench's held-out sentences or the listening check's guard lines.
 CHECK_LINES = (("ja", "きのうは友だちと駅まで歩きました。"), ("en", "We will meet at the library after lunch."))
-#: Warps tried around the envelope estimate on the probe audio (cheap: the STFT warp runs at ~1 %
-#: of real time, an embedding at ~3 %), as factors of the estimate.
-WARP_STEPS = (0.94, 0.97, 1.0, 1.03, 1.06)
+#: STFT warps tried on the probe audio besides the envelope estimate (cheap: the warp runs at ~1 %
+#: of real time, an embedding at ~3 %). A fixed grid as well, because the estimate from a prompt
+#: made by another kind of synthesizer often sits at the edge of WARP_RANGE while both speaker
+#: encoders of the bench peak within ±6 % (docs/benchmarks.md, "Voice match adaptation").
+WARP_GRID = (0.9, 0.94, 0.97, 1.03, 1.06, 1.1)
 #: An adaptation must beat the unadapted search result on the check lines by this much to be kept.
 ADAPT_MARGIN = 0.005
 TIMBRE_DIMS = slice(0, 128)
@@ -318,8 +320,7 @@ def tune_adaptations(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int,
     found = []
     for method in adapt.METHODS:
         estimate = adapt.estimate(prompt, prompt_rate, probe_audio, scorer.rate, method)
-        variants = {adapt.Adaptation(**{**estimate.to_meta(), "warp": round(estimate.warp * step, 3)})
-                    for step in WARP_STEPS}
+        variants = {estimate, *(replace(estimate, warp=warp) for warp in WARP_GRID)}
         if method == "world":  # WORLD resynthesis is ~10x dearer: fewer variants
             variants = {estimate, estimate.scaled(0.5)}
         scored = []
