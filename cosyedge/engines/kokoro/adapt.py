@@ -7,10 +7,14 @@ and speaker encoders weigh heavily can still be moved by signal processing witho
   frequency axis by ``warp`` (> 1 moves every formant up, a shorter tract), and
 - the F0 range: log-F0 deviations around the matched voice's median are scaled by ``f0_range``.
   The median itself is already matched by the search's prosody half, so it is never shifted here.
+- the long-term spectral colour: a smooth equalizer (``eq_db``, one gain per quarter-octave-wide
+  band, at most ±EQ_LIMIT_DB) that gives the voice the prompt's long-term average spectrum (after
+  the warp). It copies the recording's colour, microphone and room included: that is what a
+  listener compares the result with (and it moved the independent speaker encoder most).
 
-Both are estimated once per voice by comparing the prompt with the matched voice's own speech
+All are estimated once per voice by comparing the prompt with the matched voice's own speech
 (:func:`estimate`): the long-term mean WORLD envelope (CheapTrick over voiced frames, level and
-spectral tilt removed) and the spread of log F0. Two ways of applying them are kept so the bench can
+spectral tilt removed), the spread of log F0, and the long-term average spectra. Two ways of applying them are kept so the bench can
 compare them (docs/benchmarks.md, "Voice match adaptation"):
 
 - ``"stft"``: the envelope warp in the short-time spectrum (cepstrally smoothed envelope per frame,
@@ -44,6 +48,9 @@ ANALYSIS_RATE = 16000
 FRAME_PERIOD_MS = 5.0
 N_FFT = 1024  # 43 ms at 24 kHz: resolves harmonics down to ~70 Hz
 HOP = 256
+#: Equalizer band centres (Hz) and the most any band may be raised or lowered.
+EQ_BANDS_HZ = tuple(float(f) for f in np.round(np.geomspace(100.0, 7600.0, 28), 1))
+EQ_LIMIT_DB = 12.0
 #: The pitch assumed for the STFT warp's lifter when a voice has no measured median F0.
 DEFAULT_F0_HZ = 200.0
 #: Per-frame gain limit of the STFT warp (±24 dB), so near-silent bins never blow up.
@@ -59,31 +66,41 @@ class Adaptation:
     f0_center_hz: float = 0.0  # the matched voice's median F0: the centre of the range change
     method: str = "stft"
     gain: float = 1.0  # keeps the adapted voice at the level of the unadapted one
+    eq_db: tuple[float, ...] = ()  # gain per EQ_BANDS_HZ band; () = no equalizer
 
     @property
     def is_identity(self) -> bool:
-        return abs(self.warp - 1.0) < 1e-3 and (self.method != "world" or abs(self.f0_range - 1.0) < 1e-3)
+        return (abs(self.warp - 1.0) < 1e-3 and (self.method != "world" or abs(self.f0_range - 1.0) < 1e-3)
+                and not any(abs(g) >= 0.05 for g in self.eq_db))
 
     def scaled(self, strength: float) -> "Adaptation":
         """The same change at a fraction of its size (in log terms): half-way variants."""
-        return replace(self, warp=float(self.warp ** strength), f0_range=float(self.f0_range ** strength))
+        return replace(self, warp=float(self.warp ** strength), f0_range=float(self.f0_range ** strength),
+                       eq_db=tuple(round(g * strength, 2) for g in self.eq_db))
 
     def to_meta(self) -> dict[str, Any]:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        out["eq_db"] = [round(float(g), 2) for g in self.eq_db]
+        return out
 
     @classmethod
     def from_meta(cls, meta: dict | None) -> "Adaptation | None":
         """The voice's adaptation, or None when it has none (or one this code does not know)."""
         if not meta or meta.get("method") not in METHODS:
             return None
+        eq = tuple(float(g) for g in meta.get("eq_db") or ())
+        if eq and len(eq) != len(EQ_BANDS_HZ):
+            eq = ()
         return cls(warp=float(meta.get("warp", 1.0)), f0_range=float(meta.get("f0_range", 1.0)),
                    f0_center_hz=float(meta.get("f0_center_hz", 0.0)), method=meta["method"],
-                   gain=float(meta.get("gain", 1.0)))
+                   gain=float(meta.get("gain", 1.0)), eq_db=eq)
 
     def describe(self) -> str:
         parts = [f"formants ×{self.warp:.2f}"]
         if self.method == "world" and abs(self.f0_range - 1.0) >= 1e-3:
             parts.append(f"pitch range ×{self.f0_range:.2f}")
+        if self.eq_db:
+            parts.append(f"spectrum EQ up to {max(abs(g) for g in self.eq_db):.0f} dB")
         return ", ".join(parts) + f" ({self.method})"
 
 
@@ -179,9 +196,56 @@ def estimate(prompt: np.ndarray, prompt_rate: int, source: np.ndarray, source_ra
         f0_range = float(np.clip(target.log_f0_spread / own.log_f0_spread, *F0_RANGE_LIMITS))
     center = own.f0_median_hz if np.isfinite(own.f0_median_hz) else 0.0
     draft = Adaptation(warp=warp, f0_range=round(f0_range, 3), f0_center_hz=round(center, 1), method=method)
+    return with_eq(draft, long_term_spectrum(prompt, prompt_rate), source, source_rate)
+
+
+def with_eq(adaptation: Adaptation, target_spectrum: np.ndarray, source: np.ndarray, source_rate: int,
+            strength: float = 1.0) -> Adaptation:
+    """``adaptation`` plus the equalizer (``strength`` of it, 0 = none) that gives the adapted
+    source the prompt's long-term average spectrum (``target_spectrum``, from
+    :func:`long_term_spectrum`), and the gain that keeps the source's level."""
+    base = replace(adaptation, eq_db=(), gain=1.0)
+    eq: tuple[float, ...] = ()
+    if strength > 0:
+        warped = apply(source, source_rate, base)
+        diff = target_spectrum - long_term_spectrum(warped, source_rate)
+        known = np.isfinite(diff)
+        if known.sum() >= 4:
+            diff = np.where(known, diff - np.median(diff[known]), 0.0)
+            eq = tuple(round(float(g), 2) for g in strength * np.clip(diff, -EQ_LIMIT_DB, EQ_LIMIT_DB))
+    draft = replace(base, eq_db=eq)
     processed = apply(source, source_rate, draft)
     gain = _rms(source) / max(_rms(processed), 1e-9)
     return replace(draft, gain=round(float(np.clip(gain, 0.25, 4.0)), 4))
+
+
+def long_term_spectrum(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Mean power (dB) of the speech frames (within 13 dB of the loud ones) per EQ band, over a
+    third of an octave around each centre; nan for bands above 90 % of the recording's Nyquist."""
+    from scipy.signal import stft
+
+    x = np.asarray(audio, dtype=np.float64).reshape(-1)
+    nper = 1024 if sample_rate > 20000 else 512
+    freqs, _, spec = stft(x, fs=sample_rate, nperseg=nper)
+    power = np.abs(spec) ** 2
+    energy = power.sum(axis=0)
+    if not energy.size or energy.max() <= 0:
+        return np.full(len(EQ_BANDS_HZ), np.nan)
+    power = power[:, energy > 0.05 * np.percentile(energy, 95)]
+    db = 10 * np.log10(power.mean(axis=1) + 1e-12)
+    out = []
+    for centre in EQ_BANDS_HZ:
+        band = (freqs > centre / 2 ** (1 / 6)) & (freqs < centre * 2 ** (1 / 6))
+        out.append(float(db[band].mean()) if band.any() and centre * 2 ** (1 / 6) < 0.45 * sample_rate
+                   else np.nan)
+    return np.array(out)
+
+
+def eq_gain_db(adaptation: Adaptation, freqs: np.ndarray) -> np.ndarray:
+    """The equalizer's gain (dB) at ``freqs``: interpolated in log frequency, held beyond the ends."""
+    if not adaptation.eq_db:
+        return np.zeros(freqs.shape)
+    return np.interp(np.log(np.maximum(freqs, 1.0)), np.log(EQ_BANDS_HZ), adaptation.eq_db)
 
 
 def _rms(x: np.ndarray) -> float:
@@ -196,7 +260,7 @@ def apply(audio: np.ndarray, sample_rate: int, adaptation: Adaptation | None) ->
     if adaptation.method == "world":
         y = _world(x, sample_rate, adaptation)
     else:
-        y = _stft_warp(x, sample_rate, adaptation.warp, adaptation.f0_center_hz or DEFAULT_F0_HZ)
+        y = _stft_warp(x, sample_rate, adaptation)
     return (y * adaptation.gain).astype(np.float32)
 
 
@@ -211,11 +275,12 @@ def warp_log_envelope(env: np.ndarray, warp: float) -> np.ndarray:
     return env[..., lo] * (1 - frac) + env[..., hi] * frac
 
 
-def _stft_warp(x: np.ndarray, sample_rate: int, warp: float, f0_hz: float) -> np.ndarray:
+def _stft_warp(x: np.ndarray, sample_rate: int, adaptation: Adaptation) -> np.ndarray:
     """Formant warp in the STFT: each frame's cepstrally smoothed log envelope is replaced by its
-    warped copy, the fine structure (harmonics, noise) and the phase are kept. The cepstral lifter
-    sits at half the voice's pitch period: shorter smooths the formants away, longer lets the
-    harmonics into the envelope (and the warp would move them)."""
+    warped copy, the fine structure (harmonics, noise) and the phase are kept; then the equalizer.
+    The cepstral lifter sits at half the voice's pitch period: shorter smooths the formants away,
+    longer lets the harmonics into the envelope (and the warp would move them)."""
+    warp, f0_hz = adaptation.warp, adaptation.f0_center_hz or DEFAULT_F0_HZ
     from scipy.signal import istft, stft
 
     _, _, spec = stft(x.astype(np.float64), nperseg=N_FFT, noverlap=N_FFT - HOP, window="hann",
@@ -226,6 +291,8 @@ def _stft_warp(x: np.ndarray, sample_rate: int, warp: float, f0_hz: float) -> np
     cep[:, lifter:N_FFT - lifter + 1] = 0.0
     env = np.fft.rfft(cep, n=N_FFT, axis=1).real
     log_gain = np.clip(warp_log_envelope(env, warp) - env, -MAX_LOG_GAIN, MAX_LOG_GAIN)
+    freqs = np.arange(log_gain.shape[1]) * sample_rate / N_FFT
+    log_gain = log_gain + eq_gain_db(adaptation, freqs) * (np.log(10.0) / 20.0)
     _, y = istft(spec * np.exp(log_gain).T, nperseg=N_FFT, noverlap=N_FFT - HOP, window="hann",
                  boundary=True)
     out = np.zeros(x.size)
@@ -243,7 +310,9 @@ def _world(x: np.ndarray, sample_rate: int, adaptation: Adaptation) -> np.ndarra
     f0, times = _world_f0(xd, sample_rate)
     sp = pyworld.cheaptrick(xd, f0, times, sample_rate)
     ap = pyworld.d4c(xd, f0, times, sample_rate)
-    sp = np.exp(warp_log_envelope(np.log(sp + 1e-16), adaptation.warp))
+    freqs = np.linspace(0.0, sample_rate / 2, sp.shape[1])
+    sp = np.exp(warp_log_envelope(np.log(sp + 1e-16), adaptation.warp)
+                + eq_gain_db(adaptation, freqs) * (np.log(10.0) / 10.0))  # sp is power
     voiced = f0 > 0
     if adaptation.f0_center_hz > 0 and abs(adaptation.f0_range - 1.0) >= 1e-3:
         center = np.log(adaptation.f0_center_hz)

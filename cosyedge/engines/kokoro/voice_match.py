@@ -61,7 +61,7 @@ CHECK_LINES = (("ja", "きのうは友だちと駅まで歩きました。"), ("
 #: of real time, an embedding at ~3 %). A fixed grid as well, because the estimate from a prompt
 #: made by another kind of synthesizer often sits at the edge of WARP_RANGE while both speaker
 #: encoders of the bench peak within ±6 % (docs/benchmarks.md, "Voice match adaptation").
-WARP_GRID = (0.9, 0.94, 0.97, 1.03, 1.06, 1.1)
+WARP_GRID = (0.94, 0.97, 1.0, 1.03, 1.06)
 #: An adaptation must beat the unadapted search result on the check lines by this much to be kept.
 ADAPT_MARGIN = 0.005
 TIMBRE_DIMS = slice(0, 128)
@@ -317,18 +317,28 @@ def tune_adaptations(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int,
     size. Returns (adaptation, probe similarity) per method whose best variant beats the plain
     probe audio, best first; identities left out."""
     plain = cosine(scorer.target, scorer.embed(probe_audio))
+    target_spectrum = adapt.long_term_spectrum(prompt, prompt_rate)
     found = []
+
+    def score(variants) -> list[tuple[adapt.Adaptation, float]]:
+        out = []
+        for variant in variants:
+            if not variant.is_identity:
+                audio = adapt.apply(probe_audio, scorer.rate, variant)
+                out.append((variant, cosine(scorer.target, scorer.embed(audio))))
+        return out
+
     for method in adapt.METHODS:
         estimate = adapt.estimate(prompt, prompt_rate, probe_audio, scorer.rate, method)
-        variants = {estimate, *(replace(estimate, warp=warp) for warp in WARP_GRID)}
-        if method == "world":  # WORLD resynthesis is ~10x dearer: fewer variants
-            variants = {estimate, estimate.scaled(0.5)}
-        scored = []
-        for variant in variants:
-            if variant.is_identity:
-                continue
-            audio = adapt.apply(probe_audio, scorer.rate, variant)
-            scored.append((variant, cosine(scorer.target, scorer.embed(audio))))
+        if method == "world":  # WORLD resynthesis is ~10x dearer: the estimate only
+            scored = score({estimate})
+        else:  # warps with and without the equalizer, then the best warp's half equalizer
+            scored = score({adapt.with_eq(replace(estimate, warp=warp), target_spectrum, probe_audio,
+                                          scorer.rate, strength)
+                            for warp in {estimate.warp, *WARP_GRID} for strength in (0.0, 1.0)})
+            if scored:
+                top = max(scored, key=lambda item: item[1])[0]
+                scored += score({adapt.with_eq(top, target_spectrum, probe_audio, scorer.rate, 0.5)})
         best = max(scored, key=lambda item: item[1], default=None)
         if best is not None and best[1] > plain:
             found.append(best)

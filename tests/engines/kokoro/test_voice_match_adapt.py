@@ -93,14 +93,42 @@ def test_estimate_finds_the_range_change_and_keeps_the_level():
     assert adapt._rms(y) == pytest.approx(adapt._rms(source), rel=0.15)
 
 
+def test_the_equalizer_gives_the_source_the_prompts_long_term_spectrum():
+    """A prompt = the source voice through a telephone-ish colour (+8 dB around 2 kHz, -8 dB at
+    low frequencies): the estimated EQ follows that colour and brings the spectra together."""
+    from scipy.signal import butter, sosfilt
+
+    source = vowel(140.0, seconds=2.0) + vowel(210.0, formants=(500.0, 1700.0, 2400.0, 3300.0), seconds=2.0)
+    coloured = source + 1.5 * sosfilt(butter(2, [1400, 2800], btype="band", fs=RATE, output="sos"), source)
+    coloured = sosfilt(butter(2, 300, btype="high", fs=RATE, output="sos"), coloured).astype(np.float32)
+    target = adapt.long_term_spectrum(coloured, RATE)
+    found = adapt.with_eq(adapt.Adaptation(), target, source, RATE)
+    bands = np.array(adapt.EQ_BANDS_HZ)
+    eq = np.array(found.eq_db)
+    assert eq[(bands > 1600) & (bands < 2500)].mean() > eq[(bands > 500) & (bands < 1000)].mean() + 3
+    assert eq[bands < 150].mean() < -3 and np.abs(eq).max() <= adapt.EQ_LIMIT_DB
+    distance = lambda a: np.nanmean(np.abs(  # noqa: E731
+        (t := target - np.nanmedian(target)) - (a - np.nanmedian(a)))[np.isfinite(t)])
+    after = adapt.long_term_spectrum(adapt.apply(source, RATE, found), RATE)
+    assert distance(after) < 0.5 * distance(adapt.long_term_spectrum(source, RATE))
+    assert adapt._rms(adapt.apply(source, RATE, found)) == pytest.approx(adapt._rms(source), rel=0.05)
+    # a prompt recorded at 16 kHz says nothing above 7.2 kHz: those bands are left flat
+    narrow = adapt.long_term_spectrum(soxr.resample(coloured, RATE, 16000), 16000)
+    assert np.isnan(narrow[bands > 7200]).all() and np.isfinite(narrow[bands < 6000]).all()
+    assert adapt.with_eq(adapt.Adaptation(), target, source, RATE, strength=0.0).eq_db == ()
+
+
 def test_identity_and_unknown_adaptations_pass_audio_through():
     x = vowel(140.0)
     assert adapt.apply(x, RATE, None) is not None and np.array_equal(adapt.apply(x, RATE, None), x)
     assert np.array_equal(adapt.apply(x, RATE, adapt.Adaptation()), x)
     assert adapt.Adaptation.from_meta(None) is None and adapt.Adaptation.from_meta({"method": "magic"}) is None
-    a = adapt.Adaptation(warp=1.07, f0_range=1.2, f0_center_hz=180.0, method="world", gain=0.9)
+    a = adapt.Adaptation(warp=1.07, f0_range=1.2, f0_center_hz=180.0, method="world", gain=0.9,
+                         eq_db=tuple(np.linspace(-3, 3, len(adapt.EQ_BANDS_HZ)).round(2)))
     assert adapt.Adaptation.from_meta(a.to_meta()) == a
-    assert a.scaled(0.5).warp == pytest.approx(1.07 ** 0.5)
+    assert a.scaled(0.5).warp == pytest.approx(1.07 ** 0.5) and a.scaled(0.5).eq_db[0] == -1.5
+    assert not adapt.Adaptation(eq_db=a.eq_db).is_identity
+    assert adapt.Adaptation.from_meta({"method": "stft", "eq_db": [1.0, 2.0]}).eq_db == ()  # stale band layout
 
 
 def test_chunk_edges_stay_quiet_after_the_warp():
@@ -109,8 +137,9 @@ def test_chunk_edges_stay_quiet_after_the_warp():
     pad = np.zeros(int(EDGE_PAD_S * RATE), np.float32)
     chunk = np.concatenate([pad, vowel(140.0, seconds=0.8), pad])
     for method in adapt.METHODS:
-        y = adapt.apply(chunk, RATE, adapt.Adaptation(warp=0.9, f0_range=1.3, f0_center_hz=140.0,
-                                                      method=method, gain=1.2))
+        y = adapt.apply(chunk, RATE, adapt.Adaptation(
+            warp=0.9, f0_range=1.3, f0_center_hz=140.0, method=method, gain=1.2,
+            eq_db=tuple(np.linspace(-12, 12, len(adapt.EQ_BANDS_HZ)))))
         edge = int(0.005 * RATE)
         assert np.max(np.abs(y[:edge])) < 0.01 and np.max(np.abs(y[-edge:])) < 0.01, method
 
@@ -247,8 +276,9 @@ def test_streamed_adapted_chunks_join_without_clicks_or_level_jumps(engine, meth
     style = engine.style_pack("male_1", "en")
     plain = VoicePrompt(engine="kokoro", model_id=engine.model_id, arrays={"style": style}, meta={})
     adapted = VoicePrompt(engine="kokoro", model_id=engine.model_id, arrays={"style": style},
-                          meta={"adaptation": adapt.Adaptation(warp=1.1, f0_range=1.3, f0_center_hz=110.0,
-                                                               method=method, gain=1.0).to_meta()})
+                          meta={"adaptation": adapt.Adaptation(
+                              warp=1.1, f0_range=1.3, f0_center_hz=110.0, method=method, gain=1.0,
+                              eq_db=tuple(np.linspace(-12, 12, len(adapt.EQ_BANDS_HZ)))).to_meta()})
     chunks = _streamed(engine, adapted, text)
     reference = _streamed(engine, plain, text)
     assert len(chunks) == len(reference) >= 4
