@@ -246,6 +246,8 @@ def cmd_speed(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from cosyedge.engines.kokoro import adapt
+
     rows = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
     if not rows:
         print("no results yet: run first")
@@ -275,10 +277,7 @@ def cmd_report(args) -> int:
     search_gains = {"dvector": [], "resemblyzer": []}
     for r in rows:
         kept_adapt = r.get("adaptation")
-        desc = "-"
-        if kept_adapt:
-            desc = f"{kept_adapt['method']} warp {kept_adapt['warp']:.2f}" + (
-                f", F0 range ×{kept_adapt['f0_range']:.2f}" if kept_adapt["method"] == "world" else "")
+        desc = adapt.Adaptation.from_meta(kept_adapt).describe() if kept_adapt else "-"
         cells = []
         for judge in ("dvector", "resemblyzer"):
             sc = r["scores"][judge]
