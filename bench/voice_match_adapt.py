@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,6 +151,10 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
             wavs[(key, i)] = out
     ref_path = folder / f"{name.replace(' ', '_')}-prompt.wav"
     sf.write(ref_path, prompt.pcm, prompt.sample_rate)
+    keep = OUT / "wav"  # the first held-out sentence of every stage, for listening and spectrograms
+    keep.mkdir(parents=True, exist_ok=True)
+    for source in [ref_path, *(w for (key, i), w in wavs.items() if i == 0)]:
+        shutil.copy(source, keep / source.name)
     indep = resemblyzer_embed([ref_path, *wavs.values()])
     target = {"dvector": enc.embed(prompt.pcm, prompt.sample_rate), "resemblyzer": indep[str(ref_path)]}
     scores: dict[str, dict[str, float]] = {}
