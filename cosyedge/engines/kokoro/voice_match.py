@@ -17,11 +17,13 @@ each with the pitch-matched prosody), then runs a seeded (1+1) evolution strateg
 bounded by a number of probes and a deadline. Pack and preset probes are memoized on the engine.
 Every preset is a candidate, so the result is never scored below the nearest preset.
 
-After the search, the formant warp and pitch-range change of ``adapt`` are tuned on the search's
-probe audio (the estimate from the prompt's envelope and a few warps around it, by similarity), and
-the final voice is chosen on two check lines that neither the search nor the tuning heard (``CHECK_LINES``),
-among the best of the five presets, the search result and the best adapted variant
-(:func:`final_choice`): an adaptation that does not raise the similarity there is not applied.
+After the search, the adaptations of ``adapt`` (formant warp, pitch range, long-term spectrum
+equalizer) are tuned on the search's probe audio (the estimates from the prompt and a small grid
+around them, by similarity), and the final voice is chosen on two check lines that neither the
+search nor the tuning heard (``CHECK_LINES``), among the best of the five presets, the search result
+and the best adapted variant of each method (:func:`final_choice`): an adaptation that does not
+raise the similarity there is not applied, nor one that the listening check hears read a language
+worse (:func:`guard_reading`, called by the engine after its check).
 
 The result is a VoicePrompt with ``arrays["style"]`` ([510, 1, 256]) and meta saying "approximate voice
 match", the similarity before (nearest preset) and after, the blend, ``stages`` (the check-line
@@ -313,9 +315,10 @@ def _preset_checks(scorer: _Scorer) -> dict[str, np.ndarray]:
 def tune_adaptations(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int,
                      probe_audio: np.ndarray) -> list[tuple[adapt.Adaptation, float]]:
     """For each adaptation method, the variant that scores best on the search's own probe audio:
-    the envelope estimate, warps around it and (WORLD) the pitch-range change at full or half
-    size. Returns (adaptation, probe similarity) per method whose best variant beats the plain
-    probe audio, best first; identities left out."""
+    STFT: the envelope's warp estimate and WARP_GRID, each without and with the full equalizer,
+    then the best one's half equalizer; WORLD (about ten times dearer): its estimate (warp, F0
+    range, equalizer) only. Returns (adaptation, probe similarity) per method whose best variant
+    beats the plain probe audio, best first; identities left out."""
     plain = cosine(scorer.target, scorer.embed(probe_audio))
     target_spectrum = adapt.long_term_spectrum(prompt, prompt_rate)
     found = []
