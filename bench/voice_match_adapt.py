@@ -126,13 +126,14 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
 
     search = voice_match.without_adaptation(final, "bench")
     search.meta.pop("preset_voice", None)
+    search.meta["stages"] = {**search.meta["stages"], "kept": "search"}
     search.arrays["style"] = voice_match.blend_pack(
         [engine.packs[n] for n in sorted(engine.packs)],
         np.array([final.meta["timbre_weights"][n] for n in sorted(engine.packs)]),
         np.array([final.meta["prosody_weights"][n] for n in sorted(engine.packs)]))
     t0 = time.perf_counter()
     errors = {"search": reading(search), "kept": reading(final)}
-    final = voice_match.guard_reading(_Checked(engine, errors), _with_errors(final, errors["kept"]))
+    final = voice_match.guard_reading(_Checked(errors, reading), _with_errors(final, errors["kept"]))
     t_guard = time.perf_counter() - t0
     errors["kept"] = final.meta["reading_errors"]  # the unadapted figures when the guard dropped it
     tried = final.meta["stages"].get("adapted") or []
@@ -181,10 +182,13 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
 class _Checked:
     """The engine as ``guard_reading`` sees it, answering with the bench's own listening figures."""
 
-    def __init__(self, engine, errors: dict) -> None:
-        self.engine, self.errors = engine, errors
+    def __init__(self, errors: dict, reading) -> None:
+        self.errors, self.reading = errors, reading
 
     def reading_errors(self, voice, cancelled=None) -> dict:
+        if voice.meta.get("preset_voice"):  # the guard fell back to the preset: hear it
+            self.errors["preset"] = self.reading(voice)
+            return self.errors["preset"]
         return self.errors["search"]
 
 

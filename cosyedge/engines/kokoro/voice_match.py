@@ -541,10 +541,15 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
 
 
 def without_adaptation(prompt: VoicePrompt, reason: str) -> VoicePrompt:
-    """The same voice with its adaptation dropped (``reason`` recorded in its stages)."""
+    """The voice the final choice keeps without an adaptation (``reason`` recorded in its stages):
+    the search result, or the best preset where that scored higher on the check lines."""
     meta = {k: v for k, v in prompt.meta.items() if k != "adaptation"}
     stages = dict(meta.get("stages") or {})
-    stages.update(kept="search", adaptation_skipped=reason)
+    kept = "search"
+    if stages and stages["preset"]["similarity"] > stages["search"]["similarity"]:
+        kept = "preset"
+        meta["preset_voice"] = stages["preset"]["name"]
+    stages.update(kept=kept, adaptation_skipped=reason)
     meta["stages"] = stages
     return VoicePrompt(engine=prompt.engine, model_id=prompt.model_id, arrays=dict(prompt.arrays), meta=meta)
 
@@ -567,6 +572,8 @@ def guard_reading(engine: Any, prompt: VoicePrompt, cancelled: Callable[[], bool
     if not worse:
         return prompt
     logger.info("adaptation dropped: it reads %s worse (%s vs %s)", worse, adapted, plain_errors)
+    if plain.meta["stages"]["kept"] == "preset":  # the plain search was not the voice kept: hear the preset
+        plain_errors = engine.reading_errors(plain, cancelled)
     plain.meta["reading_errors"] = plain_errors
     plain.meta["stages"]["reading_errors_adapted"] = adapted
     plain.meta["stages"]["reading_errors_unadapted"] = plain_errors

@@ -324,3 +324,12 @@ def test_a_matched_voice_reports_its_stages_through_the_service(make_service):
     assert "formants ×1.05" in str(result.report()["notes"])
     preset = run(text="Hello.", speaker="female_1", language="en")
     assert not [n for n in preset.notes if getattr(n, "code", "") == "voice_match_stages"]
+
+
+def test_a_dropped_adaptation_falls_back_to_the_preset_when_it_beat_the_search():
+    prompt = _matched(ADAPTED, {"zh": 0.3})
+    prompt.meta["stages"]["preset"]["similarity"] = 0.38  # above the search's 0.35, below the adapted 0.41
+    listener = _Listener({"zh": 0.05})
+    out = voice_match.guard_reading(listener, prompt)
+    assert out.meta["stages"]["kept"] == "preset" and out.meta["preset_voice"] == "male_1"
+    assert len(listener.asked) == 2 and listener.asked[1].meta["preset_voice"] == "male_1"  # the preset heard
