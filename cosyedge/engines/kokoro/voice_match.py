@@ -514,9 +514,11 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         tried.append(cand)
         step = min(0.6, step * 1.3) if cand.score > parent.score else max(0.05, step * 0.8)
     best = max([best, *tried], key=lambda c: c.score)
+    search_probes = scorer.evals
     final_started = time.monotonic()
     kept, stages, adaptation = final_choice(scorer, audio, sample_rate, best, packs)
     stages["seconds"] = round(time.monotonic() - final_started, 2)
+    stages["calls"] = scorer.evals - search_probes  # check-line readings (and a re-probe of a preset)
     style = blend_pack(packs, best.timbre, best.prosody)
     if kept == "preset":
         name = stages["preset"]["name"]
@@ -531,7 +533,7 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
             "prompt_f0_hz": None if not np.isfinite(target_f0) else round(target_f0, 1),
             "timbre_weights": {n: round(float(w), 4) for n, w in zip(names, best.timbre)},
             "prosody_weights": {n: round(float(w), 4) for n, w in zip(names, best.prosody)},
-            "artefact_penalty": round(best.penalty, 4), "probes": scorer.evals,
+            "artefact_penalty": round(best.penalty, 4), "probes": search_probes,
             "seconds": round(seconds, 2), "transcript": transcript or "", "stages": stages}
     if kept == "preset":
         meta["preset_voice"] = stages["preset"]["name"]  # read with the preset's own recipe per language
