@@ -602,10 +602,10 @@ def stage_notes(meta: dict) -> list[Any]:
             + f"; kept: {kept}" + (f" ({adapt.Adaptation.from_meta(applied).describe()})" if applied else ""))
     notes = [Note(text, code="voice_match_stages", preset=preset["name"], preset_similarity=preset["similarity"],
                   search_similarity=search, adapted_similarity=adapted, kept=kept)]
-    reason = stages.get("adaptation_skipped")
-    if tried and not applied and reason in ("no_gain", "reads_worse"):
-        why = ("it did not raise the similarity on the check lines" if reason == "no_gain"
+    skipped = stages.get("adaptation_skipped")  # a code, never text
+    if tried and not applied and skipped in ("no_gain", "reads_worse"):
+        why = ("it did not raise the similarity on the check lines" if skipped == "no_gain"
                else "the listening check heard it read a language less clearly")
         notes.append(Note(f"formant/pitch adaptation not applied: {why}", code="voice_match_adaptation_skipped",
-                          reason=reason))
+                          reason=skipped))
     return notes
