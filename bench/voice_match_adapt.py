@@ -140,8 +140,8 @@ def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: in
     voices = {p: p for p in engine.presets()}
     voices["search"] = search
     voices["kept"] = final
-    for variant in tried:  # each method's best variant alone: which method carries over
-        one = voice_match.without_adaptation(search, "bench")
+    for variant in tried:  # each method's best variant on the voice kept without it: which method carries over
+        one = voice_match.without_adaptation(final, "bench")  # the fallback: best preset or search
         one.meta["adaptation"] = {k: v for k, v in variant.items() if "similarity" not in k}
         voices[f"forced_{variant['method']}"] = one
     wavs: dict[tuple[str, int], Path] = {}
@@ -275,7 +275,9 @@ def cmd_report(args) -> int:
              "adaptation tuning and the final choice never heard, mean of the four. preset = the best of the five "
              "presets per sentence by the same judge (an upper bound for any one preset); search = the style "
              "search alone; kept = the voice the final choice kept; stft / world = the search with that method's "
-             "best variant applied even where it was not kept ('-': no variant beat the plain probe). "
+             "best variant (tuned on the search's probe audio) applied to the voice kept without an adaptation (the "
+             "best preset where it beat the search on the check lines, else the search), even where it was not "
+             "kept ('-': no variant of that method beat the plain probe). "
              "d-vector = `cosyedge.speaker` (the search's own judge); Resemblyzer = an independent GE2E encoder "
              "(bench only). Errors = the listening check (`intelligibility.check_voice`, one guard line each, "
              "Whisper base) of the search alone -> the kept voice.", "",
