@@ -24,6 +24,8 @@ NOTE_CODES = (
     "voice_preset", "voice_native_clone", "voice_match_approx", "voice_match_method",
     # an approximate-match voice that reads a language of the text badly (intelligibility.reading_notes)
     "voice_match_reads_badly",
+    # the voice match's stages on its check lines, and an adaptation not applied (voice_match.stage_notes)
+    "voice_match_stages", "voice_match_adaptation_skipped",
     "voice_instruct_preset",
     # what an instruction did: the summary line (instruct.InstructPlan.message)
     "instruct_none", "instruct_native", "instruct_nothing_understood", "instruct_nothing_supported",

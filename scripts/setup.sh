@@ -44,6 +44,8 @@ if [ "$dev" = 1 ]; then
   missing=""
   command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
   [ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing="$missing fonts-wqy-microhei"
+  # espeak-ng's command line speaks the voice-match tests' reference voices (tests/engines/kokoro)
+  command -v espeak-ng >/dev/null 2>&1 || missing="$missing espeak-ng"
   if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then
       log "installing Debian packages:$missing"

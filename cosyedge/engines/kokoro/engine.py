@@ -20,7 +20,7 @@ import numpy as np
 from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
-from cosyedge.engines.kokoro import crop, fused_runtime, model_files, presets
+from cosyedge.engines.kokoro import adapt, crop, fused_runtime, model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
 from cosyedge.engines.kokoro.sessions import Session, make_session
 from cosyedge.engines.kokoro.silence import trim_silence
@@ -172,6 +172,8 @@ class KokoroEngine:
             if voice.engine != self.name or "style" not in voice.arrays:
                 raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, "
                                      f"not for {self.name}; encode the prompt again")
+            if voice.meta.get("preset_voice") in presets.PRESETS:  # the match kept a preset
+                return presets.preset_pack(self.packs, voice.meta["preset_voice"], language)
             return voice.arrays["style"].astype(np.float32)
         return presets.preset_pack(self.packs, voice, language)
 
@@ -210,6 +212,10 @@ class KokoroEngine:
         sentences = (text.sentences if isinstance(text, TextAnalysis)
                      else self.frontend.sentences(text, options.language))
         total = len(sentences)
+        # A matched voice's formant/pitch-range adaptation (voice_match), applied to each chunk alike.
+        adaptation = None
+        if isinstance(voice, VoicePrompt):
+            adaptation = adapt.Adaptation.from_meta(voice.meta.get("adaptation"))
         calls = []
         packs: dict[str, np.ndarray] = {}  # a preset may read each language with its own recipe
         for index, sentence in enumerate(sentences):
@@ -219,21 +225,23 @@ class KokoroEngine:
             pack = packs[language]
             ids = self.frontend.token_ids(sentence.phonemes)
             calls.append(Call(cost=call_cost(len(ids), options.speed),
-                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed)))
+                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed,
+                                          adaptation)))
         for chunk in in_order(calls, self.runs, self.parallel_runs, self.overlap, cancelled):
             yield chunk
             if progress is not None:
                 progress(chunk.index + 1, total)
 
     def _chunk(self, sentence: Any, ids: list[int], index: int, total: int, pack: np.ndarray,
-               speed: float) -> AudioChunk:
+               speed: float, adaptation: adapt.Adaptation | None = None) -> AudioChunk:
         """One sentence's call and its chunk (run by the pipeline, holding a run slot)."""
         audio = self._infer(ids, pack, speed)
         pause = None
         if not getattr(sentence, "ends_sentence", True):
             pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
         sr = self.capabilities.sample_rate
-        return AudioChunk(audio=np.clip(trim_silence(audio, sr), -1.0, 1.0), sample_rate=sr,
+        audio = adapt.apply(trim_silence(audio, sr), sr, adaptation)
+        return AudioChunk(audio=np.clip(audio, -1.0, 1.0), sample_rate=sr,
                           text=sentence.text, index=index, total=total, pause_after_s=pause)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
@@ -246,6 +254,7 @@ class KokoroEngine:
         prompt = voice_match.match_voice(self, audio, sample_rate, transcript, cancelled=cancelled)
         if self.check_reading:
             prompt.meta["reading_errors"] = self.reading_errors(prompt, cancelled)
+            prompt = voice_match.guard_reading(self, prompt, cancelled)  # an adaptation that reads worse is dropped
         return prompt
 
     def reading_errors(self, voice: VoicePrompt | str, cancelled: CancelFn | None = None) -> dict[str, float]:

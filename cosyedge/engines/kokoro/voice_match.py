@@ -17,9 +17,18 @@ each with the pitch-matched prosody), then runs a seeded (1+1) evolution strateg
 bounded by a number of probes and a deadline. Pack and preset probes are memoized on the engine.
 Every preset is a candidate, so the result is never scored below the nearest preset.
 
+After the search, the adaptations of ``adapt`` (formant warp, pitch range, long-term spectrum
+equalizer) are tuned on the search's probe audio (the estimates from the prompt and a small grid
+around them, by similarity), and the final voice is chosen on two check lines that neither the
+search nor the tuning heard (``CHECK_LINES``), among the best of the five presets, the search result
+and the best adapted variant of each method (:func:`final_choice`): an adaptation that does not
+raise the similarity there is not applied, nor one that the listening check hears read a language
+worse (:func:`guard_reading`, called by the engine after its check).
+
 The result is a VoicePrompt with ``arrays["style"]`` ([510, 1, 256]) and meta saying "approximate voice
-match", the similarity before (nearest preset) and after, and the blend. It is cached by the prompt
-cache like any encoded prompt.
+match", the similarity before (nearest preset) and after, the blend, ``stages`` (the check-line
+similarity of each stage and which one was kept) and ``adaptation`` when one is applied. It is cached
+by the prompt cache like any encoded prompt.
 """
 
 from __future__ import annotations
@@ -27,14 +36,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from cosyedge.engines.base import VoicePrompt
-from cosyedge.engines.kokoro import presets
+from cosyedge.engines.kokoro import adapt, presets
 from cosyedge.engines.kokoro.silence import trim_silence
 from cosyedge.errors import CancelledError
 from cosyedge.speaker import SpeakerEncoder, cosine, shared_encoder
@@ -47,6 +56,16 @@ METHOD = "approximate voice match"
 #: One sentence alone (first version) gave an objective that did not carry over to other text; two
 #: languages make the probe embedding less tied to one sentence (the bench measures held-out text).
 PROBE_PHONEMES = ("iʔɕoɲi koːeɴ o sampo ɕi maɕoː.", "ɪT ɪz wˈɔɹm ɪn hˈɪɹ tədˈA.")
+#: The lines the final choice is made on (language, text): heard by no search probe and no tuning
+#: step, and not among the bench's held-out sentences or the listening check's guard lines.
+CHECK_LINES = (("ja", "きのうは友だちと駅まで歩きました。"), ("en", "We will meet at the library after lunch."))
+#: STFT warps tried on the probe audio besides the envelope estimate (cheap: the warp runs at ~1 %
+#: of real time, an embedding at ~3 %). A fixed grid as well, because the estimate from a prompt
+#: made by another kind of synthesizer often sits at the edge of WARP_RANGE while both speaker
+#: encoders of the bench peak within ±6 % (docs/benchmarks.md, "Voice match adaptation").
+WARP_GRID = (0.94, 0.97, 1.0, 1.03, 1.06)
+#: An adaptation must beat the unadapted search result on the check lines by this much to be kept.
+ADAPT_MARGIN = 0.005
 TIMBRE_DIMS = slice(0, 128)
 PROSODY_DIMS = slice(128, 256)
 EXTRAPOLATE = 0.25
@@ -73,6 +92,7 @@ class Candidate:
     prosody: np.ndarray  # weights over the packs for dims 128-255
     similarity: float = -1.0
     penalty: float = 0.0
+    audio: np.ndarray | None = None  # the probe audio (kept for the adaptation tuning)
 
     @property
     def score(self) -> float:
@@ -190,7 +210,8 @@ def probes_fingerprint(engine: Any) -> str:
 
     from cosyedge.speaker import encoder_path
 
-    h = hashlib.sha256(json.dumps({"version": 1, "probe": PROBE_PHONEMES, "presets": presets.PRESETS,
+    h = hashlib.sha256(json.dumps({"version": 2, "probe": PROBE_PHONEMES, "check": CHECK_LINES,
+                                   "recipes": repr(presets.LANGUAGE_RECIPES), "presets": presets.PRESETS,
                                    "model": engine.model_id, "encoder_bytes": encoder_path().stat().st_size},
                                   sort_keys=True).encode())
     for name in sorted(engine.packs):
@@ -207,6 +228,7 @@ def save_probe_table(engine: Any, path: Path = PROBE_TABLE) -> Path:
     names = sorted(engine.packs)
     memo = _pack_probes(scorer, names, use_table=False)
     _preset_probes(scorer, names, [engine.packs[n] for n in names])
+    _preset_checks(scorer)
     arrays = {f"{key}/{field}": np.asarray(getattr(probe, field), dtype=np.float32)
               for key, probe in memo.items() for field in PackProbe.__dataclass_fields__}
     arrays["fingerprint"] = np.frombuffer(probes_fingerprint(engine).encode(), dtype=np.uint8)
@@ -262,6 +284,99 @@ def _preset_probes(scorer: _Scorer, names: list[str], packs: list[np.ndarray]) -
                                   median_f0(audio, scorer.rate), level_gap_db(audio, scorer.rate))
         out[preset] = memo[key].embedding
     return out
+
+
+def _speak_check(scorer: _Scorer, pack_for: Callable[[str], np.ndarray]) -> np.ndarray:
+    """The check lines, each read with ``pack_for(language)``, edges trimmed, joined."""
+    pieces = []
+    for language, text in CHECK_LINES:
+        for sentence in scorer.engine.frontend.sentences(text, language):
+            ids = scorer.engine.frontend.token_ids(sentence.phonemes)
+            pieces.append(trim_silence(scorer.engine.infer(ids, pack_for(language), 1.0), scorer.rate))
+    scorer.evals += 1
+    return np.concatenate(pieces)
+
+
+def _preset_checks(scorer: _Scorer) -> dict[str, np.ndarray]:
+    """Embedding of each preset reading the check lines (with its recipe per language, as a request
+    would hear it), memoized on the engine as ``check:<name>`` (and stored in the probe table)."""
+    memo = scorer.engine.__dict__.setdefault(_MEMO_ATTR, {})
+    out = {}
+    for preset in presets.PRESETS:
+        key = f"check:{preset}"
+        if key not in memo:
+            audio = _speak_check(scorer, lambda lang, p=preset: presets.preset_pack(scorer.engine.packs, p, lang))
+            memo[key] = PackProbe(scorer.embed(audio), audio.size / scorer.rate,
+                                  median_f0(audio, scorer.rate), level_gap_db(audio, scorer.rate))
+        out[preset] = memo[key].embedding
+    return out
+
+
+def tune_adaptations(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int,
+                     probe_audio: np.ndarray) -> list[tuple[adapt.Adaptation, float]]:
+    """For each adaptation method, the variant that scores best on the search's own probe audio:
+    STFT: the envelope's warp estimate and WARP_GRID, each without and with the full equalizer,
+    then the best one's half equalizer; WORLD (about ten times dearer): its estimate (warp, F0
+    range, equalizer) only. Returns (adaptation, probe similarity) per method whose best variant
+    beats the plain probe audio, best first; identities left out."""
+    plain = cosine(scorer.target, scorer.embed(probe_audio))
+    target_spectrum = adapt.long_term_spectrum(prompt, prompt_rate)
+    found = []
+
+    def score(variants) -> list[tuple[adapt.Adaptation, float]]:
+        out = []
+        for variant in variants:
+            if not variant.is_identity:
+                audio = adapt.apply(probe_audio, scorer.rate, variant)
+                out.append((variant, cosine(scorer.target, scorer.embed(audio))))
+        return out
+
+    for method in adapt.METHODS:
+        estimate = adapt.estimate(prompt, prompt_rate, probe_audio, scorer.rate, method)
+        if method == "world":  # WORLD resynthesis is ~10x dearer: the estimate only
+            scored = score({estimate})
+        else:  # warps with and without the equalizer, then the best warp's half equalizer
+            scored = score({adapt.with_eq(replace(estimate, warp=warp), target_spectrum, probe_audio,
+                                          scorer.rate, strength)
+                            for warp in {estimate.warp, *WARP_GRID} for strength in (0.0, 1.0)})
+            if scored:
+                top = max(scored, key=lambda item: item[1])[0]
+                scored += score({adapt.with_eq(top, target_spectrum, probe_audio, scorer.rate, 0.5)})
+        best = max(scored, key=lambda item: item[1], default=None)
+        if best is not None and best[1] > plain:
+            found.append(best)
+    return sorted(found, key=lambda item: -item[1])
+
+
+def final_choice(scorer: _Scorer, prompt: np.ndarray, prompt_rate: int, best: Candidate,
+                 packs: list[np.ndarray]) -> tuple[str, dict[str, Any], adapt.Adaptation | None]:
+    """The voice kept, judged on the check lines: the best preset there, the search result, or the
+    search result with its best adaptation (only when it beats the plain result by ADAPT_MARGIN).
+    Returns (kept stage, stages for the meta, adaptation or None)."""
+    checks = _preset_checks(scorer)
+    preset_sims = {name: cosine(scorer.target, emb) for name, emb in checks.items()}
+    best_preset = max(preset_sims, key=preset_sims.get)
+    style = blend_pack(packs, best.timbre, best.prosody)
+    check_audio = _speak_check(scorer, lambda _lang: style)
+    search_sim = cosine(scorer.target, scorer.embed(check_audio))
+    stages: dict[str, Any] = {"preset": {"name": best_preset, "similarity": round(preset_sims[best_preset], 4)},
+                              "search": {"similarity": round(search_sim, 4)}}
+    chosen, sim, adaptation = "search", search_sim, None
+    probe_audio = best.audio if best.audio is not None else scorer.probe(style)
+    tried = []
+    for variant, probe_sim in tune_adaptations(scorer, prompt, prompt_rate, probe_audio):
+        adapted_sim = cosine(scorer.target, scorer.embed(adapt.apply(check_audio, scorer.rate, variant)))
+        tried.append({**variant.to_meta(), "probe_similarity": round(probe_sim, 4),
+                      "similarity": round(adapted_sim, 4)})
+        if adapted_sim > sim + (ADAPT_MARGIN if adaptation is None else 0.0):
+            chosen, sim, adaptation = "adapted", adapted_sim, variant
+    stages["adapted"] = tried
+    if preset_sims[best_preset] > sim:
+        chosen, adaptation = "preset", None
+    stages["kept"] = chosen
+    if adaptation is None:
+        stages["adaptation_skipped"] = "no_gain" if tried else "identity"
+    return chosen, stages, adaptation
 
 
 def preset_weights(names: list[str], preset: str) -> np.ndarray:
@@ -367,6 +482,7 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         out = scorer.probe(blend_pack(packs, cand.timbre, cand.prosody))
         cand.similarity = cosine(target, scorer.embed(out))
         cand.penalty = artefact_penalty(out, scorer.rate, expected_s, reference_gap)
+        cand.audio = out
         logger.debug("probe %d: similarity %.3f penalty %.3f timbre %s prosody %s", scorer.evals,
                      cand.similarity, cand.penalty, np.round(cand.timbre, 2), np.round(cand.prosody, 2))
         return cand
@@ -398,18 +514,98 @@ def match_voice(engine: Any, audio: np.ndarray, sample_rate: int, transcript: st
         tried.append(cand)
         step = min(0.6, step * 1.3) if cand.score > parent.score else max(0.05, step * 0.8)
     best = max([best, *tried], key=lambda c: c.score)
+    search_probes = scorer.evals
+    final_started = time.monotonic()
+    kept, stages, adaptation = final_choice(scorer, audio, sample_rate, best, packs)
+    stages["seconds"] = round(time.monotonic() - final_started, 2)
+    stages["calls"] = scorer.evals - search_probes  # check-line readings (and a re-probe of a preset)
+    style = blend_pack(packs, best.timbre, best.prosody)
+    if kept == "preset":
+        name = stages["preset"]["name"]
+        style = presets.preset_pack(engine.packs, name)
 
     before = preset_scores[nearest].similarity
     seconds = time.monotonic() - started
-    logger.info("%s: similarity %.3f (nearest preset %s) -> %.3f in %d probes, %.1f s",
-                METHOD, before, nearest, best.similarity, scorer.evals, seconds)
-    return VoicePrompt(
-        engine=engine.name, model_id=engine.model_id,
-        arrays={"style": blend_pack(packs, best.timbre, best.prosody)},
-        meta={"method": METHOD, "similarity_before": round(before, 4),
-              "similarity_after": round(best.similarity, 4), "nearest_preset": nearest,
-              "prompt_f0_hz": None if not np.isfinite(target_f0) else round(target_f0, 1),
-              "timbre_weights": {n: round(float(w), 4) for n, w in zip(names, best.timbre)},
-              "prosody_weights": {n: round(float(w), 4) for n, w in zip(names, best.prosody)},
-              "artefact_penalty": round(best.penalty, 4), "probes": scorer.evals,
-              "seconds": round(seconds, 2), "transcript": transcript or ""})
+    logger.info("%s: similarity %.3f (nearest preset %s) -> %.3f in %d probes, %.1f s; check lines: %s",
+                METHOD, before, nearest, best.similarity, scorer.evals, seconds, stages)
+    meta = {"method": METHOD, "similarity_before": round(before, 4),
+            "similarity_after": round(best.similarity, 4), "nearest_preset": nearest,
+            "prompt_f0_hz": None if not np.isfinite(target_f0) else round(target_f0, 1),
+            "timbre_weights": {n: round(float(w), 4) for n, w in zip(names, best.timbre)},
+            "prosody_weights": {n: round(float(w), 4) for n, w in zip(names, best.prosody)},
+            "artefact_penalty": round(best.penalty, 4), "probes": search_probes,
+            "seconds": round(seconds, 2), "transcript": transcript or "", "stages": stages}
+    if kept == "preset":
+        meta["preset_voice"] = stages["preset"]["name"]  # read with the preset's own recipe per language
+    if adaptation is not None:
+        meta["adaptation"] = adaptation.to_meta()
+    return VoicePrompt(engine=engine.name, model_id=engine.model_id, arrays={"style": style}, meta=meta)
+
+
+def without_adaptation(prompt: VoicePrompt, reason: str) -> VoicePrompt:
+    """The voice the final choice keeps without an adaptation (``reason`` recorded in its stages):
+    the search result, or the best preset where that scored higher on the check lines."""
+    meta = {k: v for k, v in prompt.meta.items() if k != "adaptation"}
+    stages = dict(meta.get("stages") or {})
+    kept = "search"
+    if stages and stages["preset"]["similarity"] > stages["search"]["similarity"]:
+        kept = "preset"
+        meta["preset_voice"] = stages["preset"]["name"]
+    stages.update(kept=kept, adaptation_skipped=reason)
+    meta["stages"] = stages
+    return VoicePrompt(engine=prompt.engine, model_id=prompt.model_id, arrays=dict(prompt.arrays), meta=meta)
+
+
+#: An adapted voice may read a language at most this much worse (error rate) than without it.
+READING_TOLERANCE = 0.02
+
+
+def guard_reading(engine: Any, prompt: VoicePrompt, cancelled: Callable[[], bool] | None = None) -> VoicePrompt:
+    """The listening check as the adaptation's guard: when ``prompt`` (already checked, its
+    ``reading_errors`` set) carries an adaptation, the same voice without it is checked too, and
+    the adaptation is dropped when it reads any language more than READING_TOLERANCE worse."""
+    adapted = prompt.meta.get("reading_errors") or {}
+    if "adaptation" not in prompt.meta or not adapted:
+        return prompt
+    plain = without_adaptation(prompt, "reads_worse")
+    plain_errors = engine.reading_errors(plain, cancelled)
+    prompt.meta.setdefault("stages", {})["reading_errors_unadapted"] = plain_errors
+    worse = [lang for lang, rate in adapted.items() if rate > plain_errors.get(lang, rate) + READING_TOLERANCE]
+    if not worse:
+        return prompt
+    logger.info("adaptation dropped: it reads %s worse (%s vs %s)", worse, adapted, plain_errors)
+    if plain.meta["stages"]["kept"] == "preset":  # the plain search was not the voice kept: hear the preset
+        plain_errors = engine.reading_errors(plain, cancelled)
+    plain.meta["reading_errors"] = plain_errors
+    plain.meta["stages"]["reading_errors_adapted"] = adapted
+    plain.meta["stages"]["reading_errors_unadapted"] = plain_errors
+    return plain
+
+
+def stage_notes(meta: dict) -> list[Any]:
+    """Notes for a matched voice: its similarity on the check lines at each stage (best preset, style
+    search, adaptation) and which one is spoken; and, when an adaptation was found but not applied,
+    why (``no_gain``: it did not raise the similarity; ``reads_worse``: the listening check heard
+    it read a language less clearly)."""
+    from cosyedge.notes import Note
+
+    stages = meta.get("stages")
+    if not stages:
+        return []
+    preset, search = stages["preset"], stages["search"]["similarity"]
+    tried = stages.get("adapted") or []
+    adapted = max((t["similarity"] for t in tried), default=None)
+    kept = stages.get("kept", "search")
+    applied = meta.get("adaptation")
+    text = (f"check lines: best preset {preset['name']} {preset['similarity']:.2f}, style search {search:.2f}"
+            + (f", with adaptation {adapted:.2f}" if adapted is not None else "")
+            + f"; kept: {kept}" + (f" ({adapt.Adaptation.from_meta(applied).describe()})" if applied else ""))
+    notes = [Note(text, code="voice_match_stages", preset=preset["name"], preset_similarity=preset["similarity"],
+                  search_similarity=search, adapted_similarity=adapted, kept=kept)]
+    skipped = stages.get("adaptation_skipped")  # a code, never text
+    if tried and not applied and skipped in ("no_gain", "reads_worse"):
+        why = ("it did not raise the similarity on the check lines" if skipped == "no_gain"
+               else "the listening check heard it read a language less clearly")
+        notes.append(Note(f"formant/pitch adaptation not applied: {why}", code="voice_match_adaptation_skipped",
+                          reason=skipped))
+    return notes

@@ -93,7 +93,7 @@ def test_similarity_is_a_cosine_that_separates_speakers(engine):
 @pytest.mark.slow
 def test_stored_probe_table_matches_the_installed_model(engine):
     table = voice_match.load_probe_table(engine)
-    assert set(table) == set(engine.packs) | {"preset:male_2"}
+    assert set(table) == set(engine.packs) | {"preset:male_2"} | {f"check:{p}" for p in engine.presets()}
     assert table["jm_kumo"].f0 < 130 < table["jf_alpha"].f0  # the male pack speaks lower
 
 
