@@ -109,6 +109,10 @@ class TTSResponse(BaseModel):
     skipped: list[str] = Field(default_factory=list,
                                description="Text not read aloud (other languages' tags, unsupported "
                                            "scripts), one line per tag or script")
+    transcript: dict[str, Any] | None = Field(
+        None, description="A native clone's prompt transcript: text, source (user: prompt_text or the saved "
+                          "voice's; asr: heard offline), confidence, language, trusted (used for zero-shot)")
+    clone_mode: str | None = Field(None, description="A native clone's mode: zero_shot, cross_lingual or instruct")
 
 
 class SwitchBody(BaseModel):
@@ -373,7 +377,8 @@ async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
 def _report_header(result: TTSResult) -> str:
     return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
                        "similarity": result.similarity, "instruct": result.instruct,
-                       "notes": result.notes, "skipped": result.skipped}, ensure_ascii=True)
+                       "notes": result.notes, "skipped": result.skipped, "transcript": result.transcript,
+                       "clone_mode": result.clone_mode}, ensure_ascii=True)
 
 
 def build_router(service: Service) -> APIRouter:
@@ -395,7 +400,8 @@ def build_router(service: Service) -> APIRouter:
                            job_id=result.job_id, engine=result.engine, model=result.model_id,
                            voice=result.voice, voice_match=result.voice_match,
                            similarity=result.similarity, instruct=result.instruct,
-                           notes=result.notes, skipped=result.skipped)
+                           notes=result.notes, skipped=result.skipped, transcript=result.transcript,
+                           clone_mode=result.clone_mode)
 
     @router.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}},
                                                 **errors}, response_class=Response, tags=["openai"])
