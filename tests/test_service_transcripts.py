@@ -4,6 +4,7 @@ only when the recognizer is sure; saved voices get theirs stored; transcription 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,80 @@ def test_the_kokoro_guard_listens_through_the_services_recognizer(make_service):
     assert factory.engine.heard_with == recognizer.transcribe
     service.close()
     assert recognizer.releases >= 1
+
+
+ESPEAK_LINE = "Please open your books and turn to page twelve."
+
+
+def espeak_wav(text: str, voice: str = "en-us") -> bytes:
+    """Real speech made here by espeak-ng (a Debian package scripts/setup.sh --dev installs)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng is missing: apt-get install espeak-ng (scripts/setup.sh --dev does)", pytrace=False)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "speech.wav"  # a file: --stdout leaves the WAV's sizes unwritten
+        subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(path), text], check=True,
+                       capture_output=True, timeout=60)
+        return path.read_bytes()
+
+
+@pytest.mark.slow
+def test_tiny_cosyvoice_clones_zero_shot_with_the_transcript_heard_offline(tiny_cosyvoice_models, tmp_path,
+                                                                          monkeypatch):
+    """The acceptance line: on a converted tiny CosyVoice2, a request without transcript runs
+    zero-shot with the text the real recognizer heard in real speech, with every socket refused."""
+    import socket
+
+    from cosyedge.asr import Recognizer
+    from cosyedge.config import Settings
+    from cosyedge.engines.loader import load_engine
+    from cosyedge.service import Service
+    from tests.helpers import REPO
+
+    settings = Settings(root=tmp_path, models_dir=tiny_cosyvoice_models, model="cosyvoice2-tiny",
+                        onnx_threads=2, idle_unload_minutes=0).validate()
+    encoded_with: list[str | None] = []
+
+    def factory():
+        engine = load_engine(settings)
+        encode = engine.encode_prompt
+
+        def spy(audio, sample_rate, transcript, **options):
+            encoded_with.append(transcript)
+            return encode(audio, sample_rate, transcript, **options)
+
+        engine.encode_prompt = spy
+        return engine
+
+    attempts: list[object] = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network use in a test that must stay offline")
+
+    for target, name in ((socket.socket, "connect"), (socket.socket, "connect_ex"), (socket, "create_connection"),
+                         (socket, "getaddrinfo")):
+        monkeypatch.setattr(target, name, refuse)
+    # the joined model is shared with the other real-recognizer tests (joined once per checkout)
+    recognizer = Recognizer.for_models(REPO / "models", threads=2, idle_seconds=0)
+    service = Service(settings, engine_factory=factory, recognizer=recognizer)
+    service.start()
+    try:
+        job = service.submit(TTSRequest(text="Hello there. Good morning.", consent=True,
+                                        prompt_audio=espeak_wav(ESPEAK_LINE), language="en"))
+        assert job.wait(600), "job did not finish"
+        result = job.outcome()
+    finally:
+        service.close()
+    assert attempts == []
+    heard = result.transcript
+    words = heard["text"].lower()
+    assert "open" in words and "page" in words, heard
+    assert result.clone_mode == "zero_shot" and heard["source"] == "asr" and heard["trusted"], result.report()
+    assert heard["confidence"] >= ZERO_SHOT_CONFIDENCE
+    assert encoded_with == [heard["text"]]  # the engine encoded the prompt with the heard text: zero-shot
+    assert result.duration > 0.05 and not recognizer.loaded  # released with the service
