@@ -115,6 +115,16 @@ class TTSResponse(BaseModel):
     clone_mode: str | None = Field(None, description="A native clone's mode: zero_shot, cross_lingual or instruct")
 
 
+class TranscribeBody(BaseModel):
+    """``POST /transcribe`` body: prompt audio to hear offline before cloning with it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prompt_audio: str = Field(description="Base64 audio file (WAV/FLAC/OGG/MP3)")
+    consent: bool = Field(False, description="true: the speaker of prompt_audio agreed (required)")
+    language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"
+
+
 class SwitchBody(BaseModel):
     """``POST /models/switch`` body."""
 
@@ -402,6 +412,23 @@ def build_router(service: Service) -> APIRouter:
                            similarity=result.similarity, instruct=result.instruct,
                            notes=result.notes, skipped=result.skipped, transcript=result.transcript,
                            clone_mode=result.clone_mode)
+
+    @router.post("/transcribe", responses=errors, tags=["tts"])
+    async def transcribe(body: TranscribeBody, request: Request) -> dict[str, Any]:
+        """Hear prompt audio offline, as a queued job: the transcript to check or edit before sending
+        it as ``prompt_text`` (``trusted``: confident enough for a zero-shot clone as it is)."""
+        prompt = decode_base64_audio(body.prompt_audio)
+        owner = f"rest:{request.client.host if request.client else '?'}"
+        job = await asyncio.to_thread(service.submit_transcription, prompt, body.language, owner,
+                                      consent=body.consent)
+        waiter = asyncio.ensure_future(job.wait_async())
+        try:
+            heard = await _unless_client_leaves(waiter, request, job, "")
+        finally:
+            if not job.finished:
+                service.cancel(job.id)
+                waiter.cancel()
+        return {"job_id": job.id, **heard.as_dict()}
 
     @router.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}},
                                                 **errors}, response_class=Response, tags=["openai"])

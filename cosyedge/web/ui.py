@@ -258,14 +258,13 @@ CLONE_MODES = {"zero_shot": "zero-shot (reads the prompt's transcript) / 零样�
 TRANSCRIPT_SOURCES = {"user": "as typed / 按输入", "asr": "heard offline / 离线识别"}
 
 
-def transcript_lines(result: TTSResult) -> list[str]:
+def transcript_lines(result: Any) -> list[str]:
     """The panel's lines on a native clone: the mode used, and the prompt transcript (typed or
     heard, with the recognizer's confidence) with the note that says why the mode was chosen."""
-    if result.clone_mode is None:
-        return []
-    lines = [f"**Clone mode / 克隆方式**: {CLONE_MODES.get(result.clone_mode, plain(result.clone_mode))}"]
-    heard = result.transcript
-    if heard and heard.get("text"):
+    mode = getattr(result, "clone_mode", None)  # a lesson's result says it in its notes only
+    lines = [] if mode is None else [f"**Clone mode / 克隆方式**: {CLONE_MODES.get(mode, plain(mode))}"]
+    heard = getattr(result, "transcript", None)
+    if mode is not None and heard and heard.get("text"):
         how = TRANSCRIPT_SOURCES.get(heard.get("source"), "")
         if heard.get("confidence") is not None:
             how += f", confidence / 置信度 {heard['confidence']:.2f}"
