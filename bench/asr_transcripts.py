@@ -11,6 +11,7 @@ WER; Chinese: characters after simplification and numbers read out, CER; Japanes
 reading, CER), the recognizer's confidence and no-speech probability, and the seconds it took.
 
     flock /work/locks/heavy .venv/bin/python bench/asr_transcripts.py --out test-artifacts/asr/transcripts.json
+    .venv/bin/python bench/asr_transcripts.py --table test-artifacts/asr/transcripts.json   # docs tables
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Prompt-like lines, 3-10 s each when spoken; no digits (each tool reads numbers its own way).
 LINES = {
     "en": ["The teacher opened the window, and the children ran outside to play in the warm sun.",
-           "Please bring your notebook tomorrow, we will practise reading together."],
+           "Please bring your notebook tomorrow, we will practice reading together."],
     "zh": ["老师打开窗户，孩子们跑到外面的阳光下玩耍。",
            "请明天带上你的笔记本，我们一起练习朗读。"],
     "ja": ["先生が窓を開けると、子どもたちは外へ走って遊びに行きました。",
@@ -100,11 +101,40 @@ def with_noise(audio: np.ndarray, snr_db: float | None, seed: int) -> np.ndarray
     return np.clip(audio + noise, -1, 1).astype(np.float32)
 
 
+def markdown(rows: list[dict], thresholds: tuple[float, ...] = (0.70, 0.75, 0.80, 0.85)) -> str:
+    """The docs tables: per source, language and noise, the error rate and confidence (each line's
+    clips: mean); then per candidate threshold, the clips it lets through, good and bad."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["source"], r["language"], r["snr_db"]), []).append(r)
+    out = ["| voice | lang | noise | clips | error rate (WER en, CER zh/ja) | confidence | no-speech |",
+           "|---|---|---|---|---|---|---|"]
+    for (source, language, snr), members in groups.items():
+        def mean(key: str) -> float:
+            return sum(m[key] for m in members) / len(members)
+        noise = "clean" if snr is None else f"{snr:.0f} dB SNR"
+        out.append(f"| {source} | {language} | {noise} | {len(members)} | {mean('error_rate'):.2f} | "
+                   f"{mean('confidence'):.2f} | {mean('no_speech'):.2f} |")
+    bad = [r for r in rows if r["error_rate"] > BAD_ERROR_RATE]
+    good = [r for r in rows if r["error_rate"] <= BAD_ERROR_RATE and r["heard"]]
+    out += ["", f"| threshold | good clips through (of {len(good)}) | bad clips through (of {len(bad)}) "
+            "| worst error rate through |", "|---|---|---|---|"]
+    for t in thresholds:
+        through = [r for r in rows if r["confidence"] >= t]
+        out.append(f"| {t:.2f} | {sum(r in good for r in through)} | {sum(r in bad for r in through)} | "
+                   f"{max((r['error_rate'] for r in through), default=0):.2f} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "test-artifacts" / "asr" / "transcripts.json")
+    parser.add_argument("--table", type=Path, help="print the docs tables of a results file and stop")
     args = parser.parse_args()
+    if args.table:
+        print(markdown(json.loads(args.table.read_text())["rows"]))
+        return
     load = Path("/proc/loadavg").read_text().split()[:3]
     recognizer = asr.Recognizer(threads=args.threads, idle_seconds=0, model_dir=REPO / "models" / asr.ASSEMBLED_DIR)
     rows = []

@@ -31,13 +31,13 @@ def cloner(make_service, recognizer):
 
 
 def test_a_clone_without_transcript_runs_zero_shot_with_what_was_heard(make_service):
-    recognizer = FakeRecognizer(text="Hello from the prompt.", confidence=ZERO_SHOT_CONFIDENCE + 0.05)
+    recognizer = FakeRecognizer(text="Hello from the prompt.", confidence=0.9)
     service, factory = cloner(make_service, recognizer)
     result = clone(service, language="en")
     assert factory.engine.calls[-1][1].meta["transcript"] == "Hello from the prompt."
     assert result.clone_mode == "zero_shot"
     assert result.transcript == {"text": "Hello from the prompt.", "source": "asr", "language": "en",
-                                 "confidence": ZERO_SHOT_CONFIDENCE + 0.05, "trusted": True}
+                                 "confidence": 0.9, "trusted": True}
     assert [n.code for n in result.notes if n.code.startswith("transcript")] == ["transcript_heard"]
     assert recognizer.calls[0][1:] == (24000, "en")
     assert result.report()["clone_mode"] == "zero_shot" and result.report()["transcript"]["source"] == "asr"
