@@ -578,6 +578,8 @@ class Service:
             return known
         if phase is not None:
             phase(PHASE_TRANSCRIBING)
+        # fewer threads while the thermal governor asks, from the recognizer's next load on (as for engines)
+        self.recognizer.threads = self.engine_settings().threads
         heard = hear(self.recognizer.transcribe, prompt.pcm, prompt.sample_rate, language)
         with self._heard_lock:
             self._heard[key] = heard

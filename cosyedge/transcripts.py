@@ -69,7 +69,8 @@ def hear(transcribe: Transcribe, audio: np.ndarray, sample_rate: int,
     ``auto`` is detected."""
     named = language if language in NAMED_LANGUAGES else None
     heard = transcribe(audio, sample_rate, named)
-    logger.info("prompt heard (%s, confidence %.2f): %r", heard.language, heard.confidence, heard.text[:80])
+    logger.info("prompt heard (%s, confidence %.2f, %d characters)", heard.language, heard.confidence,
+                len(heard.text))  # what was said stays out of the log
     return PromptTranscript(text=heard.text.strip(), source=SOURCE_HEARD,
                             confidence=round(float(heard.confidence), 4), language=heard.language)
 

@@ -280,3 +280,20 @@ def test_tiny_cosyvoice_clones_zero_shot_with_the_transcript_heard_offline(tiny_
     assert heard["confidence"] >= ZERO_SHOT_CONFIDENCE
     assert encoded_with == [heard["text"]]  # the engine encoded the prompt with the heard text: zero-shot
     assert result.duration > 0.05 and not recognizer.loaded  # released with the service
+
+
+def test_a_warm_box_loads_the_recognizer_with_the_thermal_thread_count(make_service, web_settings):
+    import dataclasses
+
+    from cosyedge.thermal import ThermalSnapshot
+
+    class Warm:
+        def snapshot(self):
+            return ThermalSnapshot(state="warm", temp_c=75.0, onnx_threads=1, message="warm")
+
+    recognizer = FakeRecognizer()
+    recognizer.threads = 4
+    service = make_service(dataclasses.replace(web_settings, onnx_threads=4), thermal=Warm(), recognizer=recognizer)
+    job = service.submit_transcription(PROMPT, consent=True)
+    assert job.wait(10) and job.outcome().text
+    assert recognizer.threads == 1
