@@ -42,7 +42,6 @@ def test_the_clone_tab_shows_the_transcript_for_editing(browser, make_service, l
         box.fill("Good morning, my class.")  # corrected by the teacher: used as typed
         _, panel = generate(page, "clone", "Hello there.")
         assert "zero-shot" in panel and "Good morning, my class." in panel and "as typed / 按输入" in panel
-        assert service.active_jobs() == []
 
         box.fill("")  # left empty: heard in the job (once per prompt), shown in the answer
         _, panel = generate(page, "clone", "Hello again.")
