@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 #: The recognizer's confidence (geometric mean of its token probabilities, ``asr.Transcript``) a
 #: heard transcript needs to drive a zero-shot clone. Measured by ``bench/asr_transcripts.py``
 #: (docs/benchmarks.md, "Prompt transcripts"): no clip whose transcript had more than 20 % word or
-#: character errors reached it; 0.70 let garbled ones through (up to 50 % errors), and clean
-#: speech mostly scores 0.80-0.95.
+#: character errors reached it; 0.70 let garbled ones through (up to 40 % errors), and clean
+#: synthetic speech mostly scores 0.81-0.94.
 ZERO_SHOT_CONFIDENCE = 0.80
 #: The languages the recognizer may be told; others are detected.
 NAMED_LANGUAGES = ("zh", "en", "ja")
