@@ -22,6 +22,7 @@ import dataclasses
 import errno
 import functools
 import gc
+import hashlib
 import logging
 import re
 import shutil
@@ -569,8 +570,6 @@ class Service:
     def _hear(self, prompt: ConditionedPrompt, language: str,
               phase: Callable[[str], None] | None = None) -> PromptTranscript:
         """What the recognizer hears in a prompt, remembered by its audio (heard once per prompt)."""
-        import hashlib
-
         key = (hashlib.sha256(prompt.pcm_bytes()).hexdigest(), language)
         with self._heard_lock:
             known = self._heard.get(key)
