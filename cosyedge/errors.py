@@ -52,7 +52,7 @@ class InputError(CosyedgeError):
     kind = "invalid_input"
     codes = ("voice_file_not_zip", "voice_file_members", "voice_file_damaged",
              "voice_file_transcript_not_utf8", "voice_file_meta_not_json", "voice_file_meta_format",
-             "voice_file_meta_field", "transcript_too_long", "transcript_nul", "transcript_or_hear",
+             "voice_file_meta_field", "transcript_too_long", "transcript_nul",
              "model_folder_invalid", "model_file_corrupt", "model_not_usable",
              "convert_wrong_family", "convert_unknown_config")
 

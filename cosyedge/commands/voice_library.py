@@ -57,9 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     transcript = actions.add_parser("transcript", help="show, set or hear (offline) a saved voice's transcript")
     transcript.add_argument("voice_id")
-    transcript.add_argument("text", nargs="?", help="the new transcript (typed: always used for zero-shot)")
-    transcript.add_argument("--hear", action="store_true",
-                            help="hear the recording with the offline recognizer and store what it heard")
+    given = transcript.add_mutually_exclusive_group()
+    given.add_argument("text", nargs="?", help="the new transcript (typed: always used for zero-shot)")
+    given.add_argument("--hear", action="store_true",
+                       help="hear the recording with the offline recognizer and store what it heard")
     transcript.set_defaults(func=run_transcript)
 
     delete = actions.add_parser("delete", help="delete a saved voice")
@@ -155,8 +156,6 @@ def run_transcript(args: argparse.Namespace) -> int:
     """Set (TEXT), hear (--hear) or show a saved voice's transcript and where it came from."""
     settings = config.from_args(args)
     library = library_for(settings)
-    if args.text is not None and args.hear:
-        raise InputError("give a transcript or --hear, not both", code="transcript_or_hear")
     if args.text is not None:
         library.set_transcript(args.voice_id, args.text)
     elif args.hear:

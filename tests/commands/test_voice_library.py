@@ -106,4 +106,8 @@ def test_library_transcript_shows_sets_and_hears(tmp_path, capsys, monkeypatch):
     assert fake.calls and fake.releases == 1
     assert main(["library", "transcript", "ms-lee", "Good morning, everyone.", *common]) == 0
     assert "typed: Good morning, everyone." in capsys.readouterr().out
-    assert main(["library", "transcript", "ms-lee", "x", "--hear", *common]) == 2
+    import pytest
+
+    with pytest.raises(SystemExit) as both:  # argparse refuses a text and --hear together
+        main(["library", "transcript", "ms-lee", "x", "--hear", *common])
+    assert both.value.code == 2
