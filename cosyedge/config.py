@@ -42,6 +42,7 @@ class Settings:
     onnx_threads: int = 0  # 0 = number of CPU cores
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
+    asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use
     max_text_chars: int = 5000
     max_upload_mb: float = 20.0
     auth: str | None = None  # "user:password"
@@ -105,6 +106,8 @@ class Settings:
             fail("log_level", f"{self.log_level!r} must be one of {', '.join(LOG_LEVELS)}")
         if self.idle_unload_minutes < 0:
             fail("idle_unload_minutes", "must be >= 0 (0 = never unload)")
+        if self.asr_idle_seconds < 0:
+            fail("asr_idle_seconds", "must be >= 0 (0 = keep the speech recognizer loaded)", flag=False)
         if not 1 <= self.max_text_chars <= 1_000_000:
             fail("max_text_chars", f"{self.max_text_chars} must be between 1 and 1000000")
         if not 0 < self.max_upload_mb <= 1024:

@@ -47,6 +47,8 @@ NOTE_CODES = (
     "lesson_progress", "lesson_zipping",
     # the CosyVoice flow steps used (service.flow_steps_notes)
     "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored",
+    # a native clone's prompt transcript heard offline, or why it was not used (transcripts.clone_plan)
+    "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
 )
 
 

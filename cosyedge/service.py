@@ -22,6 +22,7 @@ import dataclasses
 import errno
 import functools
 import gc
+import hashlib
 import logging
 import re
 import shutil
@@ -34,6 +35,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from cosyedge import history
+from cosyedge.asr import Recognizer
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, write_wav_atomic
 from cosyedge.config import Settings
 from cosyedge.consent import require_consent
@@ -41,8 +43,9 @@ from cosyedge.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.engines.loader import NATIVE_ABILITIES
 from cosyedge.engines.base import (KNOWN_LANGUAGES, MORE_LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
-from cosyedge.errors import (AudioError, CancelledError, ConflictError, CosyedgeError, NameError_,
-                             NotFoundError, ParameterError, StorageFullError, TextError)
+from cosyedge.errors import (AudioError, BusyError, CancelledError, ConflictError, CosyedgeError,
+                             ModelMissingError, NameError_, NotFoundError, ParameterError, StorageFullError,
+                             TextError)
 from cosyedge.files import TEMP_PREFIX
 from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
@@ -60,6 +63,7 @@ from cosyedge.synthesis import check_text
 from cosyedge.synthesis import stream as stream_pieces
 from cosyedge.synthesis import synthesize
 from cosyedge.thermal import ThermalSnapshot
+from cosyedge.transcripts import SOURCE_HEARD, SOURCE_USER, ClonePlan, PromptTranscript, clone_plan, hear
 from cosyedge.voices import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
 from cosyedge.voices import refuse_preset_name
 
@@ -70,6 +74,9 @@ PHASE_PREPARING_VOICE = "preparing the voice…"
 PHASE_LOADING = "loading model…"
 PHASE_SYNTHESIZING = "synthesizing"
 PHASE_SCORING = "scoring similarity"
+PHASE_TRANSCRIBING = "transcribing the prompt…"
+#: Heard transcripts kept in memory by prompt audio (a prompt sent again is not heard again).
+HEARD_CACHE_ENTRIES = 32
 
 #: Speed range accepted before the engine is loaded (every engine supports at least this).
 SPEED_RANGE = Capabilities(native_clone=False, native_instruct=False, languages=(),
@@ -110,6 +117,9 @@ class VoiceChoice:
     match: str  # "preset", "native clone", "approximate voice match: similarity ... -> ..."
     similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
     prompt: ConditionedPrompt | None = None  # the conditioned prompt audio, when one was used
+    #: A native clone's prompt transcript (typed or heard, cosyedge.transcripts) and its mode.
+    transcript: PromptTranscript | None = None
+    clone: ClonePlan | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,12 @@ class ResolvedRequest:
     analysis: TextAnalysis
     notes: list[str]  # request fields ignored (ignored_inputs), then the engine's language notes
     skipped: list[str]  # text not read aloud (TextAnalysis.skipped)
+    clone_mode: str | None = None  # a native clone's mode: zero_shot, cross_lingual, instruct
+
+    def transcript_report(self) -> dict[str, Any] | None:
+        """The prompt transcript the answer returns (typed or heard), None without a native clone."""
+        heard = self.choice.transcript
+        return heard.as_dict() if heard is not None and self.clone_mode is not None else None
 
 
 @dataclass
@@ -154,6 +170,8 @@ class TTSResult:
     similarity: float | None = None  # see VoiceChoice.similarity
     notes: list[str] = field(default_factory=list)  # see ResolvedRequest.notes
     skipped: list[str] = field(default_factory=list)  # text not read aloud (TextAnalysis.skipped)
+    transcript: dict[str, Any] | None = None  # see ResolvedRequest.transcript_report
+    clone_mode: str | None = None  # see ResolvedRequest.clone_mode
 
     @property
     def duration(self) -> float:
@@ -166,7 +184,8 @@ class TTSResult:
                 "similarity": self.similarity, "instruct": self.instruct,
                 "notes": list(self.notes), "skipped": list(self.skipped),
                 "sentences": self.sentences, "duration": round(self.duration, 3),
-                "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3)}
+                "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3),
+                "transcript": self.transcript, "clone_mode": self.clone_mode}
 
 
 @dataclass(frozen=True)
@@ -344,8 +363,15 @@ class Service:
 
     def __init__(self, settings: Settings, engine_factory: EngineFactory | None = None,
                  thermal: ThermalSource | None = None,
-                 clock: Callable[[], float] = time.monotonic, disk_probe: FreeProbe = free_bytes) -> None:
+                 clock: Callable[[], float] = time.monotonic, disk_probe: FreeProbe = free_bytes,
+                 recognizer: Recognizer | None = None) -> None:
         self.settings = settings
+        # The app's one speech recognizer (cosyedge.asr): loaded on first use, released when idle;
+        # prompt transcripts and the Kokoro voice-match guard both listen through it.
+        self.recognizer = recognizer or Recognizer.for_models(settings.models_path, settings.threads,
+                                                              settings.asr_idle_seconds)
+        self._heard: dict[tuple[str, str], PromptTranscript] = {}
+        self._heard_lock = threading.Lock()
         # Refuses new jobs, saves and uploads while the disk is nearly full (disk_probe: a test seam).
         self.disk = DiskGuard((settings.outputs_path, settings.prompts_path),
                               int(settings.min_free_disk_mb * 1e6), probe=disk_probe)
@@ -354,7 +380,8 @@ class Service:
                 from cosyedge.engines.loader import load_engine
 
                 return load_engine(self.engine_settings())
-        self.holder = EngineHolder(engine_factory, settings.idle_unload_minutes * 60.0, clock)
+        self.holder = EngineHolder(functools.partial(self._load_engine, engine_factory),
+                                   settings.idle_unload_minutes * 60.0, clock)
         # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
         self.prompt_cache = PromptCache(settings.prompts_path / "cache")
         self.library = VoiceLibrary(settings.prompts_path / "library")
@@ -369,6 +396,15 @@ class Service:
         # is queued): a cancel in that moment sets them, and the job is cancelled once queued.
         self._submitting: dict[str, set[threading.Event]] = {}
         self._submitting_lock = threading.RLock()
+
+    def _load_engine(self, factory: EngineFactory) -> Engine:
+        """The factory's engine, given the service's recognizer when it listens to its own voices
+        (``listen_with``: the Kokoro voice-match guard)."""
+        engine = factory()
+        listen_with = getattr(engine, "listen_with", None)
+        if callable(listen_with):
+            listen_with(self.recognizer.transcribe)
+        return engine
 
     def engine_settings(self) -> Settings:
         """Settings for the next engine load: fewer ONNX threads while the thermal governor asks.
@@ -430,6 +466,7 @@ class Service:
         if self._idle_thread is not None:
             self._idle_thread.join(2)
         self.holder.unload()
+        self.recognizer.release()
 
     # --- what is available ----------------------------------------------------------------
     def presets(self) -> list[str]:
@@ -474,9 +511,92 @@ class Service:
             raise AudioError(f"no prompt audio to save: record or upload one first ({PROMPT_ADVICE})",
                              code="prompt_missing")
         prompt = self._condition(prompt_audio)
-        return self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
+        info = self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, consent=record,
                                  overwrite=overwrite)
+        if not (transcript or "").strip():
+            try:  # heard in the background: the voice is saved whether or not it can be heard now
+                self.transcribe_voice(info.id)
+            except BusyError as exc:
+                logger.info("voice %s saved without a transcript; hearing it waits for its first clone "
+                            "(%s)", info.id, exc.code)
+        return info
+
+    # --- prompt transcripts (cosyedge.transcripts), as queued jobs ------------------------
+    def submit_transcription(self, prompt_audio: bytes | None, language: str = "auto", owner: str | None = None,
+                             *, consent: bool | str | None = None) -> Job:
+        """Queue hearing an uploaded prompt (the page's transcribe button); the job's result is a
+        :class:`~cosyedge.transcripts.PromptTranscript` (its confidence decides a zero-shot clone)."""
+        require_consent(consent, "transcribing prompt audio")
+        self.check_room("a new job")
+        if not prompt_audio:
+            raise AudioError(f"no prompt audio to transcribe: record or upload one first ({PROMPT_ADVICE})",
+                             code="prompt_missing")
+        if language not in KNOWN_LANGUAGES:
+            raise ParameterError(f"language {language!r} must be one of {', '.join(KNOWN_LANGUAGES)}",
+                                 code="language_unknown", language=language, choices=KNOWN_LANGUAGES)
+        prompt = self._condition(prompt_audio)
+        return self.queue.submit(functools.partial(self._run_transcription, prompt=prompt, language=language),
+                                 owner=owner)
+
+    def transcribe_voice(self, voice_id: str, owner: str | None = None) -> Job:
+        """Queue hearing a saved voice and storing the transcript in its record (source ``asr``,
+        with the confidence); the job's result is the :class:`PromptTranscript`."""
+        self.library.get(voice_id)  # NotFoundError naming the problem, before queueing
+
+        def work(job: Job) -> PromptTranscript:
+            prompt, _, _ = self.library.load(voice_id)
+            heard = self._run_transcription(job, prompt, "auto")
+            self._store_heard(voice_id, heard)
+            return heard
+
+        return self.queue.submit(work, owner=owner)
+
+    def set_voice_transcript(self, voice_id: str, transcript: str) -> VoiceInfo:
+        """A person's transcript for a saved voice (typed or corrected): always trusted."""
+        return self.library.set_transcript(voice_id, transcript, source=SOURCE_USER)
+
+    def voice_transcript(self, voice_id: str) -> PromptTranscript:
+        """A saved voice's transcript as stored, with where it came from."""
+        _, text, info = self.library.load(voice_id)
+        return _saved_transcript(text, info) or PromptTranscript("", source=SOURCE_USER)
+
+    def _run_transcription(self, job: Job, prompt: ConditionedPrompt, language: str) -> PromptTranscript:
+        if job.is_cancelled():
+            raise CancelledError("cancelled before transcription started")
+        heard = self._hear(prompt, language, job.set_phase)
+        if job.is_cancelled():
+            raise CancelledError("cancelled")
+        return heard
+
+    def _hear(self, prompt: ConditionedPrompt, language: str,
+              phase: Callable[[str], None] | None = None) -> PromptTranscript:
+        """What the recognizer hears in a prompt, remembered by its audio (heard once per prompt)."""
+        key = (hashlib.sha256(prompt.pcm_bytes()).hexdigest(), language)
+        with self._heard_lock:
+            known = self._heard.get(key)
+        if known is not None:
+            return known
+        if phase is not None:
+            phase(PHASE_TRANSCRIBING)
+        # fewer threads while the thermal governor asks, from the recognizer's next load on (as for engines)
+        self.recognizer.threads = self.engine_settings().threads
+        heard = hear(self.recognizer.transcribe, prompt.pcm, prompt.sample_rate, language)
+        with self._heard_lock:
+            self._heard[key] = heard
+            while len(self._heard) > HEARD_CACHE_ENTRIES:
+                del self._heard[next(iter(self._heard))]
+        return heard
+
+    def _store_heard(self, voice_id: str, heard: PromptTranscript) -> None:
+        """Keep a heard transcript in a saved voice's record, unless a person wrote one meanwhile."""
+        try:
+            current = self.voice_transcript(voice_id)
+            if current.text and current.source == SOURCE_USER:
+                return
+            self.library.set_transcript(voice_id, heard.text, source=SOURCE_HEARD, confidence=heard.confidence)
+        except (CosyedgeError, OSError) as exc:
+            logger.warning("could not store the transcript heard in voice %s: %s", voice_id, exc)
 
     def model_engine_name(self) -> str:
         """The engine name, from the loaded engine or the model's manifest (cheap JSON read)."""
@@ -811,7 +931,9 @@ class Service:
                                             report={"voice": choice.name, "voice_match": choice.match,
                                                     "instruct": instruct_report(plan),
                                                     "notes": resolved.notes,
-                                                    "skipped": resolved.skipped}))
+                                                    "skipped": resolved.skipped,
+                                                    "transcript": resolved.transcript_report(),
+                                                    "clone_mode": resolved.clone_mode}))
                 audio, sentences = self._stream(job, job.stream, engine, resolved, progress)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
@@ -827,7 +949,8 @@ class Service:
                                voice_match=choice.match, similarity=similarity,
                                instruct=instruct_report(plan),
                                sentences=sentences, seconds=time.monotonic() - started,
-                               notes=resolved.notes, skipped=resolved.skipped)
+                               notes=resolved.notes, skipped=resolved.skipped,
+                               transcript=resolved.transcript_report(), clone_mode=resolved.clone_mode)
         if prepared.request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
             self._record_history(result, prepared.request.text)
@@ -853,7 +976,7 @@ class Service:
         say = phase or (lambda _: None)
         if request.prompt_audio is not None or request.voice_id is not None:
             say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
-        choice = self._resolve_voice(engine, prepared, cancelled)
+        choice = self._resolve_voice(engine, prepared, cancelled, say)
         spoken = engine.capabilities.languages
         if request.language in MORE_LANGUAGES and request.language not in spoken:
             raise ParameterError(f"the {engine.name} engine does not speak language {request.language!r} "
@@ -863,6 +986,11 @@ class Service:
                                    n_timesteps=request.flow_steps)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
         notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
+        clone_mode = None
+        if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
+            clone_mode = "instruct" if options.instruct else choice.clone.mode
+            if choice.clone.note is not None and clone_mode != "instruct":
+                notes.append(choice.clone.note)
         say(PHASE_SYNTHESIZING)
         analysis = engine.analyze(request.text, options.language)
         if isinstance(choice.voice, VoicePrompt):
@@ -871,7 +999,7 @@ class Service:
         if request.language != "auto":
             notes.extend(analysis.notes)
         return ResolvedRequest(choice=choice, options=options, plan=plan, analysis=analysis,
-                               notes=notes, skipped=list(analysis.skipped))
+                               notes=notes, skipped=list(analysis.skipped), clone_mode=clone_mode)
 
     def _stream(self, job: Job, stream: AudioStream, engine: Engine, resolved: ResolvedRequest,
                 progress: Callable[[int, int], None]) -> tuple[np.ndarray, int]:
@@ -915,31 +1043,59 @@ class Service:
     def _condition(self, data: bytes) -> ConditionedPrompt:
         return condition_prompt(data, max_bytes=int(self.settings.max_upload_mb * 1024 * 1024))
 
-    def _resolve_voice(self, engine: Engine, prepared: PreparedRequest,
-                       cancelled: CancelFn | None = None) -> VoiceChoice:
+    def _resolve_voice(self, engine: Engine, prepared: PreparedRequest, cancelled: CancelFn | None = None,
+                       phase: Callable[[str], None] | None = None) -> VoiceChoice:
         """Pick the engine's voice: a preset, or a prompt (uploaded or saved) encoded through the cache.
 
         The uploaded prompt was conditioned by :meth:`prepare` (cosyedge.audio); a prompt is encoded
         once per (audio, transcript, engine, model) by the prompt cache: a native clone on
-        CosyVoice, the approximate voice match on Kokoro.
+        CosyVoice (zero-shot with a trusted transcript, typed or heard; else cross-lingual:
+        ``_clone_transcript``), the approximate voice match on Kokoro.
         """
         request = prepared.request
         if request.voice_id is None and prepared.prompt is None:
             preset = self._check_preset(request.speaker or "", list(engine.presets()))
             return VoiceChoice(preset, preset, Note("preset", code="voice_preset"))
         if request.voice_id is not None:
-            prompt, transcript, info = self.library.load(request.voice_id)
+            prompt, text, info = self.library.load(request.voice_id)
+            said = _saved_transcript(text, info)
             name = f"saved voice {info.name}"
         else:
-            # an engine that cannot clone matches from the sound alone: the transcript would only
-            # split the prompt cache (a new match for the same audio); ignored_inputs says so
-            transcript = (request.prompt_text or None) if engine.capabilities.native_clone else None
+            typed = (request.prompt_text or "").strip()
+            said = PromptTranscript(typed, source=SOURCE_USER) if typed else None
             prompt = prepared.prompt
             name = "prompt audio"
+        # an engine that cannot clone matches from the sound alone: the transcript would only
+        # split the prompt cache (a new match for the same audio); ignored_inputs says so
+        plan = transcript = None
+        if engine.capabilities.native_clone:
+            said, plan = self._clone_transcript(prompt, said, request, cancelled, phase)
+            transcript = plan.transcript
         encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
         if request.voice_id is not None:
             self._record_encoding(request.voice_id, engine)
-        return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt)
+        return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt, transcript=said,
+                           clone=plan)
+
+    def _clone_transcript(self, prompt: ConditionedPrompt, said: PromptTranscript | None, request: TTSRequest,
+                          cancelled: CancelFn | None, phase: Callable[[str], None] | None = None,
+                          ) -> tuple[PromptTranscript | None, ClonePlan]:
+        """A native clone's transcript and mode: the one typed or stored, else the one heard now
+        (stored with a saved voice that had none), zero-shot only when it is trusted."""
+        if said is not None and said.text:
+            return said, clone_plan(said)
+        if cancelled is not None and cancelled():
+            raise CancelledError("cancelled before the prompt was transcribed")
+        try:
+            heard = self._hear(prompt, request.language, phase)
+        except ModelMissingError as exc:
+            logger.warning("prompt not transcribed: %s", exc)
+            return None, clone_plan(None, unavailable="the speech recognizer is not installed")
+        if phase is not None:
+            phase(PHASE_PREPARING_VOICE)
+        if request.voice_id is not None and heard.text:
+            self._store_heard(request.voice_id, heard)
+        return heard, clone_plan(heard)
 
     def _record_encoding(self, voice_id: str, engine: Engine) -> None:
         """Note in the saved voice's own record that it is encoded for this model; a voice renamed
@@ -1060,3 +1216,14 @@ def describe_match(engine: Engine, encoded: VoicePrompt) -> Note:
         return Note(f"{method}: similarity {before:.2f} (nearest preset {nearest}) -> {after:.2f}",
                     code="voice_match_approx", method=method, before=before, nearest=nearest, after=after)
     return Note(str(method), code="voice_match_method", method=method)
+
+
+def _saved_transcript(text: str, info: VoiceInfo) -> PromptTranscript | None:
+    """A saved voice's stored transcript with its source (one saved before sources were recorded
+    was typed); None when it has none."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    if info.transcript_source == SOURCE_HEARD:
+        return PromptTranscript(text, source=SOURCE_HEARD, confidence=info.transcript_confidence)
+    return PromptTranscript(text, source=SOURCE_USER)

@@ -7,7 +7,8 @@ entry is rebuilt (with a warning); a directory that cannot be written turns the 
 cache (with a warning) instead of failing requests.
 
 ``VoiceLibrary`` (``prompts/library/<id>/``): a saved voice is the conditioned prompt WAV, its
-transcript and ``meta.json``. The library stores audio, not encodings, so a saved voice works with
+transcript and ``meta.json`` (which also says where the transcript came from: typed by a person, or
+heard by the offline recognizer with its confidence, :mod:`cosyedge.transcripts`). The library stores audio, not encodings, so a saved voice works with
 every engine (each encodes it through the cache). Names are validated; ids are safe slugs; every
 path is checked to stay under the library root; writes are atomic (temp folder + rename); an import
 is validated completely before anything is written.
@@ -240,6 +241,10 @@ class VoiceInfo:
     #: :meth:`VoiceLibrary.record_encoding` when a job uses it (the prompt cache may evict the
     #: encoding itself; this record stays with the voice).
     encoded_for: tuple[str, ...] = ()
+    #: Where ``transcript.txt`` came from: "user" (typed or edited), "asr" (heard offline, with the
+    #: recognizer's ``transcript_confidence``), None when there is none.
+    transcript_source: str | None = None
+    transcript_confidence: float | None = None
 
 
 def name_to_id(name: Any) -> tuple[str, str]:
@@ -372,8 +377,9 @@ class VoiceLibrary:
         path = self._existing(voice_id)
         try:
             audio, rate = sf.read(path / WAV_NAME, dtype="float32")
-            transcript = (path / TRANSCRIPT_NAME).read_text(encoding="utf-8")
-            info = self._read_meta(path)
+            with self._meta_lock:  # the transcript and the record that says where it came from
+                transcript = (path / TRANSCRIPT_NAME).read_text(encoding="utf-8")
+                info = self._read_meta(path)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:  # sf: RuntimeError
             raise NotFoundError(f"saved voice {voice_id!r} is damaged ({exc}); delete it and save it "
                                 "again", code="saved_voice_damaged", voice_id=voice_id) from None
@@ -382,18 +388,22 @@ class VoiceLibrary:
         return prompt, transcript, info
 
     def save(self, name: str, prompt: ConditionedPrompt, transcript: str | None, *, engine: str,
-             model_id: str, consent: ConsentRecord | None = None, overwrite: bool = False) -> VoiceInfo:
+             model_id: str, consent: ConsentRecord | None = None, overwrite: bool = False,
+             transcript_source: str | None = None, transcript_confidence: float | None = None) -> VoiceInfo:
         """Save a conditioned prompt as a named voice (atomically: all three files or nothing).
         ``consent``: the record of :func:`cosyedge.consent.require_consent` (None: not recorded, as
-        for a voice saved before consent was asked for; the service always passes one)."""
+        for a voice saved before consent was asked for; the service always passes one).
+        ``transcript_source``: see :class:`VoiceInfo` (default: "user" when there is a transcript)."""
         display, voice_id = name_to_id(name)
         transcript = _check_transcript(transcript)
+        source, confidence = _transcript_origin(transcript, transcript_source, transcript_confidence)
         if not overwrite:
             voice_id = self._id_for(display, voice_id)
         target = self._path(voice_id)
         info = VoiceInfo(id=voice_id, name=display, engine=engine, model_id=model_id,
                          duration_s=round(prompt.duration_s, 3), created=time.time(),
-                         notes=tuple(prompt.notes), consent=consent)
+                         notes=tuple(prompt.notes), consent=consent, transcript_source=source,
+                         transcript_confidence=confidence)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root()))
         try:
             write_atomic(tmp / WAV_NAME, _float_wav(prompt))
@@ -429,6 +439,20 @@ class VoiceLibrary:
             if new_id != voice_id:
                 os.rename(target, path)  # back under its old id, with its old meta
             raise
+        return info
+
+    def set_transcript(self, voice_id: str, transcript: str, *, source: str = "user",
+                       confidence: float | None = None) -> VoiceInfo:
+        """Replace a saved voice's transcript (``source``: "user" or "asr", see :class:`VoiceInfo`);
+        the transcript file is written before the record that describes it."""
+        transcript = _check_transcript(transcript)
+        source, confidence = _transcript_origin(transcript, source, confidence)
+        with self._meta_lock:
+            path = self._existing(voice_id)
+            info = replace(self._read_meta(path), transcript_source=source, transcript_confidence=confidence)
+            write_atomic(path / TRANSCRIPT_NAME, transcript.encode("utf-8"))
+            write_atomic(path / META_NAME, _meta_bytes(info))
+        logger.info("voice %s: transcript set (%s)", voice_id, source or "none")
         return info
 
     def record_encoding(self, voice_id: str, engine: str, model_id: str) -> VoiceInfo:
@@ -523,8 +547,10 @@ class VoiceLibrary:
         display, _ = name_to_id(name if name is not None else meta["name"])
         refuse_preset_name(display, presets)
         prompt = condition_prompt(blobs[WAV_NAME], max_bytes=max_bytes, filename=WAV_NAME)
+        source, confidence = _meta_transcript_origin(meta)
         return self.save(display, prompt, transcript, engine=meta["engine"], model_id=meta["model_id"],
-                         consent=ConsentRecord.from_meta(meta.get("consent")), overwrite=overwrite)
+                         consent=ConsentRecord.from_meta(meta.get("consent")), overwrite=overwrite,
+                         transcript_source=source, transcript_confidence=confidence)
 
     @staticmethod
     def _read_meta(path: Path) -> VoiceInfo:
@@ -533,7 +559,9 @@ class VoiceLibrary:
                          model_id=str(meta["model_id"]), duration_s=float(meta["duration_s"]),
                          created=float(meta["created"]), notes=tuple(meta.get("notes", ())),
                          consent=ConsentRecord.from_meta(meta.get("consent")),
-                         encoded_for=tuple(str(m) for m in meta.get("encoded_for", ())))
+                         encoded_for=tuple(str(m) for m in meta.get("encoded_for", ())),
+                         **dict(zip(("transcript_source", "transcript_confidence"),
+                                    _meta_transcript_origin(meta))))
 
 
 def _float_wav(prompt: ConditionedPrompt) -> bytes:
@@ -580,3 +608,31 @@ def _check_transcript(transcript: str | None) -> str:
     if "\x00" in transcript:
         raise InputError("the transcript contains a NUL character", code="transcript_nul")
     return transcript
+
+
+TRANSCRIPT_SOURCES = ("user", "asr")
+
+
+def _transcript_origin(transcript: str, source: str | None,
+                       confidence: float | None) -> tuple[str | None, float | None]:
+    """(source, confidence) as stored: none for an empty transcript, "user" unless it was heard."""
+    if not transcript:
+        return None, None
+    if source == "asr":
+        return "asr", None if confidence is None else round(float(confidence), 4)
+    return "user", None
+
+
+def _meta_transcript_origin(meta: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The transcript's source and confidence from a meta.json; anything unknown counts as typed
+    (voices saved before sources were recorded had typed transcripts)."""
+    source = meta.get("transcript_source", "user")
+    confidence = meta.get("transcript_confidence")
+    if source is None:  # saved without a transcript
+        return None, None
+    if source not in TRANSCRIPT_SOURCES:
+        source = "user"
+    if source != "asr" or isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
+            or not 0.0 <= float(confidence) <= 1.0:
+        confidence = None
+    return source, None if confidence is None else float(confidence)

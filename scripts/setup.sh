@@ -40,9 +40,12 @@ if [ "$dev" = 1 ]; then
   .venv-ref/bin/pip install -q -r requirements-ref.txt
   bash scripts/install_reference.sh .venv-ref
   # Debian packages for the tests: chromium (browser test), a CJK font (readable screenshots),
-  # sox (sound checks). Installed only when missing.
+  # sox (sound checks), espeak-ng and festival (real speech made at test time for the offline
+  # transcripts and their bench). Installed only when missing.
   missing=""
   command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+  command -v espeak-ng >/dev/null 2>&1 || missing="$missing espeak-ng"
+  command -v text2wave >/dev/null 2>&1 || missing="$missing festival festvox-kallpc16k"
   [ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing="$missing fonts-wqy-microhei"
   # espeak-ng's command line speaks the voice-match tests' reference voices (tests/engines/kokoro)
   command -v espeak-ng >/dev/null 2>&1 || missing="$missing espeak-ng"

@@ -64,7 +64,10 @@ def make_service(web_settings: Settings, fake_factory) -> Iterator[Callable[...,
 
     built: list[Service] = []
 
+    from tests.helpers.fake_recognizer import FakeRecognizer
+
     def make(settings: Settings | None = None, factory=None, **kwargs) -> Service:
+        kwargs.setdefault("recognizer", FakeRecognizer())  # no real Whisper behind the fake engine
         service = Service(settings or web_settings, engine_factory=factory or fake_factory, **kwargs)
         service.start()
         built.append(service)

@@ -1,4 +1,4 @@
-"""`python -m cosyedge library save|list|rename|delete|export|import`: manage saved voices.
+"""`python -m cosyedge library save|list|rename|transcript|delete|export|import`: manage saved voices.
 
 Saved voices live in ``prompts/library/`` (see ``cosyedge.voices``); `speak --voice-id ID` reads one.
 """
@@ -37,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     save.add_argument("name", help="voice name (letters, digits, space . _ -, or a Chinese name)")
     save.add_argument("audio", type=Path, help="WAV, FLAC, OGG or MP3 recording; 3-10 s of one speaker "
                       "works best (up to 30 s is used whole)")
-    save.add_argument("--transcript", default="", help="what is said in the recording (helps CosyVoice)")
+    save.add_argument("--transcript", default="", help="what is said in the recording (helps CosyVoice; "
+                      "without it the recording is heard offline at its first CosyVoice clone, or now with "
+                      "`library transcript ID --hear`)")
     save.add_argument("--encode", action="store_true",
                       help="also encode it now for the configured model (approximate voice match on "
                            "Kokoro, ~30 s), so its first use is instant")
@@ -54,6 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     rename.add_argument("new_name")
     rename.set_defaults(func=run_rename)
 
+    transcript = actions.add_parser("transcript", help="show, set or hear (offline) a saved voice's transcript")
+    transcript.add_argument("voice_id")
+    given = transcript.add_mutually_exclusive_group()
+    given.add_argument("text", nargs="?", help="the new transcript (typed: always used for zero-shot)")
+    given.add_argument("--hear", action="store_true",
+                       help="hear the recording with the offline recognizer and store what it heard")
+    transcript.set_defaults(func=run_transcript)
+
     delete = actions.add_parser("delete", help="delete a saved voice")
     delete.add_argument("voice_id")
     delete.set_defaults(func=run_delete)
@@ -69,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("--overwrite", action="store_true")
     imp.set_defaults(func=run_import)
 
-    for p in (save, listing, rename, delete, export, imp):
+    for p in (save, listing, rename, transcript, delete, export, imp):
         config.add_arguments(p)
 
 
@@ -142,6 +152,35 @@ def run_list(args: argparse.Namespace) -> int:
 def run_rename(args: argparse.Namespace) -> int:
     info = library_for(config.from_args(args)).rename(args.voice_id, args.new_name, presets=SEED_PRESETS)
     print(f"renamed to {info.id!r} ({info.name})")
+    return 0
+
+
+def run_transcript(args: argparse.Namespace) -> int:
+    """Set (TEXT), hear (--hear) or show a saved voice's transcript and where it came from."""
+    settings = config.from_args(args)
+    library = library_for(settings)
+    if args.text is not None:
+        library.set_transcript(args.voice_id, args.text)
+    elif args.hear:
+        from cosyedge.asr import Recognizer
+        from cosyedge.transcripts import hear
+
+        prompt, _, _ = library.load(args.voice_id)
+        recognizer = Recognizer.for_models(settings.models_path, settings.threads, idle_seconds=0)
+        heard = hear(recognizer.transcribe, prompt.pcm, prompt.sample_rate)
+        recognizer.release()
+        library.set_transcript(args.voice_id, heard.text, source="asr", confidence=heard.confidence)
+    _, text, info = library.load(args.voice_id)
+    if not text:
+        print(f"{info.id}: no transcript (heard offline at its first CosyVoice clone, or now with --hear)")
+    elif info.transcript_source == "asr":
+        from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE
+
+        confidence = info.transcript_confidence or 0.0
+        verdict = "zero-shot" if confidence >= ZERO_SHOT_CONFIDENCE else "cross-lingual until corrected"
+        print(f"{info.id}: heard offline, confidence {confidence:.2f} ({verdict}): {text}")
+    else:
+        print(f"{info.id}: typed: {text}")
     return 0
 
 

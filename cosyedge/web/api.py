@@ -109,6 +109,20 @@ class TTSResponse(BaseModel):
     skipped: list[str] = Field(default_factory=list,
                                description="Text not read aloud (other languages' tags, unsupported "
                                            "scripts), one line per tag or script")
+    transcript: dict[str, Any] | None = Field(
+        None, description="A native clone's prompt transcript: text, source (user: prompt_text or the saved "
+                          "voice's; asr: heard offline), confidence, language, trusted (used for zero-shot)")
+    clone_mode: str | None = Field(None, description="A native clone's mode: zero_shot, cross_lingual or instruct")
+
+
+class TranscribeBody(BaseModel):
+    """``POST /transcribe`` body: prompt audio to hear offline before cloning with it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prompt_audio: str = Field(description="Base64 audio file (WAV/FLAC/OGG/MP3)")
+    consent: bool = Field(False, description="true: the speaker of prompt_audio agreed (required)")
+    language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"
 
 
 class SwitchBody(BaseModel):
@@ -373,7 +387,8 @@ async def _wav_stream(job_id: str, stream: AudioStream) -> AsyncIterator[bytes]:
 def _report_header(result: TTSResult) -> str:
     return json.dumps({"voice": result.voice, "voice_match": result.voice_match,
                        "similarity": result.similarity, "instruct": result.instruct,
-                       "notes": result.notes, "skipped": result.skipped}, ensure_ascii=True)
+                       "notes": result.notes, "skipped": result.skipped, "transcript": result.transcript,
+                       "clone_mode": result.clone_mode}, ensure_ascii=True)
 
 
 def build_router(service: Service) -> APIRouter:
@@ -395,7 +410,25 @@ def build_router(service: Service) -> APIRouter:
                            job_id=result.job_id, engine=result.engine, model=result.model_id,
                            voice=result.voice, voice_match=result.voice_match,
                            similarity=result.similarity, instruct=result.instruct,
-                           notes=result.notes, skipped=result.skipped)
+                           notes=result.notes, skipped=result.skipped, transcript=result.transcript,
+                           clone_mode=result.clone_mode)
+
+    @router.post("/transcribe", responses=errors, tags=["tts"])
+    async def transcribe(body: TranscribeBody, request: Request) -> dict[str, Any]:
+        """Hear prompt audio offline, as a queued job: the transcript to check or edit before sending
+        it as ``prompt_text`` (``trusted``: confident enough for a zero-shot clone as it is)."""
+        prompt = decode_base64_audio(body.prompt_audio)
+        owner = f"rest:{request.client.host if request.client else '?'}"
+        job = await asyncio.to_thread(service.submit_transcription, prompt, body.language, owner,
+                                      consent=body.consent)
+        waiter = asyncio.ensure_future(job.wait_async())
+        try:
+            heard = await _unless_client_leaves(waiter, request, job, "")
+        finally:
+            if not job.finished:
+                service.cancel(job.id)
+                waiter.cancel()
+        return {"job_id": job.id, **heard.as_dict()}
 
     @router.post("/v1/audio/speech", responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}},
                                                 **errors}, response_class=Response, tags=["openai"])

@@ -32,7 +32,8 @@ from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
 from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
-                              SPEED_RANGE, Service, TTSRequest, TTSResult)
+                              PHASE_TRANSCRIBING, SPEED_RANGE, Service, TTSRequest, TTSResult)
+from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
                                     lesson_controls, lesson_line)
@@ -77,6 +78,7 @@ def _session(request: "gr.Request | None") -> str:
 #: Title of the toasts a failed generate raises (the page's language: English / 中文).
 CANNOT_GENERATE = "Cannot generate / 无法生成"
 CANNOT_SAVE = "Cannot save the voice / 无法保存音色"
+CANNOT_TRANSCRIBE = "Cannot transcribe the prompt / 无法识别参考音频文本"
 CANCELLED = "Cancelled / 已取消"
 EMPTY_TEXT = "Type some text to read / 请输入要合成的文本"
 NO_PROMPT_TO_SAVE = "Record or upload 3-10 s of a voice first / 请先录制或上传 3-10 秒参考音频"
@@ -243,12 +245,41 @@ def describe(result: TTSResult) -> str:
             lines.append(f"**Not supported / 不支持**: {plain(missing)}")
     if result.skipped:
         lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
-    if result.notes:
-        notes = "; ".join(page_note(note) for note in result.notes)
+    lines.extend(transcript_lines(result))
+    ignored = [note for note in result.notes if code_of(note) not in TRANSCRIPT_NOTES]
+    if ignored:
+        notes = "; ".join(page_note(note) for note in ignored)
         lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
                  f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
     return "\n\n".join(f"- {line}" for line in lines)
+
+
+#: The notes that say how a clone's prompt transcript was found (cosyedge.transcripts): shown with
+#: the transcript, not among the ignored fields.
+TRANSCRIPT_NOTES = frozenset({"transcript_heard", "transcript_unsure", "transcript_not_heard",
+                              "transcript_unavailable"})
+CLONE_MODES = {"zero_shot": "zero-shot (reads the prompt's transcript) / 零样本克隆（读取参考音频文本）",
+               "cross_lingual": "cross-lingual (from the prompt's sound alone) / 跨语种克隆（仅依据参考音频的声音）",
+               "instruct": "with the instruction / 按指令"}
+TRANSCRIPT_SOURCES = {"user": "as typed / 按输入", "asr": "heard offline / 离线识别"}
+
+
+def transcript_lines(result: Any) -> list[str]:
+    """The panel's lines on a native clone: the mode used, and the prompt transcript (typed or
+    heard, with the recognizer's confidence) with the note that says why the mode was chosen."""
+    mode = getattr(result, "clone_mode", None)  # a lesson's result says it in its notes only
+    lines = [] if mode is None else [f"**Clone mode / 克隆方式**: {CLONE_MODES.get(mode, plain(mode))}"]
+    heard = getattr(result, "transcript", None)
+    if mode is not None and heard and heard.get("text"):
+        how = TRANSCRIPT_SOURCES.get(heard.get("source"), "")
+        if heard.get("confidence") is not None:
+            how += f", confidence / 置信度 {heard['confidence']:.2f}"
+        lines.append(f"**Prompt transcript / 参考音频文本** ({how}): {plain(heard['text'])}")
+    for note in result.notes:
+        if code_of(note) in TRANSCRIPT_NOTES:
+            lines.append(f"**Why / 原因**: {plain(note)}")
+    return lines
 
 
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
@@ -256,7 +287,8 @@ def describe(result: TTSResult) -> str:
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
 PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading the model… / 正在加载模型…",
                 PHASE_STARTING: "starting / 正在开始", PHASE_SYNTHESIZING: "synthesizing / 正在合成",
-                PHASE_SCORING: "measuring the similarity to the prompt / 正在测量与参考音频的相似度"}
+                PHASE_SCORING: "measuring the similarity to the prompt / 正在测量与参考音频的相似度",
+                PHASE_TRANSCRIBING: "transcribing the prompt offline / 正在离线识别参考音频文本"}
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
@@ -564,6 +596,34 @@ def cancel_session(service: Service, request: "gr.Request | None") -> str | None
     return CANCELLED if count else None
 
 
+async def transcribe_prompt(service: Service, prompt_path: str | None, language: str, consent: bool,
+                            request: "gr.Request | None") -> tuple[Any, str]:
+    """The clone tab's transcribe button: hear the prompt in a queued job; (the transcript box's
+    new value, the line under it). A transcript the recognizer is unsure of is shown, not filled
+    in: the box's text counts as typed, and an unsure one must not pass for that."""
+    import gradio as gr
+
+    prompt_bytes = await asyncio.to_thread(_read_prompt, prompt_path, CANNOT_TRANSCRIBE)
+    if prompt_bytes is None:
+        raise ui_error("Record or upload the prompt audio first / 请先录制或上传参考音频", title=CANNOT_TRANSCRIBE)
+    service.lease(Path(prompt_path))
+    try:
+        job = service.submit_transcription(prompt_bytes, language, owner=_session(request), consent=bool(consent))
+        heard: PromptTranscript = await job.wait_async()
+    except CancelledError:
+        return gr.skip(), CANCELLED
+    except CosyedgeError as exc:
+        raise _ui_error(exc, title=CANNOT_TRANSCRIBE) from exc
+    if not heard.text:
+        return gr.skip(), "No speech heard in the prompt / 参考音频中未识别到语音"
+    figure = f"confidence / 置信度 {heard.confidence:.2f}, zero-shot needs / 零样本需要 {ZERO_SHOT_CONFIDENCE:.2f}"
+    if heard.trusted:
+        return heard.text, f"Heard offline ({figure}); correct it if needed / 离线识别结果（{figure}），如有错误请修改"
+    return gr.skip(), (f"Heard offline, unsure ({figure}): “{plain(heard.text)}”. Not filled in: type the "
+                       f"correct transcript, or leave it empty for a cross-lingual clone / 识别结果不可靠，未填入：请输入"
+                       "正确文本，或留空以跨语种克隆")
+
+
 def save_prompt(service: Service, prompt_path: str | None, prompt_text: str | None,
                 name: str | None, consent: bool) -> tuple[str, str]:
     """Save the clone tab's prompt as a voice; (dropdown value of the saved voice, confirmation).
@@ -714,8 +774,12 @@ def build_ui(service: Service) -> "gr.Blocks":
                 prompt = gr.Audio(sources=["upload", "microphone"], type="filepath",
                                   label="Prompt audio, 3-10 s / 参考音频（3-10 秒）", elem_id="clone-prompt",
                                   buttons=["download"])
-                prompt_text = gr.Textbox(label="Prompt transcript (optional) / 参考音频文本（可选）",
-                                         elem_id="clone-prompt-text")
+                with gr.Row():
+                    prompt_text = gr.Textbox(label="Prompt transcript (optional: heard offline when empty) / "
+                                                   "参考音频文本（可选，留空则离线识别）", scale=4,
+                                             elem_id="clone-prompt-text")
+                    transcribe_btn = gr.Button("Transcribe / 识别文本", scale=1, elem_id="clone-transcribe")
+                heard_c = gr.Markdown(elem_id="clone-heard")
                 text_clone = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="clone-text")
                 saved_c = gr.Dropdown(voice_choices(service, with_presets=False), value=None,
                                       label="Or a saved voice (when no prompt is given) / 或使用已保存的音色",
@@ -819,6 +883,10 @@ def build_ui(service: Service) -> "gr.Blocks":
                             inputs=[my_voices.choice], outputs=[saved_c, prompt, tabs], queue=False)
         # Queued: only a queued event delivers gr.Error / gr.Info to the page. Unqueued, every
         # refusal was a bare HTTP 500 and a red badge on the dropdown, and success said nothing.
+        async def transcribe(prompt_path: str | None, language: str, consent: bool, request: gr.Request):
+            return await transcribe_prompt(service, prompt_path, language, consent, request)
+
+        transcribe_btn.click(transcribe, inputs=[prompt, lang_c, consent], outputs=[prompt_text, heard_c])
         save_btn.click(save_voice, inputs=[prompt, prompt_text, save_name, consent],
                        outputs=[saved_c, voice_i, voice_p], show_progress="hidden")
         gr.Timer(STATUS_REFRESH_S).tick(status, inputs=None, outputs=statuses, queue=False,

@@ -2,6 +2,10 @@
 exportable as the .zip that ``python -m cosyedge library export`` writes, and importable with the
 same checks as ``library import`` (:meth:`Service.import_voice`).
 
+Each voice's transcript is shown for editing: typed, or heard offline (with the recognizer's
+confidence) when it was saved without one; "Transcribe again" hears it anew in a queued job. An
+edited transcript counts as typed (CosyVoice then always clones zero-shot with it).
+
 "Encoded for" comes from the voice's own record (``encoded_for`` in its ``meta.json``, written when a
 job uses it), not from the prompt cache, which may evict an encoding at any time. "Use in the clone
 tab" is wired by the page (ui.py), which owns the clone tab: this tab hands it the chosen voice id.
@@ -21,6 +25,7 @@ import numpy as np
 from cosyedge.consent import describe as describe_consent
 from cosyedge.errors import CosyedgeError
 from cosyedge.service import Service
+from cosyedge.transcripts import SOURCE_HEARD, ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.voices import VoiceInfo
 
 if TYPE_CHECKING:
@@ -72,6 +77,20 @@ def choices(voices: list[VoiceInfo]) -> list[tuple[str, str]]:
     return [(f"{voice.name} ({voice.id})", voice.id) for voice in voices]
 
 
+def transcript_line(transcript: PromptTranscript) -> str:
+    """Where a voice's transcript came from, in words, under its box."""
+    if not transcript.text:
+        return ("No transcript yet: it is heard offline when the voice is saved or first cloned / "
+                "暂无文本：保存或首次克隆时离线识别")
+    if transcript.source != SOURCE_HEARD:
+        return "Typed (used as it is for zero-shot cloning) / 手动输入（零样本克隆直接使用）"
+    confidence = transcript.confidence or 0.0
+    verdict = ("sure enough for zero-shot cloning / 可用于零样本克隆" if transcript.trusted else
+               "unsure: cloned cross-lingually until you correct it / 不可靠：修改前按跨语种克隆")
+    return (f"Heard offline, confidence {confidence:.2f} (zero-shot needs {ZERO_SHOT_CONFIDENCE:.2f}): "
+            f"{verdict} / 离线识别")
+
+
 class ExportFolder:
     """A temp folder for exported zips, emptied of old ones at each export (bounded on disk)."""
 
@@ -108,17 +127,40 @@ def build(service: Service, explain: Explain) -> VoicesTab:
         return (gr.update(value=rows(voices)),
                 gr.update(choices=choices(voices), value=selected if selected in ids else None))
 
-    def pick(voice_id: str | None) -> tuple[Any, Any, Any]:
-        """The chosen voice's recording for the player and its name in the rename box."""
+    def pick(voice_id: str | None) -> tuple[Any, Any, Any, str, str]:
+        """The chosen voice's recording for the player, its name in the rename box and its
+        transcript in the transcript box."""
         if not voice_id:
-            return None, "", gr.update(visible=False)
+            return None, "", gr.update(visible=False), "", ""
         try:
             pcm, rate = service.voice_recording(voice_id)
             name = next((v.name for v in service.saved_voices() if v.id == voice_id), "")
+            transcript = service.voice_transcript(voice_id)
         except CosyedgeError as exc:
             raise explain(exc, CANNOT) from exc
         pcm16 = (np.clip(pcm, -1.0, 1.0) * 32767).astype(np.int16)  # what the player plays, unconverted
-        return (rate, pcm16), name, gr.update(visible=False)
+        return (rate, pcm16), name, gr.update(visible=False), transcript.text, transcript_line(transcript)
+
+    def save_transcript(voice_id: str | None, text: str) -> tuple[str, str]:
+        if not voice_id:
+            raise fail(CHOOSE_FIRST)
+        try:
+            service.set_voice_transcript(voice_id, text or "")
+            transcript = service.voice_transcript(voice_id)
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        return transcript_line(transcript), "Transcript saved / 文本已保存"
+
+    async def transcribe_again(voice_id: str | None, request: gr.Request) -> tuple[str, str, str]:
+        if not voice_id:
+            raise fail(CHOOSE_FIRST)
+        try:
+            job = service.transcribe_voice(voice_id, owner=f"voices-{request.session_hash}")
+            await job.wait_async()
+            transcript = service.voice_transcript(voice_id)
+        except CosyedgeError as exc:
+            raise explain(exc, CANNOT) from exc
+        return transcript.text, transcript_line(transcript), "Transcribed / 已识别"
 
     def rename(voice_id: str | None, new_name: str) -> tuple[dict, dict, str]:
         if not voice_id:
@@ -185,6 +227,12 @@ def build(service: Service, explain: Explain) -> VoicesTab:
             new_name = gr.Textbox(label="Name / 名称", scale=3, elem_id="voices-new-name")
             rename_btn = gr.Button("Rename / 重命名", scale=1, elem_id="voices-rename")
         with gr.Row():
+            transcript_box = gr.Textbox(label="Transcript (what the recording says) / 文本（录音内容）", scale=3,
+                                        elem_id="voices-transcript")
+            save_transcript_btn = gr.Button("Save transcript / 保存文本", scale=1, elem_id="voices-save-transcript")
+            transcribe_btn = gr.Button("Transcribe again / 重新识别", scale=1, elem_id="voices-transcribe")
+        transcript_info = gr.Markdown(elem_id="voices-transcript-info")
+        with gr.Row():
             use = gr.Button("Use in the clone tab / 在克隆页使用", variant="primary", elem_id="voices-use")
             export_btn = gr.Button("Export .zip / 导出 .zip", elem_id="voices-export")
             delete_btn = gr.Button("Delete… / 删除…", variant="stop", elem_id="voices-delete")
@@ -202,7 +250,9 @@ def build(service: Service, explain: Explain) -> VoicesTab:
         message = gr.Markdown(elem_id="voices-message")
 
     tab.select(view, inputs=[choice], outputs=[table, choice], queue=False)
-    choice.change(pick, inputs=[choice], outputs=[recording, new_name, confirm])
+    choice.change(pick, inputs=[choice], outputs=[recording, new_name, confirm, transcript_box, transcript_info])
+    save_transcript_btn.click(save_transcript, inputs=[choice, transcript_box], outputs=[transcript_info, message])
+    transcribe_btn.click(transcribe_again, inputs=[choice], outputs=[transcript_box, transcript_info, message])
     # Queued events (the default): only a queued event shows a gr.Error as a toast.
     renamed = rename_btn.click(rename, inputs=[choice, new_name], outputs=[table, choice, message])
     delete_btn.click(ask_delete, inputs=[choice], outputs=[confirm, question])

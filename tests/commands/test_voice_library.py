@@ -130,3 +130,29 @@ def test_consent_travels_through_export_and_import(tmp_path, capsys):
     assert main(["library", "delete", "ms-lee", *common]) == 0
     assert main(["library", "import", str(zip_path), *common]) == 0
     assert library.get("ms-lee").consent == given
+
+
+def test_library_transcript_shows_sets_and_hears(tmp_path, capsys, monkeypatch):
+    from cosyedge import asr
+    from tests.helpers.fake_recognizer import FakeRecognizer
+
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(5.0, rate=44100), 44100)
+    common = ["--prompts-dir", str(tmp_path / "prompts"), "--models-dir", str(tmp_path / "models")]
+    assert main(["library", "save", "Ms Lee", str(wav), "--consent", *common]) == 0
+    capsys.readouterr()
+    assert main(["library", "transcript", "ms-lee", *common]) == 0
+    assert "no transcript" in capsys.readouterr().out
+    fake = FakeRecognizer(text="Good morning, class.", confidence=0.6)
+    monkeypatch.setattr(asr.Recognizer, "for_models", classmethod(lambda cls, *a, **k: fake))
+    assert main(["library", "transcript", "ms-lee", "--hear", *common]) == 0
+    out = capsys.readouterr().out
+    assert "heard offline, confidence 0.60 (cross-lingual until corrected): Good morning, class." in out
+    assert fake.calls and fake.releases == 1
+    assert main(["library", "transcript", "ms-lee", "Good morning, everyone.", *common]) == 0
+    assert "typed: Good morning, everyone." in capsys.readouterr().out
+    import pytest
+
+    with pytest.raises(SystemExit) as both:  # argparse refuses a text and --hear together
+        main(["library", "transcript", "ms-lee", "x", "--hear", *common])
+    assert both.value.code == 2

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -127,6 +127,9 @@ class KokoroEngine:
     look_ahead_budget: float = LOOK_AHEAD_BUDGET
     #: Run the listening check on every approximate match (seconds; off in tests of other things).
     check_reading: bool = True
+    #: The listener of that check, ``transcribe(audio, sample_rate, language)``: the service hands
+    #: its one recognizer's in (:meth:`listen_with`); without one the check is not run.
+    transcribe: Callable[..., Any] | None = None
     runs: RunSlots = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -257,9 +260,16 @@ class KokoroEngine:
             prompt = voice_match.guard_reading(self, prompt, cancelled)  # an adaptation that reads worse is dropped
         return prompt
 
+    def listen_with(self, transcribe: Callable[..., Any] | None) -> None:
+        """Hear the listening check with ``transcribe`` (the service's recognizer)."""
+        self.transcribe = transcribe
+
     def reading_errors(self, voice: VoicePrompt | str, cancelled: CancelFn | None = None) -> dict[str, float]:
         """Error rate per language of ``voice`` on the guard lines (``cosyedge.intelligibility``),
-        heard by the shared offline recognizer; {} when the recognizer is not installed."""
+        heard by :attr:`transcribe`; {} when there is no listener or its model is not installed."""
+        if self.transcribe is None:
+            logger.info("matched voice not checked for intelligibility: no speech recognizer was given")
+            return {}
         from cosyedge import intelligibility
         from cosyedge.synthesis import synthesize
 
@@ -268,7 +278,8 @@ class KokoroEngine:
             return out.audio, out.sample_rate
 
         try:
-            return intelligibility.check_voice(speak, self.capabilities.languages, cancelled=cancelled)
+            return intelligibility.check_voice(speak, self.capabilities.languages, transcribe=self.transcribe,
+                                               cancelled=cancelled)
         except ModelMissingError as exc:
             logger.warning("matched voice not checked for intelligibility: %s", exc)
             return {}
