@@ -86,6 +86,7 @@ class Job:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Job], None]] = []
+        self._release: Callable[[Job], None] | None = None
 
     # --- called by the work function -------------------------------------------------------
     def report(self, done: int, total: int) -> None:
@@ -163,7 +164,10 @@ class Job:
         return result
 
     # --- called by the queue ---------------------------------------------------------------
-    def _run(self) -> None:
+    def _run(self, release: Callable[["Job"], None] | None = None) -> None:
+        """Run the work function. ``release`` (the queue's bookkeeping) runs once the job has ended
+        and before anyone waiting on it wakes, so a woken waiter never still counts it as running."""
+        self._release = release
         self.state = JobState.RUNNING
         self.started_at = time.monotonic()
         self.phase = PHASE_STARTING
@@ -193,6 +197,9 @@ class Job:
         self.finished_at = time.monotonic()
         if self.stream is not None:
             self.stream.close(self.error)
+        release, self._release = self._release, None
+        if release is not None:
+            release(self)
         with self._lock:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
@@ -340,15 +347,18 @@ class JobQueue:
             job = self._next_job()
             if job is None:
                 return
-            job._run()
-            with self._cond:
-                self._running.pop(job.id, None)
-                if job.started_at is not None and job.state is JobState.DONE:
-                    self._durations.append(time.monotonic() - job.started_at)
-                self._remember_locked(job)
-                if not self._running and not self._waiting:
-                    self._idle_since = time.monotonic()
-                self._cond.notify_all()
+            job._run(self._release_ended)
+
+    def _release_ended(self, job: Job) -> None:
+        """A started job has ended: free its slot, remember it, wake the workers."""
+        with self._cond:
+            self._running.pop(job.id, None)
+            if job.started_at is not None and job.state is JobState.DONE:
+                self._durations.append(time.monotonic() - job.started_at)
+            self._remember_locked(job)
+            if not self._running and not self._waiting:
+                self._idle_since = time.monotonic()
+            self._cond.notify_all()
 
     def _remember_locked(self, job: Job, keep: int = KEEP_FINISHED) -> None:
         """Keep finished jobs findable for a while (a client may ask after the fact).

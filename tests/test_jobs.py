@@ -72,6 +72,22 @@ def test_runs_at_most_concurrency_and_refuses_beyond_waiting_list():
         queue.shutdown()
 
 
+def test_a_waiter_woken_by_the_end_of_a_job_never_sees_it_running():
+    """A model switch checks "nothing running" right after job.wait(): the queue must have let
+    the job go by then, even when a slow done-callback still runs on the worker."""
+    queue = JobQueue(concurrency=1, max_waiting=1)
+    try:
+        go = threading.Event()
+        job = queue.submit(lambda job: go.wait(5) and "ok")
+        job.add_done_callback(lambda job: time.sleep(0.3))
+        go.set()
+        assert job.wait(5)
+        assert queue.stats().running == 0
+        assert queue.active_jobs() == []
+    finally:
+        queue.shutdown()
+
+
 def test_cancel_waiting_job_finishes_it_at_once_and_frees_its_place():
     gate = Gate()
     queue = JobQueue(concurrency=1, max_waiting=1)
