@@ -15,10 +15,12 @@ Stages (each a process of its own; ``prepare`` and ``upstream`` need the PyTorch
   that every run, ours and upstream's, makes exactly 20 x the text's tokens (upstream's
   ``max_token_text_ratio``): the 13-token text below is 260 speech tokens, 10.4 s of audio.
 * ``api``: ``app.py`` in the app's venv (no torch) on that model, ``--onnx-threads`` as given; a voice
-  saved through ``POST /v1/audio/voices`` (3.2 s recording + transcript, so zero-shot mode) and used
-  once, so its encoding is cached. Then for each step count: ``/v1/audio/speech`` pcm with
-  ``stream_format: "audio"`` (time to the first body byte = first PCM byte, every read's time and
-  size, the end) and the same request not streamed (time to the whole answer); the app's peak RSS.
+  saved through ``POST /v1/audio/voices`` (3.2 s recording + transcript, so zero-shot mode; saving
+  encodes it, so it is a cached voice). Then for each step count, after a short warm-up sentence
+  with that voice: ``/v1/audio/speech`` pcm with ``stream_format: "audio"`` (time to the first body
+  byte = first PCM byte, every read's time and size, the end), the same not streamed (time to the
+  whole answer), and the stream with another saved voice never used before (its flow prompt state
+  is computed in that request: a voice's first sentence); the app's peak RSS.
   The page's live player is simulated on the streamed reads (its buffering rule from
   ``cosyedge/web/ui.py``) to give its playback start.
 * ``upstream``: upstream PyTorch (FunAudioLLM/CosyVoice 46dfe04's ``CosyVoice2Model.tts`` loop: the
@@ -112,14 +114,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def prompt_wav(seconds: float = PROMPT_SECONDS, sr: int = 16000) -> bytes:
-    """A voiced, never-silent recording (harmonics of 140 Hz, slow vibrato, a little noise)."""
+def prompt_wav(seconds: float = PROMPT_SECONDS, sr: int = 16000, seed: int = 0) -> bytes:
+    """A voiced, never-silent recording (harmonics of 140 Hz + ``seed``, slow vibrato, a little noise)."""
     import soundfile as sf
 
     t = np.arange(int(sr * seconds)) / sr
-    f0 = 140 + 8 * np.sin(2 * np.pi * 3 * t)
+    f0 = 140 + seed + 8 * np.sin(2 * np.pi * 3 * t)
     phase = 2 * np.pi * np.cumsum(f0) / sr
-    audio = sum(0.2 / k * np.sin(k * phase) for k in range(1, 6)) + 0.01 * np.random.default_rng(0).standard_normal(t.size)
+    audio = sum(0.2 / k * np.sin(k * phase) for k in range(1, 6)) + 0.01 * np.random.default_rng(seed).standard_normal(t.size)
     buf = io.BytesIO()
     sf.write(buf, audio.astype(np.float32), sr, format="WAV")
     return buf.getvalue()
@@ -150,8 +152,8 @@ def simulate_player(reads: list[tuple[float, int]], expect_s: float, sr: int = S
     return reads[-1][0] if reads else None
 
 
-def _speech(client, url: str, voice: str, steps: int, streamed: bool) -> dict:
-    body = {"model": "tts-1", "input": TEXT, "voice": voice, "response_format": "pcm", "flow_steps": steps}
+def _speech(client, url: str, voice: str, steps: int, streamed: bool, text: str = TEXT) -> dict:
+    body = {"model": "tts-1", "input": text, "voice": voice, "response_format": "pcm", "flow_steps": steps}
     if streamed:
         body["stream_format"] = "audio"
     reads: list[tuple[float, int]] = []
@@ -159,10 +161,14 @@ def _speech(client, url: str, voice: str, steps: int, streamed: bool) -> dict:
     with client.stream("POST", url + "/v1/audio/speech", json=body, timeout=900) as r:
         r.raise_for_status()
         report = json.loads(r.headers.get("x-cosyedge-report", "{}"))
+        job_id = r.headers["x-cosyedge-job-id"]
         for data in r.iter_raw():
             if data:
                 reads.append((time.perf_counter() - t0, len(data)))
     total = time.perf_counter() - t0
+    # The job's own tail (its history entry, the speaker similarity) must not overlap the next request.
+    while client.get(f"{url}/jobs/{job_id}", timeout=60).json().get("state") in ("waiting", "running"):
+        time.sleep(0.05)
     audio_s = sum(size for _, size in reads) / 2 / SAMPLE_RATE
     out = {"streamed": streamed, "steps": steps, "audio_s": round(audio_s, 3), "total_s": round(total, 3),
            "rtf": round(total / audio_s, 3), "first_byte_s": round(reads[0][0], 3),
@@ -204,26 +210,40 @@ def stage_api(work: Path, threads: int, steps_list: list[int], rounds: int) -> d
             time.sleep(0.3)
         with httpx.Client() as client:
             t0 = time.perf_counter()
-            name = f"bench-{int(time.time())}"
-            voice = client.post(url + "/v1/audio/voices", timeout=900,
-                                data={"name": name, "consent": "true", "transcript": TRANSCRIPT},
-                                files={"audio_sample": ("prompt.wav", prompt_wav(), "audio/wav")})
-            voice.raise_for_status()
-            voice_id = voice.json()["id"]
+
+            def save(seed: int) -> str:
+                voice = client.post(url + "/v1/audio/voices", timeout=900,
+                                    data={"name": f"bench-{int(time.time())}-{seed}", "consent": "true",
+                                          "transcript": TRANSCRIPT},
+                                    files={"audio_sample": ("prompt.wav", prompt_wav(seed=seed), "audio/wav")})
+                voice.raise_for_status()
+                return voice.json()["id"]
+
+            # Voice 0 is used by every warm-up; the others are encoded by a 1-step warm-up and then used
+            # once each: that sentence has no flow prompt state at its step count yet (a voice's first use).
+            voice_id = save(0)
             result["voice_save_s"] = round(time.perf_counter() - t0, 2)  # includes loading the model
-            for streamed in (True, False):  # warm: the sessions' first runs, the voice's cached encoding
-                client.post(url + "/v1/audio/speech", timeout=900,
-                            json={"model": "tts-1", "input": WARM_TEXT, "voice": voice_id, "response_format": "pcm",
-                                  **({"stream_format": "audio"} if streamed else {})}).raise_for_status()
+            fresh = {(r, steps): save(1 + r * len(steps_list) + i) for r in range(rounds)
+                     for i, steps in enumerate(steps_list)}
+            for streamed in (True, False):  # warm: the sessions' first runs
+                _speech(client, url, voice_id, steps_list[0], streamed, WARM_TEXT)
+            for voice in fresh.values():  # encoded now (saving with no model loaded does not), at 1 step
+                _speech(client, url, voice, 1, True, WARM_TEXT)
             result["warm_s"] = round(time.perf_counter() - t0, 2)
             result["loadavg_before"] = Path("/proc/loadavg").read_text().split()[:3]
+
+            def measure(r: int, steps: int, voice: str, streamed: bool, kind: str) -> None:
+                run = {"round": r, "kind": kind, **_speech(client, url, voice, steps, streamed),
+                       "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+                emit({k: v for k, v in run.items() if k != "reads"})
+                result["runs"].append(run)
+
             for r in range(rounds):
                 for steps in steps_list:
-                    for streamed in (True, False):
-                        run = {"round": r, **_speech(client, url, voice_id, steps, streamed),
-                               "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
-                        emit({k: v for k, v in run.items() if k != "reads"})
-                        result["runs"].append(run)
+                    measure(r, steps, fresh[r, steps], True, "streamed, voice's first sentence")
+                    _speech(client, url, voice_id, steps, True, WARM_TEXT)  # the voice's state at these steps
+                    measure(r, steps, voice_id, True, "streamed, cached voice")
+                    measure(r, steps, voice_id, False, "not streamed, cached voice")
         result["app_rss_mb"] = _peak_rss_mb(proc.pid)
         result["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
         threads_line = [line for line in (work / "app.log").read_text().splitlines() if "CosyVoice threads" in line]
