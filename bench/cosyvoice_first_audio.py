@@ -28,6 +28,9 @@ Stages (each a process of its own; ``prepare`` and ``upstream`` need the PyTorch
   per hop, HiFT with its mel/source cache and fade, the 0.1 s poll) on the same checkpoint and the
   same lengths, ``stream=True`` and ``False``, ``torch.set_num_threads(threads)``.
 
+``estimator`` (no torch) times one streamed estimator call against 0-600 cached frames: what the
+key/value cache costs per call as a sentence grows.
+
 Each stage prints JSON lines and, with ``--json``, writes its record.
 """
 
@@ -273,8 +276,11 @@ def _upstream_modules(work: Path, size: str):
     return llm.eval(), flow.eval(), hift.eval()
 
 
-def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, stream: bool):
-    """46dfe04's ``CosyVoice2Model.tts`` + ``token2wav`` (CPU, fp32), yielding (seconds, audio) per piece."""
+def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, stream: bool,
+                 stop: threading.Event | None = None):
+    """46dfe04's ``CosyVoice2Model.tts`` + ``token2wav`` (CPU, fp32), yielding (seconds, audio) per piece;
+    ``stop`` ends the LLM thread early (after the pieces wanted)."""
+    stop = stop or threading.Event()
     import torch
     from cosyvoice.utils.common import fade_in_out
 
@@ -293,6 +299,8 @@ def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat,
                                        prompt_speech_token_len=torch.tensor([len(prompt_speech)], dtype=torch.int32),
                                        embedding=torch.zeros(0, 192)):
                 tokens.append(int(token))
+                if stop.is_set():
+                    break
         ended.set()
 
     pt, pf, emb = i32(prompt_speech), torch.from_numpy(prompt_feat)[None], torch.from_numpy(embedding)[None]
@@ -355,21 +363,62 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
     embedding = rng.standard_normal(192).astype(np.float32)
     result: dict = {"stage": "upstream", "machine": machine(), "threads": threads, "text_tokens": len(text),
                     "prompt_tokens": prompt_tokens, "runs": []}
-    for stream in (True, False):
-        pieces = list(upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, stream))
-        audio_s = sum(a.size for _, a in pieces) / SAMPLE_RATE
-        run = {"streamed": stream, "steps": 10, "first_audio_s": round(pieces[0][0], 3),
-               "total_s": round(pieces[-1][0], 3), "audio_s": round(audio_s, 3),
-               "rtf": round(pieces[-1][0] / audio_s, 3), "pieces": len(pieces),
-               "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
-        emit(run)
-        result["runs"].append(run)
+    # Streamed: up to the first hop only (upstream recomputes the prefix at every hop: its whole
+    # 10 s sentence takes ~10 minutes here, bench/cosyvoice_stream.py times it); then the whole.
+    stop = threading.Event()
+    pieces = upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, True, stop)
+    at, audio = next(pieces)
+    stop.set()
+    pieces.close()
+    run = {"streamed": True, "steps": 10, "first_audio_s": round(at, 3), "first_hop_audio_s": round(audio.size / SAMPLE_RATE, 3),
+           "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+    emit(run)
+    result["runs"].append(run)
+    time.sleep(1.0)  # the LLM thread sees the stop after its current step
+    pieces = list(upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, False))
+    audio_s = sum(a.size for _, a in pieces) / SAMPLE_RATE
+    run = {"streamed": False, "steps": 10, "first_audio_s": round(pieces[0][0], 3), "total_s": round(pieces[-1][0], 3),
+           "audio_s": round(audio_s, 3), "rtf": round(pieces[-1][0] / audio_s, 3),
+           "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+    emit(run)
+    result["runs"].append(run)
     return result
+
+
+# -- estimator ---------------------------------------------------------------------------------------
+
+
+def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -> dict:
+    """One streamed estimator call (a 50-frame chunk, batch 2) against the frames already cached:
+    what the key/value cache costs per call as a sentence grows (no torch)."""
+    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+
+    t2w = Token2Wav.load(work / "models" / MODEL_ID, threads=threads)
+    layout, (_, estimator) = t2w.flow.stream_layout, t2w.flow.stream_sessions
+    rng = np.random.default_rng(0)
+    frames = 2 * layout.chunk_tokens
+    feeds = {"x": rng.standard_normal((2, 80, frames)).astype(np.float32),
+             "mu": rng.standard_normal((2, 80, frames)).astype(np.float32), "t": np.full(2, 0.5, np.float32),
+             "spks": rng.standard_normal((2, 80)).astype(np.float32), "cond": np.zeros((2, 80, frames), np.float32),
+             "conv": np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), np.float32)}
+    out: dict = {"stage": "estimator", "machine": machine(), "threads": threads, "kv_dtype": layout.kv_dtype, "calls": []}
+    for past in pasts:
+        kv = (rng.standard_normal((past, layout.attention_layers, 2, 2, layout.inner)) * 0.1).astype(layout.kv_dtype)
+        estimator.run(None, {**feeds, "kv": kv})  # warm
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            estimator.run(None, {**feeds, "kv": kv})
+            times.append(time.perf_counter() - t0)
+        call = {"past_frames": past, "seconds": round(float(np.median(times)), 4), "kv_mb": kv.nbytes // 2 ** 20}
+        emit(call)
+        out["calls"].append(call)
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("prepare", "api", "upstream"))
+    parser.add_argument("stage", choices=("prepare", "api", "upstream", "estimator"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
@@ -383,6 +432,8 @@ def main() -> int:
         result = stage_prepare(args.work, args.size)
     elif args.stage == "api":
         result = stage_api(args.work, args.threads, [int(s) for s in args.steps.split(",") if s], args.rounds)
+    elif args.stage == "estimator":
+        result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600])
     else:
         result = stage_upstream(args.work, args.threads, args.size, args.prompt_tokens)
     emit({k: v for k, v in result.items() if k != "runs"})
