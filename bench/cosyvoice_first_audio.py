@@ -134,9 +134,9 @@ def simulate_player(reads: list[tuple[float, int]], expect_s: float, sr: int = S
     """When the page's live player (``LIVE_PLAYER_JS``) starts playing, seconds after the request.
 
     Its rule: hold what came until it lasts while the rest (expected length minus what came) arrives
-    at the rate measured so far (audio seconds per second between the first and the latest piece;
-    before a second piece, since the request): ``buffer >= rest * (1 - rate) / rate``. ``reads`` are
-    (seconds after the request, PCM bytes) of each read, as the page's reader gets them.
+    at the rate measured so far (audio seconds per second between the first and the latest piece
+    once they are 0.25 s apart; before that, since the request): ``buffer >= rest * (1 - rate) / rate``.
+    ``reads`` are (seconds after the request, PCM bytes) of each read, as the page's reader gets them.
     """
     received = first_at = first_len = 0.0
     for at, size in reads:
@@ -144,7 +144,7 @@ def simulate_player(reads: list[tuple[float, int]], expect_s: float, sr: int = S
         if not first_at:
             first_at, first_len = at, duration
         received += duration
-        if received > first_len and at > first_at:
+        if received > first_len and at - first_at >= 0.25:
             rate = (received - first_len) / (at - first_at)
         else:
             rate = received / max(1e-3, at)
