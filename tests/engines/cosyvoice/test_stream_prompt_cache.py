@@ -13,6 +13,8 @@ import pytest
 from cosyedge.engines.cosyvoice.token2wav import Token2Wav
 from tests.helpers.tiny_models import MODEL_ID
 
+pytestmark = pytest.mark.slow  # loads the tiny model
+
 N_PROMPT, N_TOKENS, STEPS = 60, 80, 10   # prompt chunks [0, 25) and [25, 50) have prompt look-ahead
 
 
