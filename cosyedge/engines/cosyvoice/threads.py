@@ -9,8 +9,10 @@ threads than CPUs; then they share). The smallest estimate wins.
 
 The CPU budget is the process's usable CPUs (affinity and cgroup quota, :mod:`cosyedge.cpus`), or
 fewer when the thermal governor or ``onnx_threads`` says so (the service reloads the model with the
-lower count). Two jobs at once share the same sessions and so the same threads; the plan is chosen
-for one job and states its estimate for two (:attr:`ThreadPlan.seconds_per_token_two_jobs`).
+lower count). Two jobs at once share the same sessions and so the same threads, and so does a
+request that is not streamed (the LLM first, then flow + HiFT, each alone on the CPUs). The plan is
+chosen for one streamed job; among splits estimated alike it takes the faster one for a request not
+streamed, then for two jobs, and states both estimates.
 
 The costs are this host's own where they were measured (:mod:`cosyedge.engines.cosyvoice.calibrate`,
 once per host and model, kept in the model directory's ``thread_costs.json`` under the host's key:
@@ -123,12 +125,14 @@ class ThreadPlan:
     seconds_per_token: float
     cpus: int
     seconds_per_token_two_jobs: float = 0.0  # per job, two jobs at once on the same sessions
+    seconds_per_token_not_streamed: float = 0.0  # the LLM, then flow + HiFT
     source: str = ""
 
     def describe(self) -> str:
         return (f"LLM {self.lm} thread(s), flow + HiFT {self.render} on {self.cpus} CPU(s): "
-                f"~{self.seconds_per_token * 1000:.0f} ms per token estimated "
-                f"(~{self.seconds_per_token_two_jobs * 1000:.0f} ms per job with two jobs; costs: {self.source})")
+                f"~{self.seconds_per_token * 1000:.0f} ms per token estimated streamed "
+                f"(~{self.seconds_per_token_not_streamed * 1000:.0f} ms not streamed, "
+                f"~{self.seconds_per_token_two_jobs * 1000:.0f} ms per job with two jobs; costs: {self.source})")
 
 
 def estimate(costs: ThreadCosts, lm: int, render: int, cpus: int, jobs: int = 1) -> float:
@@ -139,17 +143,25 @@ def estimate(costs: ThreadCosts, lm: int, render: int, cpus: int, jobs: int = 1)
     return max(decode, rend, cpu_seconds / cpus)
 
 
+def not_streamed(costs: ThreadCosts, lm: int, render: int) -> float:
+    """Seconds per token of a request that is not streamed: decoding, then rendering."""
+    return costs.at(costs.decode, lm) + costs.at(costs.render, render)
+
+
 def plan_threads(cpus: int, costs: ThreadCosts | None = None) -> ThreadPlan:
     """The split of ``cpus`` with the smallest estimated time per streamed token for one job (ties:
-    the better one for two jobs)."""
+    the better one not streamed, then for two jobs), with at most one thread more than ``cpus``."""
     costs = costs or ThreadCosts()
     cpus = max(1, int(cpus))
-    best: tuple[float, float, int, int] | None = None
+    best: tuple | None = None
     for lm in range(1, cpus + 1):
         for render in range(1, cpus + 1):
-            key = (round(estimate(costs, lm, render, cpus), 12), estimate(costs, lm, render, cpus, jobs=2), lm, render)
-            if best is None or key[:2] < best[:2]:
+            if lm + render > cpus + 1:  # more would spin against each other (counts nobody measured)
+                continue
+            key = (round(estimate(costs, lm, render, cpus), 12), round(not_streamed(costs, lm, render), 12),
+                   estimate(costs, lm, render, cpus, jobs=2), lm, render)
+            if best is None or key[:3] < best[:3]:
                 best = key
     assert best is not None
-    one, two, lm, render = best
-    return ThreadPlan(lm, render, one, cpus, two, costs.source)
+    one, sequential, two, lm, render = best
+    return ThreadPlan(lm, render, one, cpus, two, sequential, costs.source)

@@ -53,3 +53,13 @@ def test_costs_file_in_the_model_dir(tmp_path):
     assert costs.decode == {1: 0.01} and str(tmp_path) in costs.source
     assert ThreadCosts.load(tmp_path / "missing").source.startswith("Intel")
     assert plan_threads(2, costs).render == 2  # rendering is the bottleneck: it gets both CPUs
+
+
+def test_a_tie_goes_to_the_split_faster_for_a_request_not_streamed():
+    # measured on the Intel host (bench/cosyvoice_first_audio.py, 2026-12-02): streamed, 1 + 1 and
+    # 2 + 1 are both bound by rendering at 1 thread; not streamed, the LLM's second thread helps
+    costs = ThreadCosts(decode={1: 0.0447, 2: 0.0262}, render={1: 0.0735, 2: 0.0599})
+    plan = plan_threads(2, costs)
+    assert (plan.lm, plan.render) == (2, 1)
+    assert plan.seconds_per_token_not_streamed == 0.0262 + 0.0735
+    assert "not streamed" in plan.describe()
