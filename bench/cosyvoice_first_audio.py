@@ -277,10 +277,11 @@ def _upstream_modules(work: Path, size: str):
 
 
 def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, stream: bool,
-                 stop: threading.Event | None = None):
+                 stop: threading.Event | None = None, marks: dict | None = None):
     """46dfe04's ``CosyVoice2Model.tts`` + ``token2wav`` (CPU, fp32), yielding (seconds, audio) per piece;
-    ``stop`` ends the LLM thread early (after the pieces wanted)."""
+    ``stop`` ends the LLM thread early (after the pieces wanted); ``marks`` gets the LLM's times."""
     stop = stop or threading.Event()
+    marks = {} if marks is None else marks
     import torch
     from cosyvoice.utils.common import fade_in_out
 
@@ -299,8 +300,11 @@ def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat,
                                        prompt_speech_token_len=torch.tensor([len(prompt_speech)], dtype=torch.int32),
                                        embedding=torch.zeros(0, 192)):
                 tokens.append(int(token))
+                if len(tokens) == 1:
+                    marks["llm_first_token_s"] = time.perf_counter() - t0
                 if stop.is_set():
                     break
+        marks["llm_end_s"], marks["llm_tokens"] = time.perf_counter() - t0, len(tokens)
         ended.set()
 
     pt, pf, emb = i32(prompt_speech), torch.from_numpy(prompt_feat)[None], torch.from_numpy(embedding)[None]
@@ -336,16 +340,19 @@ def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat,
             time.sleep(0.1)
             this_hop = hop + pad if offset == 0 else hop
             if len(tokens) - offset >= this_hop + flow.pre_lookahead_len:
+                marks.setdefault("hop_start_s", time.perf_counter() - t0)
                 audio = token2wav(tokens[:offset + this_hop + flow.pre_lookahead_len], offset, True, False)
                 offset += this_hop
                 yield time.perf_counter() - t0, audio
             if ended.is_set() and len(tokens) - offset < this_hop + flow.pre_lookahead_len:
                 break
         thread.join()
-        yield time.perf_counter() - t0, token2wav(list(tokens), offset, False, True)
+        audio = token2wav(list(tokens), offset, False, True)
+        yield time.perf_counter() - t0, audio
     else:
         thread.join()
-        yield time.perf_counter() - t0, token2wav(list(tokens), 0, False, True)
+        audio = token2wav(list(tokens), 0, False, True)
+        yield time.perf_counter() - t0, audio
 
 
 def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> dict:
@@ -363,23 +370,29 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
     embedding = rng.standard_normal(192).astype(np.float32)
     result: dict = {"stage": "upstream", "machine": machine(), "threads": threads, "text_tokens": len(text),
                     "prompt_tokens": prompt_tokens, "runs": []}
+    # A short warm-up: torch's first calls (allocations, kernel choices) must not count.
+    list(upstream_tts(llm, flow, hift, text[:2], prompt_text, prompt_speech, prompt_feat, embedding, False))
     # Streamed: up to the first hop only (upstream recomputes the prefix at every hop: its whole
     # 10 s sentence takes ~10 minutes here, bench/cosyvoice_stream.py times it); then the whole.
     stop = threading.Event()
-    pieces = upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, True, stop)
+    marks: dict = {}
+    pieces = upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, True, stop, marks)
     at, audio = next(pieces)
+    marks = {k: round(v, 3) for k, v in marks.items()}
     stop.set()
     pieces.close()
     run = {"streamed": True, "steps": 10, "first_audio_s": round(at, 3), "first_hop_audio_s": round(audio.size / SAMPLE_RATE, 3),
-           "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+           **marks, "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
     emit(run)
     result["runs"].append(run)
     time.sleep(1.0)  # the LLM thread sees the stop after its current step
-    pieces = list(upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, False))
+    marks = {}
+    pieces = list(upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat, embedding, False,
+                               marks=marks))
     audio_s = sum(a.size for _, a in pieces) / SAMPLE_RATE
     run = {"streamed": False, "steps": 10, "first_audio_s": round(pieces[0][0], 3), "total_s": round(pieces[-1][0], 3),
            "audio_s": round(audio_s, 3), "rtf": round(pieces[-1][0] / audio_s, 3),
-           "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+           **{k: round(v, 3) for k, v in marks.items()}, "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
     emit(run)
     result["runs"].append(run)
     return result
