@@ -11,8 +11,11 @@ The CPU budget is the process's usable CPUs (affinity and cgroup quota, :mod:`co
 fewer when the thermal governor or ``onnx_threads`` says so (the service reloads the model with the
 lower count). Two jobs at once share the same sessions and so the same threads, and so does a
 request that is not streamed (the LLM first, then flow + HiFT, each alone on the CPUs). The plan is
-chosen for one streamed job; among splits estimated alike it takes the faster one for a request not
-streamed, then for two jobs, and states both estimates.
+chosen for one streamed job; among splits estimated alike it takes one that does not ask for more
+threads than CPUs (the estimate leaves out memory bandwidth, which the LLM's decoding and the
+stream's caches both need: on the Intel host LLM 2 + render 1 streamed 8-15 % slower than 1 + 1,
+docs/benchmarks.md), then the faster one for a request not streamed, then for two jobs, and states
+both estimates.
 
 The costs are this host's own where they were measured (:mod:`cosyedge.engines.cosyvoice.calibrate`,
 once per host and model, kept in the model directory's ``thread_costs.json`` under the host's key:
@@ -149,8 +152,9 @@ def not_streamed(costs: ThreadCosts, lm: int, render: int) -> float:
 
 
 def plan_threads(cpus: int, costs: ThreadCosts | None = None) -> ThreadPlan:
-    """The split of ``cpus`` with the smallest estimated time per streamed token for one job (ties:
-    the better one not streamed, then for two jobs), with at most one thread more than ``cpus``."""
+    """The split of ``cpus`` with the smallest estimated time per streamed token for one job (ties: one
+    within the CPUs, then the better one not streamed, then for two jobs), with at most one thread more
+    than ``cpus``."""
     costs = costs or ThreadCosts()
     cpus = max(1, int(cpus))
     best: tuple | None = None
@@ -158,10 +162,10 @@ def plan_threads(cpus: int, costs: ThreadCosts | None = None) -> ThreadPlan:
         for render in range(1, cpus + 1):
             if lm + render > cpus + 1:  # more would spin against each other (counts nobody measured)
                 continue
-            key = (round(estimate(costs, lm, render, cpus), 12), round(not_streamed(costs, lm, render), 12),
-                   estimate(costs, lm, render, cpus, jobs=2), lm, render)
-            if best is None or key[:3] < best[:3]:
+            key = (round(estimate(costs, lm, render, cpus), 12), lm + render > cpus,
+                   round(not_streamed(costs, lm, render), 12), estimate(costs, lm, render, cpus, jobs=2), lm, render)
+            if best is None or key[:4] < best[:4]:
                 best = key
     assert best is not None
-    one, sequential, two, lm, render = best
+    one, _, sequential, two, lm, render = best
     return ThreadPlan(lm, render, one, cpus, two, sequential, costs.source)
