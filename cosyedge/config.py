@@ -40,6 +40,7 @@ class Settings:
     concurrency: int = 2
     queue_size: int = 8
     onnx_threads: int = 0  # 0 = number of CPU cores
+    thread_calibration: bool = True  # CosyVoice: measure the LLM / flow thread split once per host and model
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
     asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use

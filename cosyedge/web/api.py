@@ -75,6 +75,11 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+#: The ``flow_steps`` field's description, the same in both synthesis bodies.
+FLOW_STEPS_HELP = ("CosyVoice flow-matching steps, 1-10 (default: the model's, upstream's 10; fewer are "
+                   "faster and not validated on real weights); the answer's notes state the steps used")
+
+
 class TTSBody(BaseModel):
     """``POST /tts`` body: the seed's three fields plus optional extensions."""
 
@@ -91,6 +96,7 @@ class TTSBody(BaseModel):
                                              "voice cloned (required with prompt_audio)")
     language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"  # ko..ru: CosyVoice3
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
+    flow_steps: int | None = Field(None, description=FLOW_STEPS_HELP)
 
 
 class TTSResponse(BaseModel):
@@ -148,6 +154,7 @@ class SpeechBody(BaseModel):
     instructions: str | None = None
     stream_format: Literal["audio"] | None = Field(
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
+    flow_steps: int | None = Field(None, strict=True, description=FLOW_STEPS_HELP)
 
 
 #: The error answers every route documents (OpenAPI).
@@ -402,7 +409,8 @@ def build_router(service: Service) -> APIRouter:
         prompt = decode_base64_audio(body.prompt_audio) if body.prompt_audio is not None else None
         req = TTSRequest(text=body.text, speaker=body.speaker, voice_id=body.voice_id,
                          prompt_audio=prompt, prompt_text=body.prompt_text, instruct=body.instruct,
-                         speed=body.speed, language=body.language, consent=body.consent)
+                         speed=body.speed, language=body.language, consent=body.consent,
+                         flow_steps=body.flow_steps)
         result = await run_job(service, request, req, body.job_id)
         wav = await asyncio.to_thread(wav_bytes, result.audio, result.sample_rate)
         return TTSResponse(audio=base64.b64encode(wav).decode("ascii"),
@@ -436,7 +444,7 @@ def build_router(service: Service) -> APIRouter:
         """OpenAI-compatible speech; the audio bytes come back in the requested format."""
         check_model(service, body.model)
         req = TTSRequest(text=body.input, **voice_fields(service, body.voice), speed=body.speed,
-                         instruct=body.instructions)
+                         instruct=body.instructions, flow_steps=body.flow_steps)
         if body.stream_format == "audio" and body.response_format in STREAM_FORMATS:
             return await stream_job(service, request, req, body.response_format)
         result = await run_job(service, request, req)

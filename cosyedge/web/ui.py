@@ -380,7 +380,8 @@ async function play(src) {
   // Buffering: audio that comes slower than it plays is held until what is buffered lasts until the
   // rest arrives, at the rate measured so far: buffer >= rest * (1 - rate) / rate. The rest is the
   // expected length (from the text, ?expect=) minus what came; the rate is audio seconds per second,
-  // since the request for one piece, between the first and the last piece after that.
+  // between the first piece and the latest once they are 0.25 s apart, before that since the request
+  // (one hop often comes in several reads a few ms apart: their "rate" would say no buffering).
   const expect = parseFloat(new URL(src, location.href).searchParams.get('expect') || '0');
   const label = element.querySelector('.cosyedge-live small');
   const asked = performance.now() / 1000;
@@ -388,7 +389,7 @@ async function play(src) {
   let received = 0, firstAt = 0, firstLen = 0, pending = [], started = false;
   const measured = () => {
     const now = performance.now() / 1000;
-    if (received > firstLen && now > firstAt) return (received - firstLen) / (now - firstAt);
+    if (received > firstLen && now - firstAt >= 0.25) return (received - firstLen) / (now - firstAt);
     return received / Math.max(1e-3, now - asked);
   };
   const needed = () => {

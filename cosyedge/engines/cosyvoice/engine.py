@@ -127,18 +127,25 @@ class CosyVoiceEngine:
         model = ModelDir.load(model_dir)
         identity = model.identity
         from cosyedge.cpus import usable_cpus
-        from cosyedge.engines.cosyvoice.threads import ThreadCosts, plan_threads
+        from cosyedge.engines.cosyvoice.calibrate import host_costs
+        from cosyedge.engines.cosyvoice.threads import plan_threads
 
         threads = int(getattr(settings, "threads", 0) or 0) or usable_cpus()
         frontend = model.config("frontend")
-        # The LLM and flow + HiFT overlap while a sentence streams: threads.py splits the CPUs by cost.
-        plan = plan_threads(threads, ThreadCosts.load(model.path))
+        v3 = identity.version == 3
+
+        def open_token2wav(count: int):
+            return version3.load_token2wav(model, count) if v3 else Token2Wav.load(model, threads=count)
+
+        # The LLM and flow + HiFT overlap while a sentence streams: threads.py splits the CPUs by the
+        # costs measured on this host (calibrate.py, once per host and model).
+        costs = host_costs(model.path, lambda count: SpeechLM.load(model.path, threads=count), open_token2wav,
+                           measure=bool(getattr(settings, "thread_calibration", True)))
+        plan = plan_threads(threads, costs)
         logger.info("CosyVoice threads: %s", plan.describe())
         lm_threads = plan.lm
         lm = SpeechLM.load(model.path, threads=lm_threads)
-        v3 = identity.version == 3
-        token2wav = (version3.load_token2wav(model, plan.render) if v3
-                     else Token2Wav.load(model, threads=plan.render))
+        token2wav = open_token2wav(plan.render)
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"),
                                        version3.COSYVOICE3_SPECIALS if v3 else COSYVOICE2_SPECIALS)
         presets = read_presets(model)

@@ -16,11 +16,19 @@ attends within its 25-token chunk and to every earlier one, the estimator likewi
 each chunk is computed once, by the converter's chunk-step graphs, from caches of the earlier chunks:
 attention keys/values (per Euler step for the estimator) and the causal convolutions' last frames. A
 chunk waits for the 3 look-ahead tokens after it (upstream's ``context``), except at the end.
+
+Voice prompt cache: the prompt's chunks whose look-ahead is still prompt do not depend on the text, so
+their state (caches per Euler step) is kept after a sentence for the next one with the same prompt,
+embedding and step count (:class:`PromptStates`; one voice by default). It is handed to one stream at
+a time and given back, cut to the prompt's frames, when that stream finishes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +103,7 @@ class FlowDecoder:
         self._mask_input = "mask" in {i.name for i in estimator_session.get_inputs()}
         self.stream_sessions = stream_sessions
         self.stream_layout = stream_layout if stream_sessions else None
+        self.prompt_states = PromptStates()
 
     @property
     def can_stream(self) -> bool:
@@ -168,7 +177,10 @@ class FlowDecoder:
         """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs)."""
         if not self.can_stream:
             raise ParameterError("this model directory has no streaming flow graphs; convert it again")
-        return FlowStream(self, *self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps))
+        prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps)
+        key = PromptStates.key(prompt_tokens, prompt_mel, embedding, steps)
+        return FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
+                          cached=self.prompt_states.take(key), cache_key=key)
 
     def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
                  embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
@@ -188,8 +200,15 @@ class FlowDecoder:
         return mel[:, prompt_mel.shape[0]:]
 
 
+#: How much a full :class:`_Growing` buffer grows by: the key/value cache is most of a streamed
+#: sentence's memory (2.2 MiB per frame at 10 steps in float16), so doubling would leave up to half
+#: of it unused (a 650-frame sentence in 1024 frames' room); a quarter costs a few more copies.
+GROWTH = 1.25
+
+
 class _Growing:
-    """A time-first float32 buffer that appends in place (capacity doubles) and hands out its prefix."""
+    """A time-first buffer that appends in place (capacity grows by :data:`GROWTH`) and hands out
+    its prefix."""
 
     def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64, dtype: str = "float32") -> None:
         self._data = np.zeros((capacity, *tail_shape), dtype=dtype)
@@ -198,7 +217,8 @@ class _Growing:
     def append(self, rows: np.ndarray) -> None:
         end = self.length + rows.shape[0]
         if end > self._data.shape[0]:
-            grown = np.zeros((max(end, 2 * self._data.shape[0]), *self._data.shape[1:]), dtype=self._data.dtype)
+            grown = np.zeros((max(end, int(GROWTH * self._data.shape[0]) + 1), *self._data.shape[1:]),
+                             dtype=self._data.dtype)
             grown[:self.length] = self._data[:self.length]
             self._data = grown
         self._data[self.length:end] = rows
@@ -207,9 +227,72 @@ class _Growing:
     def view(self) -> np.ndarray:
         return self._data[:self.length]
 
+    def compact(self, length: int, spare: int) -> "_Growing":
+        """The first ``length`` rows in a buffer of their own with room for ``spare`` more."""
+        out = _Growing(self._data.shape[1:], capacity=length + spare, dtype=str(self._data.dtype))
+        out.append(self._data[:length])
+        return out
+
     @property
     def nbytes(self) -> int:
         return self._data.nbytes
+
+
+@dataclass
+class _PromptState:
+    """A stream's caches right after the prompt's text-independent chunks (``done`` tokens)."""
+
+    done: int
+    pre_tail: np.ndarray
+    up_tail: np.ndarray
+    kv_down: _Growing
+    kv_up: _Growing
+    kv: list[_Growing]
+    conv: list[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv_down.nbytes + self.kv_up.nbytes + sum(kv.nbytes for kv in self.kv)
+
+
+class PromptStates:
+    """The prompt states of the last ``size`` voices (prompt, embedding, step count), for
+    :meth:`FlowDecoder.stream`. A state is taken by one stream and put back when it finishes, so
+    two sentences at once never share buffers (the second computes its own)."""
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = size
+        self._states: OrderedDict[str, _PromptState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(prompt_tokens: np.ndarray, prompt_mel: np.ndarray, embedding: np.ndarray, steps: int) -> str:
+        digest = hashlib.sha1()
+        for part in (prompt_tokens.astype(np.int64), prompt_mel.astype(np.float32), embedding.astype(np.float32)):
+            digest.update(np.ascontiguousarray(part).tobytes())
+        return f"{steps}:{digest.hexdigest()}"
+
+    def take(self, key: str) -> _PromptState | None:
+        with self._lock:
+            return self._states.pop(key, None)
+
+    def put(self, key: str, state: _PromptState) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._states[key] = state
+            self._states.move_to_end(key)
+            while len(self._states) > self.size:
+                self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(state.nbytes for state in self._states.values())
 
 
 class FlowStream:
@@ -223,7 +306,8 @@ class FlowStream:
     """
 
     def __init__(self, decoder: FlowDecoder, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
-                 embedding: np.ndarray, n_timesteps: int) -> None:
+                 embedding: np.ndarray, n_timesteps: int, cached: _PromptState | None = None,
+                 cache_key: str | None = None) -> None:
         self.decoder = decoder
         layout = decoder.stream_layout
         self.layout = layout
@@ -245,6 +329,16 @@ class FlowStream:
         self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
                       for _ in range(n_timesteps)]
         self._finished = False
+        # The prompt's chunks whose look-ahead is still prompt: the state after them is the voice's.
+        chunk = layout.chunk_tokens
+        self._prompt_done = max(0, (self.n_prompt - self.lookahead) // chunk * chunk)
+        self._cache_key = cache_key if self._prompt_done else None
+        self._snapshot: tuple | None = None
+        self.prompt_cached = cached is not None
+        if cached is not None:
+            self._done, self._pre_tail, self._up_tail = cached.done, cached.pre_tail, cached.up_tail
+            self._kv_down, self._kv_up, self._kv, self._conv = cached.kv_down, cached.kv_up, cached.kv, cached.conv
+            self._take_snapshot()
 
     @property
     def tokens_pushed(self) -> int:
@@ -265,10 +359,29 @@ class FlowStream:
         return self._run(final=False)
 
     def finish(self) -> np.ndarray:
-        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends."""
+        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends
+        and gives the voice's prompt state back to its decoder."""
         mel = self._run(final=True)
         self._finished = True
+        self._give_back_prompt_state()
         return mel
+
+    def _take_snapshot(self) -> None:
+        """Note the caches' lengths and copy the small tails once the prompt's own chunks are done
+        (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone)."""
+        self._snapshot = (self._done, self._pre_tail.copy(), self._up_tail.copy(), self._kv_down.length,
+                          self._kv_up.length, [kv.length for kv in self._kv], [c.copy() for c in self._conv])
+
+    def _give_back_prompt_state(self) -> None:
+        if self._cache_key is None or self._snapshot is None:
+            return
+        done, pre_tail, up_tail, down_len, up_len, kv_lens, conv = self._snapshot
+        chunk, frames = self.layout.chunk_tokens, self.layout.chunk_tokens * self.ratio
+        state = _PromptState(done, pre_tail, up_tail, self._kv_down.compact(down_len, chunk),
+                             self._kv_up.compact(up_len, frames),
+                             [kv.compact(n, frames) for kv, n in zip(self._kv, kv_lens)], conv)
+        self._snapshot = None
+        self.decoder.prompt_states.put(self._cache_key, state)
 
     def _run(self, final: bool) -> np.ndarray:
         chunk, out = self.layout.chunk_tokens, []
@@ -284,6 +397,8 @@ class FlowStream:
             first_target = max(0, self.n_prompt * self.ratio - self._done * self.ratio)
             out.append(mel[:, first_target:])
             self._done = end
+            if self._done == self._prompt_done and self._cache_key is not None and self._snapshot is None:
+                self._take_snapshot()
         if not out:
             return np.zeros((self.decoder.params.mel_bins, 0), dtype=np.float32)
         return np.concatenate(out, axis=1)

@@ -68,7 +68,7 @@ def stream_hops(decode: Decoder, renderer: TokenStream, cancelled: Callable[[], 
         ended = False
         while not ended:
             batch = [tokens.get()]
-            while True:  # everything decoded while the last hop was rendered goes in at once
+            while True:  # everything decoded while the last hop was rendered
                 try:
                     batch.append(tokens.get_nowait())
                 except queue.Empty:
@@ -81,10 +81,13 @@ def stream_hops(decode: Decoder, renderer: TokenStream, cancelled: Callable[[], 
                     raise item.error
                 else:
                     new.append(item)
-            for audio in renderer.push(np.asarray(new, dtype=np.int64)):
-                if is_cancelled():
-                    raise CancelledError("synthesis cancelled")
-                yield audio, False
+            # One token at a time: a hop goes out as soon as its last token is in, not after the
+            # later hops of the same batch are rendered too (a fast LLM hands over many at once).
+            for token in new:
+                for audio in renderer.push(np.asarray([token], dtype=np.int64)):
+                    if is_cancelled():
+                        raise CancelledError("synthesis cancelled")
+                    yield audio, False
         if is_cancelled():
             raise CancelledError("synthesis cancelled")
         yield renderer.finish(), True

@@ -53,3 +53,17 @@ def test_costs_file_in_the_model_dir(tmp_path):
     assert costs.decode == {1: 0.01} and str(tmp_path) in costs.source
     assert ThreadCosts.load(tmp_path / "missing").source.startswith("Intel")
     assert plan_threads(2, costs).render == 2  # rendering is the bottleneck: it gets both CPUs
+
+
+def test_a_tie_goes_to_a_split_within_the_cpus_then_to_the_faster_one_not_streamed():
+    # measured on the Intel host (bench/cosyvoice_first_audio.py, 2026-12-02): streamed, 1 + 1 and
+    # 2 + 1 are both bound by rendering at 1 thread; 2 + 1 asks for 3 threads on 2 CPUs and ran slower
+    measured = ThreadCosts(decode={1: 0.0447, 2: 0.0262}, render={1: 0.0735, 2: 0.0599})
+    plan = plan_threads(2, measured)
+    assert (plan.lm, plan.render) == (1, 1)
+    assert plan.seconds_per_token_not_streamed == 0.0447 + 0.0735 and "not streamed" in plan.describe()
+    # rendering that gains nothing from threads: every split within 3 CPUs streams alike, and the one
+    # with the faster LLM serves a request that is not streamed best
+    flat = ThreadCosts(decode={1: 0.04, 2: 0.02, 3: 0.02}, render={1: 0.06, 2: 0.06, 3: 0.06})
+    plan = plan_threads(3, flat)
+    assert (plan.lm, plan.render) == (2, 1)
