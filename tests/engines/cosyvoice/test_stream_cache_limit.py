@@ -41,7 +41,8 @@ def _budget(t2w, tokens: int) -> int:
 
 
 def _stream(t2w, budget: int, seed: int = 7):
-    """(hops, last piece, the stream, a copy of the vocoder's random state just before the end)."""
+    """(hops, last piece, the stream, a copy of the vocoder's random state just before the end,
+    the streamed samples held back then)."""
     prompt, mel, embedding, tokens = _inputs()
     stream = t2w.stream(prompt, mel, embedding, n_timesteps=STEPS, rng=np.random.default_rng(seed),
                         cache_budget=budget)
@@ -49,36 +50,41 @@ def _stream(t2w, budget: int, seed: int = 7):
     for token in tokens:
         hops.extend(stream.push([token]))
     rng_before_end = copy.deepcopy(stream.vocoder.rng)
-    return hops, stream.finish(), stream, rng_before_end
+    held = stream.vocoder.held_back()
+    return hops, stream.finish(), stream, rng_before_end, None if held is None else held.copy()
 
 
 def test_a_long_sentence_past_the_budget_is_finished_whole_without_gap_or_repeat(t2w):
     prompt, mel, embedding, tokens = _inputs()
-    hops, last, stream, rng = _stream(t2w, _budget(t2w, 60))  # passed at the 61st token: after one hop
+    hops, last, stream, rng, held = _stream(t2w, _budget(t2w, 60))  # passed at the 61st token: after one hop
     assert stream.limited and len(hops) == 1
+    assert stream.flow.cache_bytes == 0  # freed at the switch, before the whole render
     whole = t2w(tokens, prompt, mel, embedding, n_timesteps=STEPS, rng=rng)
     sent = hops[0].shape[0]
     assert sent + last.shape[0] == whole.shape[0] == N_TOKENS * 2 * 480
     # After the fade-in over the held-back streamed tail (8 frames) it is the whole render, sample for sample.
     fade = 8 * 480
     np.testing.assert_array_equal(last[fade:], whole[sent + fade:])
+    window = np.hamming(2 * fade)
+    np.testing.assert_allclose(last[:fade], whole[sent:sent + fade] * window[:fade] + held * window[fade:],
+                               rtol=0, atol=1e-6)
     # The hop before the switch is what an unlimited stream sends.
-    unlimited_hops, _, unlimited, _ = _stream(t2w, 0)
+    unlimited_hops, _, unlimited, _, _ = _stream(t2w, 0)
     assert not unlimited.limited
     np.testing.assert_array_equal(hops[0], unlimited_hops[0])
 
 
 def test_a_budget_the_prompt_passes_renders_the_sentence_as_not_streamed(t2w):
     prompt, mel, embedding, tokens = _inputs()
-    hops, last, stream, _ = _stream(t2w, 1, seed=3)
+    hops, last, stream, _, _ = _stream(t2w, 1, seed=3)
     assert stream.limited and hops == []
     np.testing.assert_array_equal(last, t2w(tokens, prompt, mel, embedding, n_timesteps=STEPS,
                                             rng=np.random.default_rng(3)))
 
 
 def test_within_the_budget_the_stream_is_unchanged(t2w):
-    hops, last, stream, _ = _stream(t2w, _budget(t2w, N_TOKENS))
-    free_hops, free_last, _, _ = _stream(t2w, 0)
+    hops, last, stream, _, _ = _stream(t2w, _budget(t2w, N_TOKENS))
+    free_hops, free_last, _, _, _ = _stream(t2w, 0)
     assert not stream.limited and len(hops) == len(free_hops) > 1
     np.testing.assert_array_equal(np.concatenate(hops + [last]), np.concatenate(free_hops + [free_last]))
 
