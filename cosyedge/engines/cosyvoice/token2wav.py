@@ -62,7 +62,6 @@ class Token2WavStream:
     last call with ``streaming=False`` (full attention over the whole utterance, which only a full
     recomputation can give); here it is the chunk-causal ``streaming=True, finalize=True`` call.
 
-
     Memory budget: the flow's caches grow by ``StreamLayout.cache_bytes_per_frame`` per mel frame
     (2.2 MiB at full size, 10 steps), so a long sentence could take gigabytes. With
     ``cache_budget`` (bytes, 0 = none), once the prompt and the tokens so far would pass it, the
