@@ -41,6 +41,9 @@ class Settings:
     queue_size: int = 8
     onnx_threads: int = 0  # 0 = number of CPU cores
     thread_calibration: bool = True  # CosyVoice: measure the LLM / flow thread split once per host and model
+    # CosyVoice: a streamed sentence's flow cache may grow to this much (0 = no limit); past it the
+    # sentence is finished whole (docs/benchmarks.md, issue 19: ~2.2 MiB per mel frame at 10 steps).
+    stream_cache_max_mb: float = 1024.0
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
     asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use
@@ -109,6 +112,8 @@ class Settings:
             fail("idle_unload_minutes", "must be >= 0 (0 = never unload)")
         if self.asr_idle_seconds < 0:
             fail("asr_idle_seconds", "must be >= 0 (0 = keep the speech recognizer loaded)", flag=False)
+        if self.stream_cache_max_mb < 0:
+            fail("stream_cache_max_mb", f"{self.stream_cache_max_mb} must be >= 0 (0 = no limit)", flag=False)
         if not 1 <= self.max_text_chars <= 1_000_000:
             fail("max_text_chars", f"{self.max_text_chars} must be between 1 and 1000000")
         if not 0 < self.max_upload_mb <= 1024:

@@ -49,6 +49,8 @@ NOTE_CODES = (
     "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored",
     # a native clone's prompt transcript heard offline, or why it was not used (transcripts.clone_plan)
     "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
+    # a streamed sentence finished whole: its flow cache would pass the budget (cosyvoice.engine)
+    "stream_cache_limit",
 )
 
 

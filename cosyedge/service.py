@@ -919,6 +919,7 @@ class Service:
 
             choice, plan = resolved.choice, resolved.plan
             sample_rate = engine.capabilities.sample_rate
+            engine_notes: list[str] = []
             if job.stream is None:
                 out = synthesize(engine, resolved.analysis, choice.voice, resolved.options,
                                  self.settings.max_text_chars, progress=progress,
@@ -934,7 +935,7 @@ class Service:
                                                     "skipped": resolved.skipped,
                                                     "transcript": resolved.transcript_report(),
                                                     "clone_mode": resolved.clone_mode}))
-                audio, sentences = self._stream(job, job.stream, engine, resolved, progress)
+                audio, sentences, engine_notes = self._stream(job, job.stream, engine, resolved, progress)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
             similarity = choice.similarity
@@ -949,7 +950,7 @@ class Service:
                                voice_match=choice.match, similarity=similarity,
                                instruct=instruct_report(plan),
                                sentences=sentences, seconds=time.monotonic() - started,
-                               notes=resolved.notes, skipped=resolved.skipped,
+                               notes=[*resolved.notes, *engine_notes], skipped=resolved.skipped,
                                transcript=resolved.transcript_report(), clone_mode=resolved.clone_mode)
         if prepared.request.keep_file:
             result.path = self._write_output(job.id, result.audio, result.sample_rate)
@@ -1002,8 +1003,9 @@ class Service:
                                notes=notes, skipped=list(analysis.skipped), clone_mode=clone_mode)
 
     def _stream(self, job: Job, stream: AudioStream, engine: Engine, resolved: ResolvedRequest,
-                progress: Callable[[int, int], None]) -> tuple[np.ndarray, int]:
-        """Synthesize, putting each joined piece on the stream as soon as it is made.
+                progress: Callable[[int, int], None]) -> tuple[np.ndarray, int, list[str]]:
+        """Synthesize, putting each joined piece on the stream as soon as it is made; returns the
+        audio, the sentence count and the engine's notes on its chunks (AudioChunk.notes).
 
         Pitch and gain effects (``resolved.plan``) run on each piece here rather than on the whole
         audio, so what is streamed is final; the result (and file) is exactly the streamed pieces
@@ -1011,7 +1013,7 @@ class Service:
         """
         pieces: list[np.ndarray] = []
         plan = resolved.plan
-        sentences = 0
+        sentences, notes = 0, []
         # stream=True: an engine that can (CosyVoice) yields hops within a sentence as they are made.
         options = dataclasses.replace(resolved.options, stream=True)
         for chunk, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
@@ -1024,9 +1026,10 @@ class Service:
             stream.put(piece)
             pieces.append(piece)
             sentences += not chunk.continues
+            notes.extend(chunk.notes)
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         stream.share(audio)  # one copy of the audio, not two, while the job's result is kept
-        return audio, sentences
+        return audio, sentences, notes
 
     def _write_output(self, job_id: str, audio: np.ndarray, sample_rate: int) -> Path:
         path = (self.settings.outputs_path / f"{job_id}.wav").resolve()

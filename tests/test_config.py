@@ -38,7 +38,14 @@ def test_seed_flags_are_accepted():
     ({"COSYEDGE_JANITOR_MAX_TOTAL_MB": "nan"}, "COSYEDGE_JANITOR_MAX_TOTAL_MB"),
     ({"COSYEDGE_JANITOR_MAX_AGE_HOURS": "NaN"}, "COSYEDGE_JANITOR_MAX_AGE_HOURS"),
     ({"COSYEDGE_IDLE_UNLOAD_MINUTES": "nan"}, "COSYEDGE_IDLE_UNLOAD_MINUTES"),
+    ({"COSYEDGE_STREAM_CACHE_MAX_MB": "-1"}, "COSYEDGE_STREAM_CACHE_MAX_MB"),
+    ({"COSYEDGE_STREAM_CACHE_MAX_MB": "nan"}, "COSYEDGE_STREAM_CACHE_MAX_MB"),
 ])
 def test_invalid_settings_name_the_problem(env, needle):
     with pytest.raises(SettingsError, match=needle):
         config.from_env(env)
+
+
+def test_the_stream_cache_budget_is_a_setting():
+    assert config.from_env({}).stream_cache_max_mb == 1024.0
+    assert config.from_env({"COSYEDGE_STREAM_CACHE_MAX_MB": "256"}).stream_cache_max_mb == 256.0

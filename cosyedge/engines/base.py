@@ -93,6 +93,7 @@ class AudioChunk:
     means the ordinary pause between sentences (``cosyedge.audio.SENTENCE_PAUSE_S``). An engine
     that cuts a sentence at a clause sets the shorter clause pause there. ``continues`` marks a
     streamed piece of a sentence whose next piece follows seamlessly (no pause, no fade between).
+    ``notes`` are added to the answer's notes.
     """
 
     audio: np.ndarray
@@ -102,6 +103,8 @@ class AudioChunk:
     total: int
     pause_after_s: float | None = None
     continues: bool = False
+    #: What the engine did differently for this chunk (:class:`cosyedge.notes.Note`), for the answer.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -246,7 +246,11 @@ def describe(result: TTSResult) -> str:
     if result.skipped:
         lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
     lines.extend(transcript_lines(result))
-    ignored = [note for note in result.notes if code_of(note) not in TRANSCRIPT_NOTES]
+    for note in result.notes:
+        if code_of(note) == "stream_cache_limit":  # what the stream did, not a field ignored
+            lines.append(f"**Streaming / 流式**: {plain(note)}")
+    ignored = [note for note in result.notes
+               if code_of(note) not in TRANSCRIPT_NOTES and code_of(note) != "stream_cache_limit"]
     if ignored:
         notes = "; ".join(page_note(note) for note in ignored)
         lines.append(f"**Ignored / 已忽略**: {plain(notes)}")

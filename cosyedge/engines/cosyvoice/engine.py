@@ -42,10 +42,19 @@ from cosyedge.engines.cosyvoice.tokenizer import COSYVOICE2_SPECIALS, END_OF_PRO
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
 from cosyedge.heap import trim_heap
 from cosyedge.manifest import engine_name
+from cosyedge.notes import Note
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
+
+
+def stream_cache_note(index: int, budget_mb: float) -> Note:
+    """Says that sentence ``index`` (0-based) was finished whole: its streamed flow cache would
+    have passed ``budget_mb`` (the setting ``stream_cache_max_mb``)."""
+    return Note(f"sentence {index + 1} was too long to stream within the {budget_mb:g} MB flow cache "
+                "budget (COSYEDGE_STREAM_CACHE_MAX_MB): its rest was rendered whole and sent at its end",
+                code="stream_cache_limit", sentence=index + 1, budget_mb=budget_mb)
 
 
 def read_presets(model) -> dict[str, np.ndarray]:
@@ -88,7 +97,8 @@ class CosyVoiceEngine:
     def __init__(self, model_id: str, lm: SpeechLM, token2wav, tokenizer: TextTokenizer,
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
                  sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False,
-                 lm_loader: Callable[[], SpeechLM] | None = None, version: int = 2) -> None:
+                 lm_loader: Callable[[], SpeechLM] | None = None, version: int = 2,
+                 stream_cache_mb: float = 0.0) -> None:
         self.model_id = model_id
         self.version = version
         self.name = engine_name("cosyvoice", version)
@@ -101,6 +111,8 @@ class CosyVoiceEngine:
         self._lm_users = 0
         self._lm_lock = threading.Lock()
         self.token2wav = token2wav
+        # A streamed sentence's flow cache stops here (0 = no limit): past it the sentence is finished whole.
+        self.stream_cache_mb = float(stream_cache_mb)
         self.tokenizer = tokenizer
         self.normalizer = normalizer
         self._presets = dict(presets or {})
@@ -154,7 +166,8 @@ class CosyVoiceEngine:
         logger.info("CosyVoice engine %s loaded (%d presets)", identity.model_id, len(presets))
         return cls(identity.model_id, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
-                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version)
+                   lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version,
+                   stream_cache_mb=float(getattr(settings, "stream_cache_max_mb", 0.0) or 0.0))
 
     # -- voices and instructions -----------------------------------------------------------------
     def presets(self) -> list[str]:
@@ -332,7 +345,7 @@ class CosyVoiceEngine:
         """One sentence as hops (LLM decoding overlapped with flow + HiFT, :mod:`hops`)."""
         prompt_text, prompt_speech, flow_tokens, flow_mel, embedding = conditioning
         renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=options.n_timesteps,
-                                         rng=rng)
+                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20))
         sr = self.capabilities.sample_rate
         with self.using_lm() as lm:
             def decode(stop):  # noqa: ANN001, ANN202
@@ -341,8 +354,9 @@ class CosyVoiceEngine:
             for audio, last in stream_hops(decode, renderer, cancelled):
                 if last and progress is not None:
                     progress(index + 1, total)
+                notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
                 yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
-                                 index=index, total=total, continues=not last)
+                                 index=index, total=total, continues=not last, notes=notes)
 
     def close(self) -> None:
         with self._lm_lock:

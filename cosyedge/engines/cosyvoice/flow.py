@@ -366,6 +366,21 @@ class FlowStream:
         self._give_back_prompt_state()
         return mel
 
+    @property
+    def prompt_tokens(self) -> np.ndarray:
+        return np.asarray(self._tokens[:self.n_prompt], dtype=np.int64)
+
+    def abandon(self) -> None:
+        """End the stream without computing the rest: the voice's prompt state goes back to its
+        decoder and the caches are freed (the sentence is then rendered whole, see
+        :class:`~cosyedge.engines.cosyvoice.token2wav.Token2WavStream`)."""
+        self._finished = True
+        self._give_back_prompt_state()
+        layout, d = self.layout, self.layout.model_dim
+        self._kv_down = _Growing((layout.down_layers, 2, 1, d), capacity=0)
+        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=0)
+        self._kv, self._conv = [], []
+
     def _take_snapshot(self) -> None:
         """Note the caches' lengths and copy the small tails once the prompt's own chunks are done
         (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone)."""

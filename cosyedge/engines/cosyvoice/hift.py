@@ -185,6 +185,10 @@ class HiftStream:
         self._speech: np.ndarray | None = None   # [3840], not yet emitted
         self._finished = False
 
+    def held_back(self) -> np.ndarray | None:
+        """The samples after the last hop's, computed but not yet sent (faded into the next hop)."""
+        return self._speech
+
     def push(self, mel: np.ndarray, final: bool = False, noise: np.ndarray | None = None) -> np.ndarray:
         """Audio for the hop ``mel`` [80, T]; ``final`` flushes the held-back tail. ``noise`` (for the
         source, [(8 + T) * 480, 9] after the first hop) overrides the random draw, for parity tests."""

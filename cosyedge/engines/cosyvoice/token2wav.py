@@ -61,11 +61,25 @@ class Token2WavStream:
     vocoded by :meth:`finish` (``finalize=True``). One deliberate difference: upstream's glue runs that
     last call with ``streaming=False`` (full attention over the whole utterance, which only a full
     recomputation can give); here it is the chunk-causal ``streaming=True, finalize=True`` call.
+
+    Memory budget: the flow's caches grow by ``StreamLayout.cache_bytes_per_frame`` per mel frame
+    (2.2 MiB at full size, 10 steps), so a long sentence could take gigabytes. With
+    ``cache_budget`` (bytes, 0 = none), once the prompt and the tokens so far would pass it, the
+    stream stops (:attr:`limited`), frees its caches and keeps the tokens; :meth:`finish` renders the
+    whole sentence as the non-streamed path does and sends its audio from the first sample not yet
+    sent, faded in over the held-back tail as between hops. So nothing is sent twice or left out,
+    and the budget is kept however long the LLM runs (a prediction from its token limit would refuse
+    most sentences: it allows 20 tokens per text token, speech uses far fewer).
     """
 
-    def __init__(self, flow: FlowStream, vocoder: HiftStream, hop_tokens: int = HOP_TOKENS) -> None:
+    def __init__(self, flow: FlowStream, vocoder: HiftStream, hop_tokens: int = HOP_TOKENS,
+                 cache_budget: int = 0) -> None:
         self.flow, self.vocoder = flow, vocoder
         self.hop_tokens = hop_tokens
+        self.cache_budget = cache_budget
+        self.limited = False                  # past the budget: the rest is rendered whole
+        self._target: list[int] = []          # every target token, for that whole render
+        self._sent = 0                        # samples handed out so far
         self.ratio = flow.ratio
         self._pad = -flow.n_prompt % hop_tokens
         self._offset = 0                      # target tokens already vocoded
@@ -75,9 +89,26 @@ class Token2WavStream:
     def _hop_len(self) -> int:
         return self.hop_tokens + (self._pad if self._offset == 0 else 0)
 
+    def _over_budget(self, new_tokens: int) -> bool:
+        if not self.cache_budget:
+            return False
+        frames = (self.flow.n_prompt + self.flow.tokens_pushed + new_tokens) * self.ratio
+        return frames * self.flow.layout.cache_bytes_per_frame(self.flow.n_timesteps) > self.cache_budget
+
     def push(self, tokens) -> list[np.ndarray]:
         """Add target tokens; returns the audio of every hop now complete (often none)."""
-        self._mel = np.concatenate([self._mel, self.flow.push(tokens)], axis=1)
+        new = np.asarray(tokens if tokens is not None else [], dtype=np.int64).reshape(-1)
+        if not self.limited and self._over_budget(new.size):
+            logger.info("streamed flow cache would pass %.0f MB after %d tokens: rendering the sentence whole",
+                        self.cache_budget / 2 ** 20, self.flow.tokens_pushed)
+            self.limited = True
+            self.flow.abandon()
+            self._mel = self._mel[:, :0]
+        if self.limited:
+            self._target.extend(int(t) for t in new)
+            return []
+        self._mel = np.concatenate([self._mel, self.flow.push(new)], axis=1)
+        self._target.extend(int(t) for t in new)
         out = []
         while self.flow.tokens_pushed - self._offset >= self._hop_len() + self.flow.lookahead:
             frames = self._hop_len() * self.ratio
@@ -87,14 +118,31 @@ class Token2WavStream:
             self._offset += self._hop_len()
             self.hops += 1
             out.append(self.vocoder.push(hop))
+            self._sent += out[-1].shape[0]
         return out
 
     def finish(self) -> np.ndarray:
         """The audio of the remaining tokens and the held-back tail."""
+        if self.limited:
+            self.hops += 1
+            return self._finish_whole()
         mel = np.concatenate([self._mel, self.flow.finish()], axis=1)
         self._mel = mel[:, :0]
         self.hops += 1
         return self.vocoder.push(mel, final=True)
+
+    def _finish_whole(self) -> np.ndarray:
+        """The whole sentence rendered as not streamed, from the first sample not sent yet."""
+        if not self._target:
+            return np.zeros(0, dtype=np.float32)
+        flow, hift = self.flow, self.vocoder
+        mel = flow.decoder(self._target, flow.prompt_tokens, flow.prompt_mel, flow.embedding, flow.n_timesteps)
+        audio = hift.vocoder(mel, rng=hift.rng)[self._sent:]
+        held = hift.held_back()
+        if held is not None:  # the streamed tail not yet sent: fade into the whole render over it
+            n = min(held.shape[0], audio.shape[0])
+            audio[:n] = (audio[:n] * hift.window[:n] + held[:n] * hift.window[-held.shape[0]:][:n]).astype(np.float32)
+        return audio
 
 
 @dataclass
@@ -122,10 +170,11 @@ class Token2Wav:
         return self.flow.can_stream
 
     def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
-               rng: np.random.Generator | None = None) -> Token2WavStream:
-        """A hop-by-hop stream for one utterance (speed 1 only, as upstream's streaming)."""
+               rng: np.random.Generator | None = None, cache_budget: int = 0) -> Token2WavStream:
+        """A hop-by-hop stream for one utterance (speed 1 only, as upstream's streaming); past
+        ``cache_budget`` bytes of flow cache (0 = no limit) it finishes the sentence whole."""
         return Token2WavStream(self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps),
-                               HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng))
+                               HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng), cache_budget=cache_budget)
 
     @property
     def sample_rate(self) -> int:
