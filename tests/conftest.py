@@ -124,6 +124,23 @@ def tiny_cosyvoice_models() -> Path:
     pytest.fail(reason, pytrace=False)
 
 
+@pytest.fixture
+def tiny_cosyvoice_server(tiny_cosyvoice_models, tmp_path, live_server):
+    """A live REST server in this process over a real service on the tiny CosyVoice2 model."""
+    from cosyedge.config import Settings
+    from cosyedge.service import Service
+    from tests.helpers.tiny_models import MODEL_ID
+
+    # No thread calibration: it would run the flow itself (spies count its calls) and write into
+    # the shared model folder.
+    settings = Settings(root=tmp_path, models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
+                        idle_unload_minutes=0, thread_calibration=False).validate()
+    service = Service(settings)
+    service.start()
+    yield live_server(service)
+    service.close()
+
+
 @pytest.fixture(scope="session")
 def tiny_cosyvoice3_models() -> Path:
     """``models/`` holding the committed CosyVoice3 fixture converted int8 and fp32

@@ -12,9 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from cosyedge.config import Settings
 from tests.helpers.hop_gate import HopGate
-from tests.helpers.tiny_models import MODEL_ID, PRESET_NAMES
+from tests.helpers.tiny_models import PRESET_NAMES
 
 pytestmark = pytest.mark.slow  # loads the tiny model
 
@@ -23,14 +22,8 @@ TEXT = ("The quick brown fox jumps over the lazy dog while the tiny tokenizer re
 
 
 @pytest.fixture
-def server(tiny_cosyvoice_models, tmp_path, live_server):
-    settings = Settings(root=tmp_path, models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
-                        idle_unload_minutes=0).validate()
-    from cosyedge.service import Service
-    service = Service(settings)
-    service.start()
-    yield live_server(service)
-    service.close()
+def server(tiny_cosyvoice_server):
+    return tiny_cosyvoice_server
 
 
 def test_speech_stream_sends_the_first_hop_before_the_second_is_made(server, monkeypatch):

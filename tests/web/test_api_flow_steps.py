@@ -12,8 +12,7 @@ import json
 import httpx
 import pytest
 
-from cosyedge.config import Settings
-from tests.helpers.tiny_models import MODEL_ID, PRESET_NAMES
+from tests.helpers.tiny_models import PRESET_NAMES
 
 pytestmark = pytest.mark.slow  # loads the tiny model
 
@@ -21,14 +20,8 @@ TEXT = "The quick brown fox jumps over the lazy dog."
 
 
 @pytest.fixture
-def server(tiny_cosyvoice_models, tmp_path, live_server):
-    settings = Settings(root=tmp_path, models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
-                        idle_unload_minutes=0).validate()
-    from cosyedge.service import Service
-    service = Service(settings)
-    service.start()
-    yield live_server(service)
-    service.close()
+def server(tiny_cosyvoice_server):
+    return tiny_cosyvoice_server
 
 
 @pytest.fixture
