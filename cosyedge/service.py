@@ -50,7 +50,6 @@ from cosyedge.files import TEMP_PREFIX
 from cosyedge.heap import return_large_blocks, trim_heap
 from cosyedge.instruct import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
                                plan_for_engine, postprocess)
-from cosyedge.engines.kokoro.voice_match import stage_notes
 from cosyedge.intelligibility import reading_notes, text_languages
 from cosyedge.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.lessons import (Lesson, LessonPlan, LessonResult, load_lesson, read_lesson,
@@ -996,7 +995,9 @@ class Service:
         analysis = engine.analyze(request.text, options.language)
         if isinstance(choice.voice, VoicePrompt):
             notes.extend(reading_notes(choice.voice.meta, text_languages(analysis)))
-            notes.extend(stage_notes(choice.voice.meta))
+            voice_notes = getattr(engine, "voice_notes", None)  # an engine's own account of its voice
+            if callable(voice_notes):
+                notes.extend(voice_notes(choice.voice))
         if request.language != "auto":
             notes.extend(analysis.notes)
         return ResolvedRequest(choice=choice, options=options, plan=plan, analysis=analysis,

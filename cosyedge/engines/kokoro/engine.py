@@ -260,6 +260,13 @@ class KokoroEngine:
             prompt = voice_match.guard_reading(self, prompt, cancelled)  # an adaptation that reads worse is dropped
         return prompt
 
+    def voice_notes(self, voice: VoicePrompt) -> list[Any]:
+        """Notes for a matched voice: its similarity at each stage of the match, and an adaptation
+        not applied and why (:func:`voice_match.stage_notes`)."""
+        from cosyedge.engines.kokoro import voice_match
+
+        return voice_match.stage_notes(voice.meta)
+
     def listen_with(self, transcribe: Callable[..., Any] | None) -> None:
         """Hear the listening check with ``transcribe`` (the service's recognizer)."""
         self.transcribe = transcribe

@@ -311,6 +311,9 @@ def test_a_matched_voice_reports_its_stages_through_the_service(make_service):
             prompt.meta.update(_matched(ADAPTED).meta)
             return prompt
 
+        def voice_notes(self, voice):
+            return voice_match.stage_notes(voice.meta)  # as the Kokoro engine reports its matched voices
+
     def run(**fields):
         job = service.submit(TTSRequest(**fields))
         assert job.wait(120), "job did not finish"
