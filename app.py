@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
     from cosyedge.web.wyoming_server import WyomingServer, WyomingSettings
 
-    from cosyedge.janitor import Janitor
-    from cosyedge.jobs import ThermalSource
-    from cosyedge.service import Service
+    from cosyedge.ops.janitor import Janitor
+    from cosyedge.service.jobs import ThermalSource
+    from cosyedge.service.facade import Service
 
 logger = logging.getLogger("cosyedge.app")
 
@@ -137,7 +137,7 @@ def build_app(service: "Service", with_ui: bool = True, janitor: "Janitor | None
 
 def make_service(settings: Settings, thermal: "ThermalSource | None" = None) -> "Service":
     """The service with the real engine loader (lazy) and its idle-unload thread started."""
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
 
     service = Service(settings, thermal=thermal)
     service.start()
@@ -147,7 +147,7 @@ def make_service(settings: Settings, thermal: "ThermalSource | None" = None) -> 
 def start_janitor(settings: Settings, service: "Service", uploads_dir: str | None = None) -> "Janitor":
     """The janitor thread: sweeps outputs/ (and the page's upload cache, ``uploads_dir``) at start
     and every few minutes, sparing files in use."""
-    from cosyedge.janitor import Janitor
+    from cosyedge.ops.janitor import Janitor
 
     return Janitor.from_settings(settings, in_use=service.in_use_paths, uploads_dir=uploads_dir).start()
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from cosyedge.web.api import install_log_redaction
-    from cosyedge.thermal import ThermalGovernor
+    from cosyedge.host.thermal import ThermalGovernor
 
     service = make_service(settings, ThermalGovernor.from_settings(settings))
     janitor = start_janitor(settings, service, uploads_dir=upload_cache_dir())

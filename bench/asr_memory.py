@@ -1,6 +1,6 @@
 """Peak memory with the speech recognizer loaded plus two jobs running (issue 22 goal: under 2.0 GB).
 
-One process, one :class:`~cosyedge.service.Service` on the embedded engine (the default model) with
+One process, one :class:`~cosyedge.service.facade.Service` on the embedded engine (the default model) with
 its own recognizer, as the app runs them. Steps, with the process's RSS sampled every 20 ms:
 
 1. the engine loaded by a first short job (the baseline);
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyedge import config  # noqa: E402
-from cosyedge.service import Service, TTSRequest  # noqa: E402
+from cosyedge.service.facade import Service, TTSRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Two long texts, as a lesson paragraph or a long REST request (about 1,000 characters each).
@@ -121,7 +121,7 @@ def main() -> None:
         figures["two_jobs_seconds"] = round(time.monotonic() - mark, 1)
 
         service.recognizer.release()
-        from cosyedge.service import release_memory
+        from cosyedge.service.facade import release_memory
 
         release_memory()
         figures["asr_released_mb"] = status_kb("VmRSS") / 1024

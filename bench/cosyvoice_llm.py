@@ -108,8 +108,8 @@ def stage_prepare(work: Path, size: str) -> None:
 
 
 def stage_convert(work: Path, llm_bits: int) -> None:
-    from cosyedge.export.cosyvoice2 import convert
-    from cosyedge.export.llm import FP32, export_llm
+    from cosyedge.export.cosyvoice.v2.convert import convert
+    from cosyedge.export.cosyvoice.common.llm import FP32, export_llm
 
     src = work / "src"
     t = time.perf_counter()
@@ -118,7 +118,7 @@ def stage_convert(work: Path, llm_bits: int) -> None:
     if llm_bits == 4:
         convert(src, work / "int4", quantize="int8", steps=["flow", "hift", "llm", "compact"], force=True,
                 options={"llm_bits": 4})
-    from cosyedge.export.llm import int8_speech_tokenizer, move_weights_to_external_data
+    from cosyedge.export.cosyvoice.common.llm import int8_speech_tokenizer, move_weights_to_external_data
 
     # The stand-ins are stored as the frontend step stores the real file (external data).
     standin = work / "speech_tokenizer_standin_fp32.onnx"
@@ -179,7 +179,7 @@ def _timed_upstream(llm, data: dict, forced: list[int]) -> dict:
 def stage_llm(work: Path, threads: int, rounds: int, size: str, steps: int) -> None:
     import torch
 
-    from cosyedge.engines.cosyvoice.llm import SpeechLM
+    from cosyedge.engines.cosyvoice.common.llm import SpeechLM
 
     torch.set_num_threads(threads)
     llm, _ = build_upstream_llm(size)
@@ -226,7 +226,7 @@ def stage_llm(work: Path, threads: int, rounds: int, size: str, steps: int) -> N
 
 def stage_onnx(work: Path, threads: int, rounds: int, steps: int) -> None:
     """ONNX fp32 vs int8 decode only (no torch in the process): quick to repeat when the machine is quiet."""
-    from cosyedge.engines.cosyvoice.llm import SpeechLM
+    from cosyedge.engines.cosyvoice.common.llm import SpeechLM
 
     ours = {"onnx_fp32": SpeechLM.load(work / "fp32", threads), "onnx_int8": SpeechLM.load(work / "int8", threads)}
     if (work / "int4").is_dir():
@@ -315,11 +315,11 @@ def stage_e2e(work: Path, threads: int, model_dir: str, prompt_tokenizer: str) -
     does for a new voice (so a "full clone request").
     """
     assert "torch" not in sys.modules
-    from cosyedge.engines.cosyvoice.llm import SpeechLM
-    from cosyedge.engines.cosyvoice.manifest import ModelDir, open_session
-    from cosyedge.heap import trim_heap
-    from cosyedge.engines.cosyvoice.sampling import RasSampler
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+    from cosyedge.engines.cosyvoice.common.llm import SpeechLM
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir, open_session
+    from cosyedge.host.heap import trim_heap
+    from cosyedge.engines.cosyvoice.common.sampling import RasSampler
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
     stages: dict[str, dict] = {}
 

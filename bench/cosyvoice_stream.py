@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 _CHILD = r"""
 import json, sys, time, numpy as np
-from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 model, mode, n, p, steps, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 t2w = Token2Wav.load(model, threads=threads)
 rng = np.random.default_rng(0)
@@ -87,8 +87,8 @@ def main() -> int:
     ref.install_shim()
     import torch
     torch.set_num_threads(args.threads)
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
-    from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+    from cosyedge.export.cosyvoice.v2.convert import convert
 
     result: dict = {"cpu": _cpu(), "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "load_before": _loadavg(), "python": platform.python_version(), "runs": []}

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=SECTION_KEYS, help="run one table only")
     parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
     args = parser.parse_args(argv)
-    from cosyedge.heap import return_large_blocks
+    from cosyedge.host.heap import return_large_blocks
 
     return_large_blocks()  # as the server does (Service.start): the product's memory behaviour
     command = "python bench/first_audio.py " + " ".join(argv if argv is not None else sys.argv[1:])

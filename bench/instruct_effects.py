@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyedge import instruct, synthesis
+from cosyedge.instruct import plan as instruct
+from cosyedge.service import synthesis
 from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.kokoro.engine import KokoroEngine

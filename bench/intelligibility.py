@@ -1,8 +1,8 @@
 """Intelligibility check: how clearly each preset reads zh, en and ja, heard by an offline Whisper.
 
 Every sentence of ``bench/intelligibility_sentences.json`` is read by every preset in its language
-with the embedded engine, transcribed by ``cosyedge.asr`` (Whisper base, the language named) and
-scored by pronunciation (``cosyedge.intelligibility``: toned pinyin syllables, kana, words). WAVs
+with the embedded engine, transcribed by ``cosyedge.listening.asr`` (Whisper base, the language named) and
+scored by pronunciation (``cosyedge.listening.intelligibility``: toned pinyin syllables, kana, words). WAVs
 and transcripts are cached under ``test-artifacts/intelligibility/`` by the style pack's bytes,
 the text and the models, so a rerun only computes what changed.
 
@@ -41,7 +41,9 @@ import soundfile as sf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cosyedge import asr, intelligibility, synthesis  # noqa: E402
+from cosyedge.listening import asr  # noqa: E402
+from cosyedge.listening import intelligibility
+from cosyedge.service import synthesis
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt  # noqa: E402
 from cosyedge.engines.kokoro import presets  # noqa: E402
 from cosyedge.engines.kokoro.presets import Recipe  # noqa: E402
@@ -132,7 +134,7 @@ class Listener:
     def similarity(self, zh: Recipe, en: Recipe) -> float:
         """Speaker similarity of the seed's mixed line: its zh segment read with ``zh``, its en segment
         with ``en`` (the engine reads each tagged run as its own call, so with its own recipe)."""
-        from cosyedge.speaker import shared_encoder
+        from cosyedge.listening.speaker import shared_encoder
 
         encoder = shared_encoder()
         (la, ta), (lb, tb) = MIXED_SEGMENTS

@@ -39,7 +39,7 @@ from cosyedge.engines.kokoro import fused_runtime, model_files  # noqa: E402
 from cosyedge.engines.kokoro.engine import KokoroEngine  # noqa: E402
 from cosyedge.engines.kokoro.silence import EDGE_PAD_S, SILENCE_THRESHOLD  # noqa: E402
 from cosyedge.export.kokoro.checks import spectral_distance_db  # noqa: E402
-from cosyedge.manifest import read_manifest  # noqa: E402
+from cosyedge.catalog.manifest import read_manifest  # noqa: E402
 
 SR = 24_000
 HOP = 300  # samples per generator frame

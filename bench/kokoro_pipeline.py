@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
     parser.add_argument("--worker", choices=list(MEMORY_CASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from cosyedge.heap import return_large_blocks
+    from cosyedge.host.heap import return_large_blocks
 
     return_large_blocks()  # as the server does (Service.start): the product's memory behaviour
     if args.worker:

@@ -47,7 +47,7 @@ from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import model_files  # noqa: E402
 from cosyedge.export.kokoro import assembly, measured_passes  # noqa: E402
 from cosyedge.engines.kokoro.engine import MAX_PHONEMES, KokoroEngine, open_runtime  # noqa: E402
-from cosyedge.manifest import read_manifest  # noqa: E402
+from cosyedge.catalog.manifest import read_manifest  # noqa: E402
 
 TEXTS = {
     "en": {
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--graph", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from cosyedge.heap import return_large_blocks
+    from cosyedge.host.heap import return_large_blocks
 
     return_large_blocks()  # as the server does (Service.start): the product's memory behaviour
     model_dir = Path(args.models_dir) / model_files.MODEL_ID

@@ -1,5 +1,5 @@
 """Peak RSS against a lesson's length: one request with the whole text (the text box) against the
-lesson path (cosyedge/lessons.py: paragraph by paragraph, appended to a WAV on disk).
+lesson path (cosyedge/service/lessons.py: paragraph by paragraph, appended to a WAV on disk).
 
     .venv/bin/python bench/lesson_memory.py                       # 2,450 / 4,900 / 9,800 characters
     .venv/bin/python bench/lesson_memory.py --chars 2450 4900 --threads 2
@@ -107,7 +107,7 @@ class PacedEngine:
 def worker(mode: str, chars: int, threads: int, engine: str = "kokoro",
            seconds_per_char: float = 0.055) -> dict:
     from cosyedge.config import Settings
-    from cosyedge.service import Service, TTSRequest
+    from cosyedge.service.facade import Service, TTSRequest
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(root=Path(tmp), models_dir=ROOT / "models", onnx_threads=threads,

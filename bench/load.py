@@ -294,7 +294,7 @@ def main() -> int:
 
     from app import build_app
     from cosyedge import config
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     from tests.helpers.live_server import LiveServer
 
     root = Path(tempfile.mkdtemp(prefix="cosyedge-loadbench-"))

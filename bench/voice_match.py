@@ -39,8 +39,8 @@ from cosyedge.audio import condition_prompt  # noqa: E402
 from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import voice_match  # noqa: E402
-from cosyedge.speaker import similarity  # noqa: E402
-from cosyedge.voices import PromptCache  # noqa: E402
+from cosyedge.listening.speaker import similarity  # noqa: E402
+from cosyedge.voices.library import PromptCache  # noqa: E402
 
 PROMPT_TEXT = ("The teacher opened the window, and the children ran outside to play in the warm "
                "afternoon sun. Everyone was happy that the long winter was finally over.")
@@ -186,7 +186,7 @@ def main() -> int:
         "Reference voices are generated locally (festival, Piper joe-medium, espeak-ng; see the script). "
         "Probe = the search's own two probe sentences (before = nearest preset, after = match); held-out = "
         "mean over one Japanese and one English sentence the search never heard, nearest preset -> "
-        "matched voice. Similarity is the cosine of d-vectors (`cosyedge.speaker`).",
+        "matched voice. Similarity is the cosine of d-vectors (`cosyedge.listening.speaker`).",
         "",
         "| reference | prompt s | nearest preset | probe similarity | held-out similarity | gain | "
         "match s | cache hit ms |",

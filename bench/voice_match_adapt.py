@@ -4,11 +4,11 @@ Per reference voice (made at run time by festival, Piper joe-medium and espeak-n
 ``bench/voice_match.py``, plus espeak-ng Mandarin; none is in the bundled packs), on held-out
 sentences that neither the search, the adaptation tuning nor the final choice heard:
 
-- similarity to the prompt by the project's d-vector (``cosyedge.speaker``) and by an independent
+- similarity to the prompt by the project's d-vector (``cosyedge.listening.speaker``) and by an independent
   encoder, Resemblyzer (GE2E, weights shipped on PyPI; needs torch, so it runs in ``.venv-ref`` in a
   subprocess: never a run-time dependency), for the best of the five presets (by each judge, per
   sentence), the style search alone, the kept voice, and the search with its best adaptation forced;
-- intelligibility (``cosyedge.intelligibility.check_voice``, zh/en/ja guard lines, our own
+- intelligibility (``cosyedge.listening.intelligibility.check_voice``, zh/en/ja guard lines, our own
   ``asr.Recognizer``) of the search alone and of the kept voice;
 - speed: what the adaptation adds to synthesizing a long text, and what the final choice adds to
   encoding a voice.
@@ -105,10 +105,10 @@ def speak(engine, text: str, voice, language: str) -> np.ndarray:
 
 
 def run_voice(engine, recognizer, name: str, path: Path, folder: Path, evals: int) -> dict:
-    from cosyedge import intelligibility
+    from cosyedge.listening import intelligibility
     from cosyedge.audio import condition_prompt
     from cosyedge.engines.kokoro import voice_match
-    from cosyedge.speaker import cosine, shared_encoder
+    from cosyedge.listening.speaker import cosine, shared_encoder
 
     enc = shared_encoder()
     prompt = condition_prompt(path.read_bytes(), max_bytes=20 << 20, filename=path.name)
@@ -198,7 +198,8 @@ def _with_errors(prompt, errors):
 
 
 def cmd_run(args) -> int:
-    from cosyedge import asr, config
+    from cosyedge import config
+    from cosyedge.listening import asr
     from cosyedge.engines.loader import load_engine
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -278,7 +279,7 @@ def cmd_report(args) -> int:
              "best variant (tuned on the search's probe audio) applied to the voice kept without an adaptation (the "
              "best preset where it beat the search on the check lines, else the search), even where it was not "
              "kept ('-': no variant of that method beat the plain probe). "
-             "d-vector = `cosyedge.speaker` (the search's own judge); Resemblyzer = an independent GE2E encoder "
+             "d-vector = `cosyedge.listening.speaker` (the search's own judge); Resemblyzer = an independent GE2E encoder "
              "(bench only). Errors = the listening check (`intelligibility.check_voice`, one guard line each, "
              "Whisper base) of the search alone -> the kept voice.", "",
              "| reference | load | kept | adaptation kept | d-vector preset / search / kept / stft / world | "

@@ -66,7 +66,7 @@ def measure(reps: int, threads: int) -> list[dict]:
     import dataclasses
 
     from cosyedge.config import from_env
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     from cosyedge.web.wyoming_server import WyomingServer, WyomingSettings
     from tests.helpers.live_server import free_port
 

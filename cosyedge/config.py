@@ -58,7 +58,7 @@ class Settings:
     janitor_max_total_mb: float = 1024.0
     janitor_max_files: int = 500
     janitor_interval_minutes: float = 10.0
-    # Long lessons (cosyedge.lessons) and disk safety (cosyedge.diskspace, the janitor's upload cap).
+    # Long lessons (cosyedge.service.lessons) and disk safety (cosyedge.host.diskspace, the janitor's upload cap).
     max_lesson_chars: int = 60000
     min_free_disk_mb: float = 256.0  # under this, new uploads and jobs are refused (0 = never)
     upload_cache_max_mb: float = 512.0  # the page's upload cache, swept oldest first (0 = no cap)
@@ -87,8 +87,8 @@ class Settings:
 
     @property
     def threads(self) -> int:
-        """ONNX intra-op threads actually used (auto: the CPUs this process may use, cosyedge.cpus)."""
-        from cosyedge.cpus import usable_cpus
+        """ONNX intra-op threads actually used (auto: the CPUs this process may use, cosyedge.host.cpus)."""
+        from cosyedge.host.cpus import usable_cpus
 
         return self.onnx_threads or usable_cpus()
 

@@ -61,7 +61,7 @@ class TextError(InputError):
     kind = "invalid_text"
     codes = ("text_not_string", "text_empty", "text_too_long", "text_markup", "text_only_punctuation",
              "text_no_supported_script", "prompt_text_too_long", "instruction_too_long",
-             # a lesson file (cosyedge.lessons)
+             # a lesson file (cosyedge.service.lessons)
              "lesson_file_type", "lesson_not_utf8", "lesson_not_text", "lesson_empty", "lesson_too_long",
              "lesson_paragraph_invalid")
 
@@ -130,7 +130,7 @@ class CancelledError(CosyedgeError):
 class StorageFullError(CosyedgeError):
     http_status = 507
     kind = "storage_full"
-    codes = ("disk_full", "disk_low")  # disk_low: under the free-disk threshold (cosyedge.diskspace)
+    codes = ("disk_full", "disk_low")  # disk_low: under the free-disk threshold (cosyedge.host.diskspace)
 
 
 class ModelMissingError(CosyedgeError):

@@ -43,7 +43,7 @@ NOTE_CODES = (
     # what conditioning did to a prompt (audio.condition_prompt_array)
     "prompt_clipping", "prompt_silence_trimmed", "prompt_cut", "prompt_low_level",
     "prompt_channels_cancel",
-    # a lesson's progress while it is read (cosyedge.lessons)
+    # a lesson's progress while it is read (cosyedge.service.lessons)
     "lesson_progress", "lesson_zipping",
     # the CosyVoice flow steps used (service.flow_steps_notes)
     "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored",

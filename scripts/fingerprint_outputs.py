@@ -59,12 +59,13 @@ def _prompt_wave(sample_rate: int) -> np.ndarray:
 
 
 def kokoro_part() -> dict[str, str]:
-    from cosyedge import config, synthesis
+    from cosyedge import config
+    from cosyedge.service import synthesis
     from cosyedge.audio import condition_prompt_array
     from cosyedge.engines.loader import load_engine
     from cosyedge.engines.base import SynthesisOptions
     from cosyedge.engines.kokoro import model_files
-    from cosyedge.voices import PromptCache
+    from cosyedge.voices.library import PromptCache
 
     models = REPO / "models"
     if not (models / model_files.MODEL_ID / "manifest.json").is_file():
@@ -92,12 +93,13 @@ def kokoro_part() -> dict[str, str]:
 
 
 def cosyvoice_part() -> dict[str, str]:
-    from cosyedge import config, synthesis
+    from cosyedge import config
+    from cosyedge.service import synthesis
     from cosyedge.audio import condition_prompt_array
     from cosyedge.engines.loader import load_engine
     from cosyedge.engines.base import SynthesisOptions
-    from cosyedge.engines.cosyvoice import llm
-    from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.engines.cosyvoice.common import llm
+    from cosyedge.export.cosyvoice.v2.convert import convert
     from tests.helpers.cosyvoice_tiny import PRESET_NAMES, write_tiny_checkpoint
 
     tokens_seen: list[list[int]] = []

@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None,
             raise FetchError(f"{args.dest} lacks {', '.join(missing)}; download again "
                              "(an interrupted download leaves files out)")
         if args.model == "cosyvoice3":
-            from cosyedge.export.cosyvoice3 import convert
+            from cosyedge.export.cosyvoice.v3.convert import convert
         else:
-            from cosyedge.export.cosyvoice2 import convert
+            from cosyedge.export.cosyvoice.v2.convert import convert
 
         manifest = convert(args.dest, args.out, quantize=args.quantize, force=args.force)
     except FetchError as exc:

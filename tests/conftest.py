@@ -60,7 +60,7 @@ def fake_factory():
 @pytest.fixture
 def make_service(web_settings: Settings, fake_factory) -> Iterator[Callable[..., object]]:
     """Build Services on the fake engine; every one is closed at teardown."""
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
 
     built: list[Service] = []
 
@@ -128,7 +128,7 @@ def tiny_cosyvoice_models() -> Path:
 def tiny_cosyvoice_server(tiny_cosyvoice_models, tmp_path, live_server):
     """A live REST server in this process over a real service on the tiny CosyVoice2 model."""
     from cosyedge.config import Settings
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     from tests.helpers.tiny_models import MODEL_ID
 
     # No thread calibration: it would run the flow itself (spies count its calls) and write into

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cosyedge import asr
+from cosyedge.listening import asr
 from cosyedge.errors import ModelMissingError, ParameterError
 
 from tests.helpers.waiting import wait_until
@@ -117,7 +117,7 @@ def test_a_missing_package_names_the_install_command(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_real_model_transcribes_offline_without_any_connection(kokoro_engine, monkeypatch, tmp_path):
     """The packaged model loads and hears the embedded engine's English with every socket refused."""
-    from cosyedge import synthesis
+    from cosyedge.service import synthesis
     from cosyedge.engines.base import SynthesisOptions
 
     speech = synthesis.synthesize(kokoro_engine, "Please open your books to page twelve.", "male_1",

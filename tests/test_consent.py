@@ -1,10 +1,10 @@
-"""The one consent check (cosyedge.consent) and its record."""
+"""The one consent check (cosyedge.voices.consent) and its record."""
 
 from __future__ import annotations
 
 import pytest
 
-from cosyedge.consent import ConsentRecord, describe, require_consent
+from cosyedge.voices.consent import ConsentRecord, describe, require_consent
 from cosyedge.errors import ParameterError
 
 

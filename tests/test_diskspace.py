@@ -1,4 +1,4 @@
-"""cosyedge.diskspace: the free-disk guard, with its probe as the seam."""
+"""cosyedge.host.diskspace: the free-disk guard, with its probe as the seam."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cosyedge.diskspace import DiskGuard, free_bytes
+from cosyedge.host.diskspace import DiskGuard, free_bytes
 from cosyedge.errors import StorageFullError
 
 MB = 1_000_000

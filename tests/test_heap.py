@@ -1,4 +1,4 @@
-"""cosyedge.heap: large blocks stay out of glibc's heap once the server has asked for it.
+"""cosyedge.host.heap: large blocks stay out of glibc's heap once the server has asked for it.
 
 Each case runs in a fresh interpreter: the malloc setting is process-wide and cannot be undone.
 """
@@ -18,7 +18,7 @@ ROOT = REPO
 # from the heap (mapped blocks unchanged); with the fixed threshold it gets its own mapping.
 PROBE = textwrap.dedent("""
     import ctypes, sys
-    from cosyedge import heap
+    from cosyedge.host import heap
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
@@ -56,7 +56,7 @@ def test_large_blocks_get_their_own_mapping_after_return_large_blocks():
 
 
 def test_service_start_keeps_large_blocks_out_of_the_heap(monkeypatch, make_service):
-    from cosyedge import service as service_module
+    from cosyedge.service import facade as service_module
 
     calls = []
     monkeypatch.setattr(service_module, "return_large_blocks", lambda: calls.append("set") or True)

@@ -1,4 +1,4 @@
-"""cosyedge.instruct: instructions -> explicit plans, and applying a plan to a request.
+"""cosyedge.instruct.plan: instructions -> explicit plans, and applying a plan to a request.
 
 The table's expected numbers follow the rules in the module docstring: slow ×0.8, fast ×1.25,
 pitch ±3 st, volume ±6 dB; slight ×0.5, strong ×1.5, extreme ×2 (powers for speed, linear for st/dB);
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from cosyedge.engines.base import Capabilities, SynthesisOptions, VoicePrompt
-from cosyedge.engines.cosyvoice.instruct_format import format_instruction
+from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
 from cosyedge.errors import ParameterError
-from cosyedge.instruct import (
+from cosyedge.instruct.plan import (
     EMOTION_EFFECTS,
     MAX_INSTRUCTION_CHARS,
     InstructPlan,
@@ -364,7 +364,7 @@ class _FakeEngine:
 @pytest.mark.parametrize("name,version", [("cosyvoice2", 2), ("cosyvoice3", 3), ("cosyvoice1", 1)])
 def test_plan_for_engine_uses_the_engines_instruction_format(name, version):
     """The format follows the engine's version, never a guess from the model id."""
-    from cosyedge.instruct import plan_for_engine
+    from cosyedge.instruct.plan import plan_for_engine
 
     engine = _FakeEngine(name, "my-model-v3" if version != 3 else "my-model", native=True, version=version)
     p = plan_for_engine("大声一点", engine)
@@ -373,7 +373,7 @@ def test_plan_for_engine_uses_the_engines_instruction_format(name, version):
 
 
 def test_plan_for_embedded_engine_uses_its_presets():
-    from cosyedge.instruct import plan_for_engine
+    from cosyedge.instruct.plan import plan_for_engine
 
     p = plan_for_engine("a child's voice", _FakeEngine("kokoro", "kokoro-int8", native=False))
     assert p.voice == "child" and not p.native
@@ -458,9 +458,9 @@ def edited_text(source: str) -> list[int]:
 def test_report_lines_are_built_not_edited():
     from pathlib import Path
 
-    import cosyedge.instruct
+    import cosyedge.instruct.plan
 
-    assert edited_text(Path(cosyedge.instruct.__file__).read_text("utf-8")) == []
+    assert edited_text(Path(cosyedge.instruct.plan.__file__).read_text("utf-8")) == []
     # what it replaced: a finished line edited, tested by its text, and a number's sign swapped
     old = ('applied = [line.replace(f"preset \'{v}\'", "your preset") for line in applied]\n'
            'applied = [line + "!" if line.startswith("voice: preset") else line for line in applied]\n'

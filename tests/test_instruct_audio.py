@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge import effects, instruct, synthesis
+from cosyedge.instruct import effects
+from cosyedge.instruct import plan as instruct
+from cosyedge.service import synthesis
 from cosyedge.engines.base import SynthesisOptions
 
 SR = 24000
@@ -210,7 +212,7 @@ def test_rest_tts_instruct_on_the_real_engine(web_settings, live_server, kokoro_
     import httpx
     import soundfile as sf
 
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
 
     service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir))
     service.start()

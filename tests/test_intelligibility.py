@@ -1,4 +1,4 @@
-"""Pronunciation scoring, the one-voice guard and its notes (cosyedge/intelligibility.py)."""
+"""Pronunciation scoring, the one-voice guard and its notes (cosyedge/listening/intelligibility.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cosyedge import intelligibility
+from cosyedge.listening import intelligibility
 from cosyedge.errors import CancelledError
-from cosyedge.intelligibility import Score, edit_distance, pronunciation, score
+from cosyedge.listening.intelligibility import Score, edit_distance, pronunciation, score
 
 
 def test_chinese_is_scored_in_toned_syllables_whatever_the_script_and_numerals():

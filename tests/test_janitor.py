@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cosyedge.config import Settings
-from cosyedge.janitor import Janitor, JanitorPolicy, sweep
+from cosyedge.ops.janitor import Janitor, JanitorPolicy, sweep
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0
@@ -331,7 +331,7 @@ def test_sweep_command_dry_run_then_real(tmp_path, capsys):
 
 # --- the page's upload cache (sweep_uploads) ------------------------------------------------------
 
-from cosyedge.janitor import UploadPolicy, sweep_uploads  # noqa: E402
+from cosyedge.ops.janitor import UploadPolicy, sweep_uploads  # noqa: E402
 
 
 def upload(cache: Path, name: str, age_s: float, size: int = 100) -> Path:

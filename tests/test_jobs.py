@@ -9,8 +9,8 @@ import time
 import pytest
 
 from cosyedge.errors import BusyError, CancelledError, EngineError, TextError
-from cosyedge.jobs import JobQueue, JobState
-from cosyedge.thermal import ThermalSnapshot
+from cosyedge.service.jobs import JobQueue, JobState
+from cosyedge.host.thermal import ThermalSnapshot
 from tests.helpers.waiting import Looks
 
 

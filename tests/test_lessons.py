@@ -1,4 +1,4 @@
-"""cosyedge.lessons: reading a lesson file, cutting paragraphs, writing the WAV and the zip to disk."""
+"""cosyedge.service.lessons: reading a lesson file, cutting paragraphs, writing the WAV and the zip to disk."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import soundfile as sf
 
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.errors import CancelledError, PayloadTooLargeError, StorageFullError, TextError
-from cosyedge.lessons import (PARAGRAPH_PAUSE_S, LessonPlan, WavAppender, load_lesson, markdown_to_text,
+from cosyedge.service.lessons import (PARAGRAPH_PAUSE_S, LessonPlan, WavAppender, load_lesson, markdown_to_text,
                               max_lesson_bytes, read_lesson, split_long, synthesize_lesson)
 from tests.helpers.fake_engine import SAMPLE_RATE, FakeEngine
 

@@ -1,4 +1,4 @@
-"""cosyedge.manifest's model identity: the family schema, and today's files loading unchanged.
+"""cosyedge.catalog.manifest's model identity: the family schema, and today's files loading unchanged.
 
 The files "of today" are built here by hand, byte for byte as the cosyedge before the family schema
 wrote them (a manifest naming only ``"engine": "cosyvoice2"``, a prompt-cache entry keyed by
@@ -22,9 +22,9 @@ from cosyedge.audio import ConditionedPrompt
 from cosyedge.config import Settings
 from cosyedge.engines.loader import load_engine
 from cosyedge.errors import ModelMissingError
-from cosyedge.manifest import (ModelIdentity, engine_name, identity_fields, read_identity, read_manifest,
+from cosyedge.catalog.manifest import (ModelIdentity, engine_name, identity_fields, read_identity, read_manifest,
                                write_manifest)
-from cosyedge.voices import PromptCache, VoiceLibrary
+from cosyedge.voices.library import PromptCache, VoiceLibrary
 from tests.test_audio_prompt import speechlike
 
 MODEL_ID = "cosyvoice2-int8"
@@ -126,8 +126,8 @@ def test_a_contradicting_or_unknown_identity_is_refused(tmp_path):
 
 
 def test_a_cosyvoice_version_the_runtime_does_not_run_is_named(tmp_path, monkeypatch):
-    from cosyedge.engines.cosyvoice import manifest as cosyvoice_manifest
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.common import manifest as cosyvoice_manifest
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
 
     # Every version the schema knows runs now; a runtime without v3 must still name it.
     monkeypatch.setattr(cosyvoice_manifest, "RUNS_VERSIONS", (1, 2))
@@ -144,8 +144,8 @@ def test_a_cosyvoice_version_the_runtime_does_not_run_is_named(tmp_path, monkeyp
 def legacy_engine(model_dir: Path):
     """A CosyVoiceEngine named from today's manifest the way ``CosyVoiceEngine.load`` names it (its
     parts are stand-ins: encoding a prompt would fail, so only a cache hit passes)."""
-    from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
 
     identity = ModelDir(model_dir, json.loads((model_dir / "manifest.json").read_text())).identity
 
@@ -180,7 +180,7 @@ def test_todays_cached_prompt_and_saved_voice_are_used_unchanged(tmp_path):
 
 
 def test_the_service_reads_todays_manifest_before_any_load(tmp_path):
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
 
     todays_cosyvoice2_manifest(tmp_path / "models" / MODEL_ID)
     service = Service(Settings(root=tmp_path, model=MODEL_ID), engine_factory=lambda: None)

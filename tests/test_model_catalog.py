@@ -1,4 +1,4 @@
-"""cosyedge.model_catalog: which model folders are usable, and the sha256-checked import."""
+"""cosyedge.catalog.models: which model folders are usable, and the sha256-checked import."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cosyedge.errors import ConflictError, InputError, NotFoundError
-from cosyedge.model_catalog import LICENCE_UNKNOWN, ModelCatalog
+from cosyedge.catalog.models import LICENCE_UNKNOWN, ModelCatalog
 from tests.helpers.model_folders import COSYVOICE_LICENCE, make_model
 
 
@@ -135,7 +135,7 @@ def test_import_refuses_what_is_not_a_model_folder(tmp_path):
 
 @pytest.mark.slow  # the tiny converted model: scripts/test.sh builds it for the whole suite, not --fast
 def test_a_converted_cosyvoice2_model_carries_its_licence(tiny_cosyvoice_models):
-    from cosyedge.export.cosyvoice2 import LICENCE
+    from cosyedge.export.cosyvoice.v2.convert import LICENCE
 
     info = ModelCatalog(tiny_cosyvoice_models).get("cosyvoice2-tiny")
     assert info.engine == "cosyvoice2" and (info.native_clone, info.native_instruct) == (True, True)

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cosyedge import cli, selftest
+from cosyedge import cli
+from cosyedge.ops import selftest
 from cosyedge.config import Settings
 from cosyedge.engines.base import AudioChunk, Capabilities
-from cosyedge.manifest import write_manifest
+from cosyedge.catalog.manifest import write_manifest
 from tests.helpers import REPO
 
 

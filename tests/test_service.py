@@ -15,7 +15,7 @@ import soundfile as sf
 from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
                              ParameterError, PayloadTooLargeError, TextError)
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt
-from cosyedge.service import PHASE_PREPARING_VOICE, SEED_PRESETS, Service, TTSRequest
+from cosyedge.service.facade import PHASE_PREPARING_VOICE, SEED_PRESETS, Service, TTSRequest
 from tests.helpers.request_path import record_request_path
 
 
@@ -175,7 +175,7 @@ def test_a_request_cancelled_while_being_checked_never_reaches_a_worker(make_ser
     """Even when a worker takes a queued job up and finishes it at once (a short job on an idle
     queue), a cancel that came during the check wins: the job is made already cancelled and never
     runs. (Cancelling it just after queueing lost that race now and then: CI, 2026-11-30.)"""
-    from cosyedge.jobs import JobState
+    from cosyedge.service.jobs import JobState
 
     service = make_service()
     ran = []
@@ -207,7 +207,7 @@ def test_a_cancelled_submission_is_counted_once(make_service, fake_factory, monk
     """A cancel that lands while the request is being queued counts it once, not as a flag and a job."""
     import threading
 
-    from cosyedge.jobs import JobQueue
+    from cosyedge.service.jobs import JobQueue
 
     fake_factory.engine_kwargs["delay"] = 0.5  # the job is still running when the cancel comes
     service = make_service()
@@ -346,7 +346,7 @@ def test_a_language_setting_that_was_not_applied_is_noted(make_service):
 
 def test_the_prompt_is_decoded_once_per_request(make_service, monkeypatch):
     """prepare() conditions the upload before the queue; the worker encodes that same prompt."""
-    import cosyedge.service as service_module
+    import cosyedge.service.facade as service_module
 
     decoded = []
     condition = service_module.condition_prompt

@@ -12,8 +12,8 @@ import pytest
 import soundfile as sf
 
 from cosyedge.errors import CancelledError, StorageFullError
-from cosyedge.lessons import PARAGRAPH_PAUSE_S
-from cosyedge.service import TTSRequest
+from cosyedge.service.lessons import PARAGRAPH_PAUSE_S
+from cosyedge.service.facade import TTSRequest
 from tests.helpers.fake_engine import SAMPLE_RATE
 from tests.helpers.waiting import wait_until
 
@@ -151,8 +151,8 @@ def test_a_lesson_in_a_cloned_voice_needs_consent_like_any_clone(make_service):
 def test_a_lesson_cancelled_while_being_checked_never_reaches_a_worker(make_service, monkeypatch):
     """As with `submit`: a Cancel that lands while the lesson's request is checked (its prompt is
     conditioned before it is queued) is counted, and the job is queued already cancelled."""
-    from cosyedge.jobs import JobState
-    from cosyedge.service import Service
+    from cosyedge.service.jobs import JobState
+    from cosyedge.service.facade import Service
 
     service = make_service()
     lesson = service.read_lesson(lesson_text(3), "l.txt")

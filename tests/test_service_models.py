@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.errors import ConflictError, InputError, NotFoundError
-from cosyedge.service import Service, TTSRequest
+from cosyedge.service.facade import Service, TTSRequest
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.model_folders import COSYVOICE_LICENCE, make_model
 from tests.helpers.waiting import wait_until
@@ -130,7 +130,7 @@ def test_switching_to_an_unknown_or_unusable_model_changes_nothing(studio, web_s
 
 
 def test_a_page_output_gets_a_history_record_that_goes_with_its_wav(make_service, web_settings):
-    from cosyedge.janitor import JanitorPolicy, sweep
+    from cosyedge.ops.janitor import JanitorPolicy, sweep
 
     service = make_service()
     text = "A lesson about the moon. " * 10

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cosyedge.errors import BusyError, CancelledError, ModelMissingError, ParameterError
-from cosyedge.service import PHASE_TRANSCRIBING, TTSRequest
-from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE
+from cosyedge.service.facade import PHASE_TRANSCRIBING, TTSRequest
+from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE
 from tests.helpers.fake_engine import FakeFactory
 from tests.helpers.fake_recognizer import FakeRecognizer
 from tests.helpers.waiting import wait_until
@@ -231,10 +231,10 @@ def test_tiny_cosyvoice_clones_zero_shot_with_the_transcript_heard_offline(tiny_
     zero-shot with the text the real recognizer heard in real speech, with every socket refused."""
     import socket
 
-    from cosyedge.asr import Recognizer
+    from cosyedge.listening.asr import Recognizer
     from cosyedge.config import Settings
     from cosyedge.engines.loader import load_engine
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     from tests.helpers import REPO
 
     settings = Settings(root=tmp_path, models_dir=tiny_cosyvoice_models, model="cosyvoice2-tiny",
@@ -285,7 +285,7 @@ def test_tiny_cosyvoice_clones_zero_shot_with_the_transcript_heard_offline(tiny_
 def test_a_warm_box_loads_the_recognizer_with_the_thermal_thread_count(make_service, web_settings):
     import dataclasses
 
-    from cosyedge.thermal import ThermalSnapshot
+    from cosyedge.host.thermal import ThermalSnapshot
 
     class Warm:
         def snapshot(self):

@@ -9,7 +9,7 @@ import pytest
 from cosyedge.audio import condition_prompt
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import AudioError, NameError_, NotFoundError
-from cosyedge.service import TTSRequest
+from cosyedge.service.facade import TTSRequest
 from tests.test_audio_prompt import encode, speechlike
 
 LIMIT = 20 * 1024 * 1024
@@ -131,8 +131,8 @@ def test_cancel_while_the_voice_is_prepared_stops_at_once(make_service, fake_fac
     half-encoded is cached: the same prompt is encoded again next time."""
     import time
 
-    from cosyedge.jobs import JobState
-    from cosyedge.service import PHASE_PREPARING_VOICE
+    from cosyedge.service.jobs import JobState
+    from cosyedge.service.facade import PHASE_PREPARING_VOICE
 
     fake_factory.engine_kwargs["encode_delay"] = 5.0
     service = make_service()
@@ -180,7 +180,7 @@ def test_voices_say_what_each_preset_is_made_of(make_service):
 
 
 def test_prompt_audio_and_saving_need_consent(make_service, fake_factory):
-    """The one check (cosyedge.consent) in the service: refused before the audio is read or
+    """The one check (cosyedge.voices.consent) in the service: refused before the audio is read or
     anything queued or saved; a save with consent records when it was given."""
     from cosyedge.errors import ParameterError
 
@@ -202,7 +202,7 @@ def test_prompt_audio_and_saving_need_consent(make_service, fake_factory):
 
 
 def test_a_matched_voice_that_reads_the_text_language_badly_says_so(make_service):
-    """The voice-match guard's figures (meta ``reading_errors``, cosyedge/intelligibility.py) become a
+    """The voice-match guard's figures (meta ``reading_errors``, cosyedge/listening/intelligibility.py) become a
     note for the languages the text is read in, and only those."""
     from tests.helpers.fake_engine import FakeEngine
 

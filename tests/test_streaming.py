@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from cosyedge.errors import CancelledError, EngineError
-from cosyedge.jobs import JobQueue, JobState
-from cosyedge.service import TTSRequest
-from cosyedge.streaming import AudioStream, StreamInfo
+from cosyedge.service.jobs import JobQueue, JobState
+from cosyedge.service.facade import TTSRequest
+from cosyedge.service.streaming import AudioStream, StreamInfo
 
 
 def test_pieces_reach_blocking_and_async_readers_in_order_and_the_error_comes_last():

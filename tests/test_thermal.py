@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cosyedge import thermal
+from cosyedge.host import thermal
 from cosyedge.config import Settings, SettingsError
-from cosyedge.thermal import ThermalGovernor, ThermalSnapshot, ThermalThresholds
+from cosyedge.host.thermal import ThermalGovernor, ThermalSnapshot, ThermalThresholds
 
 
 class FakeSensor:
@@ -103,7 +103,7 @@ def test_single_thread_box_keeps_one_thread():
 
 
 def test_state_changes_are_logged_once(caplog):
-    caplog.set_level(logging.INFO, logger="cosyedge.thermal")
+    caplog.set_level(logging.INFO, logger="cosyedge.host.thermal")
     walk([50, 72, 73, 82, 83, 91, 60])
     changes = [r.getMessage() for r in caplog.records if "->" in r.getMessage()]
     assert changes == [

@@ -1,11 +1,11 @@
-"""Prompt transcripts (cosyedge/transcripts.py): what was heard and when it may drive a zero-shot clone."""
+"""Prompt transcripts (cosyedge/voices/transcripts.py): what was heard and when it may drive a zero-shot clone."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from cosyedge import transcripts
-from cosyedge.transcripts import (CROSS_LINGUAL, SOURCE_HEARD, SOURCE_USER, ZERO_SHOT, ZERO_SHOT_CONFIDENCE,
+from cosyedge.voices import transcripts
+from cosyedge.voices.transcripts import (CROSS_LINGUAL, SOURCE_HEARD, SOURCE_USER, ZERO_SHOT, ZERO_SHOT_CONFIDENCE,
                                   PromptTranscript, clone_plan, hear)
 from tests.helpers.fake_recognizer import FakeRecognizer
 

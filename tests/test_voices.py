@@ -16,7 +16,7 @@ import pytest
 from cosyedge.audio import ConditionedPrompt
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
-from cosyedge.voices import CACHE_VERSION, PromptCache, VoiceLibrary, name_to_id, prompt_key
+from cosyedge.voices.library import CACHE_VERSION, PromptCache, VoiceLibrary, name_to_id, prompt_key
 from tests.test_audio_prompt import speechlike
 
 LIMIT = 20 * 1024 * 1024
@@ -74,7 +74,7 @@ def test_corrupt_entry_is_rebuilt_with_a_warning(tmp_path, caplog):
     cache.get_or_encode(engine, p, None)
     (entry,) = tmp_path.glob("*.npz")
     entry.write_bytes(entry.read_bytes()[:100])  # truncated
-    with caplog.at_level(logging.WARNING, logger="cosyedge.voices"):
+    with caplog.at_level(logging.WARNING, logger="cosyedge.voices.library"):
         rebuilt = cache.get_or_encode(engine, p, None)
     assert engine.encodes == 2 and cache.rebuilds == 1
     assert "corrupt or stale" in caplog.text
@@ -127,7 +127,7 @@ def test_lru_bound_by_bytes(tmp_path):
 def test_unwritable_directory_degrades_to_memory(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    with caplog.at_level(logging.WARNING, logger="cosyedge.voices"):
+    with caplog.at_level(logging.WARNING, logger="cosyedge.voices.library"):
         cache = PromptCache(blocker / "cache")
     assert not cache.on_disk and "memory" in caplog.text
     engine = CountingEngine()
@@ -234,7 +234,7 @@ def test_rename_and_import_refuse_a_preset_name_and_write_nothing(lib, tmp_path)
 
 
 def test_consent_is_recorded_and_travels_in_the_zip(lib, tmp_path):
-    from cosyedge.consent import ConsentRecord
+    from cosyedge.voices.consent import ConsentRecord
 
     record = ConsentRecord(given_at=1_780_000_000.5, reference="cons_abc")
     lib.save("Agreed", prompt(), "hi", engine="kokoro", model_id="kokoro-int8", consent=record)
@@ -249,7 +249,7 @@ def test_consent_is_recorded_and_travels_in_the_zip(lib, tmp_path):
 
 def test_a_voice_saved_before_consent_loads_as_not_recorded(lib, tmp_path):
     """A meta.json (or an exported zip) from before consent was asked for has no "consent" key."""
-    from cosyedge.consent import describe
+    from cosyedge.voices.consent import describe
 
     save(lib, "Old Voice")
     meta_path = lib.directory / "old-voice" / "meta.json"

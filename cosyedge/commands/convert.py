@@ -45,19 +45,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cosyedge.export.llm import check_options
+    from cosyedge.export.cosyvoice.common.llm import check_options
 
     quantize = args.quantize or DEFAULT_QUANTIZE[args.family]
     steps = [s.strip() for s in args.steps.split(",") if s.strip()] if args.steps else None
     if args.family == "cosyvoice1":
-        from cosyedge.export.cosyvoice1 import convert as convert_v1
+        from cosyedge.export.cosyvoice.v1.convert import convert as convert_v1
 
         return _report(args, convert_v1(args.src, args.out, quantize=quantize, variant=args.variant,
                                         force=args.force, steps=steps))
     if args.family == "cosyvoice3":
-        from cosyedge.export.cosyvoice3 import convert
+        from cosyedge.export.cosyvoice.v3.convert import convert
     else:
-        from cosyedge.export.cosyvoice2 import convert
+        from cosyedge.export.cosyvoice.v2.convert import convert
     options = {"llm_bits": args.llm_bits, "speech_tokenizer_int8": args.speech_tokenizer_int8}
     check_options(quantize, options)  # before minutes of flow/HiFT export
     manifest = convert(args.src, args.out, quantize=quantize, steps=steps, force=args.force,

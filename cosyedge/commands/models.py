@@ -2,7 +2,7 @@
 
 ``models import PATH`` copies a model folder (from a USB stick or another box) under models/ and
 checks every file's sha256 against its manifest on the copy before it appears there
-(:meth:`cosyedge.model_catalog.ModelCatalog.import_folder`); the page's model picker and
+(:meth:`cosyedge.catalog.models.ModelCatalog.import_folder`); the page's model picker and
 ``GET /models`` list it from then on.
 """
 
@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from cosyedge import config
-from cosyedge.model_catalog import ModelCatalog, human_size
+from cosyedge.catalog.models import ModelCatalog, human_size
 
 
 def register(sub: argparse._SubParsersAction) -> None:

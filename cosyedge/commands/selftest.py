@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cosyedge.selftest import run_checks
+    from cosyedge.ops.selftest import run_checks
 
     settings = config.from_args(args)
     results = run_checks(settings, synthesis=not args.no_synthesis)

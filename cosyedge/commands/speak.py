@@ -11,13 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyedge import config, instruct, synthesis
+from cosyedge import config
+from cosyedge.instruct import plan as instruct
+from cosyedge.service import synthesis
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.commands.voice_library import describe
 from cosyedge.engines.loader import load_engine
 from cosyedge.engines.base import KNOWN_LANGUAGES, VoicePrompt
 from cosyedge.errors import ParameterError, TextError
-from cosyedge.service import Service, TTSRequest, write_wav
+from cosyedge.service.facade import Service, TTSRequest, write_wav
 
 #: ``-f -`` reads the text from stdin, ``-o -`` writes the WAV to stdout (messages then go to stderr).
 STDIO = "-"
@@ -87,7 +89,7 @@ def check_output(output: str) -> None:
 
 def write_output(output: str, audio: np.ndarray, sample_rate: int) -> str:
     """Write the WAV (atomically, or to stdout for ``-``); what was written, for the last message.
-    A full disk is the service's StorageFullError (:func:`cosyedge.service.write_wav`)."""
+    A full disk is the service's StorageFullError (:func:`cosyedge.service.facade.write_wav`)."""
     if output == STDIO:
         sys.stdout.buffer.write(wav_bytes(audio, sample_rate))
         sys.stdout.buffer.flush()

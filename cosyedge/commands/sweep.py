@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cosyedge.janitor import JanitorPolicy, sweep
+    from cosyedge.ops.janitor import JanitorPolicy, sweep
 
     settings = config.from_args(args)
     removed = sweep(settings.outputs_path, time.time(), JanitorPolicy.from_settings(settings),

@@ -1,6 +1,6 @@
 """`python -m cosyedge library save|list|rename|transcript|delete|export|import`: manage saved voices.
 
-Saved voices live in ``prompts/library/`` (see ``cosyedge.voices``); `speak --voice-id ID` reads one.
+Saved voices live in ``prompts/library/`` (see ``cosyedge.voices.library``); `speak --voice-id ID` reads one.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 from cosyedge import config
 from cosyedge.audio import condition_prompt
-from cosyedge.consent import CONSENT_QUESTION, require_consent
-from cosyedge.consent import describe as describe_consent
+from cosyedge.voices.consent import CONSENT_QUESTION, require_consent
+from cosyedge.voices.consent import describe as describe_consent
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
 from cosyedge.files import write_atomic
-from cosyedge.service import SEED_PRESETS
-from cosyedge.voices import PromptCache, VoiceLibrary, refuse_preset_name
+from cosyedge.service.facade import SEED_PRESETS
+from cosyedge.voices.library import PromptCache, VoiceLibrary, refuse_preset_name
 
 LIBRARY_DIR = "library"
 CACHE_DIR = "cache"
@@ -108,7 +108,7 @@ def describe(meta: dict) -> str | None:
 
 def _engine_name(settings: config.Settings) -> str:
     """The configured model's engine, from its manifest ("" when the model is not set up yet)."""
-    from cosyedge.manifest import read_identity
+    from cosyedge.catalog.manifest import read_identity
 
     try:
         return read_identity(settings.model_path).engine
@@ -162,8 +162,8 @@ def run_transcript(args: argparse.Namespace) -> int:
     if args.text is not None:
         library.set_transcript(args.voice_id, args.text)
     elif args.hear:
-        from cosyedge.asr import Recognizer
-        from cosyedge.transcripts import hear
+        from cosyedge.listening.asr import Recognizer
+        from cosyedge.voices.transcripts import hear
 
         prompt, _, _ = library.load(args.voice_id)
         recognizer = Recognizer.for_models(settings.models_path, settings.threads, idle_seconds=0)
@@ -174,7 +174,7 @@ def run_transcript(args: argparse.Namespace) -> int:
     if not text:
         print(f"{info.id}: no transcript (heard offline at its first CosyVoice clone, or now with --hear)")
     elif info.transcript_source == "asr":
-        from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE
+        from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE
 
         confidence = info.transcript_confidence or 0.0
         verdict = "zero-shot" if confidence >= ZERO_SHOT_CONFIDENCE else "cross-lingual until corrected"

@@ -10,11 +10,11 @@ import logging
 from cosyedge.config import Settings
 from cosyedge.engines.base import Engine
 from cosyedge.errors import CosyedgeError, ModelMissingError
-from cosyedge.manifest import manifest_identity, read_manifest, verify_files
+from cosyedge.catalog.manifest import manifest_identity, read_manifest, verify_files
 
 logger = logging.getLogger(__name__)
 
-#: What each engine does natively, (clone, instruct), by engine name (cosyedge.manifest): known before
+#: What each engine does natively, (clone, instruct), by engine name (cosyedge.catalog.manifest): known before
 #: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
 #: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
 #: cosyvoice1: only its -Instruct variant follows instructions; until it loads the page says no.
@@ -36,9 +36,9 @@ def load_engine(settings: Settings) -> Engine:
     if identity.known and identity.family == "kokoro":
         from cosyedge.engines.kokoro.engine import KokoroEngine as engine_class
     elif identity.known and identity.family == "cosyvoice" and identity.version == 1:
-        from cosyedge.engines.cosyvoice.engine_v1 import CosyVoice1Engine as engine_class
+        from cosyedge.engines.cosyvoice.v1.engine import CosyVoice1Engine as engine_class
     elif identity.known and identity.family == "cosyvoice":  # its engine refuses a version it cannot run
-        from cosyedge.engines.cosyvoice.engine import CosyVoiceEngine as engine_class
+        from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine as engine_class
     else:
         raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {identity.engine!r}")
     try:

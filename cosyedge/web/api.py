@@ -1,4 +1,4 @@
-"""REST routes over the one :class:`~cosyedge.service.Service`.
+"""REST routes over the one :class:`~cosyedge.service.facade.Service`.
 
 * ``POST /tts``: the seed's route (``{"text","speaker","speed"}`` -> base64 WAV JSON), extended with
   ``voice_id``, ``instruct``, ``prompt_audio`` (base64), ``prompt_text``, ``language`` and ``job_id``.
@@ -46,9 +46,9 @@ from cosyedge import __version__
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
                              ParameterError, PayloadTooLargeError)
-from cosyedge.jobs import Job
-from cosyedge.service import Service, TTSRequest, TTSResult
-from cosyedge.streaming import AudioStream
+from cosyedge.service.jobs import Job
+from cosyedge.service.facade import Service, TTSRequest, TTSResult
+from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router
 

@@ -4,7 +4,7 @@ time), each playable and downloadable.
 The page is shared: the list holds everyone's outputs on this box, and the texts are stored with
 them; the tab says both, and how long things are kept. What stays is the janitor's alone (its limits
 from :meth:`Service.retention`); the list is :meth:`Service.history`, the records next to the WAVs
-still in outputs/ (:mod:`cosyedge.history`). Opening an entry leases its WAV (the janitor spares it
+still in outputs/ (:mod:`cosyedge.service.history`). Opening an entry leases its WAV (the janitor spares it
 while it is downloaded).
 """
 
@@ -13,8 +13,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from cosyedge.history import HistoryEntry
-from cosyedge.service import Service
+from cosyedge.service.history import HistoryEntry
+from cosyedge.service.facade import Service
 
 if TYPE_CHECKING:
     import gradio as gr

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from cosyedge.jobs import Job
-from cosyedge.service import Service
+from cosyedge.service.jobs import Job
+from cosyedge.service.facade import Service
 
 #: How often the wait reports progress (seconds).
 REPORT_EVERY_S = 0.25

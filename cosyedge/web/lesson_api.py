@@ -22,8 +22,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from cosyedge.errors import NotFoundError
-from cosyedge.lessons import LessonResult, check_lesson_size
-from cosyedge.service import Service, TTSRequest
+from cosyedge.service.lessons import LessonResult, check_lesson_size
+from cosyedge.service.facade import Service, TTSRequest
 
 logger = logging.getLogger(__name__)
 

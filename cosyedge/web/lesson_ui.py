@@ -3,7 +3,7 @@
 Each tab gets a folded "long lesson from a file" box (:func:`lesson_controls`): the file (.txt or
 .md, UTF-8, with its limit stated), "one WAV per paragraph (zip)", and a button; the tab's own voice
 fields make the request (:mod:`cosyedge.web.ui` builds it), the service reads the lesson
-(``Service.read_lesson`` / ``submit_lesson``, :mod:`cosyedge.lessons`), and :func:`follow_lesson`
+(``Service.read_lesson`` / ``submit_lesson``, :mod:`cosyedge.service.lessons`), and :func:`follow_lesson`
 reports the paragraph being made with the time left until the WAV lands in the tab's player.
 """
 
@@ -12,10 +12,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cosyedge.jobs import Job
-from cosyedge.lessons import LESSON_SUFFIXES, LessonResult
+from cosyedge.service.jobs import Job
+from cosyedge.service.lessons import LESSON_SUFFIXES, LessonResult
 from cosyedge.notes import code_of
-from cosyedge.service import Service
+from cosyedge.service.facade import Service
 from cosyedge.web.job_wait import wait_reporting
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The page's Models tab: the usable models under models/ and the switch between them.
 
 The list and the switch are the service's (:meth:`Service.models`, :meth:`Service.switch_model`,
-over :mod:`cosyedge.model_catalog`); this tab only shows them. A switch is refused while jobs run or
+over :mod:`cosyedge.catalog.models`); this tab only shows them. A switch is refused while jobs run or
 wait (the service's 409, shown as a lasting toast); the new model loads on the next Generate. With
 ``COSYEDGE_AUTH`` set the whole page, this tab included, is behind the credentials.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from cosyedge.errors import CosyedgeError
-from cosyedge.service import Service
+from cosyedge.service.facade import Service
 
 if TYPE_CHECKING:
     import gradio as gr

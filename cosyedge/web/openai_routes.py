@@ -7,7 +7,7 @@
   base URL (``{"models": [{"id"}]}``, ``{"voices": [{"id", "name"}]}``), each also under ``data``.
 * ``POST /v1/audio/voices``: what the official client's ``audio.voices.create(name=...,
   audio_sample=..., consent=...)`` sends (multipart), plus an optional ``transcript``; through the
-  service's consent check (:mod:`cosyedge.consent`). ``DELETE /v1/audio/voices/{id}``.
+  service's consent check (:mod:`cosyedge.voices.consent`). ``DELETE /v1/audio/voices/{id}``.
 
 A ``voice`` names, in this order: a preset, a saved voice id, an OpenAI voice name (mapped to the
 nearest preset); ``{"id": ...}`` (what the client sends for a custom voice) is read the same way.
@@ -24,7 +24,7 @@ from fastapi import APIRouter, File, Form, UploadFile
 from pydantic import BaseModel, ConfigDict
 
 from cosyedge.errors import ParameterError
-from cosyedge.service import Service
+from cosyedge.service.facade import Service
 
 logger = logging.getLogger(__name__)
 

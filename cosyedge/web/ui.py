@@ -1,4 +1,4 @@
-"""The Gradio page: three generate tabs over one :class:`~cosyedge.service.Service`, and the
+"""The Gradio page: three generate tabs over one :class:`~cosyedge.service.facade.Service`, and the
 studio tabs it mounts (``models_tab``, ``voices_tab``, ``history_tab``). Handlers stay thin.
 
 Every generate handler submits a streaming :class:`TTSRequest`, shows a live player at once, then
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cosyedge.engines.base import KNOWN_LANGUAGES, LANGUAGES
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
-from cosyedge.jobs import PHASE_STARTING, Job
+from cosyedge.service.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
-from cosyedge.service import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
+from cosyedge.service.facade import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
                               PHASE_TRANSCRIBING, SPEED_RANGE, Service, TTSRequest, TTSResult)
-from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
+from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
                                     lesson_controls, lesson_line)
@@ -90,11 +90,11 @@ PROMPT_GONE = ("The prompt audio is no longer on the server (the page keeps uplo
                f"（上传和录音保留 {UPLOAD_KEEP_S // 3600} 小时），请重新上传或录制")
 NO_SAVE_NAME = "Type a name to save the voice as / 请输入音色名称"
 #: The clone tab's one consent box, for generating from the prompt and for saving it
-#: (cosyedge.consent: the service refuses both without it).
+#: (cosyedge.voices.consent: the service refuses both without it).
 CONSENT_LABEL = ("The speaker of the prompt audio agreed to have their voice cloned / "
                  "参考音频的说话人已同意克隆其声音")
 #: What the similarity numbers mean, from the checks measured when the encoder was adopted
-#: (cosyedge/speaker.py): a hint on the scale, not a quality claim.
+#: (cosyedge/listening/speaker.py): a hint on the scale, not a quality claim.
 SIMILARITY_SCALE = ("cosine of voice embeddings, 1.00 = same; measured: the same voice on other "
                     "sentences 0.88-0.93, a male vs a female voice 0.10-0.48 / 声纹余弦相似度，"
                     "1.00 为相同；实测同一人不同句子 0.88-0.93，男女声之间 0.10-0.48")
@@ -259,7 +259,7 @@ def describe(result: TTSResult) -> str:
     return "\n\n".join(f"- {line}" for line in lines)
 
 
-#: The notes that say how a clone's prompt transcript was found (cosyedge.transcripts): shown with
+#: The notes that say how a clone's prompt transcript was found (cosyedge.voices.transcripts): shown with
 #: the transcript, not among the ignored fields.
 TRANSCRIPT_NOTES = frozenset({"transcript_heard", "transcript_unsure", "transcript_not_heard",
                               "transcript_unavailable"})
@@ -582,7 +582,7 @@ def capability_notes(service: Service) -> tuple[str, str]:
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
         if service.model_engine_name() == "cosyvoice3":
-            from cosyedge.engines.cosyvoice.version3 import INSTRUCT_NOTE
+            from cosyedge.engines.cosyvoice.v3.version import INSTRUCT_NOTE
 
             instruct_note += f". {INSTRUCT_NOTE}"
     else:

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from cosyedge.consent import describe as describe_consent
+from cosyedge.voices.consent import describe as describe_consent
 from cosyedge.errors import CosyedgeError
-from cosyedge.service import Service
-from cosyedge.transcripts import SOURCE_HEARD, ZERO_SHOT_CONFIDENCE, PromptTranscript
-from cosyedge.voices import VoiceInfo
+from cosyedge.service.facade import Service
+from cosyedge.voices.transcripts import SOURCE_HEARD, ZERO_SHOT_CONFIDENCE, PromptTranscript
+from cosyedge.voices.library import VoiceInfo
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -63,7 +63,7 @@ class VoicesTab:
 
 def rows(voices: list[VoiceInfo]) -> list[list[str]]:
     """The table's rows: name, length, the models it is encoded for, the model it was saved with,
-    when, and when the speaker's consent was confirmed (cosyedge.consent; it travels in the zip)."""
+    when, and when the speaker's consent was confirmed (cosyedge.voices.consent; it travels in the zip)."""
     return [[voice.name, f"{voice.duration_s:.1f} s",
              ", ".join(voice.encoded_for) or "none recorded / 无记录",
              voice.model_id or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(voice.created)),

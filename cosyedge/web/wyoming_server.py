@@ -1,7 +1,7 @@
 """A Wyoming TTS server inside the app's process: how Home Assistant speaks through a TTS box.
 
 It runs on its own thread and event loop next to the web server and submits every request to the
-same :class:`~cosyedge.service.Service`, so the one job queue (two jobs at a time), the thermal
+same :class:`~cosyedge.service.facade.Service`, so the one job queue (two jobs at a time), the thermal
 governor and the one loaded model hold for Wyoming clients too.
 
 * ``describe`` -> ``info``: one TTS program whose voices are the model's presets, then the saved
@@ -39,8 +39,8 @@ from cosyedge import __version__
 from cosyedge.audio import to_pcm16
 from cosyedge.engines.base import LANGUAGES
 from cosyedge.errors import CosyedgeError
-from cosyedge.jobs import Job
-from cosyedge.service import Service, TTSRequest
+from cosyedge.service.jobs import Job
+from cosyedge.service.facade import Service, TTSRequest
 
 logger = logging.getLogger(__name__)
 

@@ -100,8 +100,8 @@ def test_rename_and_import_refuse_a_preset_name_like_save(tmp_path, capsys):
 
 def test_the_preset_name_check_is_one_function(tmp_path):
     from cosyedge.errors import NameError_
-    from cosyedge.service import SEED_PRESETS
-    from cosyedge.voices import refuse_preset_name
+    from cosyedge.service.facade import SEED_PRESETS
+    from cosyedge.voices.library import refuse_preset_name
 
     refuse_preset_name("Ms Lee", SEED_PRESETS)
     refuse_preset_name(None, SEED_PRESETS)  # not text: name_to_id words that refusal
@@ -116,7 +116,7 @@ def test_the_preset_name_check_is_one_function(tmp_path):
 
 def test_consent_travels_through_export_and_import(tmp_path, capsys):
     """The record keeps the moment it was given, through a zip and back."""
-    from cosyedge.voices import VoiceLibrary
+    from cosyedge.voices.library import VoiceLibrary
 
     wav = tmp_path / "me.wav"
     sf.write(wav, speechlike(5.0), 24000)
@@ -133,7 +133,7 @@ def test_consent_travels_through_export_and_import(tmp_path, capsys):
 
 
 def test_library_transcript_shows_sets_and_hears(tmp_path, capsys, monkeypatch):
-    from cosyedge import asr
+    from cosyedge.listening import asr
     from tests.helpers.fake_recognizer import FakeRecognizer
 
     wav = tmp_path / "me.wav"

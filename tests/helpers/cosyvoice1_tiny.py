@@ -43,7 +43,7 @@ def _write_speakers(directory: Path) -> None:
 
 def convert_all(work: Path, models: Path) -> dict[str, Path]:
     """Write the checkpoints under ``work`` and convert each (int8) into ``models/<model id>``."""
-    from cosyedge.export.cosyvoice1 import convert
+    from cosyedge.export.cosyvoice.v1.convert import convert
 
     out = {}
     for name, src in write_checkpoints(Path(work)).items():

@@ -108,7 +108,7 @@ def models_dir(out: Path = DEFAULT_OUT) -> Path:
 
 
 def build(out: Path = DEFAULT_OUT) -> Path:
-    from cosyedge.export.cosyvoice3 import convert
+    from cosyedge.export.cosyvoice.v3.convert import convert
 
     def fill(work: Path) -> dict:
         source = write_official_dir(work / "src" / "Fun-CosyVoice3-0.5B")

@@ -108,7 +108,7 @@ def tiny_source_dir(tmp_path_factory) -> Path:
 def converted_models_dir(tmp_path_factory, model_id: str = "cosyvoice2-tiny") -> Path:
     """``models/`` holding the tiny checkpoint converted with int8 as ``model_id``; built once per session."""
     if model_id not in _CACHE:
-        from cosyedge.export.cosyvoice2 import convert
+        from cosyedge.export.cosyvoice.v2.convert import convert
 
         root = tmp_path_factory.mktemp("cosy2")
         convert(tiny_source_dir(tmp_path_factory), root / "models" / model_id, quantize="int8")
@@ -125,7 +125,7 @@ def build_cache(out: Path) -> Path:
     Run in a process of its own (:func:`main`): the stamp lists the repository files this process
     has imported, so anything else loaded before would only make the cache go stale more often.
     """
-    from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.export.cosyvoice.v2.convert import convert
 
     def fill(work: Path) -> dict:
         source = write_tiny_checkpoint(work / "src" / "CosyVoice2-0.5B")["dir"]

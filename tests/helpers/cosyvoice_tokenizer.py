@@ -22,7 +22,7 @@ CORPUS = [
 def write_tiny_tokenizer(directory: Path, vocab_size: int = 600) -> Path:
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-    from cosyedge.engines.cosyvoice.tokenizer import QWEN2_PATTERN
+    from cosyedge.engines.cosyvoice.common.tokenizer import QWEN2_PATTERN
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, Capabilities, CancelFn, ProgressFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
-from cosyedge.engines.cosyvoice.instruct_format import format_instruction
+from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
 from cosyedge.errors import CancelledError
 from cosyedge.text import langid
 

@@ -1,4 +1,4 @@
-"""A stand-in for ``cosyedge.asr.Recognizer``: hears a fixed text with a fixed confidence, counts calls,
+"""A stand-in for ``cosyedge.listening.asr.Recognizer``: hears a fixed text with a fixed confidence, counts calls,
 and can hold a transcription until a test lets it go."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from cosyedge.asr import Transcript
+from cosyedge.listening.asr import Transcript
 
 
 class FakeRecognizer:

@@ -24,7 +24,7 @@ def main() -> None:
 
     from app import build_app
     from cosyedge.config import Settings
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     from tests.helpers.fake_engine import FakeFactory
 
     settings = Settings(root=args.root, port=args.port, idle_unload_minutes=0).validate()

@@ -23,7 +23,7 @@ class HopGate:
         self._release.set()
 
     def install(self, monkeypatch) -> "HopGate":  # noqa: ANN001 - pytest's fixture
-        from cosyedge.engines.cosyvoice import engine as engine_module
+        from cosyedge.engines.cosyvoice.common import engine as engine_module
 
         real = engine_module.stream_hops
 

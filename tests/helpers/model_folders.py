@@ -1,12 +1,12 @@
 """Small model folders for catalog, import and switching tests: a few bytes per file and a manifest
-written by the project's own writer (cosyedge.manifest.write_manifest), like setup-model's and
+written by the project's own writer (cosyedge.catalog.manifest.write_manifest), like setup-model's and
 convert's. They hold no runnable model; tests that switch use the fake engine."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cosyedge.manifest import write_manifest
+from cosyedge.catalog.manifest import write_manifest
 
 KOKORO_LICENCE = {"weights": "Apache-2.0 (hexgrad/Kokoro-82M)", "packages": "Apache-2.0"}
 COSYVOICE_LICENCE = {"weights": "Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)", "code": "Apache-2.0"}

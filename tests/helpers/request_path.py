@@ -3,7 +3,7 @@ was given, for the tests that check the worker and the CLI run the same prepared
 
 from __future__ import annotations
 
-from cosyedge.service import Service
+from cosyedge.service.facade import Service
 
 
 def record_request_path(monkeypatch) -> tuple[list, list]:

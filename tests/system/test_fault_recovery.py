@@ -27,7 +27,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.errors import EngineError, StorageFullError
-from cosyedge.service import TTSRequest
+from cosyedge.service.facade import TTSRequest
 from tests.helpers import REPO
 from tests.helpers.live_server import free_port
 from tests.helpers.fake_engine import FakeEngine, FakeFactory
@@ -213,7 +213,7 @@ def tiny_outputs(tmp_path):
 
 def test_disk_full_on_outputs_gives_a_clear_error_and_the_janitor_frees_space(
         make_service, web_settings, tiny_outputs, monkeypatch):
-    from cosyedge.janitor import Janitor
+    from cosyedge.ops.janitor import Janitor
 
     # the free-disk guard would refuse this job before it runs (tests/test_service_lessons.py):
     # off here, since this is about a write that fails

@@ -1,6 +1,6 @@
 """SIGKILL while the voice library and the prompt cache write: saved voices survive, the cache heals.
 
-Needs the voice library and prompt cache (cosyedge/voices.py, branch `voices`); until that branch
+Needs the voice library and prompt cache (cosyedge/voices/library.py, branch `voices`); until that branch
 is merged these tests report xfail with that reason and turn into real checks by themselves.
 """
 
@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import REPO
 
-HAVE_VOICES = importlib.util.find_spec("cosyedge.voices") is not None
+HAVE_VOICES = importlib.util.find_spec("cosyedge.voices.library") is not None
 pytestmark = pytest.mark.slow
 
 #: Child process: saves (and overwrites) voices and fills the prompt cache until it is killed.
@@ -29,7 +29,7 @@ import sys, itertools
 from pathlib import Path
 import numpy as np
 from cosyedge.audio import condition_prompt_array
-from cosyedge.voices import PromptCache, VoiceLibrary
+from cosyedge.voices.library import PromptCache, VoiceLibrary
 from tests.helpers.fake_engine import FakeEngine
 
 root = Path(sys.argv[1])
@@ -52,8 +52,8 @@ def tree_digest(folder: Path) -> dict[str, str]:
 @pytest.fixture
 def voices_module():
     if not HAVE_VOICES:
-        pytest.xfail("cosyedge.voices (voice library, prompt cache) is on branch voices, not merged")
-    return importlib.import_module("cosyedge.voices")
+        pytest.xfail("cosyedge.voices.library (voice library, prompt cache) is on branch voices, not merged")
+    return importlib.import_module("cosyedge.voices.library")
 
 
 def test_sigkill_during_library_and_cache_writes(voices_module, tmp_path):
@@ -95,7 +95,7 @@ import os, signal, sys
 from pathlib import Path
 import numpy as np
 from cosyedge.audio import condition_prompt_array
-from cosyedge.voices import VoiceLibrary
+from cosyedge.voices.library import VoiceLibrary
 
 library = VoiceLibrary(Path(sys.argv[1]) / "library")
 t = np.arange(16000 * 6) / 16000

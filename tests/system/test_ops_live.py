@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cosyedge.janitor import Janitor, JanitorPolicy
-from cosyedge.service import TTSRequest
-from cosyedge.thermal import ThermalGovernor, ThermalThresholds
+from cosyedge.ops.janitor import Janitor, JanitorPolicy
+from cosyedge.service.facade import TTSRequest
+from cosyedge.host.thermal import ThermalGovernor, ThermalThresholds
 from tests.helpers.waiting import Looks
 
 pytestmark = pytest.mark.load

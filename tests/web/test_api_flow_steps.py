@@ -27,7 +27,7 @@ def server(tiny_cosyvoice_server):
 @pytest.fixture
 def steps_seen(monkeypatch) -> list[int | None]:
     """Every ``n_timesteps`` the flow decoder is called with (whole sentences and streams)."""
-    from cosyedge.engines.cosyvoice.flow import FlowDecoder
+    from cosyedge.engines.cosyvoice.common.flow import FlowDecoder
 
     seen: list[int | None] = []
     whole, stream = FlowDecoder.__call__, FlowDecoder.stream

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from cosyedge.jobs import JobState
+from cosyedge.service.jobs import JobState
 
 pytestmark = pytest.mark.load
 

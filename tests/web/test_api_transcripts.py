@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from cosyedge.transcripts import ZERO_SHOT_CONFIDENCE
+from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE
 from tests.helpers.fake_engine import FakeFactory
 from tests.helpers.fake_recognizer import FakeRecognizer
 from tests.web.test_api import wav_b64

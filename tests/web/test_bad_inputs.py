@@ -47,7 +47,7 @@ def real_server(kokoro_models_dir, tmp_path_factory):
     """app.py's whole app (REST + page) on the embedded engine, with a saved voice and an output."""
     from app import build_app
     from cosyedge.audio import write_wav_atomic
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     import numpy as np
 
     root = tmp_path_factory.mktemp("bad-inputs")

@@ -242,7 +242,7 @@ def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_serv
     import numpy as np
     import soundfile as sf
 
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
 
     service = Service(dataclasses.replace(web_settings, models_dir=kokoro_models_dir))
     service.start()

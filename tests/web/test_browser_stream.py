@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from cosyedge.config import Settings
-from cosyedge.jobs import JobState
+from cosyedge.service.jobs import JobState
 from tests.helpers.hop_gate import HopGate
 from tests.helpers.tiny_models import MODEL_ID
 from tests.web.test_browser import SOURCE_SPY, browser, generate_preset, open_page  # noqa: F401 - fixture
@@ -26,7 +26,7 @@ def test_cosyvoice_job_plays_before_it_ends_and_cancel_silences_it(browser, tiny
                                                                    tmp_path, live_server, monkeypatch):
     settings = Settings(root=tmp_path, models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
                         idle_unload_minutes=0).validate()
-    from cosyedge.service import Service
+    from cosyedge.service.facade import Service
     service = Service(settings)
     service.start()
     with service.holder.use():

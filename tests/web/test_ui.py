@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyedge.service import TTSRequest
+from cosyedge.service.facade import TTSRequest
 from cosyedge.web.ui import build_ui, queue_settings, run_request
 
 
@@ -170,7 +170,7 @@ def test_errors_stay_until_closed_and_empty_text_is_bilingual(make_service):
 def result_with(**fields):
     import numpy as np
 
-    from cosyedge.service import TTSResult
+    from cosyedge.service.facade import TTSResult
 
     base = dict(job_id="j", audio=np.zeros(2400, dtype=np.float32), sample_rate=24000, engine="kokoro",
                 model_id="kokoro-int8", voice="female_1", voice_match="preset",
@@ -181,7 +181,7 @@ def result_with(**fields):
 
 
 def test_panel_shows_user_text_as_text():
-    from cosyedge.instruct import plan
+    from cosyedge.instruct.plan import plan
     from cosyedge.engines.base import Capabilities
     from cosyedge.web.ui import describe
 
@@ -238,7 +238,7 @@ def test_panel_lists_text_not_read_and_fields_ignored():
 
 def test_unknown_instruction_panel_says_one_thing():
     from cosyedge.engines.base import Capabilities
-    from cosyedge.instruct import plan
+    from cosyedge.instruct.plan import plan
     from cosyedge.web.ui import describe
 
     caps = Capabilities(native_clone=False, native_instruct=False, languages=("auto",), sample_rate=24000)
@@ -300,7 +300,7 @@ def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monke
 def test_a_cancelled_event_frees_its_jobs_place_in_the_queue_at_once(make_service, web_settings,
                                                                        fake_factory):
     """Gradio cancelling a generate event whose job still waits takes the job out of the queue."""
-    from cosyedge.jobs import JobState
+    from cosyedge.service.jobs import JobState
 
     fake_factory.engine_kwargs["delay"] = 0.5
     service = make_service(dataclasses.replace(web_settings, concurrency=1))
@@ -404,11 +404,12 @@ def real_refusals(service, tmp_path):
 
     import numpy as np
 
-    from cosyedge import synthesis, voices
+    from cosyedge.service import synthesis
+    from cosyedge.voices import library as voices
     from cosyedge.audio import condition_prompt, condition_prompt_array
     from cosyedge.engines.kokoro.frontend import KokoroFrontend
-    from cosyedge.jobs import JobQueue
-    from cosyedge.thermal import ThermalSnapshot
+    from cosyedge.service.jobs import JobQueue
+    from cosyedge.host.thermal import ThermalSnapshot
 
     def kokoro(text):
         frontend = KokoroFrontend()

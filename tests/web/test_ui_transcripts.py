@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyedge.service import TTSRequest
-from cosyedge.transcripts import SOURCE_HEARD, SOURCE_USER, ZERO_SHOT_CONFIDENCE, PromptTranscript
+from cosyedge.service.facade import TTSRequest
+from cosyedge.voices.transcripts import SOURCE_HEARD, SOURCE_USER, ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.ui import describe, transcribe_prompt
 from cosyedge.web.voices_tab import transcript_line
 from tests.helpers.fake_engine import FakeFactory

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cosyedge.janitor import Janitor
+from cosyedge.ops.janitor import Janitor
 from tests.helpers.live_server import LiveServer
 
 MB = 1_000_000

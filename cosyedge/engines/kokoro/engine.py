@@ -25,7 +25,7 @@ from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in
 from cosyedge.engines.kokoro.sessions import Session, make_session
 from cosyedge.engines.kokoro.silence import trim_silence
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
-from cosyedge.manifest import manifest_identity, read_manifest, verify_files
+from cosyedge.catalog.manifest import manifest_identity, read_manifest, verify_files
 from cosyedge.text import langid
 
 logger = logging.getLogger(__name__)
@@ -272,13 +272,13 @@ class KokoroEngine:
         self.transcribe = transcribe
 
     def reading_errors(self, voice: VoicePrompt | str, cancelled: CancelFn | None = None) -> dict[str, float]:
-        """Error rate per language of ``voice`` on the guard lines (``cosyedge.intelligibility``),
+        """Error rate per language of ``voice`` on the guard lines (``cosyedge.listening.intelligibility``),
         heard by :attr:`transcribe`; {} when there is no listener or its model is not installed."""
         if self.transcribe is None:
             logger.info("matched voice not checked for intelligibility: no speech recognizer was given")
             return {}
-        from cosyedge import intelligibility
-        from cosyedge.synthesis import synthesize
+        from cosyedge.listening import intelligibility
+        from cosyedge.service.synthesis import synthesize
 
         def speak(text: str, language: str) -> tuple[np.ndarray, int]:
             out = synthesize(self, text, voice, SynthesisOptions(language=language), max_chars=1000)

@@ -41,7 +41,7 @@ from cosyedge.engines.kokoro import fused_ops
 from cosyedge.engines.kokoro.graph_index import GraphIndex, find_matches
 from cosyedge.engines.kokoro.sessions import register_shared_arena, segment_session_options
 from cosyedge.errors import EngineError
-from cosyedge.heap import trim_heap
+from cosyedge.host.heap import trim_heap
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Approximate voice match for the embedded Kokoro engine, which cannot clone.
 
 What it does, honestly: it looks for the Kokoro style pack whose voice sounds most like the prompt to a
-speaker encoder (``cosyedge.speaker``), among blends of the five bundled packs. Kokoro's 256-d style
+speaker encoder (``cosyedge.listening.speaker``), among blends of the five bundled packs. Kokoro's 256-d style
 vector has two halves: the first 128 values drive the decoder (timbre), the last 128 the prosody
 predictor (pitch contour, durations, energy). The search space is therefore two blend weight vectors
 over the packs, one per half, which lets it mix one pack's timbre with another's pitch, with a small
@@ -46,7 +46,7 @@ from cosyedge.engines.base import VoicePrompt
 from cosyedge.engines.kokoro import adapt, presets
 from cosyedge.engines.kokoro.silence import trim_silence
 from cosyedge.errors import CancelledError
-from cosyedge.speaker import SpeakerEncoder, cosine, shared_encoder
+from cosyedge.listening.speaker import SpeakerEncoder, cosine, shared_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ def probes_fingerprint(engine: Any) -> str:
     speaker encoder file. A stored table is used only when this matches."""
     import hashlib
 
-    from cosyedge.speaker import encoder_path
+    from cosyedge.listening.speaker import encoder_path
 
     h = hashlib.sha256(json.dumps({"version": 2, "probe": PROBE_PHONEMES, "check": CHECK_LINES,
                                    "recipes": repr(presets.LANGUAGE_RECIPES), "presets": presets.PRESETS,

@@ -43,7 +43,7 @@ from cosyedge.engines.kokoro import crop, fused_runtime
 from cosyedge.engines.kokoro.model_files import FIX_HINT, MODEL_ID, ONNX_NAME, SAMPLE_RATE, VOCAB_NAME, VOICES_NAME
 from cosyedge.errors import ModelMissingError
 from cosyedge.export.kokoro import checks, optimize
-from cosyedge.manifest import read_manifest, verify_files, write_manifest
+from cosyedge.catalog.manifest import read_manifest, verify_files, write_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice import calibrate
-from cosyedge.engines.cosyvoice.calibrate import host_costs, measure_thread_costs, thread_counts
-from cosyedge.engines.cosyvoice.threads import COSTS_FILE, ThreadCosts, host_key, plan_threads
+from cosyedge.engines.cosyvoice.common import calibrate
+from cosyedge.engines.cosyvoice.common.calibrate import host_costs, measure_thread_costs, thread_counts
+from cosyedge.engines.cosyvoice.common.threads import COSTS_FILE, ThreadCosts, host_key, plan_threads
 
 
 class FakeLM:
@@ -141,6 +141,6 @@ def test_the_engine_measures_a_new_host_once(tiny_cosyvoice_models, tmp_path, ca
 
 
 def _cpus() -> int:
-    from cosyedge.cpus import usable_cpus
+    from cosyedge.host.cpus import usable_cpus
 
     return usable_cpus()

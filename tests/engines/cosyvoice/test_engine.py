@@ -279,7 +279,7 @@ def test_engine_runs_with_torch_blocked(models_dir, tmp_path):
 
 def test_converter_can_store_the_speech_tokenizer_int8(tmp_path_factory, tmp_path):
     """``--speech-tokenizer-int8``: the copied tokenizer shrinks, the manifest records it, the engine reads it."""
-    from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.export.cosyvoice.v2.convert import convert
 
     src = tiny_source_dir(tmp_path_factory)
     manifest = convert(src, tmp_path / "m", quantize="int8", steps=["frontend"],
@@ -307,7 +307,7 @@ def _damaged_copy(models_dir, tmp_path, name: str):
 
 def test_damaged_graph_names_the_file_and_the_fix(models_dir, tmp_path):
     """A bad copy to the box: the load (or the clone that opens campplus) says which file, not protobuf."""
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
     from cosyedge.errors import ModelMissingError
 
     models = _damaged_copy(models_dir, tmp_path, "llm.onnx")

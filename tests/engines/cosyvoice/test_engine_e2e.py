@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch", reason="building the tiny checkpoint needs the reference: scripts/install_reference.sh")
 pytestmark = [pytest.mark.reference, pytest.mark.slow]  # builds (once, cached), converts and runs tiny models
 
-from cosyedge import synthesis  # noqa: E402
+from cosyedge.service import synthesis  # noqa: E402
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402

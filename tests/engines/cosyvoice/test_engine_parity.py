@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.reference, pytest.mark.slow]  # builds, converts and r
 
 from cosyedge.config import Settings  # noqa: E402
 from cosyedge.engines.loader import load_engine  # noqa: E402
-from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
+from cosyedge.engines.cosyvoice.common.sampling import greedy  # noqa: E402
 from tests.helpers import cosyvoice_llm_reference as _llm_reference, cosyvoice_reference as _reference  # noqa: E402
 from tests.helpers.cosyvoice_tiny import write_tiny_checkpoint  # noqa: E402
 
@@ -27,7 +27,7 @@ WAV_TOL = 2e-4
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from cosyedge.export.cosyvoice2 import convert
+    from cosyedge.export.cosyvoice.v2.convert import convert
 
     root = tmp_path_factory.mktemp("e2e")
     ckpt = write_tiny_checkpoint(root / "src", presets=False)

@@ -17,7 +17,7 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.loader import load_engine
 from cosyedge.errors import CancelledError
-from cosyedge import synthesis
+from cosyedge.service import synthesis
 from tests.helpers.tiny_models import MODEL_ID
 
 pytestmark = pytest.mark.slow  # loads the tiny model (~5 s)

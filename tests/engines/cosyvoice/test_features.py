@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice import features
+from cosyedge.engines.cosyvoice.common import features
 from cosyedge.errors import AudioError
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice.flow import FlowDecoder, FlowParams
+from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams
 
 
 pytestmark = pytest.mark.reference  # runs in .venv-ref (PyTorch reference / converter stack)

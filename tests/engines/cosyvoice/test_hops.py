@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from cosyedge.engines.cosyvoice.hops import stream_hops
+from cosyedge.engines.cosyvoice.common.hops import stream_hops
 
 HOP = 25
 

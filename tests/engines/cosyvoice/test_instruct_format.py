@@ -1,10 +1,10 @@
-"""CosyVoice's instruction prompt per model version (cosyedge.engines.cosyvoice.instruct_format)."""
+"""CosyVoice's instruction prompt per model version (cosyedge.engines.cosyvoice.common.instruct_format)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cosyedge.engines.cosyvoice.instruct_format import format_instruction
+from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
 from cosyedge.errors import ParameterError
 
 

@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("torch", reason="the parity tests need the reference: scripts/install_reference.sh .venv")
 pytestmark = [pytest.mark.reference, pytest.mark.slow]  # builds, converts and runs tiny models (~10-40 s)
 
-from cosyedge.engines.cosyvoice.llm import SpeechLM  # noqa: E402
-from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
-from cosyedge.export.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, dequantize_blocks, dequantize_int8_blocks,  # noqa: E402
+from cosyedge.engines.cosyvoice.common.llm import SpeechLM  # noqa: E402
+from cosyedge.engines.cosyvoice.common.sampling import greedy  # noqa: E402
+from cosyedge.export.cosyvoice.common.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, dequantize_blocks, dequantize_int8_blocks,  # noqa: E402
                                  export_llm, quantize_blocks, quantize_int8_blocks, quantize_text_embedding)
 from tests.helpers import cosyvoice_llm_reference as ref  # noqa: E402
 

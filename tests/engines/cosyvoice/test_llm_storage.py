@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("onnx", reason="the converter's graph tools need onnx")
 
-from cosyedge.engines.cosyvoice.manifest import ReleasingSession, open_session  # noqa: E402
+from cosyedge.engines.cosyvoice.common.manifest import ReleasingSession, open_session  # noqa: E402
 from cosyedge.errors import InputError  # noqa: E402
-from cosyedge.export.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, WeightPlan, check_options,  # noqa: E402
+from cosyedge.export.cosyvoice.common.llm import (DEFAULT_PLAN, FP32, INT4_PLAN, WeightPlan, check_options,  # noqa: E402
                                  int8_speech_tokenizer, plan_for)
-from cosyedge.export.quantize import store_weights_fp16  # noqa: E402
+from cosyedge.export.cosyvoice.common.quantize import store_weights_fp16  # noqa: E402
 from tests.helpers.cosyvoice_tiny import speech_tokenizer_standin  # noqa: E402
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice.sampling import RasSampler, greedy
+from cosyedge.engines.cosyvoice.common.sampling import RasSampler, greedy
 
 pytestmark = pytest.mark.reference  # runs in .venv-ref (PyTorch reference / converter stack)
 

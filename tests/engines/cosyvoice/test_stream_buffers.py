@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosyedge.engines.cosyvoice.flow import _Growing
+from cosyedge.engines.cosyvoice.common.flow import _Growing
 
 
 def test_the_growing_cache_keeps_its_room_near_what_it_holds():

@@ -14,7 +14,7 @@ import pytest
 
 from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
-from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 from cosyedge.engines.loader import load_engine
 from tests.helpers.tiny_models import MODEL_ID
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 from tests.helpers.tiny_models import MODEL_ID
 
 pytestmark = pytest.mark.slow  # loads the tiny model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cosyedge.engines.cosyvoice.text_normalize import (TextNormalizer, is_only_punctuation, number_to_words,
+from cosyedge.engines.cosyvoice.common.text_normalize import (TextNormalizer, is_only_punctuation, number_to_words,
                                                        replace_blank, spell_out_numbers, split_paragraph)
 
 pytestmark = pytest.mark.reference  # runs in .venv-ref (PyTorch reference / converter stack)

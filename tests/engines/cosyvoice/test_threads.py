@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from cosyedge.cpus import cgroup_cpu_limit, usable_cpus
-from cosyedge.engines.cosyvoice.threads import ThreadCosts, plan_threads
+from cosyedge.host.cpus import cgroup_cpu_limit, usable_cpus
+from cosyedge.engines.cosyvoice.common.threads import ThreadCosts, plan_threads
 
 
 def test_cgroup_v2_and_v1_quotas(tmp_path):

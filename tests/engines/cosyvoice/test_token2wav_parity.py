@@ -69,7 +69,7 @@ def model_dirs(upstream, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runtimes(model_dirs):
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
     return {name: Token2Wav.load(model_dirs[name], threads=2, verify_hashes=True) for name in ("fp32", "int8")}
 
 
@@ -105,7 +105,7 @@ def _np_inputs(inputs):
 
 
 def test_manifest_lists_every_file_with_sha256(model_dirs):
-    from cosyedge.manifest import sha256_file
+    from cosyedge.catalog.manifest import sha256_file
     for name in ("fp32", "int8"):
         directory = model_dirs[name]
         manifest = json.loads((directory / "manifest.json").read_text())
@@ -190,7 +190,7 @@ def test_unvoiced_hift_matches_upstream(runtimes, upstream_mel):
     vocoder = runtimes["fp32"].vocoder
     _, source_ref, noise = ref.upstream_hift_capturing_noise(hift, upstream_mel)
     # The converted model has the biased F0 head, so check the source generator alone on this F0.
-    from cosyedge.engines.cosyvoice.hift import excitation
+    from cosyedge.engines.cosyvoice.common.hift import excitation
     with torch.no_grad():
         f0 = hift.f0_predictor(torch.from_numpy(upstream_mel)[None])[0].numpy()
     assert f0.max() < 10, "this test wants unvoiced frames"
@@ -208,7 +208,7 @@ def test_token2wav_end_to_end(runtimes, inputs):
 
 
 def test_int8_deviation_from_fp32(runtimes, model_dirs, inputs):
-    from cosyedge.export.quantize import snr_db
+    from cosyedge.export.cosyvoice.common.quantize import snr_db
     manifest = json.loads((model_dirs["int8"] / "manifest.json").read_text())
     graphs = manifest["graphs"]
     assert graphs["flow_estimator.onnx"]["precision"] == "int8"
@@ -260,8 +260,8 @@ _NO_TORCH = textwrap.dedent("""
 def test_runtime_runs_with_torch_blocked(model_dirs, inputs):
     script = _NO_TORCH + textwrap.dedent(f"""
         import numpy as np
-        from cosyedge.engines.cosyvoice.token2wav import Token2Wav
-        from cosyedge.engines.cosyvoice import features
+        from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+        from cosyedge.engines.cosyvoice.common import features
         t2w = Token2Wav.load({str(model_dirs['int8'])!r}, threads=1)
         rng = np.random.default_rng(0)
         audio = t2w(rng.integers(0, 6561, 12), rng.integers(0, 6561, 4),
@@ -280,7 +280,7 @@ def test_runtime_runs_with_torch_blocked(model_dirs, inputs):
 def test_convert_without_torch_names_the_install_command(model_dirs, tmp_path):
     script = _NO_TORCH + textwrap.dedent(f"""
         from cosyedge.errors import CosyedgeError
-        from cosyedge.export.cosyvoice2 import convert
+        from cosyedge.export.cosyvoice.v2.convert import convert
         try:
             convert({str(model_dirs['src'])!r}, {str(tmp_path / 'out')!r})
         except CosyedgeError as exc:

@@ -63,7 +63,7 @@ class Recording:
 
 @pytest.fixture(scope="module")
 def t2w(model_dir):
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
     return Token2Wav.load(model_dir / "fp32", threads=2, verify_hashes=True)
 
 
@@ -161,7 +161,7 @@ def test_streamed_hift_equals_upstream(upstream, t2w):
     flow, hift = upstream
     mels = upstream_stream_mels(flow, _inputs(30, 110, seed=1))
     expected, noises = upstream_stream_audio(hift, mels)
-    from cosyedge.engines.cosyvoice.hift import HiftStream
+    from cosyedge.engines.cosyvoice.common.hift import HiftStream
     stream = HiftStream(t2w.vocoder, MEL_CACHE)
     for i, (mel, noise, want) in enumerate(zip(mels, noises, expected)):
         got = stream.push(mel, final=i == len(mels) - 1, noise=noise)
@@ -228,8 +228,8 @@ def test_int8_stream_with_float16_cache_stays_close_to_fp32(model_dir, t2w):
     key/value cache against the fp32 stream, SNR of the mel."""
     import json
 
-    from cosyedge.engines.cosyvoice.token2wav import Token2Wav
-    from cosyedge.export.quantize import snr_db
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+    from cosyedge.export.cosyvoice.common.quantize import snr_db
     manifest = json.loads((model_dir / "int8" / "manifest.json").read_text())
     assert manifest["config"]["flow"]["stream"]["kv_dtype"] == "float16"
     int8 = Token2Wav.load(model_dir / "int8", threads=2)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cosyedge.engines.cosyvoice.tokenizer import COSYVOICE2_SPECIALS, TextTokenizer
+from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, TextTokenizer
 from cosyedge.errors import ModelMissingError
 from tests.helpers.cosyvoice_tokenizer import write_tiny_tokenizer
 

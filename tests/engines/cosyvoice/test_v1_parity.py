@@ -23,11 +23,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the reference needs torch: scripts/install_reference.sh")
 pytestmark = pytest.mark.reference
 
-from cosyedge.engines.cosyvoice.llm_v1 import SpeechLMv1  # noqa: E402
-from cosyedge.engines.cosyvoice.manifest import ModelDir  # noqa: E402
-from cosyedge.engines.cosyvoice.sampling import greedy  # noqa: E402
-from cosyedge.engines.cosyvoice.tiktoken_bpe import TiktokenBPE  # noqa: E402
-from cosyedge.engines.cosyvoice.token2wav_v1 import Token2WavV1  # noqa: E402
+from cosyedge.engines.cosyvoice.v1.llm import SpeechLMv1  # noqa: E402
+from cosyedge.engines.cosyvoice.common.manifest import ModelDir  # noqa: E402
+from cosyedge.engines.cosyvoice.common.sampling import greedy  # noqa: E402
+from cosyedge.engines.cosyvoice.v1.tiktoken_bpe import TiktokenBPE  # noqa: E402
+from cosyedge.engines.cosyvoice.v1.token2wav import Token2WavV1  # noqa: E402
 from tests.helpers import cosyvoice1_reference as reference  # noqa: E402
 
 EOS = reference.EOS
@@ -36,7 +36,7 @@ EOS = reference.EOS
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(upstream llm, flow, hift; our converted fp32 model dir)."""
-    from cosyedge.export.cosyvoice1 import convert
+    from cosyedge.export.cosyvoice.v1.convert import convert
 
     root = tmp_path_factory.mktemp("v1parity")
     llm, flow, hift = reference.build_llm(seed=5), reference.build_flow(seed=6), reference.build_hift(seed=7)

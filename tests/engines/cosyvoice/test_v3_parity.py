@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice import version3
-from cosyedge.engines.cosyvoice.instruct_format import format_instruction
-from cosyedge.engines.cosyvoice.llm import SpeechLM
-from cosyedge.engines.cosyvoice.manifest import ModelDir
-from cosyedge.engines.cosyvoice.sampling import greedy
-from cosyedge.engines.cosyvoice.tokenizer import TextTokenizer
+from cosyedge.engines.cosyvoice.v3 import version as version3
+from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
+from cosyedge.engines.cosyvoice.common.llm import SpeechLM
+from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+from cosyedge.engines.cosyvoice.common.sampling import greedy
+from cosyedge.engines.cosyvoice.common.tokenizer import TextTokenizer
 from tests.helpers import cosyvoice3_fixture as fixture
 
 pytestmark = pytest.mark.slow  # needs the converted fixture, built by scripts/test.sh in .venv-ref

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice import version3
-from cosyedge.engines.cosyvoice.llm import LLMConfig, SpeechLM
-from cosyedge.engines.cosyvoice.sampling import greedy
+from cosyedge.engines.cosyvoice.v3 import version as version3
+from cosyedge.engines.cosyvoice.common.llm import LLMConfig, SpeechLM
+from cosyedge.engines.cosyvoice.common.sampling import greedy
 
 
 class _Scripted:

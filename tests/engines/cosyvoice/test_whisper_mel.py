@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 
-from cosyedge.engines.cosyvoice.whisper_mel import log_mel_spectrogram, mel_filters
+from cosyedge.engines.cosyvoice.common.whisper_mel import log_mel_spectrogram, mel_filters
 
 
 pytestmark = pytest.mark.reference  # runs in .venv-ref (PyTorch reference / converter stack)

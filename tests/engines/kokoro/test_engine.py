@@ -154,7 +154,7 @@ class CutFirstClauseFrontend(SplitOnPeriodFrontend):
 
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_clause_cut_chunk_gets_the_clause_pause_and_stream_equals_file(engine, language):
-    from cosyedge import synthesis
+    from cosyedge.service import synthesis
     from cosyedge.audio import CROSSFADE_S, SENTENCE_PAUSE_S
     from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
 

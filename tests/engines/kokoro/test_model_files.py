@@ -7,7 +7,7 @@ import pytest
 
 from cosyedge.engines.kokoro import model_files
 from cosyedge.errors import ModelMissingError
-from cosyedge.manifest import read_manifest
+from cosyedge.catalog.manifest import read_manifest
 
 
 def test_missing_model_names_the_command(tmp_path):

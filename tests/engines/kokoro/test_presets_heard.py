@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from cosyedge import intelligibility, synthesis
+from cosyedge.listening import intelligibility
+from cosyedge.service import synthesis
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt
 from cosyedge.engines.kokoro import presets
 from tests.helpers import REPO
@@ -46,7 +47,7 @@ def test_the_engine_reads_each_language_with_the_measured_recipe(kokoro_engine):
 
 def test_the_worst_preset_still_reads_as_the_committed_figure_says(kokoro_engine):
     """Heard again: the (preset, language) with the highest error rate on the report half."""
-    from cosyedge.asr import Recognizer
+    from cosyedge.listening.asr import Recognizer
 
     results = committed("intelligibility_results.json")
     after = results["after"]
@@ -66,7 +67,7 @@ def test_the_worst_preset_still_reads_as_the_committed_figure_says(kokoro_engine
 def test_the_voice_match_guard_hears_every_language_of_a_voice(kokoro_engine):
     """The guard the approximate match runs (``KokoroEngine.reading_errors``) on a preset-like encoded
     voice: a rate per language, and none "read badly" for a voice the check passed."""
-    from cosyedge.asr import Recognizer
+    from cosyedge.listening.asr import Recognizer
 
     voice = VoicePrompt(engine=kokoro_engine.name, model_id=kokoro_engine.model_id,
                         arrays={"style": presets.build(kokoro_engine.packs, presets.recipe("male_2", "ja"))})

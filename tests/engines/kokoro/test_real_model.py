@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge import synthesis
+from cosyedge.service import synthesis
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.errors import TextError
 
@@ -99,7 +99,7 @@ class _Shared:
 
 def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kokoro_engine, make_service):
     from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
-    from cosyedge.service import TTSRequest
+    from cosyedge.service.facade import TTSRequest
 
     service = make_service(factory=lambda: _Shared(kokoro_engine))
     text = "Every spring, the school organizes a trip to the mountains. The children walk along the river."
@@ -188,7 +188,7 @@ def test_engine_loads_the_runtime_graph_named_in_the_manifest(kokoro_models_dir,
     from cosyedge.config import from_env
     from cosyedge.engines.kokoro import engine as engine_module
     from cosyedge.export.kokoro import assembly
-    from cosyedge.manifest import read_manifest
+    from cosyedge.catalog.manifest import read_manifest
 
     assembled = assembly.assemble(kokoro_models_dir)  # up to date with this code
     opened = []

@@ -10,7 +10,7 @@ import soxr
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.kokoro import voice_match
 from cosyedge.engines.kokoro.engine import KokoroEngine
-from cosyedge.speaker import shared_encoder, similarity
+from cosyedge.listening.speaker import shared_encoder, similarity
 
 # "Once upon a time, a kind old woman lived in a village." / "Please read this book by tomorrow."
 TARGET_TEXT = "mɯkaɕimɯkaɕi, aɾɯ mɯɾa ɲi jasaɕii obaːsaɴ ɡa sɨnde i maɕita."

@@ -15,17 +15,17 @@ from tests.helpers import cosyvoice_reference as ref
 ref.install_shim()  # fails with the install command when the reference stack is missing
 import torch  # noqa: E402
 
-from cosyedge.export.cosyvoice2 import convert, read_config  # noqa: E402
+from cosyedge.export.cosyvoice.v2.convert import convert, read_config  # noqa: E402
 
 
 pytestmark = pytest.mark.reference  # runs in .venv-ref (PyTorch reference / converter stack)
 
 
 def test_full_yaml_reads_as_cosyvoice2_sizes(tmp_path):
-    from cosyedge.export.flow import flow_config
-    from cosyedge.export.flow_nets import FlowConfig
-    from cosyedge.export.hift import hift_config
-    from cosyedge.export.hift_nets import HiftConfig
+    from cosyedge.export.cosyvoice.common.flow import flow_config
+    from cosyedge.export.cosyvoice.common.flow_nets import FlowConfig
+    from cosyedge.export.cosyvoice.common.hift import hift_config
+    from cosyedge.export.cosyvoice.common.hift_nets import HiftConfig
 
     path = tmp_path / "cosyvoice2.yaml"
     path.write_text(ref.yaml_text("full"))
@@ -58,8 +58,8 @@ def _hift_dir(tmp_path, legacy: bool):
 @pytest.mark.slow
 @pytest.mark.parametrize("legacy", [False, True], ids=["parametrizations", "weight_g_v"])
 def test_both_weight_norm_spellings_convert_exactly(tmp_path, legacy):
-    from cosyedge.engines.cosyvoice.hift import HiftParams, HiftVocoder
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.common.hift import HiftParams, HiftVocoder
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
 
     hift, src = _hift_dir(tmp_path, legacy)
     if legacy:
@@ -127,7 +127,7 @@ def test_missing_files_and_bad_arguments(tmp_path):
 
 @pytest.mark.slow
 def test_model_dir_detects_missing_and_altered_files(tmp_path):
-    from cosyedge.engines.cosyvoice.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
 
     _, src = _hift_dir(tmp_path, legacy=False)
     out = tmp_path / "out"

@@ -14,8 +14,8 @@ pytest.importorskip("torch", reason="the converter needs torch: scripts/install_
 pytestmark = [pytest.mark.reference, pytest.mark.slow]  # conversions of tiny checkpoints (~10 s each)
 
 from cosyedge.errors import InputError, ModelMissingError  # noqa: E402
-from cosyedge.export.cosyvoice1 import convert, detect_variant  # noqa: E402
-from cosyedge.manifest import manifest_identity, sha256_file  # noqa: E402
+from cosyedge.export.cosyvoice.v1.convert import convert, detect_variant  # noqa: E402
+from cosyedge.catalog.manifest import manifest_identity, sha256_file  # noqa: E402
 from tests.helpers import cosyvoice1_reference as reference  # noqa: E402
 from tests.helpers.cosyvoice1_tiny import write_checkpoints  # noqa: E402
 

@@ -15,7 +15,7 @@ pytest.importorskip("torch", reason="the converter needs torch: run in .venv-ref
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
 
 from cosyedge import cli  # noqa: E402
-from cosyedge.manifest import sha256_file  # noqa: E402
+from cosyedge.catalog.manifest import sha256_file  # noqa: E402
 from tests.helpers import cosyvoice3_fixture as fixture  # noqa: E402
 
 

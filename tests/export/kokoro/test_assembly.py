@@ -17,7 +17,7 @@ import pytest
 from cosyedge.engines.kokoro import crop, fused_runtime, model_files
 from cosyedge.errors import ModelMissingError
 from cosyedge.export.kokoro import assembly, checks
-from cosyedge.manifest import read_manifest, sha256_file, verify_files
+from cosyedge.catalog.manifest import read_manifest, sha256_file, verify_files
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cosyedge.engines.kokoro import model_files
 from cosyedge.engines.kokoro.sessions import make_session
 from cosyedge.export.kokoro import assembly, checks, optimize
-from cosyedge.manifest import read_manifest
+from cosyedge.catalog.manifest import read_manifest
 
 RNG = np.random.default_rng(7)
 OUT_SHAPE = ["n", "c", "t"]  # symbolic: outputs are compared to onnxruntime, not to declared shapes

@@ -9,8 +9,8 @@ import weakref
 
 import pytest
 
-from cosyedge.jobs import KEEP_RESULTS
-from cosyedge.service import TTSRequest
+from cosyedge.service.jobs import KEEP_RESULTS
+from cosyedge.service.facade import TTSRequest
 
 pytestmark = pytest.mark.load
 

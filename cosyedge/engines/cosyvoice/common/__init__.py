@@ -1,0 +1,1 @@
+"""What every CosyVoice version shares at run time."""

@@ -1,0 +1,480 @@
+"""Flow matching at run time: speech tokens -> 80-bin mel, with onnxruntime + numpy only.
+
+Upstream semantics (``CausalMaskedDiffWithXvec.inference``, non-streaming):
+
+* prompt tokens and target tokens are encoded together; ``mu`` has 2 frames per token;
+* the condition holds the prompt mel in its first frames and zeros after;
+* the ODE starts from upstream's fixed noise (the converter saves it), and runs Euler steps on the cosine
+  schedule ``t = 1 - cos(pi/2 * k/n)``; each step is one batch-2 estimator call (row 0 conditioned,
+  row 1 with mu/spks/cond zeroed), mixed as ``(1 + r) v_cond - r v_uncond`` with r = 0.7;
+* nothing is padded, so upstream's estimator mask is all ones; our converter's estimator graph has no
+  mask input (graphs from older converters do, and get the ones);
+* the prompt frames are cut off the result.
+
+Streaming (:class:`FlowStream`, upstream's ``streaming=True``): the flow is chunk-causal (the encoder
+attends within its 25-token chunk and to every earlier one, the estimator likewise with 50 frames), so
+each chunk is computed once, by the converter's chunk-step graphs, from caches of the earlier chunks:
+attention keys/values (per Euler step for the estimator) and the causal convolutions' last frames. A
+chunk waits for the 3 look-ahead tokens after it (upstream's ``context``), except at the end.
+
+Voice prompt cache: the prompt's chunks whose look-ahead is still prompt do not depend on the text, so
+their state (caches per Euler step) is kept after a sentence for the next one with the same prompt,
+embedding and step count (:class:`PromptStates`; one voice by default). It is handed to one stream at
+a time and given back, cut to the prompt's frames, when that stream finishes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosyedge.errors import ParameterError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FlowParams:
+    """Flow constants written by the converter into the manifest."""
+
+    token_mel_ratio: int = 2
+    vocab_size: int = 6561
+    spk_embed_dim: int = 192
+    mel_bins: int = 80
+    n_timesteps: int = 10
+    inference_cfg_rate: float = 0.7
+    pre_lookahead_len: int = 3
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "FlowParams":
+        return cls(**{k: values[k] for k in cls.__dataclass_fields__ if k in values})
+
+
+def cosine_schedule(n_timesteps: int) -> np.ndarray:
+    """``1 - cos(linspace(0, 1, n+1) * pi/2)`` in float32, as upstream."""
+    t = np.linspace(0.0, 1.0, n_timesteps + 1, dtype=np.float32)
+    return (np.float32(1.0) - np.cos(t * np.float32(0.5) * np.float32(np.pi))).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """Chunk size and cache shapes of the chunk-step graphs (the manifest's ``flow.stream``)."""
+
+    chunk_tokens: int = 25
+    conv_tail: int = 2
+    model_dim: int = 512
+    down_layers: int = 6
+    up_layers: int = 4
+    attention_layers: int = 56
+    inner: int = 512
+    conv_layers: int = 31
+    conv_channels: int = 512
+    kv_dtype: str = "float32"   # the estimator's key/value cache (float16 in int8 models)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "StreamLayout":
+        return cls(**{k: (str(values[k]) if k == "kv_dtype" else int(values[k]))
+                      for k in cls.__dataclass_fields__ if k in values})
+
+    def cache_bytes_per_frame(self, n_timesteps: int) -> int:
+        """Estimator key/value bytes one mel frame adds (every step, both CFG rows): the memory a
+        streamed sentence grows by, since every chunk attends to all earlier ones."""
+        return self.attention_layers * 2 * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * n_timesteps
+
+
+class FlowDecoder:
+    """Encoder-front and estimator sessions plus the fixed noise; built from ready objects.
+
+    ``stream_sessions`` (encoder step, estimator step) and ``stream_layout`` enable :meth:`stream`;
+    model directories from converters before streaming have neither.
+    """
+
+    def __init__(self, encoder_session, estimator_session, noise: np.ndarray, params: FlowParams,
+                 stream_sessions: tuple | None = None, stream_layout: StreamLayout | None = None) -> None:
+        self.encoder_session = encoder_session
+        self.estimator_session = estimator_session
+        self.noise = np.asarray(noise, dtype=np.float32)    # [80, max_frames]
+        self.params = params
+        self._mask_input = "mask" in {i.name for i in estimator_session.get_inputs()}
+        self.stream_sessions = stream_sessions
+        self.stream_layout = stream_layout if stream_sessions else None
+        self.prompt_states = PromptStates()
+
+    @property
+    def can_stream(self) -> bool:
+        return self.stream_sessions is not None
+
+    @property
+    def max_frames(self) -> int:
+        return int(self.noise.shape[1])
+
+    def encode(self, tokens: np.ndarray, embedding: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All tokens (prompt first) [N] + speaker embedding [192] -> mu [80, 2N], spks [80]."""
+        mu, spks = self.encoder_session.run(None, {
+            "tokens": np.asarray(tokens, dtype=np.int64)[None],
+            "embedding": np.asarray(embedding, dtype=np.float32).reshape(1, -1)})
+        return mu[0], spks[0]
+
+    def estimate(self, x: np.ndarray, mu: np.ndarray, t: np.ndarray, spks: np.ndarray,
+                 cond: np.ndarray) -> np.ndarray:
+        """One estimator call on unpadded input (batch-first arrays, upstream's names; mask = 1)."""
+        feeds = {"x": x, "mu": mu, "t": t, "spks": spks, "cond": cond}
+        if self._mask_input:
+            feeds["mask"] = np.ones((x.shape[0], 1, x.shape[2]), dtype=np.float32)
+        return self.estimator_session.run(None, feeds)[0]
+
+    def solve(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray, n_timesteps: int,
+              cfg_rate: float | None = None, noise: np.ndarray | None = None) -> np.ndarray:
+        """Euler CFM from the fixed noise: mu/cond [80, T], spks [80] -> mel [80, T].
+
+        ``noise`` [80, T] starts from there instead (CosyVoice-300M draws fresh noise per call)."""
+        n_frames = mu.shape[1]
+        rate = np.float32(self.params.inference_cfg_rate if cfg_rate is None else cfg_rate)
+        x = (self.noise[:, :n_frames] if noise is None else np.asarray(noise, dtype=np.float32)).copy()
+        mu_in = np.zeros((2, mu.shape[0], n_frames), dtype=np.float32)
+        mu_in[0] = mu
+        spks_in = np.zeros((2, spks.shape[0]), dtype=np.float32)
+        spks_in[0] = spks
+        cond_in = np.zeros((2, cond.shape[0], n_frames), dtype=np.float32)
+        cond_in[0] = cond
+        t_span = cosine_schedule(n_timesteps)
+        t, dt = t_span[0], t_span[1] - t_span[0]
+        for step in range(1, n_timesteps + 1):
+            x_in = np.stack([x, x])
+            v = self.estimate(x_in, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
+            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            t = np.float32(t + dt)
+            if step < n_timesteps:
+                dt = t_span[step + 1] - t
+        return x.astype(np.float32)
+
+    def _prompt(self, prompt_tokens, prompt_mel, embedding, n_timesteps):
+        """Checked (prompt tokens, prompt mel [2P, 80] cut to 2 frames per token, embedding, steps)."""
+        p = self.params
+        prompt_tokens = _tokens(prompt_tokens, "prompt_tokens", p.vocab_size, allow_empty=True)
+        prompt_mel = np.asarray(prompt_mel if prompt_mel is not None else np.zeros((0, p.mel_bins)),
+                                dtype=np.float32)
+        if prompt_mel.size == 0:
+            prompt_mel = np.zeros((0, p.mel_bins), dtype=np.float32)
+        if prompt_mel.ndim != 2 or prompt_mel.shape[1] != p.mel_bins or not np.all(np.isfinite(prompt_mel)):
+            raise ParameterError(f"prompt_mel must be finite [frames, {p.mel_bins}], got shape {prompt_mel.shape}")
+        embedding = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if embedding.shape[0] != p.spk_embed_dim or not np.all(np.isfinite(embedding)):
+            raise ParameterError(f"speaker_embedding must be {p.spk_embed_dim} finite numbers")
+        steps = p.n_timesteps if n_timesteps is None else int(n_timesteps)
+        if not 1 <= steps <= 100:
+            raise ParameterError(f"n_timesteps must be 1-100, got {steps}")
+        # Upstream's frontend keeps exactly token_mel_ratio mel frames per prompt token.
+        n_prompt = min(prompt_tokens.shape[0], prompt_mel.shape[0] // p.token_mel_ratio)
+        return prompt_tokens[:n_prompt], prompt_mel[:n_prompt * p.token_mel_ratio], embedding, steps
+
+    def stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None = None) -> "FlowStream":
+        """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs)."""
+        if not self.can_stream:
+            raise ParameterError("this model directory has no streaming flow graphs; convert it again")
+        prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps)
+        key = PromptStates.key(prompt_tokens, prompt_mel, embedding, steps)
+        return FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
+                          cached=self.prompt_states.take(key), cache_key=key)
+
+    def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
+                 embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
+        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]."""
+        p = self.params
+        tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
+        prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding,
+                                                                   n_timesteps)
+        n_prompt = prompt_tokens.shape[0]
+        total = (n_prompt + tokens.shape[0]) * p.token_mel_ratio
+        if total > self.max_frames:
+            raise ParameterError(f"prompt + text need {total} mel frames; the model allows {self.max_frames}")
+        mu, spks = self.encode(np.concatenate([prompt_tokens, tokens]), embedding)
+        cond = np.zeros_like(mu)
+        cond[:, :prompt_mel.shape[0]] = prompt_mel.T
+        mel = self.solve(mu, spks, cond, steps)
+        return mel[:, prompt_mel.shape[0]:]
+
+
+#: How much a full :class:`_Growing` buffer grows by: the key/value cache is most of a streamed
+#: sentence's memory (2.2 MiB per frame at 10 steps in float16), so doubling would leave up to half
+#: of it unused (a 650-frame sentence in 1024 frames' room); a quarter costs a few more copies.
+GROWTH = 1.25
+
+
+class _Growing:
+    """A time-first buffer that appends in place (capacity grows by :data:`GROWTH`) and hands out
+    its prefix."""
+
+    def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64, dtype: str = "float32") -> None:
+        self._data = np.zeros((capacity, *tail_shape), dtype=dtype)
+        self.length = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        end = self.length + rows.shape[0]
+        if end > self._data.shape[0]:
+            grown = np.zeros((max(end, int(GROWTH * self._data.shape[0]) + 1), *self._data.shape[1:]),
+                             dtype=self._data.dtype)
+            grown[:self.length] = self._data[:self.length]
+            self._data = grown
+        self._data[self.length:end] = rows
+        self.length = end
+
+    def view(self) -> np.ndarray:
+        return self._data[:self.length]
+
+    def compact(self, length: int, spare: int) -> "_Growing":
+        """The first ``length`` rows in a buffer of their own with room for ``spare`` more."""
+        out = _Growing(self._data.shape[1:], capacity=length + spare, dtype=str(self._data.dtype))
+        out.append(self._data[:length])
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+
+@dataclass
+class _PromptState:
+    """A stream's caches right after the prompt's text-independent chunks (``done`` tokens)."""
+
+    done: int
+    pre_tail: np.ndarray
+    up_tail: np.ndarray
+    kv_down: _Growing
+    kv_up: _Growing
+    kv: list[_Growing]
+    conv: list[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv_down.nbytes + self.kv_up.nbytes + sum(kv.nbytes for kv in self.kv)
+
+
+class PromptStates:
+    """The prompt states of the last ``size`` voices (prompt, embedding, step count), for
+    :meth:`FlowDecoder.stream`. A state is taken by one stream and put back when it finishes, so
+    two sentences at once never share buffers (the second computes its own)."""
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = size
+        self._states: OrderedDict[str, _PromptState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(prompt_tokens: np.ndarray, prompt_mel: np.ndarray, embedding: np.ndarray, steps: int) -> str:
+        digest = hashlib.sha1()
+        for part in (prompt_tokens.astype(np.int64), prompt_mel.astype(np.float32), embedding.astype(np.float32)):
+            digest.update(np.ascontiguousarray(part).tobytes())
+        return f"{steps}:{digest.hexdigest()}"
+
+    def take(self, key: str) -> _PromptState | None:
+        with self._lock:
+            return self._states.pop(key, None)
+
+    def put(self, key: str, state: _PromptState) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._states[key] = state
+            self._states.move_to_end(key)
+            while len(self._states) > self.size:
+                self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(state.nbytes for state in self._states.values())
+
+
+class FlowStream:
+    """One utterance's chunk-causal flow: :meth:`push` speech tokens as the LLM makes them and get the
+    mel of every chunk that became computable; :meth:`finish` computes the rest.
+
+    Equal, chunk by chunk, to upstream ``flow.inference(..., streaming=True)`` on the tokens so far
+    (``finalize=False`` with the 3 look-ahead tokens, ``finalize=True`` at the end); each chunk's work
+    is done once. Chunks are counted from the first prompt token, so the first one that holds target
+    tokens may also hold the prompt's last tokens (their frames are not returned).
+    """
+
+    def __init__(self, decoder: FlowDecoder, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
+                 embedding: np.ndarray, n_timesteps: int, cached: _PromptState | None = None,
+                 cache_key: str | None = None) -> None:
+        self.decoder = decoder
+        layout = decoder.stream_layout
+        self.layout = layout
+        self.ratio = decoder.params.token_mel_ratio
+        self.lookahead = decoder.params.pre_lookahead_len
+        self.embedding = embedding.reshape(1, -1)
+        self.prompt_mel = prompt_mel                                   # [2P, 80]
+        self.n_prompt = int(prompt_tokens.shape[0])
+        self.n_timesteps = n_timesteps
+        self._tokens = [int(t) for t in prompt_tokens]                  # every token so far, prompt first
+        self._done = 0                                                 # tokens whose chunk is computed
+        d = layout.model_dim
+        self._pre_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
+        self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
+        self._kv_down = _Growing((layout.down_layers, 2, 1, d))
+        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=128)
+        self._kv = [_Growing((layout.attention_layers, 2, 2, layout.inner), capacity=128, dtype=layout.kv_dtype)
+                    for _ in range(n_timesteps)]
+        self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
+                      for _ in range(n_timesteps)]
+        self._finished = False
+        # The prompt's chunks whose look-ahead is still prompt: the state after them is the voice's.
+        chunk = layout.chunk_tokens
+        self._prompt_done = max(0, (self.n_prompt - self.lookahead) // chunk * chunk)
+        self._cache_key = cache_key if self._prompt_done else None
+        self._snapshot: tuple | None = None
+        self.prompt_cached = cached is not None
+        if cached is not None:
+            self._done, self._pre_tail, self._up_tail = cached.done, cached.pre_tail, cached.up_tail
+            self._kv_down, self._kv_up, self._kv, self._conv = cached.kv_down, cached.kv_up, cached.kv, cached.conv
+            self._take_snapshot()
+
+    @property
+    def tokens_pushed(self) -> int:
+        return len(self._tokens) - self.n_prompt
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes held by the caches now (they grow with the utterance: attention sees every chunk)."""
+        return (self._kv_down.nbytes + self._kv_up.nbytes + sum(kv.nbytes for kv in self._kv)
+                + sum(c.nbytes for c in self._conv))
+
+    def push(self, tokens) -> np.ndarray:
+        """Add target tokens; returns the mel [80, frames] of the chunks now complete (may be empty)."""
+        if self._finished:
+            raise ParameterError("this flow stream is finished")
+        new = _tokens(tokens, "tokens", self.decoder.params.vocab_size, allow_empty=True)
+        self._tokens.extend(int(t) for t in new)
+        return self._run(final=False)
+
+    def finish(self) -> np.ndarray:
+        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends
+        and gives the voice's prompt state back to its decoder."""
+        mel = self._run(final=True)
+        self._finished = True
+        self._give_back_prompt_state()
+        return mel
+
+    @property
+    def prompt_tokens(self) -> np.ndarray:
+        return np.asarray(self._tokens[:self.n_prompt], dtype=np.int64)
+
+    def abandon(self) -> None:
+        """End the stream without computing the rest: the voice's prompt state goes back to its
+        decoder and the caches are freed (the sentence is then rendered whole, see
+        :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2WavStream`)."""
+        self._finished = True
+        self._give_back_prompt_state()
+        layout, d = self.layout, self.layout.model_dim
+        self._kv_down = _Growing((layout.down_layers, 2, 1, d), capacity=0)
+        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=0)
+        self._kv, self._conv = [], []
+
+    def _take_snapshot(self) -> None:
+        """Note the caches' lengths and copy the small tails once the prompt's own chunks are done
+        (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone)."""
+        self._snapshot = (self._done, self._pre_tail.copy(), self._up_tail.copy(), self._kv_down.length,
+                          self._kv_up.length, [kv.length for kv in self._kv], [c.copy() for c in self._conv])
+
+    def _give_back_prompt_state(self) -> None:
+        if self._cache_key is None or self._snapshot is None:
+            return
+        done, pre_tail, up_tail, down_len, up_len, kv_lens, conv = self._snapshot
+        chunk, frames = self.layout.chunk_tokens, self.layout.chunk_tokens * self.ratio
+        state = _PromptState(done, pre_tail, up_tail, self._kv_down.compact(down_len, chunk),
+                             self._kv_up.compact(up_len, frames),
+                             [kv.compact(n, frames) for kv, n in zip(self._kv, kv_lens)], conv)
+        self._snapshot = None
+        self.decoder.prompt_states.put(self._cache_key, state)
+
+    def _run(self, final: bool) -> np.ndarray:
+        chunk, out = self.layout.chunk_tokens, []
+        max_frames = self.decoder.max_frames
+        while self._done < len(self._tokens):
+            end = min(self._done + chunk, len(self._tokens))
+            if not final and (end - self._done < chunk or len(self._tokens) - end < self.lookahead):
+                break
+            if end * self.ratio > max_frames:
+                raise ParameterError(f"prompt + text need over {max_frames} mel frames; the model allows "
+                                     f"{max_frames}")
+            mel = self._chunk(self._done, end)
+            first_target = max(0, self.n_prompt * self.ratio - self._done * self.ratio)
+            out.append(mel[:, first_target:])
+            self._done = end
+            if self._done == self._prompt_done and self._cache_key is not None and self._snapshot is None:
+                self._take_snapshot()
+        if not out:
+            return np.zeros((self.decoder.params.mel_bins, 0), dtype=np.float32)
+        return np.concatenate(out, axis=1)
+
+    def _chunk(self, start: int, end: int) -> np.ndarray:
+        """Encoder step then the Euler steps for tokens [start, end); returns all its frames [80, 2L]."""
+        encoder, estimator = self.decoder.stream_sessions
+        context = self._tokens[end:end + self.lookahead]
+        n_context = len(context)
+        context = context + [0] * (self.lookahead - n_context)
+        mu, spks, self._pre_tail, kv_down, self._up_tail, kv_up = encoder.run(None, {
+            "tokens": np.asarray(self._tokens[start:end], dtype=np.int64)[None],
+            "context": np.asarray(context, dtype=np.int64)[None],
+            "n_context": np.asarray([n_context], dtype=np.int64), "embedding": self.embedding,
+            "pre_tail": self._pre_tail, "kv_down": self._kv_down.view(), "up_tail": self._up_tail,
+            "kv_up": self._kv_up.view()})
+        self._kv_down.append(kv_down)
+        self._kv_up.append(kv_up)
+        f0, frames = start * self.ratio, mu.shape[2]
+        mu_in = np.zeros((2, mu.shape[1], frames), dtype=np.float32)
+        mu_in[0] = mu[0]
+        spks_in = np.zeros((2, spks.shape[1]), dtype=np.float32)
+        spks_in[0] = spks[0]
+        cond_in = np.zeros_like(mu_in)
+        prompt_part = self.prompt_mel[f0:f0 + frames]
+        cond_in[0, :, :prompt_part.shape[0]] = prompt_part.T
+        x = self.decoder.noise[:, f0:f0 + frames].copy()
+        rate = np.float32(self.decoder.params.inference_cfg_rate)
+        t_span = cosine_schedule(self.n_timesteps)
+        t, dt = t_span[0], t_span[1] - t_span[0]
+        for step in range(self.n_timesteps):
+            v, kv, self._conv[step] = estimator.run(None, {
+                "x": np.stack([x, x]), "mu": mu_in, "t": np.full(2, t, dtype=np.float32), "spks": spks_in,
+                "cond": cond_in, "kv": self._kv[step].view(), "conv": self._conv[step]})
+            self._kv[step].append(kv)
+            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            t = np.float32(t + dt)
+            if step + 1 < self.n_timesteps:
+                dt = t_span[step + 2] - t
+        return x.astype(np.float32)
+
+
+def _tokens(values, name: str, vocab: int, allow_empty: bool) -> np.ndarray:
+    arr = np.asarray(values if values is not None else [], dtype=np.int64).reshape(-1)
+    if arr.size == 0 and not allow_empty:
+        raise ParameterError(f"{name} is empty")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        raise ParameterError(f"{name} must be speech tokens in [0, {vocab})")
+    return arr
+
+
+def resample_mel(mel: np.ndarray, speed: float) -> np.ndarray:
+    """Speed change by linear interpolation of mel frames to ``int(T / speed)`` (upstream's semantics)."""
+    n_in = mel.shape[1]
+    n_out = int(n_in / speed)
+    if n_out < 1:
+        raise ParameterError(f"speed {speed} leaves no audio")
+    scale = np.float32(n_in / n_out)
+    dst = np.arange(n_out, dtype=np.float32)
+    src = np.maximum(scale * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0.0))
+    i0 = src.astype(np.int64)
+    lam1 = src - i0.astype(np.float32)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return ((np.float32(1.0) - lam1) * mel[:, i0] + lam1 * mel[:, i1]).astype(np.float32)

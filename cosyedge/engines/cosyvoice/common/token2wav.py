@@ -1,0 +1,194 @@
+"""Speech tokens -> 24 kHz audio: flow matching then HiFT, onnxruntime + numpy only (no torch).
+
+    t2w = Token2Wav.load("models/cosyvoice2-int8", threads=2)
+    audio = t2w(tokens, prompt_tokens, prompt_mel, speaker_embedding, speed=1.0)
+
+Streamed, hop by hop as the LLM makes tokens (upstream's ``stream=True``)::
+
+    stream = t2w.stream(prompt_tokens, prompt_mel, speaker_embedding)
+    for token_batch in llm_tokens:
+        for audio in stream.push(token_batch):   # 0 or more hops
+            play(audio)
+    play(stream.finish())
+
+``prompt_mel`` is the prompt's 80-bin flow mel, frames first ([2 x prompt tokens, 80], see
+:func:`cosyedge.engines.cosyvoice.common.features.prompt_mel`); ``speaker_embedding`` is campplus's [192] output.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams, FlowStream, StreamLayout, resample_mel
+from cosyedge.engines.cosyvoice.common.hift import HiftParams, HiftStream, HiftVocoder
+from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+from cosyedge.errors import ParameterError
+
+logger = logging.getLogger(__name__)
+
+SPEED_RANGE = (0.5, 2.0)
+HOP_TOKENS = 25        # upstream CosyVoice2Model.token_hop_len (the encoder's chunk)
+MEL_CACHE_FRAMES = 8   # upstream CosyVoice2Model.mel_cache_len
+
+
+def check_speed(speed: float) -> float:
+    """``speed`` as a float within :data:`SPEED_RANGE`; a ParameterError otherwise."""
+    speed = float(speed)
+    if not (SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]):
+        raise ParameterError(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}")
+    return speed
+
+
+def load_vocoder(model: ModelDir, threads: int = 0, kind: type[HiftVocoder] = HiftVocoder) -> HiftVocoder:
+    """The HiFT vocoder of the manifest's ``hift`` entry: F0 and decoder graphs, source layer."""
+    hc = model.config("hift")
+    with np.load(model.file(hc["source"])) as source:
+        weight, bias = source["weight"], source["bias"]
+    return kind(model.session(hc["f0"], threads), model.session(hc["decoder"], threads), weight, bias,
+                HiftParams.from_dict(hc))
+
+
+class Token2WavStream:
+    """Upstream's hop schedule (``CosyVoice2Model.tts(stream=True)`` at 46dfe04) over a
+    :class:`FlowStream` and a :class:`HiftStream`.
+
+    The first hop is 25 tokens plus the padding that ends the prompt's last chunk (0-24), later hops
+    25; a hop is vocoded once its tokens and the 3 look-ahead tokens after it are there. The rest is
+    vocoded by :meth:`finish` (``finalize=True``). One deliberate difference: upstream's glue runs that
+    last call with ``streaming=False`` (full attention over the whole utterance, which only a full
+    recomputation can give); here it is the chunk-causal ``streaming=True, finalize=True`` call.
+
+    Memory budget: the flow's caches grow by ``StreamLayout.cache_bytes_per_frame`` per mel frame
+    (2.2 MiB at full size, 10 steps), so a long sentence could take gigabytes. With
+    ``cache_budget`` (bytes, 0 = none), once the prompt and the tokens so far would pass it, the
+    stream stops (:attr:`limited`), frees its caches and keeps the tokens; :meth:`finish` renders the
+    whole sentence as the non-streamed path does and sends its audio from the first sample not yet
+    sent, faded in over the held-back tail as between hops. So nothing is sent twice or left out,
+    and the budget is kept however long the LLM runs (a prediction from its token limit would refuse
+    most sentences: it allows 20 tokens per text token, speech uses far fewer).
+    """
+
+    def __init__(self, flow: FlowStream, vocoder: HiftStream, hop_tokens: int = HOP_TOKENS,
+                 cache_budget: int = 0) -> None:
+        self.flow, self.vocoder = flow, vocoder
+        self.hop_tokens = hop_tokens
+        self.cache_budget = cache_budget
+        self.limited = False                  # past the budget: the rest is rendered whole
+        self._target: list[int] = []          # every target token, for that whole render
+        self._sent = 0                        # samples handed out so far
+        self.ratio = flow.ratio
+        self._pad = -flow.n_prompt % hop_tokens
+        self._offset = 0                      # target tokens already vocoded
+        self._mel = np.zeros((flow.decoder.params.mel_bins, 0), dtype=np.float32)  # computed, not vocoded
+        self.hops = 0
+
+    def _hop_len(self) -> int:
+        return self.hop_tokens + (self._pad if self._offset == 0 else 0)
+
+    def _over_budget(self, new_tokens: int) -> bool:
+        if not self.cache_budget:
+            return False
+        frames = (self.flow.n_prompt + self.flow.tokens_pushed + new_tokens) * self.ratio
+        return frames * self.flow.layout.cache_bytes_per_frame(self.flow.n_timesteps) > self.cache_budget
+
+    def push(self, tokens) -> list[np.ndarray]:
+        """Add target tokens; returns the audio of every hop now complete (often none)."""
+        new = np.asarray(tokens if tokens is not None else [], dtype=np.int64).reshape(-1)
+        if not self.limited and self._over_budget(new.size):
+            logger.info("streamed flow cache would pass %.0f MB after %d tokens: rendering the sentence whole",
+                        self.cache_budget / 2 ** 20, self.flow.tokens_pushed)
+            self.limited = True
+            self.flow.abandon()
+            self._mel = self._mel[:, :0]
+        if self.limited:
+            self._target.extend(int(t) for t in new)
+            return []
+        self._mel = np.concatenate([self._mel, self.flow.push(new)], axis=1)
+        self._target.extend(int(t) for t in new)
+        out = []
+        while self.flow.tokens_pushed - self._offset >= self._hop_len() + self.flow.lookahead:
+            frames = self._hop_len() * self.ratio
+            if self._mel.shape[1] < frames:  # hops end on chunk ends, which the flow has computed by now
+                raise RuntimeError(f"hop needs {frames} mel frames, the flow has {self._mel.shape[1]}")
+            hop, self._mel = self._mel[:, :frames], self._mel[:, frames:]
+            self._offset += self._hop_len()
+            self.hops += 1
+            out.append(self.vocoder.push(hop))
+            self._sent += out[-1].shape[0]
+        return out
+
+    def finish(self) -> np.ndarray:
+        """The audio of the remaining tokens and the held-back tail."""
+        if self.limited:
+            self.hops += 1
+            return self._finish_whole()
+        mel = np.concatenate([self._mel, self.flow.finish()], axis=1)
+        self._mel = mel[:, :0]
+        self.hops += 1
+        return self.vocoder.push(mel, final=True)
+
+    def _finish_whole(self) -> np.ndarray:
+        """The whole sentence rendered as not streamed, from the first sample not sent yet."""
+        if not self._target:
+            return np.zeros(0, dtype=np.float32)
+        flow, hift = self.flow, self.vocoder
+        mel = flow.decoder(self._target, flow.prompt_tokens, flow.prompt_mel, flow.embedding, flow.n_timesteps)
+        audio = hift.vocoder(mel, rng=hift.rng)[self._sent:]
+        held = hift.held_back()
+        if held is not None:  # the streamed tail not yet sent: fade into the whole render over it
+            n = min(held.shape[0], audio.shape[0])
+            audio[:n] = (audio[:n] * hift.window[:n] + held[:n] * hift.window[-held.shape[0]:][:n]).astype(np.float32)
+        return audio
+
+
+@dataclass
+class Token2Wav:
+    """The flow decoder and the vocoder of one model directory."""
+
+    flow: FlowDecoder
+    vocoder: HiftVocoder
+
+    @classmethod
+    def load(cls, model_dir: Path | str | ModelDir, threads: int = 0, verify_hashes: bool = False) -> "Token2Wav":
+        """Open the four graphs and side files listed in ``manifest.json`` (CPU, ``threads`` intra-op)."""
+        model = model_dir if isinstance(model_dir, ModelDir) else ModelDir.load(model_dir, verify_hashes)
+        fc = model.config("flow")
+        stream = fc.get("stream")
+        stream_sessions = ((model.session(stream["encoder"], threads), model.session(stream["estimator"], threads))
+                           if stream else None)
+        flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads),
+                           np.load(model.file(fc["noise"])), FlowParams.from_dict(fc), stream_sessions,
+                           StreamLayout.from_dict(stream) if stream else None)
+        return cls(flow, load_vocoder(model, threads))
+
+    @property
+    def can_stream(self) -> bool:
+        return self.flow.can_stream
+
+    def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
+               rng: np.random.Generator | None = None, cache_budget: int = 0) -> Token2WavStream:
+        """A hop-by-hop stream for one utterance (speed 1 only, as upstream's streaming); past
+        ``cache_budget`` bytes of flow cache (0 = no limit) it finishes the sentence whole."""
+        return Token2WavStream(self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps),
+                               HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng), cache_budget=cache_budget)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.vocoder.params.sampling_rate
+
+    def mel(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
+            n_timesteps: int | None = None) -> np.ndarray:
+        """The mel [80, frames] that :meth:`__call__` vocodes (after the speed change)."""
+        speed = check_speed(speed)
+        mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps)
+        return resample_mel(mel, speed) if speed != 1.0 else mel
+
+    def __call__(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
+                 n_timesteps: int | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
+        """float32 audio at :attr:`sample_rate`, 480 samples per mel frame, within +-0.99."""
+        mel = self.mel(tokens, prompt_tokens, prompt_mel, speaker_embedding, speed, n_timesteps)
+        return self.vocoder(mel, rng=rng)

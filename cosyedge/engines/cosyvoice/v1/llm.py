@@ -1,0 +1,192 @@
+"""CosyVoice-300M's speech LLM at run time: causal text encoder + Transformer steps on a KV cache.
+
+Responsible for turning text ids (+ an optional prompt and speaker embedding) into speech tokens as
+upstream ``TransformerLM.inference`` (@46dfe04) does: the text (prompt text first) goes through the
+text encoder once; the LLM reads ``[sos, speaker(optional), encoded text, task_id, prompt speech
+tokens]`` and then one token per step; end-of-speech (id 4096) is masked in the first step and below
+2x the text tokens, and stops decoding after; at most 20x the text tokens (prompt text excluded).
+Which token to take is delegated to a chooser (:mod:`cosyedge.engines.cosyvoice.common.sampling`).
+
+The step graph takes, per layer, the positional projections ``linear_pos(pe(r))`` of the offsets
+``r = 0 .. T-1``. They depend on the offset only, so :class:`PositionTable` computes each row once
+(from the layers' ``linear_pos`` weights) and keeps it for every later step and sentence.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from cosyedge.engines.cosyvoice.common.llm import MAX_TOKEN_TEXT_RATIO, MIN_TOKEN_TEXT_RATIO, gather_rows, make_session
+from cosyedge.engines.cosyvoice.common.sampling import Chooser
+from cosyedge.errors import CancelledError, ModelMissingError, ParameterError
+from cosyedge.host.heap import trim_heap
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LMConfigV1:
+    """The exported LLM's shape (the manifest's ``config.llm``)."""
+
+    hidden: int
+    heads: int
+    head_dim: int
+    layers: int
+    text_input: int
+    speech_vocab: int
+    eos: int
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "LMConfigV1":
+        return cls(**{k: int(values[k]) for k in cls.__dataclass_fields__})
+
+
+def sinusoids(start: int, stop: int, d_model: int) -> np.ndarray:
+    """ESPnet sinusoids of positions ``start .. stop-1``: [n, d_model] float32, even sin / odd cos."""
+    div = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-(math.log(10000.0) / d_model)))
+    angles = np.arange(start, stop, dtype=np.float32)[:, None] * div[None, :]
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(-1, d_model).astype(np.float32)
+
+
+class PositionTable:
+    """``pe(r) @ linear_pos_l.T`` for every layer l and offset r, grown as longer sequences come."""
+
+    def __init__(self, weights: np.ndarray) -> None:
+        self.weights = weights                       # [layers, H, H] (out, in), float16 or float32
+        self.layers, self.hidden = int(weights.shape[0]), int(weights.shape[1])
+        self._rows = np.zeros((self.layers, 0, self.hidden), dtype=np.float32)
+        self.length = 0
+
+    def upto(self, total: int) -> list[np.ndarray]:
+        """The first ``total`` rows of every layer (contiguous views: fed to onnxruntime without a copy)."""
+        if total > self.length:
+            capacity = max(total, 2 * self._rows.shape[1], 256)
+            if capacity > self._rows.shape[1]:
+                grown = np.zeros((self.layers, capacity, self.hidden), dtype=np.float32)
+                grown[:, :self.length] = self._rows[:, :self.length]
+                self._rows = grown
+            pe = sinusoids(self.length, capacity, self.hidden)
+            for layer in range(self.layers):
+                self._rows[layer, self.length:capacity] = pe @ np.asarray(self.weights[layer], dtype=np.float32).T
+            self.length = capacity
+        return [self._rows[layer, :total] for layer in range(self.layers)]
+
+
+class SpeechLMv1:
+    """``generate(text ids, prompt, speaker) -> speech tokens``; built from ready sessions and arrays."""
+
+    def __init__(self, text_session, step_session, config: LMConfigV1, tables: dict[str, np.ndarray]) -> None:
+        self.text_session = text_session
+        self.step_session = step_session
+        self.config = config
+        self.tables = tables
+        self.positions = PositionTable(tables["pos_weight"])
+        self._cache_names = [f"past_{kind}_{i}" for i in range(config.layers) for kind in ("key", "value")]
+        self._present = [n.replace("past_", "present_") for n in self._cache_names]
+
+    @classmethod
+    def load(cls, model, threads: int = 1) -> "SpeechLMv1":
+        """Open the two graphs and the memory-mapped tables a converted model lists (``config.llm``)."""
+        cfg = model.config("llm")
+        files = cfg.get("files", {})
+        try:
+            tables = {name: np.load(model.file(files[name]), mmap_mode="r")
+                      for name in ("text_embedding", "text_embedding_scale", "speech_embedding",
+                                   "speech_embedding_scale", "special_embedding", "pos_weight") if name in files}
+            with np.load(model.file(files["speaker_affine"])) as affine:
+                tables["speaker_weight"], tables["speaker_bias"] = affine["weight"], affine["bias"]
+            text = make_session(model.file(files["text_encoder"]), threads)
+            step = make_session(model.file(files["step"]), threads)
+        except (OSError, KeyError, ValueError) as exc:
+            raise ModelMissingError(f"CosyVoice-300M LLM files in {model.path} are missing or broken ({exc}); "
+                                    "convert the checkpoint again with `python -m cosyedge convert cosyvoice1`") from exc
+        return cls(text, step, LMConfigV1.from_dict(cfg), tables)
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def _gather(self, name: str, ids: Sequence[int]) -> np.ndarray:
+        return gather_rows(self.tables[name], self.tables.get(name + "_scale"), ids)
+
+    def embed_speech(self, ids: Sequence[int]) -> np.ndarray:
+        return self._gather("speech_embedding", ids)
+
+    def encode_text(self, ids: Sequence[int]) -> np.ndarray:
+        """Text ids -> the LLM's text inputs [n, hidden] (causal text encoder + affine)."""
+        if not len(ids):
+            return np.zeros((0, self.config.hidden), dtype=np.float32)
+        embeds = self._gather("text_embedding", ids)[None]
+        return self.text_session.run(None, {"embeds": embeds})[0][0]
+
+    def speaker(self, embedding: np.ndarray) -> np.ndarray:
+        """campplus embedding [192] -> the LLM's speaker input [hidden] (L2-normalised, then affine)."""
+        e = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        e = e / max(float(np.sqrt(np.sum(e.astype(np.float64) ** 2))), 1e-12)
+        return (np.asarray(self.tables["speaker_weight"], dtype=np.float32) @ e.astype(np.float32)
+                + self.tables["speaker_bias"]).astype(np.float32)
+
+    def build_prompt(self, text_ids: Sequence[int], prompt_text_ids: Sequence[int] = (),
+                     prompt_speech_ids: Sequence[int] = (), embedding: np.ndarray | None = None) -> np.ndarray:
+        """``[sos, speaker?, encoded(prompt text + text), task id, prompt speech]`` as [N, hidden]."""
+        special = np.asarray(self.tables["special_embedding"], dtype=np.float32)
+        parts = [special[0:1]]
+        if embedding is not None:
+            parts.append(self.speaker(embedding)[None])
+        parts += [self.encode_text(list(prompt_text_ids) + list(text_ids)), special[1:2]]
+        if len(prompt_speech_ids):
+            parts.append(self.embed_speech(prompt_speech_ids))
+        return np.concatenate(parts, axis=0).astype(np.float32)
+
+    # -- the step graph -------------------------------------------------------------------------
+    def empty_cache(self) -> list[np.ndarray]:
+        shape = (1, self.config.heads, 0, self.config.head_dim)
+        return [np.zeros(shape, dtype=np.float32) for _ in self._cache_names]
+
+    def step(self, embeds: np.ndarray, cache: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Feed ``embeds [L, hidden]`` after ``cache``; return (log-probs of the next token, new cache)."""
+        embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(1, -1, self.config.hidden)
+        total = cache[0].shape[2] + embeds.shape[1]
+        feed = {"inputs_embeds": embeds}
+        for layer, rows in enumerate(self.positions.upto(total)):
+            feed[f"past_key_{layer}"] = cache[2 * layer]
+            feed[f"past_value_{layer}"] = cache[2 * layer + 1]
+            feed[f"pos_proj_{layer}"] = rows
+        out = self.step_session.run(["logp"] + self._present, feed)
+        return out[0][0], out[1:]
+
+    def generate(self, text_ids: Sequence[int], choose: Chooser, prompt_text_ids: Sequence[int] = (),
+                 prompt_speech_ids: Sequence[int] = (), embedding: np.ndarray | None = None,
+                 min_ratio: float = MIN_TOKEN_TEXT_RATIO, max_ratio: float = MAX_TOKEN_TEXT_RATIO,
+                 cancelled: Callable[[], bool] | None = None,
+                 on_step: Callable[[np.ndarray], None] | None = None) -> list[int]:
+        """Speech tokens for ``text_ids``; lengths count ``text_ids`` only, as upstream does."""
+        if not len(text_ids):
+            raise ParameterError("the text gave no tokens")
+        eos = self.config.eos
+        min_len, max_len = int(len(text_ids) * min_ratio), int(len(text_ids) * max_ratio)
+        lm_input = self.build_prompt(text_ids, prompt_text_ids, prompt_speech_ids, embedding)
+        cache = self.empty_cache()
+        tokens: list[int] = []
+        for i in range(max_len):
+            if cancelled is not None and cancelled():
+                raise CancelledError("synthesis cancelled")
+            logp, cache = self.step(lm_input, cache)
+            if i == 0:  # upstream: the first step never ends the speech
+                logp = np.array(logp, copy=True)
+                logp[eos] = -np.inf
+            if on_step is not None:
+                on_step(logp)
+            token = int(choose(logp, tokens, i < min_len))
+            if token == eos:
+                break
+            tokens.append(token)
+            lm_input = self.embed_speech([token])
+        logger.debug("LLM v1: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
+        trim_heap()
+        return tokens
+
+    def close(self) -> None:
+        self.text_session = self.step_session = None

@@ -1,0 +1,205 @@
+"""CosyVoice-300M's speech tokens -> 22.05 kHz audio: the v1 flow, then HiFT with its ``SineGen`` source.
+
+What v1 does differently from CosyVoice2 lives here, step for step as upstream @46dfe04
+(``MaskedDiffWithXvec.inference``, ``InterpolateRegulator.inference``, ``SineGen``):
+
+* the flow encoder is non-causal and gives one vector per token; the length regulator interpolates
+  them to mel frames: the prompt's to the prompt mel's frame count, the target's to
+  ``int(n / 50 * 22050 / 256)`` frames, a target of more than 40 tokens in three parts (first and last
+  20 tokens to 34 frames each), then its convolutions (a graph);
+* the CFM starts from fresh standard-normal noise each call (upstream ``randn_like``); the Euler
+  solver with classifier-free guidance is CosyVoice2's (:meth:`FlowDecoder.solve`);
+* at 22050 Hz the harmonic source is ``SineGen``: the phase is the running sum of ``f0 * k / sr`` over
+  samples (accumulated in double, as torch does on the CPU), plus a random start phase per overtone;
+  256 samples per mel frame. The STFT, decoder graph and inverse STFT are CosyVoice2's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams, resample_mel
+from cosyedge.engines.cosyvoice.common.hift import HiftParams, HiftVocoder, _nearest_index
+from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+from cosyedge.engines.cosyvoice.common.token2wav import check_speed, load_vocoder
+from cosyedge.errors import ParameterError
+
+logger = logging.getLogger(__name__)
+
+#: Upstream hard-codes 22050 Hz and 256 samples per frame in the flow's length computation.
+MEL_RATE = 22050 / 256
+EDGE_TOKENS = 20
+MAX_FRAMES = 30000
+
+
+def target_frames(n_tokens: int, token_rate: int = 50) -> int:
+    """Mel frames for ``n_tokens`` target tokens: ``int(n / rate * 22050 / 256)``, as upstream computes it."""
+    return int(n_tokens / token_rate * 22050 / 256)
+
+
+def linear_resize(x: np.ndarray, size: int) -> np.ndarray:
+    """``F.interpolate(x[None], size=size, mode='linear')`` (align_corners False) of x [C, N] -> [C, size]."""
+    n_in = x.shape[1]
+    scale = np.float32(n_in / size)
+    src = np.maximum(scale * (np.arange(size, dtype=np.float32) + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+    i0 = src.astype(np.int64)
+    lam = src - i0.astype(np.float32)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return ((np.float32(1.0) - lam) * x[:, i0] + lam * x[:, i1]).astype(np.float32)
+
+
+def regulate(h_prompt: np.ndarray, h_target: np.ndarray, prompt_frames: int, frames: int,
+             token_rate: int = 50) -> np.ndarray:
+    """The length regulator's interpolation: per-token h [C, P] and [C, N] -> [C, prompt_frames + frames]."""
+    n = h_target.shape[1]
+    if n > 2 * EDGE_TOKENS:
+        edge = target_frames(EDGE_TOKENS, token_rate)
+        target = np.concatenate([linear_resize(h_target[:, :EDGE_TOKENS], edge),
+                                 linear_resize(h_target[:, EDGE_TOKENS:-EDGE_TOKENS], frames - 2 * edge),
+                                 linear_resize(h_target[:, -EDGE_TOKENS:], edge)], axis=1)
+    else:
+        target = linear_resize(h_target, frames)
+    if h_prompt.shape[1] == 0:
+        return target
+    return np.concatenate([linear_resize(h_prompt, prompt_frames), target], axis=1)
+
+
+class FlowV1:
+    """Encoder, regulator and estimator sessions of the v1 flow; built from ready sessions."""
+
+    def __init__(self, encoder_session, regulator_session, estimator_session, params: FlowParams,
+                 token_rate: int = 50) -> None:
+        self.encoder_session = encoder_session
+        self.regulator_session = regulator_session
+        self.cfm = FlowDecoder(None, estimator_session, np.zeros((params.mel_bins, 0), np.float32), params)
+        self.params = params
+        self.token_rate = token_rate
+
+    def mu(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_frames: int,
+           embedding: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mu [80, prompt_frames + target frames], spks [80]) for the tokens after the prompt's."""
+        all_tokens = np.concatenate([prompt_tokens, tokens]).astype(np.int64)[None]
+        h, spks = self.encoder_session.run(None, {"tokens": all_tokens,
+                                                  "embedding": embedding.reshape(1, -1).astype(np.float32)})
+        h = h[0].T
+        frames = target_frames(tokens.shape[0], self.token_rate)
+        if frames < 1:
+            raise ParameterError("too few speech tokens for one mel frame")
+        x = regulate(h[:, :prompt_tokens.shape[0]], h[:, prompt_tokens.shape[0]:], prompt_frames, frames,
+                     self.token_rate)
+        return self.regulator_session.run(None, {"x": x[None]})[0][0], spks[0]
+
+    def __call__(self, tokens, prompt_tokens, prompt_mel, embedding, noise: np.ndarray | None = None,
+                 rng: np.random.Generator | None = None, n_timesteps: int | None = None) -> np.ndarray:
+        """Target tokens [N] (+ prompt tokens [P], prompt mel [F, 80]) -> mel [80, int(N/50*22050/256)].
+
+        ``noise`` [80, F + frames] is the CFM's start (default: drawn from ``rng``)."""
+        p = self.params
+        tokens = _tokens(tokens, p.vocab_size, allow_empty=False)
+        prompt_tokens = _tokens(prompt_tokens, p.vocab_size, allow_empty=True)
+        prompt_mel = np.asarray(prompt_mel if prompt_mel is not None else np.zeros((0, p.mel_bins)), np.float32)
+        if prompt_mel.size == 0:
+            prompt_mel = np.zeros((0, p.mel_bins), dtype=np.float32)
+        if prompt_mel.ndim != 2 or prompt_mel.shape[1] != p.mel_bins or not np.all(np.isfinite(prompt_mel)):
+            raise ParameterError(f"prompt_mel must be finite [frames, {p.mel_bins}], got shape {prompt_mel.shape}")
+        if prompt_tokens.size == 0:
+            prompt_mel = prompt_mel[:0]
+        embedding = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if embedding.shape[0] != p.spk_embed_dim or not np.all(np.isfinite(embedding)):
+            raise ParameterError(f"speaker_embedding must be {p.spk_embed_dim} finite numbers")
+        steps = p.n_timesteps if n_timesteps is None else int(n_timesteps)
+        mu, spks = self.mu(tokens, prompt_tokens, prompt_mel.shape[0], embedding)
+        if mu.shape[1] > MAX_FRAMES:
+            raise ParameterError(f"prompt + text need {mu.shape[1]} mel frames; the limit is {MAX_FRAMES}")
+        cond = np.zeros_like(mu)
+        cond[:, :prompt_mel.shape[0]] = prompt_mel.T
+        if noise is None:
+            rng = rng if rng is not None else np.random.default_rng()
+            noise = rng.standard_normal(mu.shape, dtype=np.float32)
+        elif noise.shape != mu.shape:
+            raise ValueError(f"noise must have shape {mu.shape}, got {noise.shape}")
+        mel = self.cfm.solve(mu, spks, cond, steps, noise=noise)
+        return mel[:, prompt_mel.shape[0]:]
+
+
+def _tokens(values, vocab: int, allow_empty: bool) -> np.ndarray:
+    arr = np.asarray(values if values is not None else [], dtype=np.int64).reshape(-1)
+    if arr.size == 0 and not allow_empty:
+        raise ParameterError("tokens is empty")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        raise ParameterError(f"tokens must be speech tokens in [0, {vocab})")
+    return arr
+
+
+def sinegen_source(f0: np.ndarray, noise: np.ndarray, phases: np.ndarray, weight: np.ndarray, bias: np.ndarray,
+                   params: HiftParams) -> np.ndarray:
+    """``SourceModuleHnNSF`` at 22050 Hz: F0 frames [T] -> excitation [T * samples_per_frame].
+
+    ``noise`` [H+1, L] standard normal, ``phases`` [H+1] in [-pi, pi) (the fundamental's is ignored:
+    upstream zeroes it); ``weight`` [1, H+1] and ``bias`` [1] are ``m_source.l_linear``.
+    """
+    f0 = np.asarray(f0, dtype=np.float32).reshape(-1)
+    f0_samples = f0[_nearest_index(f0.shape[0], params.samples_per_frame)]                 # [L]
+    harmonics = np.arange(1, params.nb_harmonics + 2, dtype=np.float32)[:, None]
+    rad = (f0_samples[None, :] * harmonics) / np.float32(params.sampling_rate)              # [H+1, L]
+    running = np.cumsum(rad.astype(np.float64), axis=1).astype(np.float32)
+    theta = np.float32(2 * np.pi) * np.mod(running, np.float32(1.0))
+    start = np.asarray(phases, dtype=np.float32).reshape(-1, 1).copy()
+    start[0] = 0.0
+    sines = np.float32(params.nsf_alpha) * np.sin(theta + start)
+    uv = (f0_samples > params.nsf_voiced_threshold).astype(np.float32)[None, :]
+    noise_amp = uv * np.float32(params.nsf_sigma) + (np.float32(1.0) - uv) * np.float32(params.nsf_alpha / 3)
+    waves = sines * uv + noise_amp * np.asarray(noise, dtype=np.float32)
+    merged = weight.astype(np.float32) @ waves + bias.astype(np.float32)[:, None]
+    return np.tanh(merged[0]).astype(np.float32)
+
+
+class SineGenVocoder(HiftVocoder):
+    """HiFT with upstream's 22.05 kHz ``SineGen`` source; the rest is CosyVoice2's vocoder."""
+
+    def source(self, mel: np.ndarray, noise: np.ndarray | None = None, rng: np.random.Generator | None = None,
+               phases: np.ndarray | None = None) -> np.ndarray:
+        """Excitation [T * 256] for ``mel``; ``noise`` [9, T*256] and ``phases`` [9] override the draws."""
+        n, k = mel.shape[1] * self.params.samples_per_frame, self.params.nb_harmonics + 1
+        rng = rng if rng is not None else np.random.default_rng()
+        if phases is None:
+            phases = rng.uniform(-np.pi, np.pi, size=k).astype(np.float32)
+        if noise is None:
+            noise = rng.standard_normal((k, n), dtype=np.float32)
+        elif noise.shape != (k, n):
+            raise ValueError(f"noise must have shape {(k, n)}, got {noise.shape}")
+        return sinegen_source(self.f0(mel), noise, phases, self.source_weight, self.source_bias, self.params)
+
+
+@dataclass
+class Token2WavV1:
+    """The v1 flow and the 22.05 kHz vocoder of one model directory."""
+
+    flow: FlowV1
+    vocoder: SineGenVocoder
+
+    @classmethod
+    def load(cls, model: ModelDir, threads: int = 0) -> "Token2WavV1":
+        fc = model.config("flow")
+        params = FlowParams.from_dict(fc)
+        flow = FlowV1(model.session(fc["encoder"], threads), model.session(fc["regulator"], threads),
+                      model.session(fc["estimator"], threads), params,
+                      token_rate=int(fc.get("input_frame_rate", 50)))
+        return cls(flow, load_vocoder(model, threads, SineGenVocoder))
+
+    @property
+    def sample_rate(self) -> int:
+        return self.vocoder.params.sampling_rate
+
+    def __call__(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
+                 rng: np.random.Generator | None = None) -> np.ndarray:
+        """float32 audio at 22.05 kHz (256 samples per mel frame), within +-0.99."""
+        speed = check_speed(speed)
+        rng = rng if rng is not None else np.random.default_rng()
+        mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, rng=rng)
+        if speed != 1.0:
+            mel = resample_mel(mel, speed)
+        return self.vocoder(mel, rng=rng)

@@ -1,0 +1,1 @@
+"""Fun-CosyVoice3 (v3): what differs from the shared parts."""

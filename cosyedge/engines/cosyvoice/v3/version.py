@@ -1,0 +1,99 @@
+"""What is particular to Fun-CosyVoice3 at run time; the engine applies it when its manifest says version 3.
+
+* Prompt format: every LLM input must contain ``<|endofprompt|>`` (upstream asserts id 151646). The
+  zero-shot prompt text is ``"You are a helpful assistant.<|endofprompt|>" + transcript``; a cross-lingual
+  sentence is ``"You are a helpful assistant.<|endofprompt|>" + sentence`` (upstream's examples); an
+  instruction is ``"You are a helpful assistant. <instruction><|endofprompt|>"`` (``instruct_format``).
+* Decoding (``llm_config.json``): ids 6561-6760 all end the speech; below the minimum length upstream
+  masks id 6561 (its sos), not 6562 (end of speech), so a v3 model may stop early: reproduced as is.
+* Silent tokens: after 5 in a row, further silent/breath tokens are not given to the flow (upstream's
+  ``llm_job``); the LLM still sees them.
+* Tokenizer: CosyVoice2's specials plus ``<|endofsystem|>``, ARPAbet and pinyin phone tokens.
+* Flow: the same solver as CosyVoice2 on the DiT graphs; vocoder: :mod:`causal_hift`.
+* Languages: zh, en, ja, ko, de, es, fr, it, ru (upstream README), plus 18+ Chinese dialects by instruction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+import numpy as np
+
+from cosyedge.engines.base import KNOWN_LANGUAGES
+from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+SILENT_TOKENS = frozenset((1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323))
+MAX_SILENT_RUN = 5
+LANGUAGES = KNOWN_LANGUAGES
+#: What the instruct tab says a v3 model follows (upstream's instruction list, ace7c47 common.py).
+INSTRUCT_NOTE = ("Fun-CosyVoice3: dialects (广东话, 东北话, 四川话, 上海话, 闽南话, 天津话 … 17 in all), emotions "
+                 "(happy / 开心, sad / 伤心, angry / 生气), loud or soft, fast or slow; speaks zh en ja ko de es "
+                 "fr it ru / 支持方言、情感、音量与语速指令")
+
+_ARPABET_VOWELS = "AA AE AH AO AW AY EH ER EY IH IY OW OY UH UW".split()
+_ARPABET_CONSONANTS = "B CH D DH F G HH JH K L M N NG P R S SH T TH V W Y Z ZH".split()
+#: Pinyin initials and finals with tone marks, as upstream's CosyVoice3Tokenizer registers them.
+_PINYIN = (
+    "a ai an ang ao b c ch d e ei en eng f g h i ian in ing iu ià iàn iàng iào iá ián iáng iáo iè ié iòng "
+    "ióng iù iú iā iān iāng iāo iē iě iōng iū iǎ iǎn iǎng iǎo iǒng iǔ j k l m n o ong ou p q r s sh t u uang "
+    "ue un uo uà uài uàn uàng uá uái uán uáng uè ué uì uí uò uó uā uāi uān uāng uē uě uī uō uǎ uǎi uǎn uǎng "
+    "uǐ uǒ vè w x y z zh à ài àn àng ào á ái án áng áo è èi èn èng èr é éi én éng ér ì ìn ìng í ín íng ò "
+    "òng òu ó óng óu ù ùn ú ún ā āi ān āng āo ē ēi ēn ēng ě ěi ěn ěng ěr ī īn īng ō ōng ōu ū ūn ǎ ǎi ǎn "
+    "ǎng ǎo ǐ ǐn ǐng ǒ ǒng ǒu ǔ ǔn ǘ ǚ ǜ").split()
+
+
+def _arpabet() -> list[str]:
+    phones = [v + s for v in _ARPABET_VOWELS for s in ("", "0", "1", "2")] + _ARPABET_CONSONANTS
+    return [f"[{p}]" for p in sorted(phones)]
+
+
+#: Added to the Qwen2 tokenizer by upstream's ``CosyVoice3Tokenizer``, in this order.
+COSYVOICE3_SPECIALS = COSYVOICE2_SPECIALS + ("<|endofsystem|>",) + tuple(_arpabet()) + \
+    tuple(f"[{p}]" for p in _PINYIN)
+
+
+def zero_shot_prompt(transcript: str) -> str:
+    """The LLM prompt text of a zero-shot clone: system sentence, end of prompt, the transcript."""
+    return f"{SYSTEM_PROMPT}{END_OF_PROMPT}{transcript}"
+
+
+def cross_lingual_text(sentence: str) -> str:
+    """A cross-lingual sentence as v3 reads it (there is no prompt text to carry the end of prompt)."""
+    return sentence if END_OF_PROMPT in sentence else f"{SYSTEM_PROMPT}{END_OF_PROMPT}{sentence}"
+
+
+def drop_long_silences(tokens: Iterable[int]) -> list[int]:
+    """Upstream's rule: a silent token is dropped when more than 5 silent tokens precede it in a row."""
+    kept, run = [], 0
+    for token in tokens:
+        if token in SILENT_TOKENS:
+            run += 1
+            if run > MAX_SILENT_RUN:
+                continue
+        else:
+            run = 0
+        kept.append(int(token))
+    return kept
+
+
+def load_token2wav(model, threads: int = 0):
+    """A :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2Wav` of the DiT flow and the causal HiFT."""
+    from cosyedge.engines.cosyvoice.v3.causal_hift import CausalF0Predictor, CausalHiftVocoder
+    from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams
+    from cosyedge.engines.cosyvoice.common.hift import HiftParams
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+
+    fc, hc = model.config("flow"), model.config("hift")
+    flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads),
+                       np.load(model.file(fc["noise"])), FlowParams.from_dict(fc))
+    with np.load(model.file(hc["f0"])) as f0, np.load(model.file(hc["source"])) as source:
+        predictor = CausalF0Predictor({k: f0[k] for k in f0.files})
+        weight, bias = source["weight"], source["bias"]
+    vocoder = CausalHiftVocoder(predictor, model.session(hc["decoder"], threads), weight, bias,
+                                HiftParams.from_dict(hc))
+    return Token2Wav(flow, vocoder)
+

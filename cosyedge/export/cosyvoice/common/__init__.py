@@ -1,0 +1,1 @@
+"""Export steps every CosyVoice version shares."""

@@ -1,0 +1,1 @@
+"""CosyVoice-300M (v1) converter and networks."""

@@ -1,0 +1,463 @@
+"""Convert an official CosyVoice-300M, -300M-SFT or -300M-Instruct directory into a cosyedge model directory.
+
+Input (as downloaded): ``cosyvoice.yaml``, ``llm.pt``, ``flow.pt``, ``hift.pt``, ``campplus.onnx``,
+``speech_tokenizer_v1.onnx`` and, for SFT/Instruct, ``spk2info.pt``. The text tokenizer is not in the
+directory: upstream's yaml asks for whisper's multilingual tiktoken vocabulary, which the converter
+copies from the ``openai-whisper`` package (export time only) with its sha256.
+
+The variant is detected from the directory (:func:`detect_variant`: upstream's own rule, ``-Instruct``
+in the directory name, then whether it ships preset speakers) and stated in the manifest; it decides
+which modes the engine offers. The orchestration is CosyVoice2's (:mod:`cosyedge.export.cosyvoice.v2.convert`:
+context, temporary directory, manifest); the HiFT step and the int8 plan are shared; the v1 parts
+(LLM, non-causal flow with its length regulator, tokenizer) are the steps of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosyedge.errors import InputError, ModelMissingError
+from cosyedge.export import read_source
+from cosyedge.export.cosyvoice.v2.convert import (ExportContext, build_manifest, check_arguments, check_out, chosen_steps,
+                                        export_into)
+
+logger = logging.getLogger(__name__)
+
+FAMILY, VERSION = "cosyvoice", 1
+CONFIG_NAME = "cosyvoice.yaml"
+VARIANTS = ("base", "sft", "instruct")
+#: What each variant is called upstream (Hugging Face / ModelScope names).
+VARIANT_NAMES = {"base": "CosyVoice-300M", "sft": "CosyVoice-300M-SFT", "instruct": "CosyVoice-300M-Instruct"}
+#: The manifest's ``licence`` (docs/models.md), as the CosyVoice2 converter writes it; the model card is
+#: the authority for the weights. The text tokenizer file comes from the openai-whisper package.
+LICENCE = {"weights": "Apache-2.0 (FunAudioLLM/CosyVoice-300M family; see its model card)",
+           "code": "Apache-2.0 (FunAudioLLM/CosyVoice)",
+           "tokenizer": "MIT (openai/whisper multilingual.tiktoken)"}
+
+TEXT_ENCODER_FILE = "llm_text_encoder.onnx"
+LM_FILE = "llm_step.onnx"
+FLOW_ENCODER_FILE = "flow_encoder.onnx"
+REGULATOR_FILE = "flow_regulator.onnx"
+ESTIMATOR_FILE = "flow_estimator.onnx"
+TOKENIZER_DIR = "tokenizer"
+TIKTOKEN_FILE = "multilingual.tiktoken"
+SPEECH_TOKENIZER = "speech_tokenizer_v1.onnx"
+OPSET = 17
+
+STEP_SOURCES: dict[str, tuple[str, ...]] = {
+    "llm": ("llm.pt",), "flow": ("flow.pt",), "hift": ("hift.pt",),
+    "frontend": ("campplus.onnx", SPEECH_TOKENIZER),
+}
+
+
+def detect_variant(src: Path) -> str:
+    """``instruct`` when the directory name says ``-Instruct`` (upstream ``CosyVoice.__init__`` decides
+    instruct support the same way), else ``sft`` when it ships ``spk2info.pt``, else ``base``."""
+    if "-instruct" in Path(src).resolve().name.lower():
+        return "instruct"
+    return "sft" if (Path(src) / "spk2info.pt").is_file() else "base"
+
+
+def modes_of(variant: str, has_presets: bool) -> list[str]:
+    """The modes a variant offers (upstream ``cli/cosyvoice.py`` @46dfe04: ``inference_sft`` needs a
+    speaker of ``spk2info``, ``inference_instruct`` needs an ``-Instruct`` model, zero-shot and
+    cross-lingual cloning work on every model)."""
+    modes = ["zero_shot", "cross_lingual"]
+    if has_presets:
+        modes.insert(0, "sft")
+    if variant == "instruct" and has_presets:
+        modes.append("instruct")
+    return modes
+
+
+# ----------------------------------------------------------------------------------------------
+# Config
+# ----------------------------------------------------------------------------------------------
+
+def lm_config(config: dict[str, Any]):
+    from cosyedge.export.cosyvoice.v1.nets import LMConfig
+    from cosyedge.export.cosyvoice.common.upstream_config import section
+
+    llm = section(config, "llm")
+    if not str(llm.get("__class__", "")).endswith("TransformerLM"):
+        raise InputError(f"llm class {llm.get('__class__')!r} is not CosyVoice-300M's TransformerLM")
+    text, lm = section(config, "llm", "text_encoder"), section(config, "llm", "llm")
+    for name, part in (("text_encoder", text), ("llm", lm)):
+        if part.get("pos_enc_layer_type", "rel_pos_espnet") != "rel_pos_espnet" or \
+                part.get("selfattention_layer_type", "rel_selfattn") != "rel_selfattn":
+            raise InputError(f"llm.{name}: only relative positions (rel_pos_espnet) are supported")
+        if part.get("use_cnn_module") or part.get("macaron_style"):
+            raise InputError(f"llm.{name}: conv module / macaron FFN are not CosyVoice-300M's; unsupported")
+    if int(llm.get("llm_input_size", 1024)) != int(lm.get("output_size", 1024)):
+        raise InputError("llm_input_size must equal the LLM's output_size")
+    return LMConfig(
+        text_vocab=int(llm.get("text_token_size", 51866)), text_input=int(llm.get("text_encoder_input_size", 512)),
+        text_hidden=int(text.get("output_size", 1024)), text_heads=int(text.get("attention_heads", 16)),
+        text_units=int(text.get("linear_units", 4096)), text_blocks=int(text.get("num_blocks", 6)),
+        hidden=int(lm.get("output_size", 1024)), heads=int(lm.get("attention_heads", 16)),
+        units=int(lm.get("linear_units", 4096)), blocks=int(lm.get("num_blocks", 14)),
+        speech_vocab=int(llm.get("speech_token_size", 4096)), spk_embed_dim=int(llm.get("spk_embed_dim", 192)))
+
+
+def flow_config(config: dict[str, Any]):
+    from cosyedge.export.cosyvoice.v1.nets import FlowConfigV1
+    from cosyedge.export.cosyvoice.common.upstream_config import section
+
+    flow = section(config, "flow")
+    if not str(flow.get("__class__", "")).endswith(".MaskedDiffWithXvec"):
+        raise InputError(f"flow class {flow.get('__class__')!r} is not CosyVoice-300M's MaskedDiffWithXvec")
+    enc = section(config, "flow", "encoder")
+    reg = section(config, "flow", "length_regulator")
+    est = section(config, "flow", "decoder", "estimator")
+    if enc.get("use_cnn_module") or enc.get("macaron_style"):
+        raise InputError("flow encoder with conv module or macaron FFN is not CosyVoice-300M's; unsupported")
+    if int(enc.get("output_size", 512)) != int(flow.get("input_size", 512)):
+        raise InputError("flow encoder output_size must equal flow input_size")
+    if int(reg.get("channels", 80)) != int(flow.get("output_size", 80)) or reg.get("out_channels") not in (None, 80):
+        raise InputError("length regulator channels must be the 80 mel bins")
+    return FlowConfigV1(
+        vocab_size=int(flow.get("vocab_size", 4096)), input_size=int(flow.get("input_size", 512)),
+        output_size=int(flow.get("output_size", 80)), spk_embed_dim=int(flow.get("spk_embed_dim", 192)),
+        input_frame_rate=int(flow.get("input_frame_rate", 50)),
+        attention_heads=int(enc.get("attention_heads", 8)), linear_units=int(enc.get("linear_units", 2048)),
+        num_blocks=int(enc.get("num_blocks", 6)), regulator_stages=len(reg.get("sampling_ratios", [1, 1, 1, 1])),
+        est_in_channels=int(est.get("in_channels", 320)), est_out_channels=int(est.get("out_channels", 80)),
+        est_channels=tuple(int(c) for c in est.get("channels", [256, 256])),
+        est_attention_head_dim=int(est.get("attention_head_dim", 64)), est_n_blocks=int(est.get("n_blocks", 4)),
+        est_num_mid_blocks=int(est.get("num_mid_blocks", 12)), est_num_heads=int(est.get("num_heads", 8)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps
+# ----------------------------------------------------------------------------------------------
+
+def _load_state(path: Path) -> dict:
+    import torch
+
+    state = read_source(path, lambda p: torch.load(p, map_location="cpu", weights_only=True))
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    return state
+
+
+def _strict(module, state: dict, what: str) -> None:
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise InputError(f"{what} does not match the sizes in {CONFIG_NAME}: {exc}") from exc
+
+
+def _store_table(ctx: ExportContext, name: str, table: np.ndarray, role: str) -> dict[str, str]:
+    """Save an embedding table (int8 + per-row scale with ``--quantize int8``); return its file names."""
+    from cosyedge.export.cosyvoice.common.llm import quantize_text_embedding
+
+    files = {}
+    if ctx.quantize == "int8":
+        codes, scale = quantize_text_embedding(table)
+        np.save(ctx.add_file(f"llm_{name}.npy", role), codes)
+        np.save(ctx.add_file(f"llm_{name}_scale.npy", role + " (per-row scale)"), scale)
+        files[name], files[name + "_scale"] = f"llm_{name}.npy", f"llm_{name}_scale.npy"
+    else:
+        np.save(ctx.add_file(f"llm_{name}.npy", role), table.astype(np.float32))
+        files[name] = f"llm_{name}.npy"
+    return files
+
+
+def export_lm(ctx: ExportContext) -> None:
+    """Step "llm": ``llm.pt`` -> text-encoder graph, step graph with KV cache, host-side tables."""
+    import torch
+
+    from cosyedge.export.cosyvoice.v1.nets import LMStep, TextEncoder, positional_weights
+    from cosyedge.export.cosyvoice.common.flow import quiet_export
+    from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
+
+    cfg = lm_config(ctx.config)
+    state = _load_state(ctx.source_file("llm.pt"))
+    text = {k: v for k, v in state.items() if k.startswith(("text_encoder.", "text_encoder_affine_layer."))}
+    step = {k: v for k, v in state.items() if k.startswith(("llm.", "llm_decoder."))}
+    tables = {"text_embedding.weight", "speech_embedding.weight", "llm_embedding.weight",
+              "spk_embed_affine_layer.weight", "spk_embed_affine_layer.bias"}
+    stray = sorted(set(state) - set(text) - set(step) - tables)
+    missing = sorted(tables - set(state))
+    if stray or missing:
+        raise InputError(f"llm.pt is not a CosyVoice-300M TransformerLM (unexpected {stray[:3]}, missing {missing[:3]})")
+    encoder, lm = TextEncoder(cfg).eval(), LMStep(cfg).eval()
+    _strict(encoder, text, "llm.pt (text encoder)")
+    _strict(lm, step, "llm.pt (LLM)")
+
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(encoder, (torch.randn(1, 7, cfg.text_input),), str(ctx.add_file(TEXT_ENCODER_FILE,
+                          "llm text encoder (causal Conformer + affine)")),
+                          input_names=["embeds"], output_names=["encoded"],
+                          dynamic_axes={"embeds": {1: "n"}, "encoded": {1: "n"}}, opset_version=OPSET, dynamo=False)
+        names, example, axes = ["inputs_embeds"], [torch.randn(1, 2, cfg.hidden)], {"inputs_embeds": {1: "L"}}
+        outputs = ["logp"]
+        for i in range(cfg.blocks):
+            names += [f"past_key_{i}", f"past_value_{i}", f"pos_proj_{i}"]
+            example += [torch.randn(1, cfg.heads, 3, cfg.head_dim), torch.randn(1, cfg.heads, 3, cfg.head_dim),
+                        torch.randn(5, cfg.hidden)]
+            axes.update({f"past_key_{i}": {2: "P"}, f"past_value_{i}": {2: "P"}, f"pos_proj_{i}": {0: "T"},
+                         f"present_key_{i}": {2: "T"}, f"present_value_{i}": {2: "T"}})
+            outputs += [f"present_key_{i}", f"present_value_{i}"]
+        torch.onnx.export(lm, tuple(example), str(ctx.add_file(LM_FILE, "llm step (KV cache)")),
+                          input_names=names, output_names=outputs, dynamic_axes=axes, opset_version=OPSET,
+                          dynamo=False)
+    files = {"text_encoder": TEXT_ENCODER_FILE, "step": LM_FILE}
+    f32 = {k: v.detach().float().numpy() for k, v in state.items() if k in tables}
+    files.update(_store_table(ctx, "text_embedding", f32["text_embedding.weight"], "llm.text_embedding"))
+    files.update(_store_table(ctx, "speech_embedding", f32["speech_embedding.weight"], "llm.speech_embedding"))
+    np.save(ctx.add_file("llm_special_embedding.npy", "llm.special_embedding (sos, task id)"),
+            f32["llm_embedding.weight"])
+    np.savez(ctx.add_file("llm_speaker_affine.npz", "llm.speaker_affine"),
+             weight=f32["spk_embed_affine_layer.weight"], bias=f32["spk_embed_affine_layer.bias"])
+    pos = positional_weights(state, cfg).float().numpy()
+    np.save(ctx.add_file("llm_pos_weight.npy", "llm.positional projections (linear_pos per layer)"),
+            pos.astype(np.float16 if ctx.quantize == "int8" else np.float32))
+    files.update({"special_embedding": "llm_special_embedding.npy", "speaker_affine": "llm_speaker_affine.npz",
+                  "pos_weight": "llm_pos_weight.npy"})
+    if ctx.quantize == "int8":
+        quantize_in_place(ctx, TEXT_ENCODER_FILE)
+        weight_only_int8(ctx, LM_FILE)
+    ctx.runtime["llm"] = {"files": files, "hidden": cfg.hidden, "heads": cfg.heads, "head_dim": cfg.head_dim,
+                          "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
+                          "eos": cfg.speech_vocab, "text_vocab": cfg.text_vocab}
+
+
+def weight_only_int8(ctx: ExportContext, name: str, block: int = 128) -> None:
+    """Every MatMul / Gemm with a constant weight in graph ``name`` -> weight-only int8 ``MatMulNBits``.
+
+    The LLM step runs one position at a time, where reading the weights is the cost: onnxruntime's
+    ``MatMulNBits`` (block-wise int8 weights, float activations; what the CosyVoice2 LLM uses) does that
+    GEMV faster than dynamic int8 (docs/benchmarks.md, "CosyVoice-300M"). Block scales as
+    :func:`cosyedge.export.cosyvoice.common.llm.quantize_blocks`; the SNR of the outputs against fp32 is recorded.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from cosyedge.export.cosyvoice.common.llm import BLOCKS, quantize_blocks
+    from cosyedge.export.cosyvoice.common.quantize import output_snr
+
+    path = ctx.out / name
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes, used, converted = [], set(), 0
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = node.input[1] if len(node.input) > 1 else ""
+        gemm = node.op_type == "Gemm" and attrs.get("transB") == 1 and attrs.get("alpha", 1.0) == 1.0 \
+            and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA")
+        if weight in inits and (node.op_type == "MatMul" or gemm):
+            w = numpy_helper.to_array(inits[weight]).astype(np.float32)
+            w = w.T if gemm else w                                          # [K, N]
+            k, n = w.shape
+            size = next((b for b in sorted(BLOCKS, reverse=True) if b <= block and k % b == 0), 0)
+            if w.ndim == 2 and size:
+                codes, scale = quantize_blocks(w, 8, size)
+                graph.initializer.extend([numpy_helper.from_array(codes, weight + ".q8"),
+                                          numpy_helper.from_array(scale.reshape(-1), weight + ".scale")])
+                out = node.output[0] if not gemm or len(node.input) < 3 else node.output[0] + ".nobias"
+                nodes.append(helper.make_node("MatMulNBits", [node.input[0], weight + ".q8", weight + ".scale"],
+                                              [out], name=node.name + ".nbits", domain="com.microsoft", K=k, N=n,
+                                              bits=8, block_size=size, accuracy_level=4))
+                if out != node.output[0]:
+                    nodes.append(helper.make_node("Add", [out, node.input[2]], [node.output[0]], name=node.name + ".bias"))
+                    used.add(node.input[2])
+                converted += 1
+                continue
+        nodes.append(node)
+        used.update(node.input)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used.update(n for node in nodes for n in node.input)
+    keep = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    if not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    tmp = path.with_suffix(".nbits.onnx")
+    before = path.stat().st_size
+    onnx.save_model(model, str(tmp))
+    snr = output_snr(path, tmp)
+    tmp.replace(path)
+    ctx.quantization[name] = {"precision": f"int8-weight-only-block{block}", "ops": ["MatMulNBits"],
+                              "matmuls": converted, "snr_db_vs_fp32": {"logp": snr.get("logp")},
+                              "bytes_fp32": before, "bytes_int8": path.stat().st_size}
+    logger.info("%s: %d MatMuls as weight-only int8, %d -> %d bytes, logp SNR %s dB", name, converted, before,
+                path.stat().st_size, snr.get("logp"))
+
+
+def export_flow_v1(ctx: ExportContext) -> None:
+    """Step "flow": ``flow.pt`` -> encoder front, length-regulator convolutions and CFM estimator graphs."""
+    import torch
+
+    from cosyedge.export.cosyvoice.v1.nets import EstimatorV1, FlowFrontV1, RegulatorConvs
+    from cosyedge.export.cosyvoice.common.flow import _cfg_rate, _mel_features, export_estimator, quiet_export
+    from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
+
+    cfg = flow_config(ctx.config)
+    state = _load_state(ctx.source_file("flow.pt"))
+    front_state = {k: v for k, v in state.items() if not k.startswith(("decoder.", "length_regulator."))}
+    reg_state = {k[len("length_regulator."):]: v for k, v in state.items() if k.startswith("length_regulator.")}
+    est_state = {k[len("decoder.estimator."):]: v for k, v in state.items() if k.startswith("decoder.estimator.")}
+    front, regulator, estimator = FlowFrontV1(cfg).eval(), RegulatorConvs(80, cfg.regulator_stages).eval(), \
+        EstimatorV1(cfg).eval()
+    _strict(front, front_state, "flow.pt (encoder)")
+    _strict(regulator, reg_state, "flow.pt (length regulator)")
+    _strict(estimator, est_state, "flow.pt (estimator)")
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(front, (torch.zeros(1, 9, dtype=torch.int64), torch.randn(1, cfg.spk_embed_dim)),
+                          str(ctx.add_file(FLOW_ENCODER_FILE, "flow encoder (non-causal) + speaker projection")),
+                          input_names=["tokens", "embedding"], output_names=["h", "spks"],
+                          dynamic_axes={"tokens": {1: "n_tokens"}, "h": {1: "n_tokens"}}, opset_version=OPSET,
+                          dynamo=False)
+        torch.onnx.export(regulator, (torch.randn(1, 80, 15),),
+                          str(ctx.add_file(REGULATOR_FILE, "flow length regulator convolutions")),
+                          input_names=["x"], output_names=["mu"], dynamic_axes={"x": {2: "n_frames"},
+                                                                                "mu": {2: "n_frames"}},
+                          opset_version=OPSET, dynamo=False)
+    export_estimator(estimator, ctx.add_file(ESTIMATOR_FILE, "flow CFM estimator (non-causal U-Net)"))
+    if ctx.quantize == "int8":
+        for name in (FLOW_ENCODER_FILE, REGULATOR_FILE, ESTIMATOR_FILE):
+            quantize_in_place(ctx, name)
+    ctx.runtime["flow"] = {
+        "encoder": FLOW_ENCODER_FILE, "regulator": REGULATOR_FILE, "estimator": ESTIMATOR_FILE,
+        "vocab_size": cfg.vocab_size, "spk_embed_dim": cfg.spk_embed_dim, "mel_bins": cfg.output_size,
+        "input_frame_rate": cfg.input_frame_rate, "n_timesteps": 10, "t_scheduler": "cosine",
+        "inference_cfg_rate": _cfg_rate(ctx.config), "noise": "drawn per call (upstream randn_like)",
+    }
+    ctx.runtime["features"] = _mel_features(ctx.config)
+
+
+def whisper_vocabulary() -> tuple[Path, dict[str, Any]]:
+    """The path of whisper's ``multilingual.tiktoken`` and where it came from (package and version)."""
+    from importlib import metadata
+
+    try:
+        import whisper  # noqa: F401 - only to find its assets folder
+    except ImportError as exc:
+        raise ModelMissingError("the CosyVoice-300M text tokenizer is whisper's multilingual.tiktoken, "
+                                "shipped in the openai-whisper package (export time only); install it with: "
+                                "pip install --no-deps openai-whisper==20250625") from exc
+    path = Path(whisper.__file__).parent / "assets" / TIKTOKEN_FILE
+    if not path.is_file():
+        raise ModelMissingError(f"{path} is missing from the installed openai-whisper; reinstall it")
+    return path, {"package": "openai-whisper", "version": metadata.version("openai-whisper"),
+                  "path": f"whisper/assets/{TIKTOKEN_FILE}"}
+
+
+def whisper_specials(num_languages: int) -> list[str]:
+    """whisper's special tokens after the 50257 ordinary ones, in id order (``whisper.tokenizer.get_encoding``)."""
+    from whisper.tokenizer import LANGUAGES
+
+    return ["<|endoftext|>", "<|startoftranscript|>",
+            *[f"<|{lang}|>" for lang in list(LANGUAGES)[:num_languages]],
+            "<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>",
+            "<|notimestamps|>", *[f"<|{i * 0.02:.2f}|>" for i in range(1501)]]
+
+
+#: whisper's pre-tokenization pattern (``get_encoding``'s ``pat_str``).
+WHISPER_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def export_frontend_v1(ctx: ExportContext) -> None:
+    """Step "frontend": the tiktoken vocabulary (+ its specials), campplus, the speech tokenizer, presets."""
+    from cosyedge.export.cosyvoice.common.llm import _parsed_onnx, move_weights_to_external_data, save_presets
+    from cosyedge.catalog.manifest import sha256_file
+
+    vocab, origin = whisper_vocabulary()
+    tok = ctx.config.get("get_tokenizer", {}) if isinstance(ctx.config.get("get_tokenizer"), dict) else {}
+    if not str(tok.get("__name__", "whisper.tokenizer.get_tokenizer")).startswith("whisper."):
+        raise InputError(f"{CONFIG_NAME} asks for tokenizer {tok.get('__name__')!r}; only whisper's "
+                         "multilingual tiktoken (the 50 Hz CosyVoice-300M models) is supported")
+    num_languages = int(tok.get("num_languages", 100))
+    dest = ctx.add_file(f"{TOKENIZER_DIR}/{TIKTOKEN_FILE}", "frontend.tokenizer")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vocab, dest)
+    specials = whisper_specials(num_languages)
+    ranks = sum(1 for line in dest.read_text(encoding="utf-8").splitlines() if line.strip())
+    spec = {"format": 1, "vocabulary": TIKTOKEN_FILE, "sha256": sha256_file(dest), "origin": origin,
+            "pattern": WHISPER_PATTERN, "specials": specials, "first_special": ranks,
+            "n_vocab": ranks + len(specials), "allowed_special": str(ctx.config.get("allowed_special", "all"))}
+    (ctx.add_file(f"{TOKENIZER_DIR}/tokenizer.json", "frontend.tokenizer")).write_text(
+        json.dumps(spec, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text_vocab = ctx.runtime.get("llm", {}).get("text_vocab")
+    if text_vocab is not None and text_vocab != spec["n_vocab"]:
+        raise InputError(f"the LLM has {text_vocab} text tokens, whisper's multilingual tokenizer "
+                         f"{spec['n_vocab']}: not a 50 Hz CosyVoice-300M checkpoint")
+    for name in ("campplus.onnx", SPEECH_TOKENIZER):
+        source = read_source(ctx.source_file(name), _parsed_onnx)
+        shutil.copyfile(source, ctx.add_file(name, "frontend." + name.split(".")[0]))
+    data = move_weights_to_external_data(ctx.out / SPEECH_TOKENIZER)
+    ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
+    runtime = {"tokenizer": TOKENIZER_DIR, "campplus": "campplus.onnx", "speech_tokenizer": SPEECH_TOKENIZER,
+               "speech_token_rate": 50}
+    runtime.update(save_presets(ctx))
+    ctx.runtime["frontend"] = runtime
+
+
+def _hift_step(ctx: ExportContext) -> None:
+    from cosyedge.export.cosyvoice.common.hift import export_hift
+    export_hift(ctx)
+
+
+def _compact_step(ctx: ExportContext) -> None:
+    from cosyedge.export.cosyvoice.common.quantize import compact_float_weights
+    compact_float_weights(ctx)
+
+
+EXPORT_STEPS = [("llm", export_lm), ("flow", export_flow_v1), ("hift", _hift_step),
+                ("frontend", export_frontend_v1), ("compact", _compact_step)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Orchestration
+# ----------------------------------------------------------------------------------------------
+
+def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = None, force: bool = False,
+            steps: list[str] | None = None) -> dict[str, Any]:
+    """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there."""
+    from cosyedge import __version__
+    from cosyedge.export import require_torch
+    from cosyedge.export.cosyvoice.common.upstream_config import read_config
+
+    require_torch()
+    src, out = Path(src), Path(out)
+    check_arguments(src, quantize, "CosyVoice-300M")
+    if not (src / CONFIG_NAME).is_file():
+        hint = " (it holds cosyvoice2.yaml: use `convert cosyvoice2`)" if (src / "cosyvoice2.yaml").is_file() else ""
+        raise ModelMissingError(f"{src / CONFIG_NAME} is missing: point --src at the official "
+                                f"CosyVoice-300M(-SFT/-Instruct) directory{hint}")
+    variant = variant or detect_variant(src)
+    if variant not in VARIANTS:
+        raise InputError(f"--variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    check_out(src, out, force)
+    chosen = chosen_steps(EXPORT_STEPS, steps)
+    missing = [name for step in chosen for name in STEP_SOURCES.get(step, ())
+               if not (src / name).is_file() or (src / name).stat().st_size == 0]
+    if missing:
+        raise ModelMissingError(f"{src} lacks {', '.join(missing)} (missing or empty): copy or download the "
+                                f"complete {VARIANT_NAMES[variant]} directory")
+    if variant in ("sft", "instruct") and not (src / "spk2info.pt").is_file():
+        raise ModelMissingError(f"{src} lacks spk2info.pt, the preset speakers of {VARIANT_NAMES[variant]}")
+    config = read_config(src / CONFIG_NAME)
+
+    def finish(ctx: ExportContext) -> dict[str, Any]:
+        has_presets = "presets" in ctx.runtime.get("frontend", {})
+        ctx.runtime["model"] = {"variant": variant, "name": VARIANT_NAMES[variant],
+                                "modes": modes_of(variant, has_presets), "variant_detected": variant == detect_variant(src)}
+        manifest = build_manifest(ctx, __version__, chosen, family=FAMILY, model_version=VERSION,
+                                  default_rate=22050, licence=LICENCE)
+        manifest["variant"] = variant
+        (ctx.out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                               encoding="utf-8")
+        return manifest
+
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, quantize=quantize),
+                       EXPORT_STEPS, chosen, finish)

@@ -1,0 +1,1 @@
+"""CosyVoice2-0.5B converter."""

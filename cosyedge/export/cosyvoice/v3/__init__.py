@@ -1,0 +1,1 @@
+"""Fun-CosyVoice3-0.5B converter and networks."""

@@ -1,0 +1,1 @@
+"""The box's resources: usable CPUs, heap trimming, free disk, temperature."""

@@ -1,0 +1,1 @@
+"""Natural-language instructions: the plan of explicit controls and the audio effects."""

@@ -1,0 +1,1 @@
+"""The box's ears: offline speech recognition, the speaker encoder, pronunciation scoring."""

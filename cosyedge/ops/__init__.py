@@ -1,0 +1,1 @@
+"""Keeping an installed box healthy: the output janitor and the self-test."""

@@ -1,0 +1,1 @@
+"""Voices and prompts: the prompt cache, the saved-voice library, consent, prompt transcripts."""
