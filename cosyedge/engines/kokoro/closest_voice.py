@@ -12,7 +12,12 @@ The rule, measured on the prompt (both in well under a second):
 * its median F0 (:mod:`cosyedge.listening.pitch`) bounds the choice: a voice qualifies when its
   median F0 is within a factor ``BAND`` (1.5) of the speaker's and on the same side of ``SIDE_HZ``
   (165 Hz, between typical male and female speech);
-* of the voices that qualify, the one whose d-vector is closest to the prompt's is chosen.
+* of the voices that qualify, the one with the best score is chosen: the cosine of its d-vector and
+  the prompt's, less ``PITCH_WEIGHT`` (0.5) times the distance of their F0 in log Hz (an octave off
+  costs 0.35). Two presets can be about as close to a voice by the d-vector alone (male_1 and male_2
+  to a low diphone voice: 0.32 and 0.32), and then the pitch keeps the choice from flipping between two
+  recordings of one speaker; the weight was chosen on the team's own reference voices by an
+  independent speaker encoder (docs/benchmarks.md, "Closest built-in voice").
 
 Only one bundled pack is male (jm_kumo): ``male_1`` (~98 Hz) and ``male_2`` (~118 Hz) cover speakers
 from ~66 Hz to 165 Hz, ``female_2`` (~239 Hz) every speaker from 165 Hz to ~358 Hz. When no voice
@@ -50,6 +55,8 @@ VERSION = 1
 SIDE_HZ = 165.0
 #: How far a voice's median F0 may be from the speaker's, as a factor either way.
 BAND = 1.5
+#: What one unit of |ln(voice F0 / speaker F0)| costs a voice's d-vector cosine.
+PITCH_WEIGHT = 0.5
 #: What each table voice is measured on: one line per language it reads, ~2-3 s each.
 TABLE_LINES = (("en", "We will meet at the library after lunch, and then walk home together."),
                ("zh", "我们下午三点在学校门口见面，然后一起去图书馆。"),
@@ -80,6 +87,7 @@ class Choice:
     prompt_f0_hz: float | None
     voice_f0_hz: float
     similarity: float  # d-vector cosine of the prompt and the voice's table lines
+    score: float  # similarity less the pitch distance (PITCH_WEIGHT)
 
 
 def same_side(speaker_hz: float, voice_hz: float) -> bool:
@@ -96,16 +104,17 @@ def choose(table: list[TableVoice], embedding: np.ndarray, f0_hz: float) -> Choi
     sims = {v.name: cosine(embedding, v.embedding) for v in table}
     if not (math.isfinite(f0_hz) and f0_hz > 0):
         best = max(table, key=lambda v: sims[v.name])
-        return Choice(best.name, NO_PITCH, None, best.f0_hz, sims[best.name])
+        return Choice(best.name, NO_PITCH, None, best.f0_hz, sims[best.name], sims[best.name])
+    scores = {v.name: sims[v.name] - PITCH_WEIGHT * abs(math.log(v.f0_hz / f0_hz)) for v in table}
     fit = [v for v in table if qualifies(f0_hz, v.f0_hz)]
     if fit:
-        best = max(fit, key=lambda v: sims[v.name])
+        best = max(fit, key=lambda v: scores[v.name])
         rule = IN_BAND
     else:
         near = [v for v in table if same_side(f0_hz, v.f0_hz)] or table
         best = min(near, key=lambda v: abs(math.log(v.f0_hz / f0_hz)))
         rule = NEAREST_PITCH
-    return Choice(best.name, rule, round(f0_hz, 1), best.f0_hz, sims[best.name])
+    return Choice(best.name, rule, round(f0_hz, 1), best.f0_hz, sims[best.name], scores[best.name])
 
 
 def table_fingerprint(engine: Any) -> str:
@@ -182,7 +191,7 @@ def closest_voice(engine: Any, audio: np.ndarray, sample_rate: int,
                 choice.prompt_f0_hz, choice.voice_f0_hz, choice.similarity)
     meta = {"method": METHOD, "version": VERSION, "preset_voice": choice.voice, "rule": choice.rule,
             "prompt_f0_hz": choice.prompt_f0_hz, "voice_f0_hz": choice.voice_f0_hz,
-            "table_similarity": round(choice.similarity, 4)}
+            "table_similarity": round(choice.similarity, 4), "score": round(choice.score, 4)}
     return VoicePrompt(engine=engine.name, model_id=engine.model_id, meta=meta)
 
 
