@@ -23,6 +23,9 @@ from cosyedge.service.facade import Service, TTSRequest, write_wav
 
 #: ``-f -`` reads the text from stdin, ``-o -`` writes the WAV to stdout (messages then go to stderr).
 STDIO = "-"
+#: The notes ``speak`` prints as they are: the flow steps used, and how a prompt's built-in voice was
+#: chosen or that its sound changed (the rest is for the REST answer and the page).
+VOICE_NOTE_PREFIXES = ("flow_steps", "closest_voice", "voice_sound_changed")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -114,10 +117,10 @@ def run(args: argparse.Namespace) -> int:
     with service.holder.use() as engine:
         resolved = service.resolve(engine, prepared)
         voice, plan = resolved.choice.voice, resolved.plan
-        if isinstance(voice, VoicePrompt) and describe(voice.meta):
-            print(describe(voice.meta), file=say)
+        if isinstance(voice, VoicePrompt) and describe(engine, voice):
+            print(describe(engine, voice), file=say)
         for note in resolved.notes:
-            if getattr(note, "code", "").startswith("flow_steps"):  # the steps used, said as they are
+            if getattr(note, "code", "").startswith(VOICE_NOTE_PREFIXES):  # the steps used, how the voice was chosen
                 print(note, file=say)
         if args.output == STDIO:
             return _stream_to_stdout(engine, resolved, settings.max_text_chars, say)
@@ -130,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"applied: {line}", file=say)
         for line in plan.not_supported:
             print(f"not applied: {line}", file=say)
+    prompt = resolved.choice.prompt
+    if prompt is not None and audio.size:  # the figure the service reports, on the audio written
+        from cosyedge.listening.speaker import similarity
+
+        print(f"speaker similarity to the prompt, measured on this audio: "
+              f"{similarity(audio, result.sample_rate, prompt.pcm, prompt.sample_rate):.4f}", file=say)
     written = write_output(args.output, audio, result.sample_rate)
     print(f"wrote {written} ({len(audio) / result.sample_rate:.2f} s, {len(result.sentences)} sentences)",
           file=say)
