@@ -20,12 +20,10 @@ NOTE_CODES = (
     "language_not_applied",
     # text not read aloud (text.langid.Unread)
     "tag_not_read", "emoji_not_read", "symbols_not_read", "script_not_read",
-    # what the voice became (service)
-    "voice_preset", "voice_native_clone", "voice_match_approx", "voice_match_method",
-    # an approximate-match voice that reads a language of the text badly (intelligibility.reading_notes)
-    "voice_match_reads_badly",
-    # the voice match's stages on its check lines, and an adaptation not applied (voice_match.stage_notes)
-    "voice_match_stages", "voice_match_adaptation_skipped",
+    # what the voice became (service; an engine's own label: kokoro.closest_voice.label)
+    "voice_preset", "voice_native_clone", "voice_closest_builtin",
+    # how the closest built-in voice was chosen, and a voice whose sound changed (closest_voice.notes)
+    "closest_voice_outside_band", "closest_voice_no_pitch", "voice_sound_changed",
     "voice_instruct_preset",
     # what an instruction did: the summary line (instruct.InstructPlan.message)
     "instruct_none", "instruct_native", "instruct_nothing_understood", "instruct_nothing_supported",

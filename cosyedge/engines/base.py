@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
+from cosyedge.notes import Note
+
 #: Called after each sentence with (sentences done, sentences total).
 ProgressFn = Callable[[int, int], None]
 #: Returns True when the caller wants the job stopped; checked between sentences.
@@ -24,6 +26,17 @@ LANGUAGES = ("auto", "zh", "en", "ja")
 #: ``capabilities.languages`` lacks one refuses it by name (``language_not_supported``).
 MORE_LANGUAGES = ("ko", "de", "es", "fr", "it", "ru")
 KNOWN_LANGUAGES = LANGUAGES + MORE_LANGUAGES
+
+
+#: What a prompt becomes on an engine that cannot clone, in the words every adapter uses.
+CLOSEST_BUILTIN = "closest built-in voice / 最接近的内置音色"
+
+
+def closest_builtin(voice: str | None) -> Note:
+    """The label of a prompt's voice on an engine that cannot clone: "closest built-in voice /
+    最接近的内置音色: <voice>" (no figure: an answer's similarity is measured on its audio)."""
+    return Note(f"{CLOSEST_BUILTIN}: {voice}" if voice else CLOSEST_BUILTIN, code="voice_closest_builtin",
+                voice=voice)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from cosyedge.voices.consent import require_consent
 from cosyedge.host.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.engines.loader import NATIVE_ABILITIES
 from cosyedge.engines.base import (KNOWN_LANGUAGES, MORE_LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
-                                   TextAnalysis, VoicePrompt)
+                                   TextAnalysis, VoicePrompt, closest_builtin)
 from cosyedge.errors import (AudioError, BusyError, CancelledError, ConflictError, CosyedgeError,
                              ModelMissingError, NameError_, NotFoundError, ParameterError, StorageFullError,
                              TextError)
@@ -50,7 +50,6 @@ from cosyedge.files import TEMP_PREFIX
 from cosyedge.host.heap import return_large_blocks, trim_heap
 from cosyedge.instruct.plan import (MAX_INSTRUCTION_CHARS, NO_INSTRUCTION, InstructPlan, apply_plan,
                                plan_for_engine, postprocess)
-from cosyedge.listening.intelligibility import reading_notes, text_languages
 from cosyedge.service.jobs import Job, JobQueue, QueueStats, ThermalSource
 from cosyedge.service.lessons import (Lesson, LessonPlan, LessonResult, load_lesson, read_lesson,
                               synthesize_lesson)
@@ -113,7 +112,7 @@ class VoiceChoice:
 
     voice: str | VoicePrompt  # a preset name or an encoded prompt
     name: str  # shown to the user: the preset, saved voice or "prompt audio"
-    match: str  # "preset", "native clone", "approximate voice match: similarity ... -> ..."
+    match: str  # "preset", "native clone", "closest built-in voice / 最接近的内置音色: female_2"
     similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
     prompt: ConditionedPrompt | None = None  # the conditioned prompt audio, when one was used
     #: A native clone's prompt transcript (typed or heard, cosyedge.voices.transcripts) and its mode.
@@ -366,7 +365,7 @@ class Service:
                  recognizer: Recognizer | None = None) -> None:
         self.settings = settings
         # The app's one speech recognizer (cosyedge.listening.asr): loaded on first use, released when idle;
-        # prompt transcripts and the Kokoro voice-match guard both listen through it.
+        # prompt transcripts listen through it.
         self.recognizer = recognizer or Recognizer.for_models(settings.models_path, settings.threads,
                                                               settings.asr_idle_seconds)
         self._heard: dict[tuple[str, str], PromptTranscript] = {}
@@ -397,13 +396,8 @@ class Service:
         self._submitting_lock = threading.RLock()
 
     def _load_engine(self, factory: EngineFactory) -> Engine:
-        """The factory's engine, given the service's recognizer when it listens to its own voices
-        (``listen_with``: the Kokoro voice-match guard)."""
-        engine = factory()
-        listen_with = getattr(engine, "listen_with", None)
-        if callable(listen_with):
-            listen_with(self.recognizer.transcribe)
-        return engine
+        """The factory's engine."""
+        return factory()
 
     def engine_settings(self) -> Settings:
         """Settings for the next engine load: fewer ONNX threads while the thermal governor asks.
@@ -478,7 +472,8 @@ class Service:
         ``consent_given``: unix time, null when not recorded)."""
         clone, instruct = self.abilities()
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s,
-                  "consent_given": v.consent.given_at if v.consent is not None else None}
+                  "consent_given": v.consent.given_at if v.consent is not None else None,
+                  "voice_match": self.saved_voice_label(v)}
                  for v in self.library.list()]
         caps = self.holder.capabilities
         details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
@@ -489,6 +484,15 @@ class Service:
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct,
                 "languages": list(caps.languages) if caps is not None else None}
+
+    def saved_voice_label(self, info: VoiceInfo) -> str | None:
+        """On an engine that cannot clone, what a saved voice is spoken as on the current model:
+        "closest built-in voice / 最接近的内置音色" with the voice once a job has chosen it (its
+        ``sounds`` record); None on an engine that clones (or one not known yet)."""
+        if self.abilities()[0] is not False:
+            return None
+        model = f"{self.model_engine_name()}/{self.holder.model_id or self.settings.model}"
+        return str(closest_builtin(dict(info.sounds).get(model)))
 
     def abilities(self) -> tuple[bool | None, bool | None]:
         """(native clone, native instruct): the loaded engine's, or before the first load what the
@@ -975,7 +979,7 @@ class Service:
         request = prepared.request
         say = phase or (lambda _: None)
         if request.prompt_audio is not None or request.voice_id is not None:
-            say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
+            say(PHASE_PREPARING_VOICE)  # a new prompt's encoding: seconds on CosyVoice
         choice = self._resolve_voice(engine, prepared, cancelled, say)
         spoken = engine.capabilities.languages
         if request.language in MORE_LANGUAGES and request.language not in spoken:
@@ -994,7 +998,6 @@ class Service:
         say(PHASE_SYNTHESIZING)
         analysis = engine.analyze(request.text, options.language)
         if isinstance(choice.voice, VoicePrompt):
-            notes.extend(reading_notes(choice.voice.meta, text_languages(analysis)))
             voice_notes = getattr(engine, "voice_notes", None)  # an engine's own account of its voice
             if callable(voice_notes):
                 notes.extend(voice_notes(choice.voice))
@@ -1054,7 +1057,8 @@ class Service:
         The uploaded prompt was conditioned by :meth:`prepare` (cosyedge.audio); a prompt is encoded
         once per (audio, transcript, engine, model) by the prompt cache: a native clone on
         CosyVoice (zero-shot with a trusted transcript, typed or heard; else cross-lingual:
-        ``_clone_transcript``), the approximate voice match on Kokoro.
+        ``_clone_transcript``), the closest built-in voice on Kokoro (``_record_encoding`` tells a
+        saved voice whose sound changed since it was last used).
         """
         request = prepared.request
         if request.voice_id is None and prepared.prompt is None:
@@ -1077,7 +1081,7 @@ class Service:
             transcript = plan.transcript
         encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
         if request.voice_id is not None:
-            self._record_encoding(request.voice_id, engine)
+            encoded = self._record_encoding(request.voice_id, engine, encoded)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt, transcript=said,
                            clone=plan)
 
@@ -1101,14 +1105,22 @@ class Service:
             self._store_heard(request.voice_id, heard)
         return heard, clone_plan(heard)
 
-    def _record_encoding(self, voice_id: str, engine: Engine) -> None:
-        """Note in the saved voice's own record that it is encoded for this model; a voice renamed
-        or deleted meanwhile just is not noted (the job goes on with the audio it read)."""
+    def _record_encoding(self, voice_id: str, engine: Engine, encoded: VoicePrompt) -> VoicePrompt:
+        """Note in the saved voice's own record that it is encoded for this model, and what it sounds
+        like there (``engine.sounded``: the closest built-in voice); when that differs from what it
+        sounded like before, ``encoded`` comes back marked ``changed_from`` (its answer says so, once).
+        A voice renamed or deleted meanwhile just is not noted (the job goes on with the audio it read)."""
+        sounded = getattr(engine, "sounded", None)
+        sounds = sounded(encoded) if callable(sounded) else None
         try:
-            self.library.record_encoding(voice_id, engine.name, engine.model_id)
+            before = self.library.record_encoding(voice_id, engine.name, engine.model_id, sounds)
         except (CosyedgeError, OSError) as exc:
             logger.warning("could not note that voice %s is encoded for %s: %s", voice_id,
                            engine.model_id, exc)
+            return encoded
+        if before is None or encoded.meta.get("changed_from"):
+            return encoded
+        return dataclasses.replace(encoded, meta={**encoded.meta, "changed_from": before})
 
     @staticmethod
     def _plan_instruct(engine: Engine, instruct: str | None, options: SynthesisOptions,
@@ -1177,8 +1189,8 @@ def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
             notes.append(Note("prompt_text ignored: it is the transcript of prompt_audio, and no "
                               "prompt_audio was sent", code="prompt_text_ignored_no_prompt"))
         elif not engine.capabilities.native_clone:
-            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
-                              "the voice from the sound of prompt_audio alone, without its transcript",
+            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it chooses "
+                              "the closest built-in voice from the sound of prompt_audio alone",
                               code="prompt_text_ignored_no_clone", engine=engine.name))
     return notes
 
@@ -1209,17 +1221,13 @@ def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:
 
 def describe_match(engine: Engine, encoded: VoicePrompt) -> Note:
     """What the prompt became, in words for the UI panel and REST: "native clone" on an engine that
-    clones; on Kokoro "approximate voice match" with the probe similarity before and after."""
+    clones; else the engine's own label (``describe_voice``; on Kokoro "closest built-in voice /
+    最接近的内置音色: <preset>"). No similarity figure: the answer's ``similarity`` is measured on
+    the audio it returns."""
     if engine.capabilities.native_clone:
         return Note("native clone", code="voice_native_clone")
-    meta = encoded.meta
-    method = meta.get("method", "approximate voice match")
-    if "similarity_before" in meta and "similarity_after" in meta:
-        before, after = meta["similarity_before"], meta["similarity_after"]
-        nearest = meta.get("nearest_preset", "?")
-        return Note(f"{method}: similarity {before:.2f} (nearest preset {nearest}) -> {after:.2f}",
-                    code="voice_match_approx", method=method, before=before, nearest=nearest, after=after)
-    return Note(str(method), code="voice_match_method", method=method)
+    label = getattr(engine, "describe_voice", None)
+    return label(encoded) if callable(label) else closest_builtin(encoded.meta.get("preset_voice"))
 
 
 def _saved_transcript(text: str, info: VoiceInfo) -> PromptTranscript | None:

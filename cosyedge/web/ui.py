@@ -212,9 +212,12 @@ PAGE_NOTES = {
     "prompt_text_ignored_no_prompt":
         "the prompt transcript ignored: it is the transcript of the prompt audio, and no prompt audio was sent",
     "prompt_text_ignored_no_clone":
-        "the prompt transcript ignored: the {engine} engine cannot clone; it matches the voice from the "
-        "sound of the prompt audio alone, without its transcript",
+        "the prompt transcript ignored: the {engine} engine cannot clone; it chooses the closest built-in "
+        "voice from the sound of the prompt audio alone",
 }
+#: Notes on how a prompt's closest built-in voice was chosen (cosyedge/engines/kokoro/closest_voice.py):
+#: the panel shows them with the voice, not among the ignored fields.
+VOICE_NOTES = frozenset({"closest_voice_outside_band", "closest_voice_no_pitch", "voice_sound_changed"})
 
 
 def page_note(note: str) -> str:
@@ -229,10 +232,8 @@ def describe(result: TTSResult) -> str:
     names, the instruction) goes through :func:`plain`."""
     instruct = result.instruct
     voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(result.voice_match)}"
-    if code_of(result.voice_match) == "voice_match_approx":  # the voice search's figures, before synthesis
-        voice += (" (the voice search's estimate on its own test sentences, not this audio / "
-                  "音色搜索在其测试句上的估计，并非本次音频)")
     lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
+    lines += [f"**Voice note / 音色说明**: {plain(note)}" for note in result.notes if code_of(note) in VOICE_NOTES]
     if result.similarity is not None:
         lines.append(f"**Similarity of this audio to the prompt (measured) / 本次音频与参考音频的相似度"
                      f"（实测）**: {result.similarity:.2f} ({SIMILARITY_SCALE})")
@@ -249,8 +250,8 @@ def describe(result: TTSResult) -> str:
     for note in result.notes:
         if code_of(note) == "stream_cache_limit":  # what the stream did, not a field ignored
             lines.append(f"**Streaming / 流式**: {plain(note)}")
-    ignored = [note for note in result.notes
-               if code_of(note) not in TRANSCRIPT_NOTES and code_of(note) != "stream_cache_limit"]
+    ignored = [note for note in result.notes if code_of(note) not in TRANSCRIPT_NOTES | VOICE_NOTES
+               and code_of(note) != "stream_cache_limit"]
     if ignored:
         notes = "; ".join(page_note(note) for note in ignored)
         lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
@@ -287,7 +288,7 @@ def transcript_lines(result: Any) -> list[str]:
 
 
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
-#: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
+#: encoding on CosyVoice; on Kokoro, about a second); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
 PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading the model… / 正在加载模型…",
                 PHASE_STARTING: "starting / 正在开始", PHASE_SYNTHESIZING: "synthesizing / 正在合成",
@@ -562,6 +563,11 @@ async def lesson_request(service: Service, lesson_path: str | None, per_paragrap
             str(result.zip_path) if result.zip_path else None)
 
 
+#: The clone tab's one line on how to get true cloning, under an engine that cannot clone.
+TRUE_CLONING = ("For true cloning, add a CosyVoice model in the Models tab (docs/models.md) / "
+                "如需真正的声音克隆，请在“模型”标签页添加 CosyVoice 模型（见 docs/models.md）")
+
+
 def capability_notes(service: Service) -> tuple[str, str]:
     """(clone tab note, instruct tab note): what the engine can truly do, from its capabilities as
     the service knows them (the loaded engine's, or before the first load what the manifest's
@@ -575,10 +581,8 @@ def capability_notes(service: Service) -> tuple[str, str]:
     if clone:
         clone_note = f"**{engine}** clones the prompt's voice / 该引擎可克隆参考音频的音色"
     else:
-        clone_note = (f"**{engine}** cannot clone a voice: the prompt is matched to the closest mix of "
-                      "its bundled voices (approximate), and the first use of a new prompt takes "
-                      "longer / 该引擎不能真正克隆：参考音频只会匹配到最接近的内置音色组合（近似），"
-                      "新的参考音频首次使用较慢")
+        clone_note = (f"**{engine}** cannot clone a voice: a prompt picks its closest built-in voice / "
+                      f"该引擎不能克隆：参考音频只会选出最接近的内置音色。{TRUE_CLONING}")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
         if service.model_engine_name() == "cosyvoice3":

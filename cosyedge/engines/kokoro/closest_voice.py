@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.engines.base import SynthesisOptions, VoicePrompt
+from cosyedge.engines.base import SynthesisOptions, VoicePrompt, closest_builtin
 from cosyedge.engines.kokoro import presets
 from cosyedge.listening.pitch import median_f0
 from cosyedge.listening.speaker import SpeakerEncoder, cosine, shared_encoder
@@ -48,7 +48,6 @@ from cosyedge.notes import Note
 logger = logging.getLogger(__name__)
 
 METHOD = "closest built-in voice"
-LABEL_ZH = "最接近的内置音色"
 #: Bump when the rule or the table's lines change: a cached choice of another version is made again.
 VERSION = 1
 #: Between typical male (85-155 Hz) and female (165-255 Hz) speaking pitch.
@@ -212,7 +211,7 @@ def sounded(meta: dict) -> str:
 
 def label(voice: str) -> Note:
     """What the answer calls the voice a prompt became, in both languages."""
-    return Note(f"{METHOD} / {LABEL_ZH}: {voice}", code="voice_closest_builtin", voice=voice)
+    return closest_builtin(voice)
 
 
 def notes(meta: dict) -> list[Note]:
