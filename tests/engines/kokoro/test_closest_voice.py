@@ -118,6 +118,11 @@ def recording(source: str, take: int, folder: Path) -> tuple[np.ndarray, int]:
     return prompt.pcm, prompt.sample_rate
 
 
+def f0_rule_holds(speaker_hz: float, voice_hz: float) -> bool:
+    """The rule as the issue states it, written out here (not the module's ``qualifies``)."""
+    return 1 / 1.5 <= voice_hz / speaker_hz <= 1.5 and (speaker_hz < 165) == (voice_hz < 165)
+
+
 @pytest.fixture(scope="module")
 def voices_folder(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("reference-voices")
@@ -143,9 +148,9 @@ def test_the_f0_rule_holds_for_real_recordings_of_both_sexes(kokoro_engine, voic
     assert (speaker >= closest_voice.SIDE_HZ) == (source in FEMALE), (source, speaker)
     meta = voice.meta
     assert meta["rule"] == closest_voice.IN_BAND, meta
-    assert qualifies(speaker, meta["voice_f0_hz"]), meta
+    assert f0_rule_holds(speaker, meta["voice_f0_hz"]), meta
     said = np.concatenate([c.audio for c in kokoro_engine.synthesize(SPOKEN, voice, SynthesisOptions(language="en"))])
-    assert qualifies(speaker, median_f0(said, 24000)), (meta, median_f0(said, 24000))
+    assert f0_rule_holds(speaker, median_f0(said, 24000)), (meta, median_f0(said, 24000))
 
 
 @pytest.mark.slow
