@@ -517,6 +517,11 @@ class Service:
         info = self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, consent=record,
                                  overwrite=overwrite)
+        if self.holder.loaded and self.abilities()[0] is False:
+            # the closest built-in voice, chosen now (well under a second, no model call), so the
+            # voice's first use reads the prompt cache like a preset: the same rule keys both
+            with self.holder.use() as engine:
+                self._record_encoding(info.id, engine, self.prompt_cache.get_or_encode(engine, prompt, transcript))
         if not (transcript or "").strip():
             try:  # heard in the background: the voice is saved whether or not it can be heard now
                 self.transcribe_voice(info.id)

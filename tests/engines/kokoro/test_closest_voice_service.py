@@ -3,8 +3,6 @@ similarity an answer shows, an old cache entry, and a voice encoded at save time
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -102,16 +100,20 @@ def test_a_voice_encoded_at_save_time_is_the_entry_used_later(service, slt_wav, 
     assert not [n for n in result.notes if getattr(n, "code", "") == "voice_sound_changed"]
 
 
-def test_the_first_use_of_a_saved_voice_reads_no_model_to_choose_it(service, slt_wav, kokoro_engine):
-    """What a saved voice costs at its first use, beyond a preset's synthesis: the choice, no model call."""
-    saved = service.save_voice("Ms Lee", slt_wav, "hello", consent=True)
+def test_a_voice_saved_while_the_model_is_loaded_is_chosen_then_and_read_from_the_cache(service, slt_wav,
+                                                                                        kokoro_engine):
+    """Its first use costs what a preset's does: the prompt cache has the choice, no model call made it."""
+    with service.holder.use():
+        pass  # the model is loaded, as on a box in use
     calls = []
     real = kokoro_engine.session.run
     kokoro_engine.session.run = lambda *a, **k: calls.append(1) or real(*a, **k)
     try:
-        prepared = service.prepare(TTSRequest(text="Hello.", voice_id=saved.id, language="en"))
-        service.resolve(Shared(kokoro_engine), prepared)
+        saved = service.save_voice("Ms Lee", slt_wav, "hello", consent=True)
     finally:
         kokoro_engine.session.run = real
-    assert calls == []
-    assert Path(service.prompt_cache.directory).is_dir() and len(service.prompt_cache) == 1
+    assert calls == [] and service.prompt_cache.misses == 1
+    assert dict(service.library.get(saved.id).sounds)["kokoro/kokoro-int8"].startswith("female_")
+    result = run(service, text="Hello.", voice_id=saved.id, language="en")
+    assert (service.prompt_cache.misses, service.prompt_cache.hits) == (1, 1)
+    assert not [n for n in result.notes if getattr(n, "code", "") == "voice_sound_changed"]
