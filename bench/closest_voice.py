@@ -194,6 +194,7 @@ def speed(reps: int) -> dict:
     from cosyedge.service.facade import Service, TTSRequest
     from cosyedge.service.synthesis import synthesize
     from tests.helpers import reference_voices
+    from tests.helpers.shared_engine import SharedEngine
 
     out: dict = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "load_before": load_average()}
@@ -214,22 +215,12 @@ def speed(reps: int) -> dict:
             warm.append(time.perf_counter() - started)
         out["warm_choice_s"] = [round(x, 3) for x in warm]
 
-        class Shared:
-            def __init__(self, e):
-                self._e = e
-
-            def __getattr__(self, name):
-                return getattr(self._e, name)
-
-            def close(self):
-                pass
-
         saved_times, preset_times, save_times = [], [], []
         text = "Please take out your notebooks and turn to page twelve."
         for rep in range(reps):
             root = folder / f"service-{rep}"
             settings = Settings(root=root, models_dir=REPO / "models", idle_unload_minutes=0).validate()
-            service = Service(settings, engine_factory=lambda: Shared(engine))
+            service = Service(settings, engine_factory=lambda: SharedEngine(engine))
             try:
                 with service.holder.use():
                     pass  # the model is loaded, as on a box in use

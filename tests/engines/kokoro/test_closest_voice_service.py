@@ -13,22 +13,10 @@ from cosyedge.listening.speaker import similarity
 from cosyedge.service.facade import TTSRequest
 from cosyedge.voices.library import CACHE_VERSION, prompt_key
 from tests.helpers import reference_voices
+from tests.helpers.shared_engine import SharedEngine
 
 pytestmark = pytest.mark.slow
 LINE = "The teacher opened the window, and the children ran outside to play in the warm sun."
-
-
-class Shared:
-    """The session's Kokoro engine as a service's engine, which the service may not close."""
-
-    def __init__(self, engine) -> None:
-        self._engine = engine
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +32,7 @@ def slt_wav(tmp_path_factory) -> bytes:
 @pytest.fixture
 def service(make_service, kokoro_engine, kokoro_models_dir, tmp_path):
     settings = Settings(root=tmp_path, models_dir=kokoro_models_dir, idle_unload_minutes=0).validate()
-    return make_service(settings, factory=lambda: Shared(kokoro_engine))
+    return make_service(settings, factory=lambda: SharedEngine(kokoro_engine))
 
 
 def run(service, **fields):
