@@ -162,6 +162,8 @@ def judge(sources: list[str]) -> dict:
         nearest = max(row["resemblyzer"], key=row["resemblyzer"].get)
         row["nearest"] = nearest
         row["gain"] = row["resemblyzer"][row["chosen"]] - row["resemblyzer"][nearest]
+        in_band = [p for p in row["resemblyzer"] if closest_voice.qualifies(row["f0"], f0_table[p])]
+        row["nearest_in_band"] = max(in_band, key=row["resemblyzer"].get) if in_band else nearest
         row["rule_table"] = closest_voice.qualifies(row["f0"], row["table_f0"])
         row["rule_spoken"] = closest_voice.qualifies(row["f0"], row["spoken_f0"])
     return {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
@@ -169,17 +171,22 @@ def judge(sources: list[str]) -> dict:
 
 def markdown(result: dict, title: str) -> str:
     lines = [f"{title} (Resemblyzer / our d-vector, mean over the 4 held-out sentences):", "",
-             "| voice | F0 Hz | chosen (table F0, spoken F0) | F0 rule | nearest preset by Resemblyzer | "
+             "| voice | F0 Hz | chosen (table F0, spoken F0) | F0 rule | nearest preset by Resemblyzer (within the F0 rule) | "
              "Resemblyzer chosen / nearest | gain | d-vector chosen | choice ms |", "|---|---|---|---|---|---|---|---|---|"]
     gains = []
     for r in result["rows"]:
         rz = r["resemblyzer"]
         gains.append(r["gain"])
         rule = "holds" if r["rule_table"] and r["rule_spoken"] else "**broken**"
+        band = r.get("nearest_in_band", r["nearest"])
         lines.append(f"| {r['source']} | {r['f0']:.0f} | {r['chosen']} ({r['table_f0']:.0f}, {r['spoken_f0']:.0f}) | "
-                     f"{rule} | {r['nearest']} | {rz[r['chosen']]:.3f} / {rz[r['nearest']]:.3f} | {r['gain']:+.3f} | "
+                     f"{rule} | {r['nearest']} ({band}) | {rz[r['chosen']]:.3f} / {rz[r['nearest']]:.3f} | {r['gain']:+.3f} | "
                      f"{r['dvector'][r['chosen']]:.3f} | {1000 * r['choice_s']:.0f} |")
     if gains:
+        banded = [r["resemblyzer"][r["chosen"]] - r["resemblyzer"][r.get("nearest_in_band", r["nearest"])]
+                  for r in result["rows"]]
+        lines += ["", f"Against the nearest preset within the F0 rule: mean {np.mean(banded):+.3f} (min {min(banded):+.3f}, "
+                  f"{sum(g >= 0 for g in banded)} of {len(banded)} at least as close)."]
         lines += ["", f"Mean gain over the nearest preset by Resemblyzer: {np.mean(gains):+.3f} (min {min(gains):+.3f}; "
                   f"the chosen voice is that preset for {sum(g == 0 for g in gains)} of {len(gains)} voices); the F0 "
                   f"rule holds for {sum(r['rule_table'] and r['rule_spoken'] for r in result['rows'])} of {len(gains)}."]
@@ -252,10 +259,16 @@ def main() -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     j = sub.add_parser("judge")
     j.add_argument("--set", choices=("held", "seen", "all"), default="held")
+    sub.add_parser("report", help="the judge's tables again from test-artifacts/closest_voice/judge-*.json")
     s = sub.add_parser("speed")
     s.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.what == "report":
+        for path in sorted(OUT.glob("judge-*.json")):
+            result = json.loads(path.read_text())
+            print(markdown(result, f"{path.stem[6:]} voices, {result['date']}, {result['machine']}") + "\n")
+        return 0
     if args.what == "judge":
         sets = {"held": {"held": HELD}, "seen": {"seen": SEEN}, "all": {"held": HELD, "seen": SEEN}}[args.set]
         for name, sources in sets.items():
