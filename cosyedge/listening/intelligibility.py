@@ -30,9 +30,6 @@ from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
-#: Above this error rate a voice "reads the language badly". After the per-language recipes every
-#: preset reads the bench's sentences with at most ~10 % errors (docs/benchmarks.md).
-BAD_READING = 0.25
 
 _HAN_RUN = re.compile(r"([\u3400-\u9fff\uf900-\ufaff]+)")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -118,8 +115,3 @@ def score(reference: str, heard: str, language: str) -> Score:
     """Errors of ``heard`` against ``reference``, in the language's pronunciation units."""
     ref = pronunciation(reference, language)
     return Score(edit_distance(ref, pronunciation(heard, language)), len(ref))
-
-
-def badly_read(rates: dict[str, float], threshold: float = BAD_READING) -> list[str]:
-    """The languages a checked voice reads badly, in the order checked."""
-    return [language for language, rate in rates.items() if rate > threshold]

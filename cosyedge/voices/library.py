@@ -532,7 +532,8 @@ class VoiceLibrary:
                          code="voice_names_exhausted", name=display)
 
     def delete(self, voice_id: str) -> None:
-        shutil.rmtree(self._existing(voice_id))
+        with self._meta_lock:  # not under a meta write in flight (a transcript heard, an encoding recorded)
+            shutil.rmtree(self._existing(voice_id))
         logger.info("deleted voice %s", voice_id)
 
     def export(self, voice_id: str) -> bytes:

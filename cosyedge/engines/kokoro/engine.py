@@ -165,13 +165,15 @@ class KokoroEngine:
 
     def style_pack(self, voice: str | VoicePrompt, language: str | None = None) -> np.ndarray:
         """[510, 1, 256] style pack for a preset name (its recipe for ``language``, see ``presets``)
-        or an encoded prompt: its closest built-in voice (``closest_voice``), read as that preset."""
+        or an encoded prompt: its closest built-in voice (``closest_voice``), read as that preset; a
+        prompt that carries a style of its own (``arrays["style"]``: the benches' blends) reads that."""
         if isinstance(voice, VoicePrompt):
-            if voice.engine != self.name or voice.meta.get("preset_voice") not in presets.PRESETS:
-                raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id} "
-                                     f"({voice.meta.get('method', 'unknown')}), not as a {closest_voice.METHOD} "
-                                     f"of {self.name}; encode the prompt again")
-            return presets.preset_pack(self.packs, voice.meta["preset_voice"], language)
+            if voice.engine == self.name and voice.meta.get("preset_voice") in presets.PRESETS:
+                return presets.preset_pack(self.packs, voice.meta["preset_voice"], language)
+            if voice.engine == self.name and "style" in voice.arrays:
+                return voice.arrays["style"].astype(np.float32)
+            raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, not for "
+                                 f"{self.name}; encode the prompt again")
         return presets.preset_pack(self.packs, voice, language)
 
     def infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
