@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,17 @@ def test_the_app_unit_passes_flags_that_app_py_accepts():
 def test_the_timer_starts_a_unit_of_the_deploy_folder():
     (target,) = unit_settings("cosyedge-update.timer")["Unit"]
     assert target in UNITS
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_reads_the_units_without_a_complaint(tmp_path):
+    """The units as systemd reads them (unknown keys, bad values, missing executables), with the
+    install root pointed at this checkout."""
+    for unit in UNITS:
+        text = (REPO / "deploy" / unit).read_text(encoding="utf-8")
+        (tmp_path / unit).write_text(text.replace(INSTALL_ROOT, str(REPO)), encoding="utf-8")
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this checkout for the app unit's ExecStart")
+    done = subprocess.run(["systemd-analyze", "verify", *(f"./{unit}" for unit in UNITS)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
