@@ -338,6 +338,16 @@ def test_each_package_of_the_module_map_says_what_the_layer_table_says():
     assert read_module_map_lines(text) == read_layers(text)
 
 
+def test_each_package_docstring_says_what_the_layer_table_says():
+    """Each package's ``__init__`` ends its docstring with ``May import: a, b (...)``."""
+    layers = read_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    for init in (REPO / PACKAGE).glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        said = re.search(r"May import: ([\w, \n]*?)\s*\(", doc)
+        assert said, f"{init.relative_to(REPO)}: no 'May import:' line in the package docstring"
+        assert set(said[1].replace("\n", " ").replace(",", " ").split()) == layers[init.parent.name], init
+
+
 def test_the_root_row_names_the_plain_modules_of_the_package():
     plain = {p.stem for p in (REPO / PACKAGE).glob("*.py")}
     assert read_root_modules(ARCHITECTURE.read_text(encoding="utf-8")) == plain
