@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -43,6 +41,8 @@ import soundfile as sf
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.common import load_average, machine  # noqa: E402
 
 OUT = REPO / "test-artifacts" / "closest_voice"
 PROMPT = ("The teacher opened the window, and the children ran outside to play in the warm afternoon sun. "
@@ -75,16 +75,6 @@ for path in sys.argv[1:]:
     out[path] = enc.embed_utterance(wav).tolist()
 print(json.dumps(out))
 '''
-
-
-def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                 platform.processor())
-    return f"{model}, {os.cpu_count()} cores"
-
-
-def load_average() -> str:
-    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def resemblyzer(paths: list[Path]) -> dict[str, np.ndarray]:

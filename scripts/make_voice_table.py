@@ -8,6 +8,7 @@ encoder; a stale table is not used at run time (its fingerprint no longer matche
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from cosyedge import config  # noqa: E402
 from cosyedge.engines.kokoro import closest_voice  # noqa: E402
 from cosyedge.engines.loader import load_engine  # noqa: E402
 
-if __name__ == "__main__":
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     engine = load_engine(config.from_env({}, onnx_threads=2))
     try:
         for voice in closest_voice.save_table(engine):
@@ -25,3 +28,8 @@ if __name__ == "__main__":
     finally:
         engine.close()
     print(f"wrote {closest_voice.TABLE_FILE} ({closest_voice.TABLE_FILE.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

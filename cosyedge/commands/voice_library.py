@@ -13,7 +13,6 @@ from cosyedge import config
 from cosyedge.audio import condition_prompt
 from cosyedge.voices.consent import CONSENT_QUESTION, require_consent
 from cosyedge.voices.consent import describe as describe_consent
-from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
 from cosyedge.files import write_atomic
 from cosyedge.service.facade import SEED_PRESETS
@@ -100,7 +99,7 @@ def _limit(settings: config.Settings) -> int:
     return int(settings.max_upload_mb * 1024 * 1024)
 
 
-def describe(engine: Any, voice: VoicePrompt) -> str | None:
+def describe(engine: Any, voice: Any) -> str | None:
     """One line on what a prompt became on ``engine``: its ``describe_voice`` label ("closest built-in
     voice / 最接近的内置音色: female_2" on Kokoro), None on an engine that clones it."""
     label = getattr(engine, "describe_voice", None)
