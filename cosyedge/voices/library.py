@@ -139,8 +139,9 @@ class PromptCache:
                 if cached is not None:  # an older encoding, made again
                     self.refreshed += 1
                     logger.info("prompt cache entry %s (%s) was made again", key[:12], cached.meta.get("method"))
-                    before = engine.sounded(cached)
-                    if before != engine.sounded(encoded):
+                    sounded = getattr(engine, "sounded", None)
+                    before = sounded(cached) if callable(sounded) else None
+                    if before is not None and before != sounded(encoded):
                         encoded = replace(encoded, meta={**encoded.meta, "changed_from": before})
                 return encoded
         finally:
