@@ -173,7 +173,7 @@ class Engine(Protocol):
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
         """Encode conditioned prompt audio into a reusable VoicePrompt; an encoding that takes long
-        (Kokoro's voice match: seconds) stops early (raise CancelledError) when ``cancelled()``."""
+        (CosyVoice's prompt encoders: seconds) stops early (raise CancelledError) when ``cancelled()``."""
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """Clean, split and read ``text`` once, for ``language`` (a request's ``options.language``);
