@@ -19,7 +19,7 @@ The rule, measured on the prompt (both in well under a second):
   recordings of one speaker; the weight was chosen on the team's own reference voices by an
   independent speaker encoder (docs/benchmarks.md, "Closest built-in voice").
 
-Only one bundled pack is male (jm_kumo): ``male_1`` (~98 Hz) and ``male_2`` (~118 Hz) cover speakers
+Only one bundled pack is male (jm_kumo): ``male_1`` (~99 Hz) and ``male_2`` (~120 Hz) cover speakers
 from ~66 Hz to 165 Hz, ``female_2`` (~239 Hz) every speaker from 165 Hz to ~358 Hz. When no voice
 qualifies (a speaker below ~66 Hz or above ~500 Hz), the voice nearest in F0 on the speaker's side
 is chosen and the answer says so; when no pitch can be measured (a whisper, noise), the d-vector
