@@ -62,6 +62,7 @@ from cosyedge.service.synthesis import check_text
 from cosyedge.service.synthesis import stream as stream_pieces
 from cosyedge.service.synthesis import synthesize
 from cosyedge.host.thermal import ThermalSnapshot
+from cosyedge.ops.update_state import Deployment, UpdateStatus
 from cosyedge.voices.transcripts import SOURCE_HEARD, SOURCE_USER, ClonePlan, PromptTranscript, clone_plan, hear
 from cosyedge.voices.library import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
 from cosyedge.voices.library import refuse_preset_name
@@ -363,8 +364,10 @@ class Service:
     def __init__(self, settings: Settings, engine_factory: EngineFactory | None = None,
                  thermal: ThermalSource | None = None,
                  clock: Callable[[], float] = time.monotonic, disk_probe: FreeProbe = free_bytes,
-                 recognizer: Recognizer | None = None) -> None:
+                 recognizer: Recognizer | None = None, deployment: Deployment | None = None) -> None:
         self.settings = settings
+        # The commit this process started on and the OTA update's state, for /health.
+        self.deployment = deployment or Deployment.of_this_code()
         # The app's one speech recognizer (cosyedge.listening.asr): loaded on first use, released when idle;
         # prompt transcripts and the Kokoro voice-match guard both listen through it.
         self.recognizer = recognizer or Recognizer.for_models(settings.models_path, settings.threads,
@@ -621,6 +624,10 @@ class Service:
                              model_state=state, queue=self.queue.stats(),
                              thermal=self.queue.thermal_snapshot(), position=position,
                              own_phase=own_phase)
+
+    def update_status(self) -> UpdateStatus:
+        """The running commit and whether an update is pending or was rolled back (/health)."""
+        return self.deployment.status()
 
     def in_use_paths(self) -> set[Path]:
         """Files the janitor must not delete: WAVs being written and recent UI downloads."""

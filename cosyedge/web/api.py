@@ -461,8 +461,10 @@ def build_router(service: Service) -> APIRouter:
 
     @router.api_route("/health", methods=["GET", "HEAD"], tags=["status"])  # probes often use HEAD
     async def health() -> dict[str, Any]:
-        """Engine, loaded or not, queue and thermal state. Never loads the model."""
-        return {"status": "ok", "version": __version__, **service.status().as_dict()}
+        """Engine, loaded or not, queue and thermal state, the running commit and the OTA update's
+        state (pending, rolled back). Never loads the model."""
+        return {"status": "ok", "version": __version__, **service.status().as_dict(),
+                **service.update_status().as_dict()}
 
     @router.get("/voices", tags=["status"])
     async def voices() -> dict[str, Any]:
