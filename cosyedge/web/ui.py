@@ -131,6 +131,7 @@ REASONS_ZH = {
     "voice_name_preset": "“{preset}”是预置音色的名字，请换一个名字",
     "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
     "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
+    "cooling_down": "设备正在降温（{temp_c:.0f} °C）：降温前不会开始新任务，已有 {waiting} 个任务在等待",
     "shutting_down": "服务正在关闭",
     "lesson_file_type": "课文必须是 .txt 或 .md 文件",
     "lesson_not_utf8": "课文文件不是 UTF-8 编码：请在编辑器中另存为 UTF-8 后重新上传",

@@ -522,6 +522,26 @@ def test_a_reworded_message_keeps_its_chinese(code, params, chinese):
     assert "Worded quite differently now (see the docs) / " + chinese in shown
 
 
+def test_a_full_queue_on_a_hot_box_names_the_heat_on_the_page():
+    from cosyedge.errors import BusyError
+    from cosyedge.host.thermal import ThermalSnapshot
+    from cosyedge.service.jobs import JobQueue
+    from cosyedge.web.ui import _ui_error
+
+    hot = SimpleNamespace(snapshot=lambda: ThermalSnapshot(state="hot", temp_c=84.0, hold_new=True,
+                                                           message="cooling down (84 °C)", resume_in_s=90.0))
+    queue = JobQueue(1, 0, thermal=hot)
+    try:
+        with pytest.raises(BusyError) as refused:
+            queue.submit(lambda job: None)
+    finally:
+        queue.shutdown()
+    shown = html.unescape(_ui_error(refused.value).message)
+    assert "the box is cooling down (84 °C)" in shown
+    assert "设备正在降温（84 °C）：降温前不会开始新任务，已有 0 个任务在等待" in shown
+    assert "约 90 秒后重试" in shown
+
+
 def test_an_error_without_chinese_is_shown_in_english_alone():
     from cosyedge.errors import NotFoundError, TextError
     from cosyedge.web.ui import CANNOT_GENERATE, _ui_error
