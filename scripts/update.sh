@@ -435,7 +435,7 @@ run_step() {  # run_step NAME: one step of the way forward
 }
 
 fast_forward() {
-    if step "fast-forward to $NEW" git_ merge --ff-only --quiet "$NEW"; then
+    if step "fast-forward to $NEW" git_ merge --ff-only --quiet --no-progress "$NEW"; then
         return 0
     fi
     [ "$(git_ rev-parse HEAD)" = "$OLD" ] || return 1  # moved: the ordinary rollback

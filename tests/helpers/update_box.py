@@ -2,7 +2,8 @@
 a developer clone that pushes to it, and the box's own clone with a tiny fake app.
 
 The fake app answers /health with its version, pid and the commit it started on (as the real app's
-/health does), so the tests see which commit serves. ``Box.update()`` runs the real script with its
+/health does), so the tests see which commit serves; while ``var/slow-stop`` exists, it takes 2 s to
+stop and first touches the file that names. ``Box.update()`` runs the real script with its
 real pid-file restart and HTTP health check; only the self-test, install and model commands are the
 test's.
 """
@@ -32,6 +33,15 @@ import http.server, json, os, pathlib, signal, subprocess, sys, time
 VERSION = "{version}"
 COMMIT = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 {extra}
+
+def stop(signum, frame):
+    slow = pathlib.Path("var/slow-stop")  # a test's: stopping takes 2 s and touches the file named
+    if slow.exists():
+        pathlib.Path(slow.read_text()).touch()
+        time.sleep(2)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stop)
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
