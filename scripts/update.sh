@@ -156,13 +156,18 @@ state_get() {  # state_get FILE KEY: the value, or nothing
 
 now_utc() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
-txn_write() {  # txn_write PHASE STEP [ATTEMPT] [FAILED_STEP]
+# txn_write PHASE STEP [ATTEMPT] [FAILED_STEP]; false (logged) when it cannot write. Once the
+# transaction is open a missed record is harmless: a recovery would resume from an earlier step,
+# and every step can run twice.
+txn_write() {
     local attempt="${3:-$(state_get "$TXN" attempt)}" failed="${4:-$(state_get "$TXN" failed)}"
     local started
     started="$(state_get "$TXN" started)"
     printf 'old=%s\nnew=%s\nphase=%s\nstep=%s\nattempt=%s\nreinstall=%s\nstarted=%s\nfailed=%s\n' \
         "$OLD" "$NEW" "$1" "$2" "${attempt:-1}" "$REINSTALL" "${started:-$(now_utc)}" "$failed" \
-        | state_write "$TXN" || { log "cannot write $TXN (disk full?); nothing changed"; exit 7; }
+        | state_write "$TXN" && return 0
+    log "cannot write $TXN (disk full?)"
+    return 1
 }
 
 # The update is over (whatever the outcome): record it, then drop the transaction (last).
@@ -397,6 +402,7 @@ clear_stale_git_locks() {
                          find "$gitdir/refs" -name '*.lock' -type f 2>/dev/null)
     [ "${#locks[@]}" -gt 0 ] || return 0
     if git_running_here; then
+        [ "$KEEPALIVE" = yes ] && exit 0  # the owner at work: the next run looks again
         log "git is running in $APP_DIR (it holds ${locks[*]}); not updating now"
         exit 2
     fi
@@ -637,7 +643,7 @@ main() {
             [ -e "$APP_DIR/$path" ] || [ -L "$APP_DIR/$path" ] || printf '%s\0' "$path"
         done | state_write "$ADDED" || { log "cannot write $ADDED (disk full?); nothing changed"; exit 7; }
     [ -f "$VERIFIED" ] || mark_verified "$OLD" "was serving when updates began"
-    txn_write forward fast-forward 1
+    txn_write forward fast-forward 1 || { log "nothing changed; a person must look"; exit 7; }
     apply_update fast-forward
 }
 

@@ -138,7 +138,8 @@ def check_imports(modules: Iterable[str] | None = None, app_file: Path = APP_FIL
     if modules is None:
         try:
             spec = importlib.util.spec_from_file_location("cosyedge_selftest_app", app_file)
-            assert spec is not None and spec.loader is not None
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no loader for {app_file}")
             spec.loader.exec_module(importlib.util.module_from_spec(spec))  # defines, starts nothing
             modules = startup_imports(app_file)
         except Exception as exc:  # a syntax error, a missing file: the app cannot start
