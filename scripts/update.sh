@@ -349,6 +349,7 @@ check_health() {  # check_health [COMMIT]
 # app from before /health named it, or behind auth) counts only when this run never stopped it.
 app_runs() {
     local answer
+    port_served || { echo "nothing listens on 127.0.0.1:${COSYEDGE_PORT:-7860}"; return 1; }
     answer="$(probe_health 15 2>&1)" || return 1
     echo "$answer"
     case "$answer" in
@@ -515,8 +516,10 @@ recover() {
         log "RECOVERY FAILED: $TXN is unreadable; a person must look"
         exit 7
     fi
+    local doing="on its way forward"
+    [ "$phase" = rollback ] && doing="while rolling back"
     log "INTERRUPTED: the update $OLD -> $NEW (started $(state_get "$TXN" started), attempt ${attempt:-1})" \
-        "was cut off during '$step' while ${phase:-forward}"
+        "was cut off during '$step' $doing"
     head="$(git_ rev-parse --verify HEAD 2>/dev/null)"
     if [ "$phase" = rollback ]; then
         log "finishing its rollback"
