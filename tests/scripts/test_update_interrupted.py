@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,14 +40,10 @@ class Cut:
     id: str
     at: str | None = None  # the step boundary: the hook's step name
     inside: str | None = None  # a step cut while it runs
-    good: bool = True  # the new commit passes its self-test
+    good: bool = True  # the new commit passes its self-test: the box ends on it, else on the old one
     requirements: bool = False  # the new commit changes requirements.txt
     power_cut: bool = False  # the app dies too; the box comes back with @reboot's --keepalive
     opened: bool = True  # the transaction was open at the cut (the next run names it)
-
-    @property
-    def ends_on_new(self) -> bool:
-        return self.good
 
 
 CUTS = [
@@ -144,12 +139,12 @@ def test_an_update_killed_anywhere_ends_on_a_verified_commit(tmp_path, cut):
             box.stop()
             wait_until(lambda: box.health() is None, 10, "the app down")
         again = box.update("--keepalive") if cut.power_cut else box.update()
-        assert_verified(box, again, new if cut.ends_on_new else box.v1)
+        assert_verified(box, again, new if cut.good else box.v1)
         log = box.log
         assert "refused" not in log  # its own leftovers are never taken for the owner's changes
         if cut.opened:
             assert f"INTERRUPTED: the update {box.v1} -> {new}" in log
-        if not cut.ends_on_new:
+        if not cut.good:
             assert box.state("last")["result"] == "rolled_back"
     finally:
         box.stop()
