@@ -22,7 +22,7 @@
 # was in; killed while rolling back, the rollback is done again; killed $MAX_ATTEMPTS times on the way
 # forward, it is rolled back and that commit is not tried again until the remote moves on. `verified`
 # names the last commit that passed the self-test and answered after its restart, `last` the outcome
-# of the last update; the app's /health reports them (cosyedge/ops/update_state.py).
+# of the last update; the app's /health reports them (cosyedge/host/update_state.py).
 #
 # A rollback returns to the recorded commit, reinstalls (if requirements had changed), runs setup-model
 # for it (best effort), and restarts only when needed: an app that was never stopped (the failure came

@@ -131,7 +131,7 @@ def test_the_import_check_follows_what_app_py_imports_at_start():
     imports = selftest.startup_imports()
     assert {"cosyedge.web.wyoming_server", "cosyedge.web.wyoming_server:WyomingSettings", "uvicorn",
             "gradio", "cosyedge.web.ui", "cosyedge.web.voices_tab", "cosyedge.service.facade",
-            "cosyedge.ops.update_state", "cosyedge.engines.loader"} <= set(imports)
+            "cosyedge.host.update_state", "cosyedge.engines.loader"} <= set(imports)
     assert not [t for t in imports if t.startswith(("cosyedge.export", "torch"))]  # never at run time
     assert selftest.check_imports().ok
 

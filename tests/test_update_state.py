@@ -1,4 +1,4 @@
-"""What /health says about the running commit and the OTA update (cosyedge/ops/update_state.py)."""
+"""What /health says about the running commit and the OTA update (cosyedge/host/update_state.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cosyedge.ops.update_state import Deployment, read_head, read_state
+from cosyedge.host.update_state import Deployment, read_head, read_state
 
 
 def git(cwd: Path, *args: str) -> str:

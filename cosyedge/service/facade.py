@@ -62,7 +62,7 @@ from cosyedge.service.synthesis import check_text
 from cosyedge.service.synthesis import stream as stream_pieces
 from cosyedge.service.synthesis import synthesize
 from cosyedge.host.thermal import ThermalSnapshot
-from cosyedge.ops.update_state import Deployment, UpdateStatus
+from cosyedge.host.update_state import Deployment, UpdateStatus
 from cosyedge.voices.transcripts import SOURCE_HEARD, SOURCE_USER, ClonePlan, PromptTranscript, clone_plan, hear
 from cosyedge.voices.library import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceInfo, VoiceLibrary
 from cosyedge.voices.library import refuse_preset_name
