@@ -40,8 +40,8 @@ from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt, w
 from cosyedge.config import Settings
 from cosyedge.voices.consent import require_consent
 from cosyedge.host.diskspace import DiskGuard, FreeProbe, free_bytes
-from cosyedge.engines.loader import NATIVE_ABILITIES
-from cosyedge.engines.base import (KNOWN_LANGUAGES, MORE_LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
+from cosyedge.catalog.abilities import INSTRUCT_NOTES, NATIVE_ABILITIES
+from cosyedge.engines.base import (KNOWN_LANGUAGES, LANGUAGES, MORE_LANGUAGES, CancelFn, Capabilities, Engine, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
 from cosyedge.errors import (AudioError, BusyError, CancelledError, ConflictError, CosyedgeError,
                              ModelMissingError, NameError_, NotFoundError, ParameterError, StorageFullError,
@@ -498,6 +498,17 @@ class Service:
         if caps is not None:
             return caps.native_clone, caps.native_instruct
         return NATIVE_ABILITIES.get(self.model_engine_name(), (None, None))
+
+    def languages(self) -> tuple[str, ...]:
+        """The languages a request may name on the engine served: the loaded engine's, or before the
+        first load auto/zh/en/ja, which every engine reads."""
+        caps = self.holder.capabilities
+        return tuple(caps.languages) if caps is not None else LANGUAGES
+
+    def instruct_note(self) -> str:
+        """What the served engine's native instruct follows, in words for the page (by engine name,
+        :data:`cosyedge.catalog.abilities.INSTRUCT_NOTES`; "" when there is nothing to add)."""
+        return INSTRUCT_NOTES.get(self.model_engine_name(), "")
 
     def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
                    overwrite: bool = False, *, consent: bool | str | None = None) -> VoiceInfo:

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from cosyedge.engines.base import KNOWN_LANGUAGES, LANGUAGES
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.service.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
@@ -52,11 +51,11 @@ INSTRUCT_EXAMPLES = [
     "Speak cheerfully, like a children's storyteller.",
     "Whisper, as if telling a secret.",
 ]
-#: The language dropdown's labels, by code; it offers the loaded engine's (``language_choices``).
+#: The language dropdown's labels, by code, in the order it lists them; it offers the served engine's
+#: (``language_choices``).
 LANGUAGE_LABELS = {"auto": "auto / 自动", "zh": "中文 zh", "en": "English en", "ja": "日本語 ja",
                    "ko": "한국어 ko", "de": "Deutsch de", "es": "Español es", "fr": "Français fr",
                    "it": "Italiano it", "ru": "Русский ru"}
-LANGUAGE_CHOICES = [(LANGUAGE_LABELS[code], code) for code in LANGUAGES]
 #: System fonts only: the page must not ask any font server for anything.
 SANS = ["system-ui", "-apple-system", "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "PingFang SC",
         "Microsoft YaHei", "sans-serif"]
@@ -512,11 +511,9 @@ def voice_choices(service: Service, with_presets: bool = True) -> list[tuple[str
 
 def language_choices(service: Service) -> list[tuple[str, str]]:
     """(label, value) pairs: auto and the loaded engine's languages; before the first load
-    auto/zh/en/ja, which every engine reads."""
-    spoken = service.voices()["languages"]
-    if spoken is None:
-        return list(LANGUAGE_CHOICES)
-    return [(LANGUAGE_LABELS[code], code) for code in KNOWN_LANGUAGES if code == "auto" or code in spoken]
+    auto/zh/en/ja, which every engine reads (:meth:`Service.languages`)."""
+    spoken = service.languages()
+    return [(label, code) for code, label in LANGUAGE_LABELS.items() if code == "auto" or code in spoken]
 
 
 def voice_fields(value: str | None) -> dict[str, str | None]:
@@ -581,10 +578,8 @@ def capability_notes(service: Service) -> tuple[str, str]:
                       "新的参考音频首次使用较慢")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
-        if service.model_engine_name() == "cosyvoice3":
-            from cosyedge.engines.cosyvoice.v3.version import INSTRUCT_NOTE
-
-            instruct_note += f". {INSTRUCT_NOTE}"
+        if service.instruct_note():
+            instruct_note += f". {service.instruct_note()}"
     else:
         instruct_note = (f"**{engine}** cannot follow instructions itself: speed, pitch, volume and the "
                          "choice of voice are read from it and applied as controls; the rest is listed "
@@ -735,7 +730,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         with gr.Row():
             speed = gr.Slider(low, high, value=1.0, step=0.05, label="Speed / 语速",
                               elem_id=f"{prefix}-speed")
-            language = gr.Dropdown(LANGUAGE_CHOICES, value="auto", label="Language / 语言",
+            language = gr.Dropdown(language_choices(service), value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
             quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
                                elem_id=f"{prefix}-quality")

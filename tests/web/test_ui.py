@@ -275,6 +275,27 @@ def test_capabilities_shown_from_the_engine(make_service, fake_factory, native):
     assert ("cannot follow instructions" in instruct_note) is not native
 
 
+def test_v3_notes_and_languages_come_from_the_service(make_service, fake_factory, web_settings):
+    """The page asks the service what the served engine follows and speaks (it imports no engine):
+    the v3 instruct note by the manifest's engine name before any load, the languages of the
+    loaded engine after it (auto/zh/en/ja, which every engine reads, before)."""
+    import json
+
+    from cosyedge.web.ui import capability_notes, language_choices
+
+    fake_factory.engine_kwargs.update(native_clone=True, native_instruct=True,
+                                      languages=("auto", "zh", "en", "ja", "ko", "fr"))
+    service = make_service()
+    web_settings.model_path.mkdir(parents=True, exist_ok=True)
+    (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "cosyvoice3"}))
+    assert "Fun-CosyVoice3: dialects" in capability_notes(service)[1]
+    assert [code for _, code in language_choices(service)] == ["auto", "zh", "en", "ja"]
+    (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "cosyvoice2"}))
+    assert "Fun-CosyVoice3" not in capability_notes(service)[1]
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    assert [code for _, code in language_choices(service)] == ["auto", "zh", "en", "ja", "ko", "fr"]
+
+
 def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monkeypatch):
     """The service's own phase while the prompt is matched shows in the page's words."""
     import time

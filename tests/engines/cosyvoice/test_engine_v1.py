@@ -59,7 +59,7 @@ def test_presets_are_the_sft_speakers_and_the_seed_names_that_map(engines):
     assert "child" not in sft.presets()
     assert engines["base"].presets() == [] and engines["base"].capabilities.preset_details == ()
     assert [e.capabilities.native_instruct for e in engines.values()] == [False, False, True]
-    from cosyedge.engines.loader import NATIVE_ABILITIES  # before a load the page says what base/SFT do
+    from cosyedge.catalog.abilities import NATIVE_ABILITIES  # before a load the page says what base/SFT do
     assert NATIVE_ABILITIES["cosyvoice1"] == (sft.capabilities.native_clone, sft.capabilities.native_instruct)
 
 

@@ -35,7 +35,7 @@ def test_speech_is_non_silent_and_plausibly_long(kokoro_engine, text, lo, hi):
 
 def test_declared_abilities_match_the_engine(kokoro_engine):
     """What the page says before the engine loads (by the manifest's engine name) is what it can do."""
-    from cosyedge.engines.loader import NATIVE_ABILITIES
+    from cosyedge.catalog.abilities import NATIVE_ABILITIES
 
     caps = kokoro_engine.capabilities
     assert NATIVE_ABILITIES[kokoro_engine.name] == (caps.native_clone, caps.native_instruct)
