@@ -27,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyedge import config  # noqa: E402
-from cosyedge.service.facade import Service, TTSRequest  # noqa: E402
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Two long texts, as a lesson paragraph or a long REST request (about 1,000 characters each).
@@ -121,7 +122,7 @@ def main() -> None:
         figures["two_jobs_seconds"] = round(time.monotonic() - mark, 1)
 
         service.recognizer.release()
-        from cosyedge.service.facade import release_memory
+        from cosyedge.service.engine_holder import release_memory
 
         release_memory()
         figures["asr_released_mb"] = status_kb("VmRSS") / 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from cosyedge.notes import Note, code_of
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.web.ui import describe
 from tests.helpers.fake_engine import FakeEngine
 

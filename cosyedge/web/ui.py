@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.service.jobs import PHASE_STARTING, Job
 from cosyedge.notes import Note, code_of
-from cosyedge.service.facade import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
-                              PHASE_TRANSCRIBING, SPEED_RANGE, Service, TTSRequest, TTSResult)
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
+                                       PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,

@@ -39,7 +39,8 @@ from cosyedge import __version__
 from cosyedge.audio import to_pcm16
 from cosyedge.errors import CosyedgeError
 from cosyedge.service.jobs import Job
-from cosyedge.service.facade import Service, TTSRequest
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest
 
 logger = logging.getLogger(__name__)
 

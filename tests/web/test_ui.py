@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.web.ui import build_ui, queue_settings, run_request
 
 
@@ -170,7 +170,7 @@ def test_errors_stay_until_closed_and_empty_text_is_bilingual(make_service):
 def result_with(**fields):
     import numpy as np
 
-    from cosyedge.service.facade import TTSResult
+    from cosyedge.service.requests import TTSResult
 
     base = dict(job_id="j", audio=np.zeros(2400, dtype=np.float32), sample_rate=24000, engine="kokoro",
                 model_id="kokoro-int8", voice="female_1", voice_match="preset",

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.voices.transcripts import SOURCE_HEARD, SOURCE_USER, ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.ui import describe, transcribe_prompt
 from cosyedge.web.voices_tab import transcript_line

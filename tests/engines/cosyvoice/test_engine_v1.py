@@ -125,7 +125,8 @@ def test_every_mode_synthesizes_22khz_audio(engines, voice, instruct):
 
 
 def test_the_page_offers_the_sft_speakers_once_the_model_loaded(tiny_cosyvoice_models, tmp_path):
-    from cosyedge.service.facade import Service, TTSRequest
+    from cosyedge.service.facade import Service
+    from cosyedge.service.requests import TTSRequest
     from cosyedge.web.ui import voice_choices
 
     service = Service(Settings(models_dir=tiny_cosyvoice_models, model="cosyvoice1-sft-tiny", onnx_threads=1,

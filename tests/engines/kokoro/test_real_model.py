@@ -99,7 +99,7 @@ class _Shared:
 
 def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kokoro_engine, make_service):
     from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     service = make_service(factory=lambda: _Shared(kokoro_engine))
     text = "Every spring, the school organizes a trip to the mountains. The children walk along the river."
