@@ -6,7 +6,7 @@ import dataclasses
 
 from cosyedge.notes import Note, code_of
 from cosyedge.service.requests import TTSRequest
-from cosyedge.web.ui import describe
+from cosyedge.web.report_panel import describe
 from tests.helpers.fake_engine import FakeEngine
 
 

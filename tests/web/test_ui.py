@@ -183,7 +183,7 @@ def result_with(**fields):
 def test_panel_shows_user_text_as_text():
     from cosyedge.instruct.plan import plan
     from cosyedge.engines.base import Capabilities
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     hostile = "<img src=x onerror=alert(1)> **bold** _it_ [click](http://example.com) www.example.com"
     caps = Capabilities(native_clone=False, native_instruct=False, languages=("auto",), sample_rate=24000)
@@ -203,7 +203,7 @@ def _user_part(panel: str) -> str:
 
 def test_panel_says_which_similarity_was_measured_on_this_audio():
     from cosyedge.notes import Note
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     match = Note("approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50",
                  code="voice_match_approx", method="approximate voice match", before=0.31,
@@ -218,7 +218,7 @@ def test_panel_says_which_similarity_was_measured_on_this_audio():
 
 def test_panel_lists_text_not_read_and_fields_ignored():
     from cosyedge.notes import Note
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     skipped = ["5 Hangul characters not read (<b>안녕하세요</b>)"]
     notes = [Note("prompt_text ignored: the kokoro engine cannot clone; it matches the voice from the sound "
@@ -239,7 +239,7 @@ def test_panel_lists_text_not_read_and_fields_ignored():
 def test_unknown_instruction_panel_says_one_thing():
     from cosyedge.engines.base import Capabilities
     from cosyedge.instruct.plan import plan
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     caps = Capabilities(native_clone=False, native_instruct=False, languages=("auto",), sample_rate=24000)
     panel = describe(result_with(instruct=plan("asdfgh", caps).to_dict()))
@@ -399,7 +399,7 @@ TRANSLATED_BEFORE = {"text_too_long", "instruction_too_long", "text_only_punctua
 def test_every_code_the_page_words_is_in_the_error_and_note_trees():
     from cosyedge.errors import error_codes
     from cosyedge.notes import NOTE_CODES
-    from cosyedge.web.ui import PAGE_NOTES, REASONS_ZH
+    from cosyedge.web.page_words import PAGE_NOTES, REASONS_ZH
 
     assert set(REASONS_ZH) - set(error_codes()) == set()
     assert set(PAGE_NOTES) - set(NOTE_CODES) == set()
