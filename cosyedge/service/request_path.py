@@ -129,7 +129,7 @@ class RequestPath:
                                notes=notes, skipped=list(analysis.skipped), clone_mode=clone_mode)
 
     def _voice(self, engine: Engine, prepared: PreparedRequest, cancelled: CancelFn | None = None,
-                       phase: Callable[[str], None] | None = None) -> VoiceChoice:
+               phase: Callable[[str], None] | None = None) -> VoiceChoice:
         """Pick the engine's voice: a preset, or a prompt (uploaded or saved) encoded through the cache.
 
         The uploaded prompt was conditioned by :meth:`prepare` (cosyedge.audio); a prompt is encoded
