@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import cpu_model, loadavg  # noqa: E402
 
 from cosyedge import config  # noqa: E402
 from cosyedge.service.facade import Service
@@ -84,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "test-artifacts" / "asr" / "memory.json")
     args = parser.parse_args()
-    load = Path("/proc/loadavg").read_text().split()[:3]
+    load = loadavg()
     settings = config.from_env({}, models_dir=REPO / "models", idle_unload_minutes=0, asr_idle_seconds=0,
                                root=REPO / "test-artifacts" / "asr" / "memory-root").validate()
     settings.outputs_path.mkdir(parents=True, exist_ok=True)
@@ -132,7 +133,7 @@ def main() -> None:
     figures["peak_rss_mb"] = status_kb("VmHWM") / 1024
     figures = {k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()}
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg": load,
-              "machine": platform.machine(), "threads": settings.threads, "heard": heard.as_dict(),
+              "machine": cpu_model(), "threads": settings.threads, "heard": heard.as_dict(),
               "goal_mb": 2000, **figures}
     print(json.dumps(report, ensure_ascii=False, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -28,6 +27,8 @@ import numpy as np
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import cpu_model, loadavg  # noqa: E402
 
 from bench.voice_match import espeak_voice, festival_voice, piper_joe  # noqa: E402
 from cosyedge import config  # noqa: E402
@@ -138,7 +139,7 @@ def main() -> None:
     if args.table:
         print(markdown(json.loads(args.table.read_text())["rows"]))
         return
-    load = Path("/proc/loadavg").read_text().split()[:3]
+    load = loadavg()
     recognizer = asr.Recognizer(threads=args.threads, idle_seconds=0, model_dir=REPO / "models" / asr.ASSEMBLED_DIR)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,7 +174,7 @@ def main() -> None:
     }
     print(json.dumps(summary, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "loadavg": load,
+    args.out.write_text(json.dumps({"machine": cpu_model(), "loadavg": load,
                                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                     "asr": asr.MODEL_ID, "summary": summary, "rows": rows},
                                    ensure_ascii=False, indent=1))

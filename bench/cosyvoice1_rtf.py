@@ -20,15 +20,14 @@ Stages, each its own process (peak RSS per stage; ``all`` runs them in order, si
 * ``floor``: the compute floor at upstream semantics (10 Euler steps, CFG batch 2, the whole sequence
   attended) from the MAC counts of each stage and the probe's rates, every other op free.
 
-Results are JSON lines; docs/benchmarks.md ("CosyVoice-300M") records a run.
+Results are JSON lines: record a run by hand as a round in docs/bench-log/cosyvoice1.md ("CosyVoice-300M")
+and update the 'CosyVoice-300M' table of docs/benchmarks.md from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -40,17 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_model, emit, loadavg, peak_rss_mb  # noqa: E402
+
 N_PROMPT_TEXT, N_TEXT, N_PROMPT_SPEECH, N_TOKENS = 10, 20, 150, 250
 EOS = 4096
 MODEL_DIR = "CosyVoice-300M-SFT"
-
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def inputs(seed: int = 0) -> dict:
@@ -292,16 +285,14 @@ def main() -> int:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "all":
-        emit({"stage": "machine", "loadavg": Path("/proc/loadavg").read_text().split()[:3],
-              "cpu": next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                           if line.startswith("model name")), "?")})
+        emit({"stage": "machine", "loadavg": loadavg(), "cpu": cpu_model()})
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         venv = ROOT / ".venv" / "bin" / "python"
         for stage in ("prepare", "convert", "probe", "upstream", "ours"):
             python = str(venv) if stage == "ours" and venv.exists() else sys.executable
             subprocess.run([python, __file__, stage, "--work", str(args.work), "--threads", str(args.threads)],
                            check=True, env=env)
-        emit({"stage": "done", "loadavg": Path("/proc/loadavg").read_text().split()[:3]})
+        emit({"stage": "done", "loadavg": loadavg()})
         return 0
     if args.stage == "probe":
         rates = probe(args.threads)

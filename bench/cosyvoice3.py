@@ -20,15 +20,14 @@ Stages (each its own process; run under ``flock /work/locks/heavy`` on a shared 
 * ``engine``: a torch-free process loading the int8 model as the app does and synthesizing one sentence
   of a clone request: its peak RSS; and the converted directories' sizes.
 
-Results are JSON lines; docs/benchmarks.md records a run.
+Results are JSON lines: record a run by hand as a round in docs/bench-log/cosyvoice3.md and update the
+'Fun-CosyVoice3-0.5B' table of docs/benchmarks.md from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -39,13 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from bench.common import emit, loadavg, peak_rss_mb  # noqa: E402
 
 
 def prepare(args) -> None:
@@ -122,7 +115,7 @@ def compare(args) -> None:
     embedding = rng.standard_normal(192).astype(np.float32)
     audio_s = args.tokens / 25.0
     record = {"stage": "compare", "threads": args.threads, "decode_tokens": args.decode, "target_tokens": args.tokens,
-              "prompt_tokens": args.prompt_tokens, "audio_s": audio_s, "loadavg": open("/proc/loadavg").read().split()[:3]}
+              "prompt_tokens": args.prompt_tokens, "audio_s": audio_s, "loadavg": loadavg()}
 
     # upstream PyTorch fp32
     llm = mf.build_llm(src / "CosyVoice-BlankEN", 0, qwen=mf.FULL_QWEN, tweak=False)

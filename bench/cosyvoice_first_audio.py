@@ -39,9 +39,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -53,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import emit, loadavg, machine_info, running_app  # noqa: E402
+
 MODEL_ID = "cosyvoice2-bench"
 TEXT = "Hello world, the quick brown fox jumps over the lazy dog."   # 13 tokens of the tiny tokenizer
 TRANSCRIPT = "Read this slowly and warmly, please."                 # 8 tokens
@@ -61,19 +60,6 @@ SPEECH_TOKENS = 6561                                                # CosyVoice2
 MAX_RATIO = 20                                                      # upstream max_token_text_ratio
 PROMPT_SECONDS = 3.2
 SAMPLE_RATE = 24000
-
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-
-
-def machine() -> dict:
-    info = Path("/proc/cpuinfo").read_text()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    return {"cpu": name, "flags": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
-                                   if f in flags], "cpus": len(os.sched_getaffinity(0)),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
 
 
 # -- prepare -----------------------------------------------------------------------------------------
@@ -109,12 +95,6 @@ def stage_prepare(work: Path, size: str) -> dict:
 
 
 # -- api ---------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def prompt_wav(seconds: float = PROMPT_SECONDS, sr: int = 16000, seed: int = 0) -> bytes:
@@ -190,27 +170,14 @@ def _peak_rss_mb(pid: int) -> dict:
 def stage_api(work: Path, threads: int, steps_list: list[int], rounds: int) -> dict:
     import httpx
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "COSYEDGE_MODELS_DIR": str(work / "models"), "COSYEDGE_MODEL": MODEL_ID,
+    env = {"COSYEDGE_MODELS_DIR": str(work / "models"), "COSYEDGE_MODEL": MODEL_ID,
            "COSYEDGE_OUTPUTS_DIR": str(work / "outputs"), "COSYEDGE_PROMPTS_DIR": str(work / "prompts"),
-           "COSYEDGE_LOG_LEVEL": "INFO", "COSYEDGE_IDLE_UNLOAD_MINUTES": "0", "GRADIO_ANALYTICS_ENABLED": "False"}
-    env.pop("PYTHONPATH", None)
-    log = open(work / "app.log", "a", encoding="utf-8")
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/python"), "app.py", "--port", str(port), "--onnx-threads",
-                             str(threads)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    result: dict = {"stage": "api", "machine": machine(), "threads": threads, "text": TEXT, "runs": []}
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"app.py did not start (see {work / 'app.log'})")
-            time.sleep(0.3)
+           "COSYEDGE_LOG_LEVEL": "INFO", "COSYEDGE_IDLE_UNLOAD_MINUTES": "0", "PYTHONPATH": None}
+    result: dict = {"stage": "api", "machine": machine_info(), "threads": threads, "text": TEXT, "runs": []}
+    with open(work / "app.log", "a", encoding="utf-8") as log, \
+            running_app(("--onnx-threads", str(threads)), env, python=ROOT / ".venv/bin/python", timeout=300,
+                        stdout=log) as app:
+        url = app.url
         with httpx.Client() as client:
             t0 = time.perf_counter()
 
@@ -233,11 +200,11 @@ def stage_api(work: Path, threads: int, steps_list: list[int], rounds: int) -> d
             for voice in fresh.values():  # encoded now (saving with no model loaded does not), at 1 step
                 _speech(client, url, voice, 1, True, WARM_TEXT)
             result["warm_s"] = round(time.perf_counter() - t0, 2)
-            result["loadavg_before"] = Path("/proc/loadavg").read_text().split()[:3]
+            result["loadavg_before"] = loadavg()
 
             def measure(r: int, steps: int, voice: str, streamed: bool, kind: str) -> None:
                 run = {"round": r, "kind": kind, **_speech(client, url, voice, steps, streamed),
-                       "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+                       "loadavg": loadavg()}
                 emit({k: v for k, v in run.items() if k != "reads"})
                 result["runs"].append(run)
 
@@ -247,14 +214,10 @@ def stage_api(work: Path, threads: int, steps_list: list[int], rounds: int) -> d
                     _speech(client, url, voice_id, steps, True, WARM_TEXT)  # the voice's state at these steps
                     measure(r, steps, voice_id, True, "streamed, cached voice")
                     measure(r, steps, voice_id, False, "not streamed, cached voice")
-        result["app_rss_mb"] = _peak_rss_mb(proc.pid)
-        result["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
+        result["app_rss_mb"] = _peak_rss_mb(app.proc.pid)
+        result["loadavg_after"] = loadavg()
         threads_line = [line for line in (work / "app.log").read_text().splitlines() if "CosyVoice threads" in line]
         result["thread_plan"] = threads_line[-1].split("CosyVoice threads:", 1)[1].strip() if threads_line else None
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
     return result
 
 
@@ -368,7 +331,7 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
     prompt_speech = rng.integers(0, SPEECH_TOKENS, prompt_tokens).tolist()
     prompt_feat = (rng.standard_normal((2 * prompt_tokens, 80)) - 4).astype(np.float32)
     embedding = rng.standard_normal(192).astype(np.float32)
-    result: dict = {"stage": "upstream", "machine": machine(), "threads": threads, "text_tokens": len(text),
+    result: dict = {"stage": "upstream", "machine": machine_info(), "threads": threads, "text_tokens": len(text),
                     "prompt_tokens": prompt_tokens, "runs": []}
     # A short warm-up: torch's first calls (allocations, kernel choices) must not count.
     list(upstream_tts(llm, flow, hift, text[:2], prompt_text, prompt_speech, prompt_feat, embedding, False))
@@ -382,7 +345,7 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
     stop.set()
     pieces.close()
     run = {"streamed": True, "steps": 10, "first_audio_s": round(at, 3), "first_hop_audio_s": round(audio.size / SAMPLE_RATE, 3),
-           **marks, "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+           **marks, "loadavg": loadavg()}
     emit(run)
     result["runs"].append(run)
     time.sleep(1.0)  # the LLM thread sees the stop after its current step
@@ -392,7 +355,7 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
     audio_s = sum(a.size for _, a in pieces) / SAMPLE_RATE
     run = {"streamed": False, "steps": 10, "first_audio_s": round(pieces[0][0], 3), "total_s": round(pieces[-1][0], 3),
            "audio_s": round(audio_s, 3), "rtf": round(pieces[-1][0] / audio_s, 3),
-           **{k: round(v, 3) for k, v in marks.items()}, "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+           **{k: round(v, 3) for k, v in marks.items()}, "loadavg": loadavg()}
     emit(run)
     result["runs"].append(run)
     return result
@@ -414,7 +377,7 @@ def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -
              "mu": rng.standard_normal((2, 80, frames)).astype(np.float32), "t": np.full(2, 0.5, np.float32),
              "spks": rng.standard_normal((2, 80)).astype(np.float32), "cond": np.zeros((2, 80, frames), np.float32),
              "conv": np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), np.float32)}
-    out: dict = {"stage": "estimator", "machine": machine(), "threads": threads, "kv_dtype": layout.kv_dtype, "calls": []}
+    out: dict = {"stage": "estimator", "machine": machine_info(), "threads": threads, "kv_dtype": layout.kv_dtype, "calls": []}
     for past in pasts:
         kv = (rng.standard_normal((past, layout.attention_layers, 2, 2, layout.inner)) * 0.1).astype(layout.kv_dtype)
         estimator.run(None, {**feeds, "kv": kv})  # warm

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -27,11 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import cpu_model, load_average  # noqa: E402
+
 logger = logging.getLogger("bench.cosyvoice_flow_hift")
-
-
-def _loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -56,8 +52,8 @@ def main() -> int:
     from cosyedge.export.cosyvoice.v2.convert import convert
     from cosyedge.export.cosyvoice.common.quantize import snr_db
 
-    result: dict = {"size": args.size, "machine": platform.processor() or platform.machine(), "threads": args.threads,
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": _loadavg(),
+    result: dict = {"size": args.size, "machine": cpu_model(), "threads": args.threads,
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_average(),
                     "torch": torch.__version__}
     import onnxruntime
     result["onnxruntime"] = onnxruntime.__version__
@@ -142,7 +138,7 @@ def main() -> int:
             if rep == 0:
                 outputs[name] = out
             logger.info("rep %d %s %.2f s, CPU %.2f s (load %s)", rep, name, runs[name][-1], cpu_runs[name][-1],
-                        _loadavg())
+                        load_average())
 
     sweep = {}
     for steps in [int(s) for s in args.steps_sweep.split(",") if s.strip()]:
@@ -192,7 +188,7 @@ def main() -> int:
         cpu_total = cpu_per_s[f"flow_{q}"] + cpu_per_s[f"hift_{q}"]
         result[f"cpu_speedup_{q}_vs_upstream"] = round(
             (cpu_per_s["flow_upstream"] + cpu_per_s["hift_upstream"]) / cpu_total, 2)
-    result["load_after"] = _loadavg()
+    result["load_after"] = load_average()
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -19,15 +19,14 @@ Stages (each its own process, so peak RSS is per stage; ``all`` runs them in ord
   speech-tokenizer stand-in of the real size first (``--prompt-tokenizer fp32|int8``: a clone request
   with a new voice). RTF, CPU time, VmRSS and peak RSS per stage, the directory's size per file.
 
-Results are printed as JSON lines; docs/benchmarks.md records a run.
+Results are printed as JSON lines: record a run by hand as a round in docs/bench-log/cosyvoice.md ("CosyVoice
+LLM") and update the LLM and end-to-end rows of docs/benchmarks.md's CosyVoice2-0.5B table from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -40,20 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.common import emit, peak_rss_mb  # noqa: E402
+
 QWEN_FULL = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
                  rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False,
                  sliding_window=None, max_window_layers=24)
 N_PROMPT_TEXT, N_TEXT, N_PROMPT_SPEECH, N_DECODE = 10, 20, 75, 250
 EOS = 6561
-
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def inputs(seed: int = 0) -> dict:

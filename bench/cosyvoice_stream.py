@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.common import cpu_flags, cpu_model, load_average  # noqa: E402
 
 _CHILD = r"""
 import json, sys, time, numpy as np
@@ -59,18 +60,6 @@ print(json.dumps({'loaded_mb': base, 'peak_mb': hwm(), 'seconds': time.perf_coun
 """
 
 
-def _loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _cpu() -> dict:
-    info = Path("/proc/cpuinfo").read_text()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    return {"model": name, "flags": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8",
-                                                  "amx_bf16") if f in flags]}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -90,8 +79,8 @@ def main() -> int:
     from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
     from cosyedge.export.cosyvoice.v2.convert import convert
 
-    result: dict = {"cpu": _cpu(), "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    "load_before": _loadavg(), "python": platform.python_version(), "runs": []}
+    result: dict = {"cpu": {"model": cpu_model(), "flags": cpu_flags()}, "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load_before": load_average(), "python": platform.python_version(), "runs": []}
     work = args.workdir or Path(tempfile.mkdtemp(prefix="cv2stream-"))
     flow, hift = ref.build_flow(args.size, seed=0), ref.build_hift(args.size, seed=0)
     src = ref.write_model_dir(work / "src", flow, hift, size=args.size)
@@ -150,7 +139,7 @@ def main() -> int:
                     else out.stderr[-300:]
             print(json.dumps(run), flush=True)
             result["runs"].append(run)
-    result["load_after"] = _loadavg()
+    result["load_after"] = load_average()
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))

@@ -1,7 +1,7 @@
 """Time to first audio on the embedded Kokoro engine: engine first chunk, and HTTP first byte.
 
     .venv/bin/python bench/first_audio.py                         # both tables, printed as markdown
-    .venv/bin/python bench/first_audio.py --write docs/benchmarks.md
+    .venv/bin/python bench/first_audio.py --write                 # recorded in docs/bench-log/kokoro.md
 
 Engine table (one process, engine loaded, G2P warm): for each text of bench/kokoro_rtf.py and each
 first-chunk limit (``KokoroFrontend.first_chunk_phonemes``; 0 = the old whole first sentence), the
@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +30,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import TEXTS, VOICE, load_average, measured_header, write_section  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, load_average, measured_header, record_round, running_app  # noqa: E402
+from bench.kokoro_rtf import TEXTS, VOICE  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
@@ -41,6 +39,11 @@ from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro.engine import KokoroEngine  # noqa: E402
 
 SECTION_KEYS = ("engine", "http")
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTION = "First audio: short first chunk and streaming (`bench/first_audio.py`)"
+CURRENT_ROWS = {"engine": "'Embedded engine: Kokoro-82M int8' table: 'first chunk at limit 40, all nine texts'",
+                "http": "'Embedded engine: Kokoro-82M int8' table: 'HTTP, streamed first byte'"}
 
 
 def engine_rows(threads: int, limits: list[int], reps: int) -> list[dict]:
@@ -98,29 +101,9 @@ def engine_table(rows: list[dict], threads: int, reps: int) -> str:
     return "\n".join(lines)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def http_rows(threads: int, reps: int) -> list[dict]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "COSYEDGE_LOG_LEVEL": "WARNING", "COSYEDGE_IDLE_UNLOAD_MINUTES": "0"}
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--onnx-threads", str(threads)],
-                            cwd=ROOT, env=env)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("app.py did not start")
-            time.sleep(0.2)
+    with running_app(("--onnx-threads", str(threads)), {"COSYEDGE_IDLE_UNLOAD_MINUTES": "0"}) as app:
+        url = app.url
         speech = url + "/v1/audio/speech"
         warm = {"model": "tts-1", "input": "Hi.", "voice": VOICE, "response_format": "wav"}
         httpx.post(speech, json=warm, timeout=300).raise_for_status()  # loads the model
@@ -145,11 +128,8 @@ def http_rows(threads: int, reps: int) -> list[dict]:
                     httpx.post(speech, json={**body, "response_format": "wav"}, timeout=600).raise_for_status()
                     whole = time.perf_counter() - t0
                     runs.setdefault((lang, size), []).append({"first": first, "whole": whole})
-        return [{"lang": lang, "size": size, "first": statistics.median(r["first"] for r in rs),
-                 "whole": statistics.median(r["whole"] for r in rs)} for (lang, size), rs in runs.items()]
-    finally:
-        proc.terminate()
-        proc.wait(15)
+    return [{"lang": lang, "size": size, "first": statistics.median(r["first"] for r in rs),
+             "whole": statistics.median(r["whole"] for r in rs)} for (lang, size), rs in runs.items()]
 
 
 def http_table(rows: list[dict], threads: int, reps: int) -> str:
@@ -170,13 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="first-chunk limits in phonemes to compare (0 = off)")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--only", choices=SECTION_KEYS, help="run one table only")
-    parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
+    add_write_option(parser, LAB_LOG)
     args = parser.parse_args(argv)
     from cosyedge.host.heap import return_large_blocks
 
     return_large_blocks()  # as the server does (Service.start): the product's memory behaviour
     command = "python bench/first_audio.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    blocks = {}
+    blocks, started_at = {}, {}
     for key in SECTION_KEYS:
         if args.only not in (None, key):
             continue
@@ -186,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             body = http_table(http_rows(args.threads, args.reps), args.threads, args.reps)
         blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
+        started_at[key] = started
         print(blocks[key] + "\n", flush=True)
     if args.write:
         for key, text in blocks.items():
-            write_section(Path(args.write), key, text, tool="first_audio")
+            record_round(args.write, SECTION, key, started_at[key], text, CURRENT_ROWS[key])
     return 0
 
 

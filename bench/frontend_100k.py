@@ -1,6 +1,6 @@
 """Time KokoroFrontend.sentences on 100,000-character texts, one per language, in one process.
 
-    python bench/frontend_100k.py [--memory]
+    .venv/bin/python bench/frontend_100k.py [--memory]
 
 Prints one line per text: characters, sentences, seconds, longest sentence in phonemes; with
 ``--memory`` also the peak Python heap (tracemalloc, which slows the run 2-5x, so time and memory
@@ -10,10 +10,14 @@ come from separate runs). Run ``uptime`` before and after; record both.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
-from cosyedge.engines.kokoro.frontend import KokoroFrontend
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosyedge.engines.kokoro.frontend import KokoroFrontend  # noqa: E402
 
 UNITS = {
     "zh": "今天天气真好，我们一起去公园散步吧。",

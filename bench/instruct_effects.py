@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from cosyedge.instruct import plan as instruct
-from cosyedge.service import synthesis
-from cosyedge.config import Settings
-from cosyedge.engines.base import SynthesisOptions
-from cosyedge.engines.kokoro.engine import KokoroEngine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosyedge.instruct import plan as instruct  # noqa: E402
+from cosyedge.service import synthesis  # noqa: E402
+from cosyedge.config import Settings  # noqa: E402
+from cosyedge.engines.base import SynthesisOptions  # noqa: E402
+from cosyedge.engines.kokoro.engine import KokoroEngine  # noqa: E402
 
 TEXT = "今天天气很好，我们一起去公园散步吧。"
 INSTRUCTIONS = ["read it slowly", "慢一点", "very fast", "loudly", "小声一点", "in a low voice",

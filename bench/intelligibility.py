@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import platform
 import sys
 import time
@@ -41,6 +40,7 @@ import soundfile as sf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import cpu_model, loadavg  # noqa: E402
 from cosyedge.listening import asr  # noqa: E402
 from cosyedge.listening import intelligibility
 from cosyedge.service import synthesis
@@ -234,16 +234,7 @@ def cmd_search(args: argparse.Namespace) -> None:
 
 
 def machine_meta(started: float, computed: int) -> dict:
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": model,
-            "loadavg_at_end": Path("/proc/loadavg").read_text().split()[:3] if os.path.exists("/proc/loadavg") else None,
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(), "loadavg_at_end": loadavg(),
             "python": platform.python_version(), "asr": asr.MODEL_ID, "beam": BEAM,
             "seconds": round(time.monotonic() - started, 1), "clips_computed": computed}
 

@@ -4,7 +4,7 @@ Run from the repository root with the project's venv (after `python -m cosyedge 
 
     .venv/bin/python bench/kokoro_crop.py                      # 9 calls (first sentences), prints markdown
     .venv/bin/python bench/kokoro_crop.py --all --rounds 3     # every call of the bench texts (31)
-    .venv/bin/python bench/kokoro_crop.py --png /tmp/crop.png --write docs/benchmarks.md
+    .venv/bin/python bench/kokoro_crop.py --png /tmp/crop.png --write   # recorded in docs/bench-log/kokoro.md
 
 Two fused runners on the runtime graph in one process, without and with ``crop=True``, run the same
 inputs interleaved (``--rounds`` times each, process CPU time, median), ``--threads`` intra-op threads
@@ -33,7 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import TEXTS, VOICE, load_average, measured_header, write_section  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, load_average, measured_header, record_round  # noqa: E402
+from bench.kokoro_rtf import TEXTS, VOICE  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.kokoro import fused_runtime, model_files  # noqa: E402
 from cosyedge.engines.kokoro.engine import KokoroEngine  # noqa: E402
@@ -43,6 +44,13 @@ from cosyedge.catalog.manifest import read_manifest  # noqa: E402
 
 SR = 24_000
 HOP = 300  # samples per generator frame
+
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTION = "Generator input crop (`crop`; branch kcrop)"
+CURRENT_ROWS = {"bounds": "'Embedded engine: Kokoro-82M int8' table: 'generator input crop: calls that cut speech'",
+                "calls": "'Embedded engine: Kokoro-82M int8' table: 'generator input crop: CPU per call' and "
+                         "'generator input crop: audio over the spoken span'"}
 
 
 def _cpu() -> float:
@@ -258,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--voice", default=VOICE)
     parser.add_argument("--png", type=Path, help="spectrogram PNG of the first call (uncropped / cropped / |diff|)")
     parser.add_argument("--bounds", action="store_true", help="only the crop-rule table over voices and speeds (~6 min)")
-    parser.add_argument("--write", type=Path, help="replace the kokoro_crop block of this markdown file")
+    add_write_option(parser, LAB_LOG)
     args = parser.parse_args(argv)
     started, load_before = dt.datetime.now(dt.timezone.utc), load_average()
     if args.bounds:
@@ -267,14 +275,15 @@ def main(argv: list[str] | None = None) -> int:
             + "\n\n" + text
         print(body)
         if args.write:
-            write_section(args.write, "bounds", body, tool="kokoro_crop")
+            record_round(args.write, SECTION, "bounds", started, body, CURRENT_ROWS["bounds"])
         return 0
     res = measure(Path(args.models_dir), args.threads, args.rounds, args.all, args.png, args.voice)
     body = measured_header(started, "python bench/kokoro_crop.py " + " ".join(argv or sys.argv[1:]), load_before) \
         + "\n\n" + table(res)
     print(body)
     if args.write:
-        write_section(args.write, "calls" if args.voice == VOICE else f"calls-{args.voice}", body, tool="kokoro_crop")
+        key = "calls" if args.voice == VOICE else f"calls-{args.voice}"
+        record_round(args.write, SECTION, key, started, body, CURRENT_ROWS["calls"] if key == "calls" else "none")
     return 0
 
 

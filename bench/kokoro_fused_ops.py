@@ -1,7 +1,7 @@
 """What each fused step of ``fused_ops`` buys in the fused Kokoro runner (issue 2, speed).
 
     .venv/bin/python bench/kokoro_fused_ops.py --reps 5
-    .venv/bin/python bench/kokoro_fused_ops.py --reps 5 --write docs/benchmarks.md
+    .venv/bin/python bench/kokoro_fused_ops.py --reps 5 --write   # recorded in docs/bench-log/kokoro.md
     .venv/bin/python bench/kokoro_fused_ops.py --stft-check   # the fused STFT vs onnxruntime's node
 
 One ``FusedSession`` per row and thread count, all in one process: the chain runner alone
@@ -25,12 +25,18 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from cosyedge.engines.kokoro import fused_ops, model_files  # noqa: E402
 from cosyedge.export.kokoro import checks  # noqa: E402
-from kokoro_rtf import VARIANT_TEXT, load_average, measured_header, variant_feeds, write_section  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, load_average, measured_header, record_round  # noqa: E402
+from bench.kokoro_rtf import VARIANT_TEXT, variant_feeds  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
+
+
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTION = "Round 4: the fused runner's remaining single-threaded ops (`fused_ops`; branch kops)"
+CURRENT_ROWS = "none (history: what each fused step saves; the engine rows come from bench/kokoro_rtf.py)"
 
 
 def variants() -> list[tuple[str, tuple[str, ...]]]:
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models-dir", default=str(ROOT / "models"))
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions per row and thread count")
-    parser.add_argument("--write", metavar="DOC", help="update the generated block in this markdown file")
+    add_write_option(parser, LAB_LOG)
     parser.add_argument("--stft-check", action="store_true",
                         help="only the fused STFT against onnxruntime's node (impulse vs exact DFT basis)")
     args = parser.parse_args(argv)
@@ -173,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     text = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
     print(text)
     if args.write:
-        write_section(Path(args.write), "fused-ops", text)
+        record_round(args.write, SECTION, "fused-ops", started, text, CURRENT_ROWS)
     return 0
 
 

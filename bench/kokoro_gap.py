@@ -1,7 +1,7 @@
 """Why the Kokoro engine's RTF is worse than the model's alone (issue 2): where each call's time goes.
 
     .venv/bin/python bench/kokoro_gap.py                          # all tables, printed as markdown
-    .venv/bin/python bench/kokoro_gap.py --only calls --write docs/benchmarks.md
+    .venv/bin/python bench/kokoro_gap.py --only calls --write     # recorded in docs/bench-log/kokoro.md
 
 Four tables, each answering one hypothesis:
 
@@ -49,7 +49,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import TEXTS, VOICE, load_average, log_mel_db, measured_header, write_section  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, load_average, measured_header, record_round  # noqa: E402
+from bench.kokoro_rtf import TEXTS, VOICE, log_mel_db  # noqa: E402
 from bench.machine_speed import gemm_rate, speed_line  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
 from cosyedge.engines.base import SynthesisOptions  # noqa: E402
@@ -59,6 +60,14 @@ from cosyedge.engines.kokoro.sessions import make_session  # noqa: E402
 from cosyedge.engines.kokoro.silence import SILENCE_THRESHOLD, trim_silence  # noqa: E402
 
 SECTION_KEYS = ("calls", "options", "edges", "steps")
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTION = "Engine vs model alone: where the gap goes (`bench/kokoro_gap.py`)"
+CURRENT_ROWS = {"calls": "none (history: rendered vs spoken audio per call)",
+                "options": "none (history: session and heap options)",
+                "edges": "none (history: capping the edge silence)",
+                "steps": "'Embedded engine: Kokoro-82M int8' table: 'where the time goes: calls against "
+                         "their int8 GEMM floor'"}
 MODEL_DIR = ROOT / "models" / model_files.MODEL_ID
 SR = model_files.SAMPLE_RATE
 FRAME = 600  # samples per duration frame (24 kHz, 40 frames per second)
@@ -440,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--caps", type=int, nargs="+", default=[10, 8, 4], help="lead caps (frames) to try")
     parser.add_argument("--reps", type=int, default=5, help="rounds over all calls in the steps table")
     parser.add_argument("--only", choices=SECTION_KEYS, nargs="+", help="run these tables only")
-    parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
+    add_write_option(parser, LAB_LOG)
     parser.add_argument("--worker", choices=OPTIONS, help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -461,11 +470,11 @@ def main(argv: list[str] | None = None) -> int:
             body = steps_table(steps_rows(args.threads, args.reps))
         else:
             body = edges_table(edges_rows(args.caps))
-        blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
-        print(blocks[key] + "\n", flush=True)
+        blocks[key] = (started, f"{measured_header(started, command, before, speed_before)}\n\n{body}")
+        print(blocks[key][1] + "\n", flush=True)
     if args.write:
-        for key, text in blocks.items():
-            write_section(Path(args.write), key, text, tool="kokoro_gap")
+        for key, (started, text) in blocks.items():
+            record_round(args.write, SECTION, key, started, text, CURRENT_ROWS[key])
     return 0
 
 

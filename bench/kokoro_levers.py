@@ -3,7 +3,7 @@
 Run from the repository root with the project's venv (after `python -m cosyedge setup-model`):
 
     .venv/bin/python bench/kokoro_levers.py                      # prints a markdown table (~2-4 min)
-    .venv/bin/python bench/kokoro_levers.py --reps 5 --write docs/benchmarks.md
+    .venv/bin/python bench/kokoro_levers.py --reps 5 --write      # recorded in docs/bench-log/kokoro.md
     .venv/bin/python bench/kokoro_levers.py --previous OLD.onnx  # add a row for an older runtime graph
     .venv/bin/python bench/kokoro_levers.py --fused-only         # shipped, runtime graph, fused runner
 
@@ -31,13 +31,20 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from cosyedge.engines.kokoro import model_files  # noqa: E402
 from cosyedge.export.kokoro import assembly, checks, optimize  # noqa: E402
-from kokoro_rtf import VARIANT_TEXT, compare, load_average, measured_header, variant_feeds, write_section  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, load_average, measured_header, record_round  # noqa: E402
+from bench.kokoro_rtf import VARIANT_TEXT, compare, variant_feeds  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
 
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTIONS = {"levers": "Round 2: the graph levers one at a time (`bench/kokoro_levers.py`)",
+            "levers-fused": "Round 3: the fused conv-input chains (`fused_runtime`, `kernels`; branch kfuse)"}
+CURRENT_ROWS = {"levers": "none (history: each graph rewrite on its own)",
+                "levers-fused": "'Embedded engine: Kokoro-82M int8' table: 'model alone, levers input' and "
+                                "'model alone against the shipped int8 graph'"}
 LEVERS: list[tuple[str, tuple[str, ...] | None]] = [
     ("shipped int8 graph", None),
     ("conv_as_matmul (channel-first im2col, no transposes)", ("conv_as_matmul",)),
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path, help="an older runtime graph file to add as a row")
     parser.add_argument("--cache", default=str(ROOT / "models" / ".bench-variants"),
                         help="where derived graphs are kept between runs")
-    parser.add_argument("--write", metavar="DOC", help="update the generated block in this markdown file")
+    add_write_option(parser, LAB_LOG)
     parser.add_argument("--fused-only", action="store_true",
                         help="only the shipped graph, the runtime graph and the fused runner (~1 min)")
     args = parser.parse_args(argv)
@@ -157,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     text = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
     print(text)
     if args.write:
-        write_section(Path(args.write), "levers-fused" if args.fused_only else "levers", text)
+        key = "levers-fused" if args.fused_only else "levers"
+        record_round(args.write, SECTIONS[key], key, started, text, CURRENT_ROWS[key])
     return 0
 
 

@@ -1,7 +1,7 @@
 """Two Kokoro calls in flight (issue 2): sequential vs pipelined engine, side by side; memory.
 
     .venv/bin/python bench/kokoro_pipeline.py                        # both tables, printed as markdown
-    .venv/bin/python bench/kokoro_pipeline.py --write docs/benchmarks.md
+    .venv/bin/python bench/kokoro_pipeline.py --write             # recorded in docs/bench-log/kokoro.md
 
 Side-by-side table (one process, one 2-thread session shared by every variant, engine loaded and
 G2P warm): for the medium and long en/zh/ja texts of bench/kokoro_rtf.py, ``engine.synthesize``
@@ -42,8 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import (TEXTS, VOICE, _run_worker, long_sentence_ids, load_average,  # noqa: E402
-                              measured_header, peak_rss_mb, rss_mb, write_section)
+from bench.common import (LOG_DIR, add_write_option, load_average, measured_header, peak_rss_mb,  # noqa: E402
+                          record_round)
+from bench.kokoro_rtf import TEXTS, VOICE, _run_worker, long_sentence_ids, rss_mb  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
 from cosyedge.audio import SENTENCE_PAUSE_S  # noqa: E402
 from cosyedge.config import from_env  # noqa: E402
@@ -61,6 +62,13 @@ VARIANTS = (
     ("two in flight after the first call, guarded (product with the plain session)", 2, DEFAULT_OVERLAP),
 )
 SECTION_KEYS = ("pipeline", "jobs", "memory")
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTION = "Two sentences in flight (`bench/kokoro_pipeline.py`)"
+CURRENT_ROWS = {"pipeline": "'Embedded engine: Kokoro-82M int8' table: 'one call at a time vs two in flight'",
+                "jobs": "'Embedded engine: Kokoro-82M int8' table: 'two jobs at once'",
+                "memory": "'Embedded engine: Kokoro-82M int8' table: 'peak RSS: one 510-phoneme call / two such "
+                          "calls of two jobs'"}
 #: case name -> phonemes of the calls run at once (None: the long English text through synthesize)
 MEMORY_CASES = {
     "one 510-phoneme call": (510,),
@@ -231,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=SECTION_KEYS, help="run one table only")
     parser.add_argument("--texts", nargs="+", default=[f"{lang}:{size}" for lang in TEXTS for size in SIZES],
                         help="LANG:SIZE texts of bench/kokoro_rtf.py for the side-by-side table")
-    parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
+    add_write_option(parser, LAB_LOG)
     parser.add_argument("--worker", choices=list(MEMORY_CASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     from cosyedge.host.heap import return_large_blocks
@@ -255,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             rows = [json.loads(_run_worker(["--worker", case, "--threads", str(args.threads)], script=__file__))
                     for case in MEMORY_CASES]
             body = memory_table(rows, args.threads)
-        blocks[key] = f"{measured_header(started, command, before, speed_before)}\n\n{body}"
-        print(blocks[key] + "\n", flush=True)
+        blocks[key] = (started, f"{measured_header(started, command, before, speed_before)}\n\n{body}")
+        print(blocks[key][1] + "\n", flush=True)
     if args.write:
-        for key, text in blocks.items():
-            write_section(Path(args.write), key, text, tool="kokoro_pipeline")
+        for key, (started, text) in blocks.items():
+            record_round(args.write, SECTION, key, started, text, CURRENT_ROWS[key])
     return 0
 
 

@@ -4,7 +4,7 @@ Run from the repository root with the project's venv (after `python -m cosyedge 
 
     .venv/bin/python bench/kokoro_rtf.py                          # engine table (1 and 2 threads)
     .venv/bin/python bench/kokoro_rtf.py --variants               # graph variants + session options
-    .venv/bin/python bench/kokoro_rtf.py --all --write docs/benchmarks.md   # both, and update the doc
+    .venv/bin/python bench/kokoro_rtf.py --all --write     # both, recorded in docs/bench-log/kokoro.md
 
 The engine table runs each thread count in a fresh process (so RSS is that configuration's own):
 load time, RSS after load, then en/zh/ja x short/medium/long texts through ``engine.synthesize``
@@ -26,10 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -48,6 +45,8 @@ from cosyedge.engines.kokoro import model_files  # noqa: E402
 from cosyedge.export.kokoro import assembly, measured_passes  # noqa: E402
 from cosyedge.engines.kokoro.engine import MAX_PHONEMES, KokoroEngine, open_runtime  # noqa: E402
 from cosyedge.catalog.manifest import read_manifest  # noqa: E402
+from bench.common import (LOG_DIR, add_write_option, load_average, measured_header,  # noqa: E402
+                          peak_rss_mb, record_round)
 
 TEXTS = {
     "en": {
@@ -83,7 +82,15 @@ TEXTS = {
 VARIANT_TEXT = ("ja", "medium")
 LONG_SENTENCE_PHONEMES = MAX_PHONEMES
 VOICE = "female_1"
-SECTION = "Embedded engine (Kokoro)"
+#: Where ``--write`` records a round: the lab-log file and the section each table belongs to.
+LAB_LOG = LOG_DIR / "kokoro.md"
+SECTIONS = {"engine": "Engine: RTF, time to first sentence, memory",
+            "variants": "Graph variants and session options, side by side"}
+#: The rows of docs/benchmarks.md a round may change (a new host adds its own rows).
+CURRENT_ROWS = {"engine": "'Embedded engine: Kokoro-82M int8' table: the RTF rows, the first-chunk rows "
+                          "from the engine table, load time / first call, RSS after load, RSS after the "
+                          "nine bench texts, peak RSS",
+                "variants": "none (the variants table is history: what each graph/option costs)"}
 
 
 # --- text: the real frontend when present, else the same G2P libraries directly -------------------
@@ -149,16 +156,6 @@ def rss_mb() -> float:
     import psutil
 
     return psutil.Process().memory_info().rss / 2**20
-
-
-def peak_rss_mb() -> float:
-    """This process's RSS high-water mark. VmHWM, not ru_maxrss: Linux carries ru_maxrss over from
-    the parent through fork and exec, so a worker started by a big parent would report the parent's."""
-    try:
-        status = Path("/proc/self/status").read_text()
-        return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
-    except (OSError, AttributeError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def long_sentence_ids(engine: KokoroEngine) -> list[int]:
@@ -365,39 +362,6 @@ def _run_worker(args: list[str], script: str = __file__) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def machine() -> str:
-    import onnxruntime as ort
-
-    cpu = platform.processor() or "?"
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        cpu = re.search(r"model name\s*:\s*(.*)", info).group(1).strip()
-        vnni = "avx512_vnni" in info or "avx_vnni" in info
-        cpu += f", {'with' if vnni else 'without'} VNNI"
-    except (OSError, AttributeError):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{cpu}; {os.cpu_count()} logical CPUs; {mem:.0f} GiB RAM; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}; onnxruntime {ort.__version__}")
-
-
-def load_average() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def measured_header(started: dt.datetime, command: str, load_before: str, speed_before: str | None = None) -> str:
-    """The first lines of every generated block: when (UTC), on what, with which command, the load
-    average before and now (a shared 2-core box makes wall-clock figures load-dependent) and the
-    machine speed probe (bench/machine_speed.py: the VM's cores drift with its host, which the load
-    average does not see) after the run, and before it where the caller took it."""
-    from bench.machine_speed import speed_line
-
-    speed = f"before: {speed_before}; after: {speed_line()}" if speed_before else f"after the run: {speed_line()}"
-    return (f"Measured {started:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC on {machine()}.  \n"
-            f"Command: `{command.strip()}`.  \nLoad average (1/5/15 min) before: {load_before}; "
-            f"after: {load_average()}.  \nMachine speed probe {speed}.")
-
-
 def engine_table(results: list[dict]) -> str:
     lines = ["| threads | lang | text | chars | chunks | audio s | first chunk ms | total s | RTF (median) "
              "| RTF (best) | CPU s / audio s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -435,18 +399,6 @@ def variants_table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(doc: Path, key: str, body: str, tool: str = "kokoro_rtf") -> None:
-    """Replace the text between ``<!-- TOOL:KEY:start/end -->`` in ``doc`` (appending the block if absent)."""
-    start, end = f"<!-- {tool}:{key}:start -->", f"<!-- {tool}:{key}:end -->"
-    block = f"{start}\n{body}\n{end}"
-    text = doc.read_text(encoding="utf-8") if doc.exists() else f"# Benchmarks\n\n## {SECTION}\n"
-    if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    doc.write_text(text, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models-dir", default=str(ROOT / "models"))
@@ -455,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant-reps", type=int, default=3, help="interleaved repetitions per variant")
     parser.add_argument("--variants", action="store_true", help="only the variants table")
     parser.add_argument("--all", action="store_true", help="engine table and variants table")
-    parser.add_argument("--write", metavar="DOC", help="update the generated blocks in this markdown file")
+    add_write_option(parser, LAB_LOG)
     parser.add_argument("--cache", default=str(ROOT / "models" / ".bench-variants"),
                         help="where derived variant graphs are kept between runs")
     parser.add_argument("--worker", choices=["engine", "rss"], help=argparse.SUPPRESS)
@@ -492,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         text = f"{header}\n\n{body}"
         print(text + "\n")
         if args.write:
-            write_section(Path(args.write), key, text)
+            record_round(args.write, SECTIONS[key], key, started, text, CURRENT_ROWS[key])
     return 0
 
 

@@ -12,7 +12,7 @@ limit (5,000 characters). Prints a markdown table.
 
 ``--engine paced`` swaps the model for a stand-in that returns a sine tone at the embedded engine's
 pace (``--seconds-per-char``, 0.055 s of audio a character: Kokoro's long English text in
-docs/benchmarks.md's engine table, 556 characters -> 30.5 s) in no time: it measures what the service and the lesson path hold around
+the engine table in docs/bench-log/kokoro.md, 556 characters -> 30.5 s) in no time: it measures what the service and the lesson path hold around
 the engine, in seconds of CPU instead of minutes.
 """
 
@@ -31,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common import loadavg  # noqa: E402
 
 SENTENCES = [
     "Rivers begin high in the hills, where rain and melting snow gather into small streams.",
@@ -147,7 +149,7 @@ def main() -> int:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.threads, args.engine,
                                 args.seconds_per_char)))
         return 0
-    load = Path("/proc/loadavg").read_text().split()[:3]
+    load = loadavg()
     cases = [("text box", n) for n in args.chars if n <= 5000] + [("lesson", n) for n in args.chars]
     rows = []
     for mode, chars in cases:
@@ -158,7 +160,7 @@ def main() -> int:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"# {rows[-1]}", file=sys.stderr)
     print(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load average before {'/'.join(load)}, "
-          f"after {'/'.join(Path('/proc/loadavg').read_text().split()[:3])}, engine {args.engine}, "
+          f"after {'/'.join(loadavg())}, engine {args.engine}, "
           f"{args.threads} ONNX threads\n")
     print("| path | characters | audio (s) | wall (s) | RSS after warm-up (MB) | peak RSS (MB) | peak - warm (MB) |")
     print("|---|---|---|---|---|---|---|")

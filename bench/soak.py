@@ -16,10 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,14 +28,12 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import running_app  # noqa: E402
+
 TEXTS = ("Good morning, class.", "今天天气真好。", "Read page four, please.", "こんにちは、元気ですか。",
          "[zh]你好[en]hello there.", "One. Two. Three.", "The cat sat on the mat.", "我们开始上课吧。")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class RssSampler(threading.Thread):
@@ -102,62 +97,49 @@ def main() -> int:
     from gradio_client import Client
 
     work = Path(tempfile.mkdtemp(prefix="cosyedge-soak-"))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "COSYEDGE_IDLE_UNLOAD_MINUTES": "0", "COSYEDGE_LOG_LEVEL": "WARNING",
-           "COSYEDGE_OUTPUTS_DIR": str(work / "outputs"), "COSYEDGE_PROMPTS_DIR": str(work / "prompts"),
-           "COSYEDGE_MODELS_DIR": str(ROOT / "models"), "GRADIO_ANALYTICS_ENABLED": "False"}
-    server = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env)
-    deadline = time.monotonic() + args.max_minutes * 60
+    env = {"COSYEDGE_IDLE_UNLOAD_MINUTES": "0", "COSYEDGE_OUTPUTS_DIR": str(work / "outputs"),
+           "COSYEDGE_PROMPTS_DIR": str(work / "prompts"), "COSYEDGE_MODELS_DIR": str(ROOT / "models")}
     results: dict[str, list[tuple[str, int, float]]] = {"warmup": [], "sequential": [], "concurrent": []}
-    sampler = RssSampler(server.pid, itertools.count())
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        sampler.start()
-        http = httpx.Client(base_url=url, timeout=300)
-        gradio = Client(url, verbose=False, download_files=str(work / "downloads"),
-                        analytics_enabled=False)
-        counter = itertools.count()
-
-        def run_phase(name: str, count: int, clients: int) -> None:
-            claimed = itertools.count()
-
-            def worker(_: int) -> None:
-                with httpx.Client(base_url=url, timeout=300) as own:
-                    while time.monotonic() < deadline:
-                        if next(claimed) >= count:
-                            return
-                        n = next(counter)
-                        use_gradio = args.gradio_every and n % args.gradio_every == 0
-                        results[name].append(one_job(own, gradio if use_gradio else None, n))
-                        sampler.jobs_done += 1
-            if clients == 1:
-                worker(0)
-            else:
-                with ThreadPoolExecutor(clients) as pool:
-                    list(pool.map(worker, range(clients)))
-
-        run_phase("warmup", args.warmup, args.warmup_clients)
-        after_warmup = sampler.sample()[0]
-        run_phase("sequential", args.jobs // 2, 1)
-        after_sequential = sampler.sample()[0]
-        run_phase("concurrent", args.jobs - args.jobs // 2, args.clients)
-        time.sleep(2)
-        end_rss, end_children = sampler.sample()
-        gradio.close()
-        http.close()
-    finally:
-        sampler.stop.set()
-        server.terminate()
+    with running_app(env=env) as app:
+        url = app.url
+        deadline = time.monotonic() + args.max_minutes * 60
+        sampler = RssSampler(app.proc.pid, itertools.count())
         try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            sampler.start()
+            http = httpx.Client(base_url=url, timeout=300)
+            gradio = Client(url, verbose=False, download_files=str(work / "downloads"),
+                            analytics_enabled=False)
+            counter = itertools.count()
+
+            def run_phase(name: str, count: int, clients: int) -> None:
+                claimed = itertools.count()
+
+                def worker(_: int) -> None:
+                    with httpx.Client(base_url=url, timeout=300) as own:
+                        while time.monotonic() < deadline:
+                            if next(claimed) >= count:
+                                return
+                            n = next(counter)
+                            use_gradio = args.gradio_every and n % args.gradio_every == 0
+                            results[name].append(one_job(own, gradio if use_gradio else None, n))
+                            sampler.jobs_done += 1
+                if clients == 1:
+                    worker(0)
+                else:
+                    with ThreadPoolExecutor(clients) as pool:
+                        list(pool.map(worker, range(clients)))
+
+            run_phase("warmup", args.warmup, args.warmup_clients)
+            after_warmup = sampler.sample()[0]
+            run_phase("sequential", args.jobs // 2, 1)
+            after_sequential = sampler.sample()[0]
+            run_phase("concurrent", args.jobs - args.jobs // 2, args.clients)
+            time.sleep(2)
+            end_rss, end_children = sampler.sample()
+            gradio.close()
+            http.close()
+        finally:
+            sampler.stop.set()
     if args.samples_csv:
         args.samples_csv.write_text("t_s,rss_mib,children_rss_mib,jobs_done\n" + "".join(
             f"{t:.1f},{r:.1f},{c:.1f},{j}\n" for t, r, c, j in sampler.samples))

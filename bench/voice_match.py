@@ -13,15 +13,15 @@ the same prompt again (a cache hit) timed -> two held-out sentences (Japanese, E
 matched voice and with the nearest preset, each scored against the prompt with ``speaker.similarity``.
 The gain is matched minus nearest preset, on held-out text (not on the search's own probe).
 
-    .venv/bin/python bench/voice_match.py [--write-docs]
+    .venv/bin/python bench/voice_match.py [--write]      # --write: a round in docs/bench-log/asr-and-voices.md
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -41,6 +41,11 @@ from cosyedge.engines.base import SynthesisOptions  # noqa: E402
 from cosyedge.engines.kokoro import voice_match  # noqa: E402
 from cosyedge.listening.speaker import similarity  # noqa: E402
 from cosyedge.voices.library import PromptCache  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, cpu_model, record_round  # noqa: E402
+
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "asr-and-voices.md"
+CURRENT_ROWS = "'Voices and listening' table: the two 'voice match' rows"
 
 PROMPT_TEXT = ("The teacher opened the window, and the children ran outside to play in the warm "
                "afternoon sun. Everyone was happy that the long winter was finally over.")
@@ -133,7 +138,7 @@ def speak(engine, text: str, voice, language: str) -> np.ndarray:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-docs", action="store_true", help="replace the section in docs/benchmarks.md")
+    add_write_option(parser, LAB_LOG, "--write-docs")
     parser.add_argument("--evals", type=int, default=12, help="search probes per voice (default 12)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds per match (default: none, so the result does not depend on the "
@@ -141,6 +146,7 @@ def main() -> int:
     args = parser.parse_args()
     budget = voice_match.MatchBudget(max_evals=args.evals, deadline_s=args.deadline or 1e9)
     load_before = os.getloadavg()
+    started = dt.datetime.now(dt.timezone.utc)
     settings = config.from_env()
     engine = load_engine(settings)
     rows, gains, match_times, hit_times = [], [], [], []
@@ -174,11 +180,9 @@ def main() -> int:
             print(rows[-1], flush=True)
     load_after = os.getloadavg()
     lines = [
-        "## Voice match",
-        "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores, "
         f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, command "
-        f"`.venv/bin/python bench/voice_match.py --write-docs --evals {args.evals}"
+        f"`.venv/bin/python bench/voice_match.py --write --evals {args.evals}"
         f"{f' --deadline {args.deadline:g}' if args.deadline else ''}`, load average "
         f"{load_before[0]:.1f} before / {load_after[0]:.1f} after (the box is shared; probes slow down "
         "in proportion).",
@@ -204,16 +208,8 @@ def main() -> int:
         lines += ["", f"Skipped (tool missing): {', '.join(skipped)}."]
     section = "\n".join(lines) + "\n"
     print(section)
-    if args.write_docs:
-        docs = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-        text = docs.read_text()
-        start = text.find("## Voice match")
-        if start >= 0:
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-        else:
-            text = text.rstrip() + "\n\n" + section
-        docs.write_text(text)
+    if args.write:
+        record_round(args.write, "Voice match", "match", started, section, CURRENT_ROWS)
     return 0
 
 

@@ -16,15 +16,15 @@ sentences that neither the search, the adaptation tuning nor the final choice he
 Steps (each under ``flock /work/locks/heavy``; results in test-artifacts/voice_match_adapt/):
 
     .venv/bin/python bench/voice_match_adapt.py run --voices "festival kal_diphone" "espeak-ng cmn+m3"
-    .venv/bin/python bench/voice_match_adapt.py report [--write-docs]
+    .venv/bin/python bench/voice_match_adapt.py report [--write]   # --write: a round in docs/bench-log/asr-and-voices.md
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -38,6 +38,12 @@ import soundfile as sf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+
+from bench.common import LOG_DIR, add_write_option, cpu_flags, cpu_model, record_round  # noqa: E402
+
+#: Where ``report --write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "asr-and-voices.md"
+CURRENT_ROWS = "'Voices and listening' table: the three 'adaptation' rows"
 
 OUT = REPO / "test-artifacts" / "voice_match_adapt"
 PROMPTS = {"en": ("The teacher opened the window, and the children ran outside to play in the warm "
@@ -262,15 +268,12 @@ def cmd_report(args) -> int:
     if not rows:
         print("no results yet: run first")
         return 1
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
-    flags = [f for f in ("avx512_vnni", "amx_int8") if f in cpuinfo]
+    cpu, flags = cpu_model(), cpu_flags(("avx512_vnni", "amx_int8"))
     cols = ("best_preset", "search", "kept", "forced_stft", "forced_world")
-    lines = ["## Voice match adaptation (issue 25)", "",
-             f"Machine: {cpu} ({', '.join(flags) or 'no avx512_vnni/amx'}), {os.cpu_count()} cores; runs "
+    lines = [f"Machine: {cpu} ({', '.join(flags) or 'no avx512_vnni/amx'}), {os.cpu_count()} cores; runs "
              f"{', '.join(sorted({r['date'] for r in rows}))}; command `flock /work/locks/heavy .venv/bin/python "
              "bench/voice_match_adapt.py run --voices ...` (a few voices per lock hold), then `report "
-             "--write-docs`; the load average at each voice's start is in the table (the box is shared by four "
+             "--write`; the load average at each voice's start is in the table (the box is shared by four "
              "engineers: timings are not an idle box's).", "",
              "Similarity to the prompt on four held-out sentences (2 en, 1 ja, 1 zh) that the search, the "
              "adaptation tuning and the final choice never heard, mean of the four. preset = the best of the five "
@@ -320,16 +323,9 @@ def cmd_report(args) -> int:
               "listened to twice by the guard (with and without the adaptation)."]
     section = "\n".join(lines) + "\n"
     print(section)
-    if args.write_docs:
-        docs = REPO / "docs" / "benchmarks.md"
-        text = docs.read_text()
-        start = text.find("## Voice match adaptation (issue 25)")
-        if start >= 0:
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-        else:
-            text = text.rstrip() + "\n\n" + section
-        docs.write_text(text)
+    if args.write:
+        record_round(args.write, "Voice match adaptation (issue 25)", "report", dt.datetime.now(dt.timezone.utc),
+                     section, CURRENT_ROWS)
     return 0
 
 
@@ -342,7 +338,7 @@ def main() -> int:
     speed = sub.add_parser("speed")
     speed.add_argument("--reps", type=int, default=3)
     report = sub.add_parser("report")
-    report.add_argument("--write-docs", action="store_true")
+    add_write_option(report, LAB_LOG, "--write-docs")
     args = parser.parse_args()
     return {"run": cmd_run, "speed": cmd_speed, "report": cmd_report}[args.cmd](args)
 

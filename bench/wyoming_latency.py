@@ -3,7 +3,7 @@ and to ``audio-stop``, for a short and a long sentence, measured with the ``wyom
 own client against the app's Wyoming server (same service and job queue as the page).
 
     .venv/bin/python bench/wyoming_latency.py                    # prints a markdown table
-    .venv/bin/python bench/wyoming_latency.py --write docs/benchmarks.md
+    .venv/bin/python bench/wyoming_latency.py --write             # recorded in docs/bench-log/service-and-web.md
 
 The model is loaded (and its G2P warmed) by one request before timing; the two sentences are then
 asked in turn ``--reps`` times each (interleaved, so a busy box slows both alike), one request at a
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kokoro_rtf import load_average, measured_header, write_section  # noqa: E402
+from bench.common import LOG_DIR, add_write_option, free_port, load_average, measured_header, record_round  # noqa: E402
 from bench.machine_speed import speed_line  # noqa: E402
 
 SENTENCES = {
@@ -32,6 +32,11 @@ SENTENCES = {
              "you will tell the class, in your own words, what you think the old fisherman wanted "
              "most of all."),
 }
+
+#: Where ``--write`` records a round, and the rows of docs/benchmarks.md a round may change.
+LAB_LOG = LOG_DIR / "service-and-web.md"
+SECTION = "Wyoming latency (issue 23)"
+CURRENT_ROWS = "'Service and web on the embedded engine' table: the two 'Wyoming' rows"
 
 
 async def one_request(port: int, text: str) -> dict:
@@ -68,7 +73,6 @@ def measure(reps: int, threads: int) -> list[dict]:
     from cosyedge.config import from_env
     from cosyedge.service.facade import Service
     from cosyedge.web.wyoming_server import WyomingServer, WyomingSettings
-    from tests.helpers.live_server import free_port
 
     settings = dataclasses.replace(from_env(), models_dir=ROOT / "models", onnx_threads=threads,
                                    idle_unload_minutes=0)
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--write", type=Path, help="put the table into this markdown file")
+    add_write_option(parser, LAB_LOG)
     args = parser.parse_args(argv)
     started, load_before, speed_before = dt.datetime.now(dt.timezone.utc), load_average(), speed_line()
     rows = measure(args.reps, args.threads)
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, args.reps, args.threads)
     print(body)
     if args.write:
-        write_section(args.write, "latency", body, tool="wyoming_latency")
+        record_round(args.write, SECTION, "latency", started, body, CURRENT_ROWS)
     return 0
 
 

@@ -135,7 +135,7 @@ PROMPT_MIN_S = 3.0
 #: The length to ask people for. 3 s is the enforced minimum; 10 s is the upper end of the CosyVoice
 #: prompt encoder's advice (a longer prompt also lengthens every flow step's input) and of the peers'
 #: (shared/research/peers.md: GPT-SoVITS enforces 3-10 s); the voice-match bench used 8-9.5 s
-#: prompts (docs/benchmarks.md "Voice match"). Takes up to PROMPT_MAX_S are used whole, longer
+#: prompts (docs/bench-log/asr-and-voices.md "Voice match"). Takes up to PROMPT_MAX_S are used whole, longer
 #: ones (up to PROMPT_MAX_SOURCE_S) are cut to their best PROMPT_KEEP_S.
 PROMPT_BEST_S = (3, 10)
 #: The one piece of length advice in every message about prompt length (the UI label says the same).

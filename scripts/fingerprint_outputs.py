@@ -5,8 +5,9 @@ Two parts, each run in the environment that has what it needs:
 * ``--part kokoro`` (in ``.venv``): the embedded engine at 1 and 2 threads, fixed texts x the five
   presets, plus one voice match of a fixed prompt stored in and read back from a prompt cache and
   then spoken with. Each entry is the sha256 of the joined float32 waveform.
-* ``--part cosyvoice`` (in ``.venv-ref``: the tiny checkpoint is built with the PyTorch reference):
-  the tiny CosyVoice2 checkpoint converted with int8, then a preset and a zero-shot clone at a fixed
+* ``--part cosyvoice`` (in ``.venv-ref``: the tiny checkpoints are built with the PyTorch reference):
+  the tiny CosyVoice2, CosyVoice-300M (base and SFT) and the committed CosyVoice3 fixture, each
+  converted with int8, then a preset (where the model has presets) and a zero-shot clone at a fixed
   seed; the sha256 of every sentence's speech tokens and of the joined audio.
 
 Usage::
@@ -60,12 +61,13 @@ def _prompt_wave(sample_rate: int) -> np.ndarray:
 
 def kokoro_part() -> dict[str, str]:
     from cosyedge import config
-    from cosyedge.service import synthesis
     from cosyedge.audio import condition_prompt_array
-    from cosyedge.engines.loader import load_engine
     from cosyedge.engines.base import SynthesisOptions
     from cosyedge.engines.kokoro import model_files
-    from cosyedge.voices.library import PromptCache
+    from cosyedge.engines.loader import load_engine
+
+    synthesis = _import("cosyedge.service.synthesis", "cosyedge.synthesis")
+    PromptCache = _import("cosyedge.voices.library:PromptCache", "cosyedge.voices:PromptCache")
 
     models = REPO / "models"
     if not (models / model_files.MODEL_ID / "manifest.json").is_file():
@@ -92,42 +94,70 @@ def kokoro_part() -> dict[str, str]:
     return out
 
 
+def _import(*paths: str):
+    """The first of ``paths`` ("module:attr") that imports: one script for the layouts before and after a move."""
+    import importlib
+
+    for path in paths:
+        module, _, attr = path.partition(":")
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+        return getattr(found, attr) if attr else found
+    raise ModuleNotFoundError(f"none of {paths} imports")
+
+
 def cosyvoice_part() -> dict[str, str]:
+    """Tiny CosyVoice v2, v1 (base, SFT) and v3: speech tokens and audio of a preset and a clone."""
     from cosyedge import config
-    from cosyedge.service import synthesis
     from cosyedge.audio import condition_prompt_array
-    from cosyedge.engines.loader import load_engine
     from cosyedge.engines.base import SynthesisOptions
-    from cosyedge.engines.cosyvoice.common import llm
-    from cosyedge.export.cosyvoice.v2.convert import convert
+    from cosyedge.engines.loader import load_engine
+
+    synthesis = _import("cosyedge.service.synthesis", "cosyedge.synthesis")
+    lm_classes = [_import("cosyedge.engines.cosyvoice.common.llm:SpeechLM", "cosyedge.engines.cosyvoice.llm:SpeechLM"),
+                  _import("cosyedge.engines.cosyvoice.v1.llm:SpeechLMv1", "cosyedge.engines.cosyvoice.llm_v1:SpeechLMv1")]
+    convert_v2 = _import("cosyedge.export.cosyvoice.v2.convert:convert", "cosyedge.export.cosyvoice2:convert")
+    from tests.helpers import cosyvoice1_tiny, cosyvoice3_fixture
     from tests.helpers.cosyvoice_tiny import PRESET_NAMES, write_tiny_checkpoint
 
     tokens_seen: list[list[int]] = []
-    generate = llm.SpeechLM.generate
+    for cls in lm_classes:
+        def recording_generate(self, *args, _generate=cls.generate, **kwargs):
+            tokens = _generate(self, *args, **kwargs)
+            tokens_seen.append(list(tokens))
+            return tokens
 
-    def recording_generate(self, *args, **kwargs):
-        tokens = generate(self, *args, **kwargs)
-        tokens_seen.append(list(tokens))
-        return tokens
-
-    llm.SpeechLM.generate = recording_generate
+        cls.generate = recording_generate
     out: dict[str, str] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        src = write_tiny_checkpoint(Path(tmp) / "src" / "CosyVoice2-0.5B")["dir"]
-        models = Path(tmp) / "models"
-        convert(src, models / "cosyvoice2-tiny", quantize="int8")
-        engine = load_engine(config.from_env({}, models_dir=models, model="cosyvoice2-tiny", onnx_threads=1))
+
+    def speak(prefix: str, models: Path, model_id: str, voices: dict) -> None:
+        engine = load_engine(config.from_env({}, models_dir=models, model=model_id, onnx_threads=1))
         try:
-            prompt = condition_prompt_array(_prompt_wave(16000), 16000)
-            clone = engine.encode_prompt(prompt.pcm, prompt.sample_rate, "大家好，我是老师。")
-            voices = {"preset": PRESET_NAMES[1], "clone": clone}
-            for name, text in COSY_TEXTS.items():
+            if "clone" in voices:
+                prompt = condition_prompt_array(_prompt_wave(16000), 16000)
+                voices = {**voices, "clone": engine.encode_prompt(prompt.pcm, prompt.sample_rate, "大家好，我是老师。")}
+            for name, voice in voices.items():
                 tokens_seen.clear()
-                result = synthesis.synthesize(engine, text, voices[name], SynthesisOptions(seed=SEED), 5000)
-                out[f"cosyvoice/{name}/tokens"] = hashlib.sha256(json.dumps(tokens_seen).encode()).hexdigest()
-                out[f"cosyvoice/{name}/audio"] = _sha(result.audio)
+                result = synthesis.synthesize(engine, COSY_TEXTS[name], voice, SynthesisOptions(seed=SEED), 5000)
+                out[f"{prefix}{name}/tokens"] = hashlib.sha256(json.dumps(tokens_seen).encode()).hexdigest()
+                out[f"{prefix}{name}/audio"] = _sha(result.audio)
         finally:
             engine.close()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        models = Path(tmp) / "models"
+        src = write_tiny_checkpoint(Path(tmp) / "src" / "CosyVoice2-0.5B")["dir"]
+        convert_v2(src, models / "cosyvoice2-tiny", quantize="int8")
+        speak("cosyvoice/", models, "cosyvoice2-tiny", {"preset": PRESET_NAMES[1], "clone": None})
+        cosyvoice1_tiny.convert_all(Path(tmp) / "src1", models)
+        speak("cosyvoice1/sft/", models, "cosyvoice1-sft-tiny", {"preset": "英文男"})
+        speak("cosyvoice1/base/", models, "cosyvoice1-tiny", {"clone": None})
+        source = cosyvoice3_fixture.write_official_dir(Path(tmp) / "src3" / "Fun-CosyVoice3-0.5B")
+        convert_v3 = _import("cosyedge.export.cosyvoice.v3.convert:convert", "cosyedge.export.cosyvoice3:convert")
+        convert_v3(source, models / "cosyvoice3-tiny", quantize="int8")
+        speak("cosyvoice3/", models, "cosyvoice3-tiny", {"clone": None})
     return out
 
 

@@ -13,6 +13,7 @@ lands on another branch (prompt conditioning); see docs/reliability.md.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import json
@@ -298,7 +299,10 @@ def write_corpus(out: Path) -> list[Case]:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else DEFAULT_OUT
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT,
+                        help=f"where to write the cases (default {DEFAULT_OUT.relative_to(ROOT)})")
+    out = parser.parse_args(argv).out
     written = write_corpus(out)
     groups: dict[str, int] = {}
     for case in written:

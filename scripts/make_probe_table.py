@@ -8,6 +8,7 @@ table is ignored at run time (its fingerprint no longer matches), never used.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,7 +18,15 @@ from cosyedge import config  # noqa: E402
 from cosyedge.engines.loader import load_engine  # noqa: E402
 from cosyedge.engines.kokoro import voice_match  # noqa: E402
 
-if __name__ == "__main__":
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     engine = load_engine(config.from_env({}, onnx_threads=2))
     path = voice_match.save_probe_table(engine)
     print(f"wrote {path} ({path.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,4 @@
-"""Model folders: manifests (a model's identity and files) and the catalog of installed models."""
+"""Model folders: manifests (a model's identity and files) and the catalog of installed models.
+
+May import: root, host (docs/ARCHITECTURE.md, "Layers").
+"""

@@ -4,6 +4,8 @@
 
 This package is the only place in cosyedge that uses torch, and it imports it inside functions:
 nothing under ``cosyedge/engines/`` imports from here.
+
+May import: root, host, catalog, text, engines (docs/ARCHITECTURE.md, "Layers").
 """
 
 from __future__ import annotations

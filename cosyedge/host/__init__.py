@@ -1,1 +1,4 @@
-"""The box's resources: usable CPUs, heap trimming, free disk, temperature."""
+"""The box's resources: usable CPUs, heap trimming, free disk, temperature.
+
+May import: root (docs/ARCHITECTURE.md, "Layers").
+"""

@@ -1,1 +1,4 @@
-"""Natural-language instructions: the plan of explicit controls and the audio effects."""
+"""Natural-language instructions: the plan of explicit controls and the audio effects.
+
+May import: root, host, catalog, text, listening, engines (docs/ARCHITECTURE.md, "Layers").
+"""

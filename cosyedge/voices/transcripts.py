@@ -5,7 +5,7 @@ tokens before the text (the closest clone), cross-lingual reads the text alone n
 sound. A transcript that is wrong misleads the zero-shot LLM (it aligns the prompt's speech with the
 wrong words), which is worse than cross-lingual. So a transcript typed by the user is always used,
 and one heard by the offline recognizer (:mod:`cosyedge.listening.asr`) only when its confidence reaches
-:data:`ZERO_SHOT_CONFIDENCE`, the threshold measured in docs/benchmarks.md ("Prompt transcripts").
+:data:`ZERO_SHOT_CONFIDENCE`, the threshold measured in docs/bench-log/asr-and-voices.md ("Prompt transcripts").
 
 :func:`hear` turns a recognizer's answer into a :class:`PromptTranscript`; :func:`clone_plan`
 decides the mode and the note that says why. The service runs them inside a queued job.
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 #: The recognizer's confidence (geometric mean of its token probabilities, ``asr.Transcript``) a
 #: heard transcript needs to drive a zero-shot clone. Measured by ``bench/asr_transcripts.py``
-#: (docs/benchmarks.md, "Prompt transcripts"): no clip whose transcript had more than 20 % word or
+#: (docs/bench-log/asr-and-voices.md, "Prompt transcripts"): no clip whose transcript had more than 20 % word or
 #: character errors reached it; 0.70 let garbled ones through (up to 40 % errors), and clean
 #: synthetic speech mostly scores 0.81-0.94.
 ZERO_SHOT_CONFIDENCE = 0.80

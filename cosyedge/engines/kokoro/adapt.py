@@ -15,7 +15,7 @@ and speaker encoders weigh heavily can still be moved by signal processing witho
 All are estimated once per voice by comparing the prompt with the matched voice's own speech
 (:func:`estimate`): the long-term mean WORLD envelope (CheapTrick over voiced frames, level and
 spectral tilt removed), the spread of log F0, and the long-term average spectra. Two ways of applying them are kept so the bench can
-compare them (docs/benchmarks.md, "Voice match adaptation"):
+compare them (docs/bench-log/asr-and-voices.md, "Voice match adaptation"):
 
 - ``"stft"``: the envelope warp in the short-time spectrum (cepstrally smoothed envelope per frame,
   the harmonics stay where they are, phase kept). It cannot change F0, so ``f0_range`` is not used.

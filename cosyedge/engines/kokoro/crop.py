@@ -3,7 +3,7 @@
 Every Kokoro call renders ~0.27 s of silence before the speech and ~0.65 s after it, which the
 engine then trims. The vocoder (``/decoder/decoder/generator``) is ~75 % of a call and costs the
 same per frame whether the frame is silent or not, so this module cuts its input down before it
-runs. Three things make the cropped audio match the full run's (see docs/benchmarks.md "Generator
+runs. Three things make the cropped audio match the full run's (see docs/bench-log/kokoro.md "Generator
 input crop" for the measurements behind each):
 
 * **Which frames.** The speech span comes from the predicted energy curve ``N`` (known before the
@@ -68,7 +68,7 @@ CUT_SPEECH = "crop/cut_speech"
 CUT_CHECK_FRAMES = 1
 
 # Predicted energy N above these: speech (silence sits at -5 to -10 depending on the voice). Lower
-# than needed on purpose: the end of a call's speech must never be cut (measured: docs/benchmarks.md).
+# than needed on purpose: the end of a call's speech must never be cut (measured: docs/bench-log/kokoro.md).
 LEAD_THRESHOLD = -4.0
 TAIL_THRESHOLD = -5.0
 MARGIN = 6

@@ -34,22 +34,22 @@ MAX_PHONEMES = 510
 WARM_UP_TEXT = "[zh]你好。[en]Hello. [ja]こんにちは。"
 #: Silence after a call that was cut at a clause inside a sentence (the short first chunk). Each
 #: chunk also keeps EDGE_PAD_S of its own near-silence at both ends, so the gap heard is this plus
-#: 0.08 s. Measured inside one model call (docs/benchmarks.md): an English comma gives a 0.06-0.12 s
+#: 0.08 s. Measured inside one model call (docs/bench-log/kokoro.md): an English comma gives a 0.06-0.12 s
 #: gap, a Chinese or Japanese comma ~0.43 s (longer than our 0.26 s sentence gap), so English gets
 #: a short pause and zh/ja one a little below the sentence pause.
 CLAUSE_PAUSE_S = {"en": 0.03, "zh": 0.15, "ja": 0.15}
 #: Model runs at once, engine-wide (all jobs together), and so also one job's calls in flight, for
 #: a session that leaves a core idle: the plain onnxruntime session at 2 threads does, and two runs
-#: fill both cores ("Two sentences in flight" in docs/benchmarks.md); a third would add memory and
+#: fill both cores ("Two sentences in flight" in docs/bench-log/kokoro.md); a third would add memory and
 #: no core. ``load`` caps it at the session's thread count (the thermal governor's 1-thread setting
 #: turns the overlap off) and uses 1 for a session that keeps all its threads busy by itself (the
 #: fused runner: a second run beside it costs 9-14 % more CPU and 3-10 % more wall time, measured).
 MAX_PARALLEL_RUNS = 2
 #: A look-ahead call may start next to running ones only while their phonemes / speed together stay
 #: within one longest call: the vocoder's activation memory grows with the audio, so two calls in
-#: flight then peak about as high as one 510-phoneme call does (measured in docs/benchmarks.md).
+#: flight then peak about as high as one 510-phoneme call does (measured in docs/bench-log/kokoro.md).
 LOOK_AHEAD_BUDGET = float(MAX_PHONEMES)
-#: When a look-ahead call may start (measured in docs/benchmarks.md): never next to the first call,
+#: When a look-ahead call may start (measured in docs/bench-log/kokoro.md): never next to the first call,
 #: whose chunk a listener waits for; after it, only while the audio already handed out covers twice
 #: the next chunk's expected time alone (two runs on two cores each get at least half of them), so
 #: the overlap cannot make a streaming player wait for the rest of a sentence cut at a clause.

@@ -28,7 +28,7 @@ on, and has a step that computes those outputs with numba kernels (``kernels``; 
     uint8 x int8 ``MatMulIntegerToFloat``, then a numba overlap-add of each step's two taps + bias.
     Not exact: the 8-bit rounding moves the check audio ~0.2 dB (1.06 -> 1.27 dB from the shipped
     graph), about what a 1e-6 change of the style vector does; 40 -> 16 ms (~3 %) on a 5 s call. (The
-    float GEMM + a numba col2im was bit-identical but no faster, docs/benchmarks.md round 4.)
+    float GEMM + a numba col2im was bit-identical but no faster, docs/bench-log/kokoro.md round 4.)
 
 Each pattern is optional: one not found at load leaves its nodes in the onnxruntime segments.
 """
@@ -356,7 +356,7 @@ class UpsamplerStep:
     onnxruntime's uint8 x int8 ``MatMulIntegerToFloat`` on the runner's threads (``tile`` input
     steps at a time), and the two taps of every output step added with the bias
     (``kernels.overlap_add``). onnxruntime runs the float ConvTranspose as a float GEMM + col2im;
-    the price here is the rounding of the input and the taps to 8 bits (docs/benchmarks.md, round 6).
+    the price here is the rounding of the input and the taps to 8 bits (docs/bench-log/kokoro.md, round 6).
     Keeps only the quantized taps (in its session), not the pattern's float weight."""
 
     def __init__(self, pattern: Upsampler, pool: Any, parts: int, threads: int, tile: int = TILE_STEPS) -> None:

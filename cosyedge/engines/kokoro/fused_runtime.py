@@ -20,7 +20,7 @@ which is how the partitioning itself is tested.
 
 Calls share only the thread pool and the kernels' buffer free lists (taken and given back under a
 lock), so two concurrent ``run`` calls are safe. The cost is visible in the load log line (load
-and kernel-compile seconds, chains, segments) and in docs/benchmarks.md (memory, per-call time).
+and kernel-compile seconds, chains, segments) and in docs/bench-log/kokoro.md (memory, per-call time).
 """
 
 from __future__ import annotations

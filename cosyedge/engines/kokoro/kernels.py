@@ -24,7 +24,7 @@ Between them ``quant_params`` turns the channel extremes into the scale and zero
 onnxruntime's formula (the quantization is per tensor, so pass 2 needs every channel's pass 1).
 Computing the Snake twice costs less than writing it out and reading it back: no [C, T] float
 buffer (up to 77 MB per chain on a 510-phoneme sentence) and one full memory pass fewer; 7 % less
-CPU on a 5 s call, and the same audio bit for bit (docs/benchmarks.md, round 6). The result is not
+CPU on a 5 s call, and the same audio bit for bit (docs/bench-log/kokoro.md, round 6). The result is not
 bit-identical to onnxruntime's chain: the instance-norm sums and the sine (a range-reduced odd
 polynomial, float32 rounding) round differently, so an element whose value sits on a rounding
 boundary can land one quantization step away.

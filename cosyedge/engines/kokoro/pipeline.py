@@ -2,7 +2,7 @@
 
 Why: one onnxruntime call at 2 intra-op threads leaves the second core half idle (about half of
 the vocoder's time is single-threaded elementwise work), so two calls at once make more audio per
-second than one (docs/benchmarks.md, "Two sentences in flight"). The engine starts the next
+second than one (docs/bench-log/kokoro.md, "Two sentences in flight"). The engine starts the next
 sentence's call while the current one runs and still hands the chunks out strictly in order.
 
 :class:`RunSlots` belongs to the engine, so its limit holds across jobs: one job alone gets every

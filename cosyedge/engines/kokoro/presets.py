@@ -7,7 +7,7 @@ female pack (a lighter male voice); ``child`` is the pack with the highest media
 on one Japanese sentence: jf_alpha 273 Hz, jf_gongitsune 239, jf_nezumi 251, jf_tebukuro 339, jm_kumo 95.
 
 A preset may read one language with another recipe (``LANGUAGE_RECIPES``), chosen by the
-intelligibility check (``bench/intelligibility.py``, docs/benchmarks.md) where its own blend reads
+intelligibility check (``bench/intelligibility.py``, docs/bench-log/text-and-presets.md) where its own blend reads
 that language unclearly. Kokoro's 256-d style vector is two halves: the first 128 values drive the
 decoder (timbre), the last 128 the prosody predictor (pitch contour, durations): Mandarin tones live
 in the second half. A recipe keeps the preset's timbre and borrows prosody, so the preset keeps its
@@ -65,7 +65,7 @@ class Recipe:
 #: and its mixed zh/en line as alike as before (speaker similarity within 0.05). jf_gongitsune reads
 #: Mandarin the most clearly of the five packs: half of it takes female_1's toned-syllable errors
 #: from 32.7 % to 8.8 % (select half) and 16.0 % to 6.4 % (report half). The same blend for
-#: female_2 and child helped the select half only, so they keep their own packs (docs/benchmarks.md,
+#: female_2 and child helped the select half only, so they keep their own packs (docs/bench-log/text-and-presets.md,
 #: "Intelligibility of the presets").
 LANGUAGE_RECIPES: dict[str, dict[str, Recipe]] = {
     "female_1": {"zh": Recipe.whole({"jf_alpha": 0.5, "jf_gongitsune": 0.5})},

@@ -48,7 +48,7 @@ def session_options(threads: int, graph_optimization: str = "all") -> Any:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = levels[graph_optimization]
     # Idle worker threads sleep instead of spinning: two jobs share two cores with the web server,
-    # and spinning burned ~1/3 more CPU for no faster result (docs/benchmarks.md, variants table).
+    # and spinning burned ~1/3 more CPU for no faster result (docs/bench-log/kokoro.md, variants table).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts
 

@@ -62,7 +62,7 @@ CHECK_LINES = (("ja", "きのうは友だちと駅まで歩きました。"), ("
 #: STFT warps tried on the probe audio besides the envelope estimate (cheap: the warp runs at ~1 %
 #: of real time, an embedding at ~3 %). A fixed grid as well, because the estimate from a prompt
 #: made by another kind of synthesizer often sits at the edge of WARP_RANGE while both speaker
-#: encoders of the bench peak within ±6 % (docs/benchmarks.md, "Voice match adaptation").
+#: encoders of the bench peak within ±6 % (docs/bench-log/asr-and-voices.md, "Voice match adaptation").
 WARP_GRID = (0.94, 0.97, 1.0, 1.03, 1.06)
 #: An adaptation must beat the unadapted search result on the check lines by this much to be kept.
 ADAPT_MARGIN = 0.005

@@ -5,7 +5,7 @@
 We copy them into ``models/kokoro-int8/`` (never into ``~/.cache``) and write a manifest, so the
 runtime loads one verified directory like any other model (file names: ``model_files``).
 
-At setup we also derive ``RUNTIME_NAME`` from the verified file (``optimize``; see docs/benchmarks.md)
+At setup we also derive ``RUNTIME_NAME`` from the verified file (``optimize``; see docs/bench-log/kokoro.md)
 in two steps, each checked on this machine (``checks``) before it is kept:
 
 1. ``EXACT_PASSES`` (the same integer math on faster kernels) must reproduce the shipped graph's

@@ -62,7 +62,7 @@ def check_same_output(shipped: Path | np.ndarray, derived: Path, voices: Path) -
 
 
 # The approximate passes move the audio as much as multiplying the decoder's half of the style vector
-# by 1 + 1e-6 does (0.8-1.0 dB; docs/benchmarks.md): the vocoder amplifies any rounding change to
+# by 1 + 1e-6 does (0.8-1.0 dB; docs/bench-log/kokoro.md): the vocoder amplifies any rounding change to
 # that level and no further. A broken rewrite (a lost bias, a wrong norm) lands far above this bound.
 SPECTRAL_TOLERANCE_DB = 2.0
 _LOUD_RANGE_DB = 50.0

@@ -1,4 +1,4 @@
-"""Graph passes on the shipped Kokoro int8 ONNX that were measured and not kept (docs/benchmarks.md):
+"""Graph passes on the shipped Kokoro int8 ONNX that were measured and not kept (docs/bench-log/kokoro.md):
 the benchmarks derive graphs with them (``derive``), setup never does.
 
 ``stft_as_conv``

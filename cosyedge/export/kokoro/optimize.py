@@ -3,7 +3,7 @@
 The shipped model was dynamically quantized: weights int8/uint8, activations quantized at run time
 by ``DynamicQuantizeLinear``. The vocoder's 87 ``ConvInteger`` nodes take about 60 % of the time,
 and onnxruntime runs them as a u8u8 GEMM over weights it never prepacks. The passes
-(``assembly.EXACT_PASSES`` / ``APPROX_PASSES``; see docs/benchmarks.md):
+(``assembly.EXACT_PASSES`` / ``APPROX_PASSES``; see docs/bench-log/kokoro.md):
 
 ``conv_as_matmul`` (exact)
     each 1-D ``ConvInteger`` becomes a channel-first im2col (Pad, one strided Slice per tap, Concat

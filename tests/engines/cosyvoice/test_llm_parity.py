@@ -152,7 +152,7 @@ def test_int4_option_is_smaller_and_stays_near_upstream(models):
     agree8, err8 = _teacher_forced_drift(models, "int8")
     agree4, err4 = _teacher_forced_drift(models, "int4")
     # Tiny model, weights N(0, 0.5): measured err8 0.017, err4 0.10 of the spread, agreement 0.97 / 0.38
-    # (the full-size figures are in docs/benchmarks.md). Argmax agreement is too fragile to bound here.
+    # (the full-size figures are in docs/bench-log/cosyvoice.md). Argmax agreement is too fragile to bound here.
     assert 2 * err8 < err4 < 0.2, (err8, err4)
     assert agree8 >= agree4, (agree8, agree4)
     import onnx

@@ -2,7 +2,7 @@
 
 float16 storage of float32 weights, the int8 speech tokenizer option, the LLM weight plans, the
 memory-releasing session wrapper and the converter's option checks. Small synthetic graphs only;
-the full-size figures are in docs/benchmarks.md ("CosyVoice LLM").
+the full-size figures are in docs/bench-log/cosyvoice.md ("CosyVoice LLM").
 """
 
 from __future__ import annotations

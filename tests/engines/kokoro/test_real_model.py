@@ -171,7 +171,7 @@ def test_engine_load_readies_the_language_detector(kokoro_models_dir, monkeypatc
 
 
 def test_the_fused_runner_runs_one_call_at_a_time(kokoro_engine):
-    # its calls keep both cores busy: a second run beside one only costs CPU (docs/benchmarks.md)
+    # its calls keep both cores busy: a second run beside one only costs CPU (docs/bench-log/kokoro.md)
     import dataclasses
 
     from cosyedge.engines.kokoro.fused_runtime import FusedSession

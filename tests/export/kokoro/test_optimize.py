@@ -235,7 +235,7 @@ def test_exact_passes_reproduce_the_shipped_graph_bit_for_bit(assembled, tmp_pat
 def test_runtime_graph_keeps_the_durations_and_stays_within_the_tolerance(assembled):
     """The runtime graph (with the approximate passes) on another input than the setup check: the
     same number of samples (same durations) and a band-energy distance under the tolerance; the
-    measured distances are ~1 dB (docs/benchmarks.md), a broken rewrite gives 3-5 dB or more."""
+    measured distances are ~1 dB (docs/bench-log/kokoro.md), a broken rewrite gives 3-5 dB or more."""
     feeds = _zh_feeds(assembled)
     graph = read_manifest(assembled, "hint")["runtime_graph"]
     fast = make_session(assembled / graph["file"], 2, graph["graph_optimization"]).run(None, feeds)[0]

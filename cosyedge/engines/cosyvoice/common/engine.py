@@ -106,7 +106,7 @@ class CosyVoiceEngine:
         self.lm_config = lm.config
         # With a loader, the LLM (~0.4 GB resident) is dropped while a new voice is encoded and nobody
         # synthesizes, and reopened (~0.5 s) by the next sentence: the speech tokenizer (~0.5 GB as
-        # upstream ships it) then never sits in memory next to it (docs/benchmarks.md, "CosyVoice LLM").
+        # upstream ships it) then never sits in memory next to it (docs/bench-log/cosyvoice.md, "CosyVoice LLM").
         self._lm_loader = lm_loader
         self._lm_users = 0
         self._lm_lock = threading.Lock()

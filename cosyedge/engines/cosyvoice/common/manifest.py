@@ -127,7 +127,7 @@ class ReleasingSession:
     onnxruntime keeps every session's arena at its high-water mark; with the flow, HiFT and the prompt
     encoders each holding their largest activations, a request's peak would be the sum of the stages'
     peaks. Shrinking after each run (and trimming the C heap, :func:`trim_heap`) makes it the largest
-    single stage (docs/benchmarks.md, "CosyVoice LLM"; no measurable CPU cost). Everything else is the
+    single stage (docs/bench-log/cosyvoice.md, "CosyVoice LLM"; no measurable CPU cost). Everything else is the
     wrapped session's.
     """
 

@@ -14,7 +14,7 @@ request that is not streamed (the LLM first, then flow + HiFT, each alone on the
 chosen for one streamed job; among splits estimated alike it takes one that does not ask for more
 threads than CPUs (the estimate leaves out memory bandwidth, which the LLM's decoding and the
 stream's caches both need: on the Intel host LLM 2 + render 1 streamed 8-15 % slower than 1 + 1,
-docs/benchmarks.md), then the faster one for a request not streamed, then for two jobs, and states
+docs/bench-log/cosyvoice.md), then the faster one for a request not streamed, then for two jobs, and states
 both estimates.
 
 The costs are this host's own where they were measured (:mod:`cosyedge.engines.cosyvoice.common.calibrate`,
@@ -34,7 +34,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 #: Measured on the Intel Xeon (AVX-512 VNNI, AMX) host, 2026-12-01, full-size random weights, int8
-#: (docs/benchmarks.md, issue 19): LLM decode 45-52 ms per token at 1 thread, 35.7 tokens/s at 2;
+#: (docs/bench-log/cosyvoice.md, issue 19): LLM decode 45-52 ms per token at 1 thread, 35.7 tokens/s at 2;
 #: flow + HiFT 11.5-12.5 s for 250 tokens at 2 threads (~linear in threads).
 INTEL_XEON_COSTS = {"decode": {1: 0.048, 2: 0.028}, "render": {1: 0.094, 2: 0.048}}
 

@@ -9,7 +9,7 @@ adjacent pair of lowest rank first.
 
 Our own reader instead of the ``tiktoken`` package: the run time gains no compiled dependency, and
 texts are one sentence at a time (tens of pieces), where the Python merge loop is well under a
-millisecond per sentence (docs/benchmarks.md, "CosyVoice-300M"). The tests compare the ids with
+millisecond per sentence (docs/bench-log/cosyvoice1.md, "CosyVoice-300M"). The tests compare the ids with
 upstream's whisper tokenizer, specials included.
 """
 

@@ -214,7 +214,7 @@ class WeightPlan:
 
 FP32 = WeightPlan(bits=0)
 #: What ``--quantize int8`` writes: block 128 decodes ~30 % faster than block 32 and is 34 MB smaller for
-#: a slightly larger deviation; the int8 head and speech table save 35 MB (docs/benchmarks.md, "CosyVoice LLM").
+#: a slightly larger deviation; the int8 head and speech table save 35 MB (docs/bench-log/cosyvoice.md, "CosyVoice LLM").
 DEFAULT_PLAN = WeightPlan(bits=8, block=128, decoder_bits=8, speech_embedding="int8")
 #: ``--llm-bits 4``: 4-bit backbone, about half the LLM's size, ~10x the log-prob deviation of int8.
 INT4_PLAN = WeightPlan(bits=4, block=32, decoder_bits=8, speech_embedding="int8")

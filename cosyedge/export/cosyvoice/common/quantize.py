@@ -1,6 +1,6 @@
 """Weight int8 quantization of exported graphs, decided per graph, with a deviation report.
 
-Plan (:data:`PLAN`), from measurements on random- and full-size graphs (docs/benchmarks.md):
+Plan (:data:`PLAN`), from measurements on random- and full-size graphs (docs/bench-log/cosyvoice.md):
 
 * flow encoder and CFM estimator: dynamic int8 (int8 weights, per-call uint8 activations) for MatMul
   and Gemm - nearly all of their FLOPs and bytes. The estimator's weights are per output channel

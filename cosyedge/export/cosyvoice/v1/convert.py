@@ -234,7 +234,7 @@ def weight_only_int8(ctx: ExportContext, name: str, block: int = 128) -> None:
 
     The LLM step runs one position at a time, where reading the weights is the cost: onnxruntime's
     ``MatMulNBits`` (block-wise int8 weights, float activations; what the CosyVoice2 LLM uses) does that
-    GEMV faster than dynamic int8 (docs/benchmarks.md, "CosyVoice-300M"). Block scales as
+    GEMV faster than dynamic int8 (docs/bench-log/cosyvoice1.md, "CosyVoice-300M"). Block scales as
     :func:`cosyedge.export.cosyvoice.common.llm.quantize_blocks`; the SNR of the outputs against fp32 is recorded.
     """
     import onnx
