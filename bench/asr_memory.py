@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import cpu_model, loadavg  # noqa: E402
 
 from cosyedge import config  # noqa: E402
-from cosyedge.service.facade import Service
+from cosyedge.service.facade import Service  # noqa: E402
 from cosyedge.service.requests import TTSRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
