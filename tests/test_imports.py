@@ -211,8 +211,6 @@ ROOT = "root"
 #: entry is deleted, and a new crossing is not added here: fix it, or ask the lead for an exception
 #: (docs/ARCHITECTURE.md, "Exceptions").
 KNOWN_CROSSINGS: dict[tuple[str, str], str] = {
-    # found by this check, not yet assigned: the lead decides (fix, or an approved exception)
-    ("cosyedge.config", "cosyedge.host.cpus"): "Settings.threads reads the usable CPUs: resolve it in host/",
 }
 #: What KNOWN_CROSSINGS held when it was written: it may never hold more.
 KNOWN_CROSSINGS_AT_START = 10
