@@ -188,7 +188,8 @@ def speed(reps: int) -> dict:
     from cosyedge.audio import condition_prompt
     from cosyedge.config import Settings
     from cosyedge.engines.kokoro import closest_voice
-    from cosyedge.service.facade import Service, TTSRequest
+    from cosyedge.service.facade import Service
+    from cosyedge.service.requests import TTSRequest
     from cosyedge.service.synthesis import synthesize
     from tests.helpers import reference_voices
     from tests.helpers.shared_engine import SharedEngine

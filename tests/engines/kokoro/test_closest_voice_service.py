@@ -10,7 +10,7 @@ from cosyedge.audio import condition_prompt
 from cosyedge.config import Settings
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.listening.speaker import similarity
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.voices.library import CACHE_VERSION, prompt_key
 from tests.helpers import reference_voices
 from tests.helpers.shared_engine import SharedEngine
