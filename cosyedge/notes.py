@@ -51,6 +51,8 @@ NOTE_CODES = (
     "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
     # a streamed sentence finished whole: its flow cache would pass the budget (cosyvoice.engine)
     "stream_cache_limit",
+    # the pronunciation dictionary and inline readings (lexicon.matching.ReadingReport)
+    "reading_applied", "reading_other_language", "reading_not_supported", "reading_book_damaged",
 )
 
 
