@@ -35,10 +35,11 @@ def load_engine(settings: Settings) -> Engine:
     identity = manifest_identity(manifest, settings.model_path)
     if identity.known and identity.family == "kokoro":
         from cosyedge.engines.kokoro.engine import KokoroEngine as engine_class
-    elif identity.known and identity.family == "cosyvoice" and identity.version == 1:
-        from cosyedge.engines.cosyvoice.v1.engine import CosyVoice1Engine as engine_class
-    elif identity.known and identity.family == "cosyvoice":  # its engine refuses a version it cannot run
-        from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine as engine_class
+    elif identity.known and identity.family == "cosyvoice":
+        from cosyedge.engines.cosyvoice.versions import VERSIONS, engine_class as cosyvoice_engine
+
+        # a version with no registry line goes to the CosyVoice2-form engine, whose loader refuses it
+        engine_class = cosyvoice_engine(identity.version if identity.version in VERSIONS else 2)
     else:
         raise ModelMissingError(f"{settings.model_path}/manifest.json names unknown engine {identity.engine!r}")
     try:

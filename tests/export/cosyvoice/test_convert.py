@@ -15,7 +15,8 @@ from tests.helpers import cosyvoice_reference as ref
 ref.install_shim()  # fails with the install command when the reference stack is missing
 import torch  # noqa: E402
 
-from cosyedge.export.cosyvoice.v2.convert import convert, read_config  # noqa: E402
+from cosyedge.export.cosyvoice.common.upstream_config import read_config  # noqa: E402
+from cosyedge.export.cosyvoice.v2.convert import convert  # noqa: E402
 
 
 pytestmark = pytest.mark.reference  # runs in .venv-ref (PyTorch reference / converter stack)

@@ -14,10 +14,12 @@ SFT preset            text only (+ instruction when given)           the preset'
 ====================  =============================================  ==================================
 
 ``options.language`` is not needed: like upstream, the text's script picks the normalization. The
-model's version (from its manifest) names the engine (``cosyvoice2``, ``cosyvoice3``) and picks the
-instruction format (``instruct_format``); the instruction limit is ``capabilities.max_instruct_chars``.
-Version 3 (Fun-CosyVoice3) adds its prompt format, silent-token rule, tokenizer, languages and
-token2wav from ``version3``; the LLM's v3 stop rule comes with its ``llm_config.json``.
+model's version (from its manifest) names the engine (``cosyvoice2``, ``cosyvoice3``) and picks its
+version description through the registry (:mod:`cosyedge.engines.cosyvoice.versions`): languages,
+tokenizer specials, token2wav loader, instruction and zero-shot prompt formats, the text of a sentence
+without a prompt text and the speech tokens the flow is given (``v2/version.py`` is the plain form,
+``v3/version.py`` Fun-CosyVoice3's). The instruction limit is ``capabilities.max_instruct_chars``; the
+LLM's v3 stop rule comes with its ``llm_config.json``.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
+from cosyedge.engines.cosyvoice import versions
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.common.llm import SpeechLM
 from cosyedge.engines.cosyvoice.common.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
-from cosyedge.engines.cosyvoice.v3 import version as version3
-from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT, TextTokenizer
+from cosyedge.engines.cosyvoice.common.tokenizer import END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
 from cosyedge.host.heap import trim_heap
 from cosyedge.catalog.manifest import engine_name
@@ -101,6 +103,8 @@ class CosyVoiceEngine:
                  stream_cache_mb: float = 0.0) -> None:
         self.model_id = model_id
         self.version = version
+        #: What this version does its own way (a module of the registry's description form).
+        self.described = versions.description(version)
         self.name = engine_name("cosyvoice", version)
         self._lm: SpeechLM | None = lm
         self.lm_config = lm.config
@@ -123,7 +127,7 @@ class CosyVoiceEngine:
         # the LLM and flow activations of a synthesis.
         self.keep_prompt_encoder = keep_prompt_encoder
         self._lock = threading.Lock()
-        languages = ("auto", "zh", "en", "ja") if version != 3 else version3.LANGUAGES
+        languages = tuple(self.described.LANGUAGES)
         # Any SFT speaker reads every language the model does (as the clones do, cross-lingually).
         details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
                         for name in self.presets())
@@ -134,7 +138,6 @@ class CosyVoiceEngine:
     def load(cls, model_dir: Path, settings) -> "CosyVoiceEngine":
         """Open a converted model directory (verified through its manifest)."""
         from cosyedge.engines.cosyvoice.common.manifest import ModelDir
-        from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
         model = ModelDir.load(model_dir)
         identity = model.identity
@@ -144,10 +147,10 @@ class CosyVoiceEngine:
 
         threads = int(getattr(settings, "threads", 0) or 0) or usable_cpus()
         frontend = model.config("frontend")
-        v3 = identity.version == 3
+        described = versions.description(identity.version)
 
         def open_token2wav(count: int):
-            return version3.load_token2wav(model, count) if v3 else Token2Wav.load(model, threads=count)
+            return described.load_token2wav(model, count)
 
         # The LLM and flow + HiFT overlap while a sentence streams: threads.py splits the CPUs by the
         # costs measured on this host (calibrate.py, once per host and model).
@@ -159,7 +162,7 @@ class CosyVoiceEngine:
         lm = SpeechLM.load(model.path, threads=lm_threads)
         token2wav = open_token2wav(plan.render)
         tokenizer = TextTokenizer.load(model.path / frontend.get("tokenizer", "tokenizer"),
-                                       version3.COSYVOICE3_SPECIALS if v3 else COSYVOICE2_SPECIALS)
+                                       described.SPECIALS)
         presets = read_presets(model)
         prompt_encoder = prompt_encoder_factory(model, threads)
         trim_heap()  # the graphs' protobuf copies are freed now; give them back
@@ -279,8 +282,7 @@ class CosyVoiceEngine:
                 return instruct_ids, [], tokens, mel, embedding, "instruct2"
             transcript = voice.meta.get("transcript")
             if transcript:
-                if self.version == 3:
-                    transcript = version3.zero_shot_prompt(transcript)
+                transcript = self.described.zero_shot_prompt(transcript)
                 return self.tokenizer.encode(transcript), tokens.tolist(), tokens, mel, embedding, "zero_shot"
             return [], [], tokens, mel, embedding, "cross_lingual"
         if isinstance(voice, str) and voice:
@@ -309,13 +311,13 @@ class CosyVoiceEngine:
         rng = np.random.default_rng(seed)
         chooser: Chooser = RasSampler(eos=self.lm_config.masked_id, seed=int(rng.integers(2 ** 31)))
         # CosyVoice3 reads <|endofprompt|> in every input: cross-lingual and preset sentences carry it.
-        v3_prefix = self.version == 3 and self.tokenizer.end_of_prompt_id not in prompt_text
+        add_prompt = self.described.EVERY_INPUT_ENDS_PROMPT and self.tokenizer.end_of_prompt_id not in prompt_text
         logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
-            text_ids = self.tokenizer.encode(version3.cross_lingual_text(sentence) if v3_prefix else sentence)
+            text_ids = self.tokenizer.encode(self.described.cross_lingual_text(sentence) if add_prompt else sentence)
             if self._streams(options):
                 yield from self._sentence_hops(sentence, index, total, text_ids, chooser,
                                                (prompt_text, prompt_speech, flow_tokens, flow_mel, embedding),
@@ -323,8 +325,7 @@ class CosyVoiceEngine:
                 continue
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
-            if self.version == 3:
-                tokens = version3.drop_long_silences(tokens)
+            tokens = self.described.speech_tokens(tokens)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng,
                                        n_timesteps=options.n_timesteps)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cosyedge.engines.cosyvoice.versions import VERSIONS
 from cosyedge.errors import ModelMissingError
 from cosyedge.host.heap import trim_heap
 from cosyedge.catalog.manifest import MANIFEST_NAME as MANIFEST
@@ -22,8 +23,8 @@ from cosyedge.catalog.manifest import ModelIdentity, manifest_identity, read_man
 logger = logging.getLogger(__name__)
 
 SUPPORTED_FORMATS = (1,)
-#: The CosyVoice versions this runtime runs (the schema knows 1, 2 and 3: cosyedge.catalog.manifest).
-RUNS_VERSIONS = (1, 2, 3)
+#: The CosyVoice versions this runtime runs: the registry's (the schema's are in cosyedge.catalog.manifest).
+RUNS_VERSIONS = tuple(VERSIONS)
 
 
 def _fix_hint(directory: Path) -> str:

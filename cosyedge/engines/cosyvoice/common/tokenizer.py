@@ -68,7 +68,7 @@ class TextTokenizer:
     @classmethod
     def load(cls, directory: Path, specials: Sequence[str] = COSYVOICE2_SPECIALS) -> "TextTokenizer":
         """Build from a BlankEN-style directory (``tokenizer.json`` or ``vocab.json`` + ``merges.txt``);
-        ``specials`` are the model version's added tokens (CosyVoice3: ``version3.COSYVOICE3_SPECIALS``)."""
+        ``specials`` are the model version's added tokens (its version description's ``SPECIALS``)."""
         from tokenizers import AddedToken, Tokenizer
 
         directory = Path(directory)

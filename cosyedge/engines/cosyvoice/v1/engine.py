@@ -1,8 +1,8 @@
 """The CosyVoice-300M engine (base, SFT, Instruct): text + voice -> 22.05 kHz audio, one chunk per sentence.
 
 The CosyVoice2 engine's frame (LLM release while a voice is encoded, the prompt encoders opened on
-demand, the text normalizer, the sampler) with v1's parts (``llm_v1``, ``token2wav_v1``,
-``tiktoken_bpe``) and v1's modes, as upstream ``cli/frontend.py`` @46dfe04 builds them:
+demand, the text normalizer, the sampler) with v1's parts (``llm``, ``token2wav``,
+``tiktoken_bpe``, ``version``) and v1's modes, as upstream ``cli/frontend.py`` @46dfe04 builds them:
 
 =============  ===============================================  =======================================
 mode           LLM input                                        flow condition
@@ -35,6 +35,7 @@ from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine, prompt_arr
 from cosyedge.engines.cosyvoice.common.instruct_format import V1_END, format_instruction
 from cosyedge.engines.cosyvoice.common.sampling import RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
+from cosyedge.engines.cosyvoice.v1.version import LANGUAGES
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,6 @@ SAMPLE_RATE = 22050
 SEED_ALIASES = {"female_1": "中文女", "female_2": "英文女", "male_1": "中文男", "male_2": "英文男"}
 #: Seed names with no SFT speaker behind them, and what they would be (listed in /voices' preset_details).
 SEED_MISSING = {"child": "child speaker"}
-LANGUAGES = ("auto", "zh", "en", "ja")
 
 
 class CosyVoice1Engine(CosyVoiceEngine):

@@ -1,9 +1,11 @@
-"""What is particular to Fun-CosyVoice3 at run time; the engine applies it when its manifest says version 3.
+"""What is particular to Fun-CosyVoice3 at run time, in the version-description form
+(:class:`cosyedge.engines.cosyvoice.versions.Cosy2FormDescription`); the CosyVoice2-form engine applies it
+when its manifest says version 3 (the registry, :mod:`cosyedge.engines.cosyvoice.versions`, picks it).
 
 * Prompt format: every LLM input must contain ``<|endofprompt|>`` (upstream asserts id 151646). The
   zero-shot prompt text is ``"You are a helpful assistant.<|endofprompt|>" + transcript``; a cross-lingual
   sentence is ``"You are a helpful assistant.<|endofprompt|>" + sentence`` (upstream's examples); an
-  instruction is ``"You are a helpful assistant. <instruction><|endofprompt|>"`` (``instruct_format``).
+  instruction is ``"You are a helpful assistant. <instruction><|endofprompt|>"`` (:func:`format_instruction`).
 * Decoding (``llm_config.json``): ids 6561-6760 all end the speech; below the minimum length upstream
   masks id 6561 (its sos), not 6562 (end of speech), so a v3 model may stop early: reproduced as is.
 * Silent tokens: after 5 in a row, further silent/breath tokens are not given to the flow (upstream's
@@ -25,6 +27,7 @@ from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, END
 
 logger = logging.getLogger(__name__)
 
+VERSION = 3
 SYSTEM_PROMPT = "You are a helpful assistant."
 SILENT_TOKENS = frozenset((1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323))
 MAX_SILENT_RUN = 5
@@ -56,6 +59,18 @@ COSYVOICE3_SPECIALS = COSYVOICE2_SPECIALS + ("<|endofsystem|>",) + tuple(_arpabe
     tuple(f"[{p}]" for p in _PINYIN)
 
 
+SPECIALS = COSYVOICE3_SPECIALS
+#: Every LLM input carries ``<|endofprompt|>``: a sentence without a prompt text gets the system prompt.
+EVERY_INPUT_ENDS_PROMPT = True
+
+
+def format_instruction(text: str) -> str:
+    """A cleaned instruction after the system sentence (written once), then the end-of-prompt token."""
+    if text.startswith(SYSTEM_PROMPT):
+        text = text[len(SYSTEM_PROMPT):].strip()
+    return f"{SYSTEM_PROMPT} {text}{END_OF_PROMPT}"
+
+
 def zero_shot_prompt(transcript: str) -> str:
     """The LLM prompt text of a zero-shot clone: system sentence, end of prompt, the transcript."""
     return f"{SYSTEM_PROMPT}{END_OF_PROMPT}{transcript}"
@@ -78,6 +93,11 @@ def drop_long_silences(tokens: Iterable[int]) -> list[int]:
             run = 0
         kept.append(int(token))
     return kept
+
+
+def speech_tokens(tokens: Iterable[int]) -> list[int]:
+    """The LLM's speech tokens as the flow is given them: long silent runs cut (:func:`drop_long_silences`)."""
+    return drop_long_silences(tokens)
 
 
 def load_token2wav(model, threads: int = 0):

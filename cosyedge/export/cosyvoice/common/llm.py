@@ -466,7 +466,7 @@ def export_llm(llm_pt: Path, qwen_config: Path, out_dir: Path, plan: WeightPlan 
 
 
 # ----------------------------------------------------------------------------------------------
-# Converter steps (``cosyedge.export.cosyvoice.v2.convert.EXPORT_STEPS``)
+# Converter steps (``cosyedge.export.cosyvoice.common.pipeline.llm_step`` and ``frontend_step``)
 # ----------------------------------------------------------------------------------------------
 
 QWEN_DIR = "CosyVoice-BlankEN"

@@ -1,1 +1,2 @@
-"""CosyVoice-300M (v1) converter and networks."""
+"""CosyVoice-300M (v1) converter: its spec and steps (LLM, non-causal flow with length regulator,
+whisper tokenizer, variants) and its networks; the frame, HiFT and quantization are ``common/``'s."""

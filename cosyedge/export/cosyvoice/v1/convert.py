@@ -7,8 +7,8 @@ copies from the ``openai-whisper`` package (export time only) with its sha256.
 
 The variant is detected from the directory (:func:`detect_variant`: upstream's own rule, ``-Instruct``
 in the directory name, then whether it ships preset speakers) and stated in the manifest; it decides
-which modes the engine offers. The orchestration is CosyVoice2's (:mod:`cosyedge.export.cosyvoice.v2.convert`:
-context, temporary directory, manifest); the HiFT step and the int8 plan are shared; the v1 parts
+which modes the engine offers. The orchestration is the shared frame's (:mod:`cosyedge.export.cosyvoice.common.pipeline`:
+context, temporary directory, manifest); the HiFT and compact steps and the int8 plan are shared; the v1 parts
 (LLM, non-causal flow with its length regulator, tokenizer) are the steps of this module.
 """
 
@@ -24,8 +24,8 @@ import numpy as np
 
 from cosyedge.errors import InputError, ModelMissingError
 from cosyedge.export import read_source
-from cosyedge.export.cosyvoice.v2.convert import (ExportContext, build_manifest, check_arguments, check_out, chosen_steps,
-                                        export_into)
+from cosyedge.export.cosyvoice.common.pipeline import (ExportContext, ModelSpec, build_manifest, check_arguments,
+                                                       check_out, chosen_steps, compact_step, export_into, hift_step)
 
 logger = logging.getLogger(__name__)
 
@@ -402,18 +402,10 @@ def export_frontend_v1(ctx: ExportContext) -> None:
     ctx.runtime["frontend"] = runtime
 
 
-def _hift_step(ctx: ExportContext) -> None:
-    from cosyedge.export.cosyvoice.common.hift import export_hift
-    export_hift(ctx)
-
-
-def _compact_step(ctx: ExportContext) -> None:
-    from cosyedge.export.cosyvoice.common.quantize import compact_float_weights
-    compact_float_weights(ctx)
-
-
-EXPORT_STEPS = [("llm", export_lm), ("flow", export_flow_v1), ("hift", _hift_step),
-                ("frontend", export_frontend_v1), ("compact", _compact_step)]
+EXPORT_STEPS = [("llm", export_lm), ("flow", export_flow_v1), ("hift", hift_step),
+                ("frontend", export_frontend_v1), ("compact", compact_step)]
+SPEC = ModelSpec(version=VERSION, label="CosyVoice-300M", config_name=CONFIG_NAME, steps=tuple(EXPORT_STEPS),
+                 sources=STEP_SOURCES, licence=LICENCE)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -452,12 +444,11 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
         has_presets = "presets" in ctx.runtime.get("frontend", {})
         ctx.runtime["model"] = {"variant": variant, "name": VARIANT_NAMES[variant],
                                 "modes": modes_of(variant, has_presets), "variant_detected": variant == detect_variant(src)}
-        manifest = build_manifest(ctx, __version__, chosen, family=FAMILY, model_version=VERSION,
-                                  default_rate=22050, licence=LICENCE)
+        manifest = build_manifest(ctx, __version__, chosen, default_rate=22050)
         manifest["variant"] = variant
         (ctx.out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
                                                encoding="utf-8")
         return manifest
 
-    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, quantize=quantize),
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, spec=SPEC, quantize=quantize),
                        EXPORT_STEPS, chosen, finish)

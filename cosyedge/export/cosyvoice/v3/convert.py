@@ -1,10 +1,10 @@
 """Convert an official Fun-CosyVoice3-0.5B checkpoint directory into a cosyedge ONNX model directory.
 
 Input (as downloaded): ``cosyvoice3.yaml``, ``llm.pt`` (or ``llm.rl.pt``) + ``CosyVoice-BlankEN/``,
-``flow.pt``, ``hift.pt``, ``campplus.onnx``, ``speech_tokenizer_v3.onnx``. The conversion is CosyVoice2's
-(:func:`cosyedge.export.cosyvoice.v2.convert.convert`: same context, temporary directory, manifest with sha256s)
-with this version's :data:`SPEC`: the LLM and frontend steps are CosyVoice2's own (they read the
-version from the context), the flow and HiFT steps are here.
+``flow.pt``, ``hift.pt``, ``campplus.onnx``, ``speech_tokenizer_v3.onnx``. The conversion runs in the shared
+frame (:func:`cosyedge.export.cosyvoice.common.pipeline.convert`: same context, temporary directory, manifest
+with sha256s) with this version's :data:`SPEC`: the LLM, frontend and compact steps are the shared
+CosyVoice2-form ones (they read the version from the context), the flow and HiFT steps are here.
 
 Files written by the v3 steps:
 
@@ -26,6 +26,8 @@ from typing import Any
 
 from cosyedge.errors import InputError
 from cosyedge.export import read_source
+from cosyedge.export.cosyvoice.common import pipeline
+from cosyedge.export.cosyvoice.common.pipeline import ModelSpec
 from cosyedge.export.cosyvoice.common.upstream_config import section
 
 logger = logging.getLogger(__name__)
@@ -186,29 +188,24 @@ def _hift_step(ctx) -> None:
     export_hift(ctx)
 
 
-def _spec():
-    from cosyedge.export.cosyvoice.v2 import convert as v2
-
-    steps = dict(v2.EXPORT_STEPS)
-    return v2.ModelSpec(
-        version=VERSION, label="Fun-CosyVoice3-0.5B", config_name=CONFIG_NAME,
-        steps=(("flow", _flow_step), ("hift", _hift_step), ("llm", steps["llm"]),
-               ("frontend", steps["frontend"]), ("compact", steps["compact"])),
-        sources={"flow": ("flow.pt",), "hift": ("hift.pt",),
-                 "llm": ("llm.pt|llm.rl.pt", "CosyVoice-BlankEN/config.json"),
-                 "frontend": ("campplus.onnx", "speech_tokenizer_v3.onnx")},
-        other_configs={"cosyvoice2.yaml": "cosyvoice2", "cosyvoice.yaml": "cosyvoice1"},
-        licence={"weights": "Apache-2.0 (FunAudioLLM/Fun-CosyVoice3-0.5B-2512; see its model card)",
-                 "code": "Apache-2.0 (FunAudioLLM/CosyVoice)"})
+SPEC = ModelSpec(
+    version=VERSION, label="Fun-CosyVoice3-0.5B", config_name=CONFIG_NAME,
+    steps=(("flow", _flow_step), ("hift", _hift_step), ("llm", pipeline.llm_step),
+           ("frontend", pipeline.frontend_step), ("compact", pipeline.compact_step)),
+    sources={"flow": ("flow.pt",), "hift": ("hift.pt",),
+             "llm": ("llm.pt|llm.rl.pt", "CosyVoice-BlankEN/config.json"),
+             "frontend": ("campplus.onnx", "speech_tokenizer_v3.onnx")},
+    other_configs={"cosyvoice2.yaml": "cosyvoice2", "cosyvoice.yaml": "cosyvoice1"},
+    licence={"weights": "Apache-2.0 (FunAudioLLM/Fun-CosyVoice3-0.5B-2512; see its model card)",
+             "code": "Apache-2.0 (FunAudioLLM/CosyVoice)"})
 
 
 def convert(src: Path, out: Path, quantize: str = "int8", steps: list[str] | None = None, force: bool = False,
             options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """CosyVoice2's :func:`~cosyedge.export.cosyvoice.v2.convert.convert` with the CosyVoice3 spec (int8 default)."""
-    from cosyedge.export.cosyvoice.v2 import convert as v2
+    """The shared :func:`~cosyedge.export.cosyvoice.common.pipeline.convert` with the CosyVoice3 spec (int8 default)."""
     from cosyedge.export.cosyvoice.common.upstream_config import read_config
 
     src = Path(src)
     if (src / CONFIG_NAME).is_file():
         check_config(read_config(src / CONFIG_NAME))  # before any step: an unknown recipe is named at once
-    return v2.convert(src, out, quantize=quantize, steps=steps, force=force, options=options, spec=_spec())
+    return pipeline.convert(src, out, SPEC, quantize=quantize, steps=steps, force=force, options=options)
