@@ -101,7 +101,8 @@ class Box:
         git(tmp, "clone", "-q", str(self.bare), str(self.app))
         # user data the update must never touch (git-ignored, like on a real box)
         self.data = {"prompts/teacher.wav": b"RIFF-voice", "outputs/job1.wav": b"RIFF-out",
-                     "models/kokoro-int8/model.onnx": b"weights"}
+                     "models/kokoro-int8/model.onnx": b"weights",
+                     "prompts/pronunciations.tsv": "zh\t银行\tyin2 hang2\n".encode()}
         for rel, content in self.data.items():
             (self.app / rel).parent.mkdir(parents=True, exist_ok=True)
             (self.app / rel).write_bytes(content)
@@ -320,6 +321,14 @@ def test_update_touching_user_data_dirs_is_refused(box):
     assert result.returncode == 5 and "models/kokoro-int8/model.onnx" in result.stderr
     assert box.head() == box.v1
     box.assert_data_untouched()
+
+
+def test_an_update_shipping_a_pronunciation_dictionary_is_refused(box):
+    box.commit("v2", extra={"prompts/pronunciations.tsv": "zh\t银行\tyin2 xing2\n"})
+    result = box.update()
+    assert result.returncode == 5 and "prompts/pronunciations.tsv" in result.stderr
+    assert box.head() == box.v1
+    box.assert_data_untouched()  # the teacher's dictionary among the data
 
 
 def test_nothing_new_is_a_quiet_success(box):
