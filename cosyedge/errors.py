@@ -125,7 +125,7 @@ class PayloadTooLargeError(CosyedgeError):
 class BusyError(CosyedgeError):
     http_status = 429
     kind = "busy"
-    codes = ("queue_full", "too_hot", "shutting_down")
+    codes = ("queue_full", "too_hot", "cooling_down", "shutting_down")  # cooling_down: full while hot
 
     def __init__(self, message: str, retry_after: int = 5, *, code: str | None = None,
                  **params: Any) -> None:

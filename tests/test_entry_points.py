@@ -109,7 +109,16 @@ def in_checkout(path: str) -> Path:
 
 
 def test_the_deploy_folder_has_the_units_the_docs_name():
-    assert UNITS == ["cosyedge-update.service", "cosyedge-update.timer", "cosyedge.service"]
+    assert UNITS == ["cosyedge-recover.service", "cosyedge-update.service", "cosyedge-update.timer",
+                     "cosyedge.service"]
+
+
+@pytest.mark.parametrize("unit", ["cosyedge-update.service", "cosyedge-recover.service"])
+def test_the_update_units_pass_flags_that_update_sh_accepts(unit):
+    (exec_start,) = unit_settings(unit)["ExecStart"]
+    _, *flags = shlex.split(exec_start)
+    script = (REPO / "scripts" / "update.sh").read_text(encoding="utf-8")
+    assert all(f"\n        {flag}) " in script for flag in flags), flags  # main's case of its arguments
 
 
 @pytest.mark.parametrize("unit", [u for u in UNITS if u.endswith(".service")])

@@ -251,3 +251,26 @@ def test_client_chosen_ids_must_be_unique_while_active():
         assert again.wait(5) and queue.get("mine") is again
     finally:
         queue.shutdown()
+
+
+def test_a_full_queue_while_hot_is_refused_for_the_heat_with_the_cooling_time():
+    """While hot nothing starts: the waiting list only drains once the box has cooled, so the
+    refusal names the heat and its Retry-After is the governor's cooling estimate, not the
+    queue's guess from job durations."""
+    thermal = FakeThermal()
+    thermal.snap = ThermalSnapshot(state="hot", temp_c=84.0, max_concurrency=1, hold_new=True,
+                                   message="cooling down (84 °C)", resume_in_s=90.0)
+    queue = JobQueue(concurrency=2, max_waiting=2, thermal=thermal)
+    try:
+        held = [queue.submit(lambda job: None) for _ in range(2)]
+        with pytest.raises(BusyError) as refused:
+            queue.submit(lambda job: None)
+        error = refused.value
+        assert error.code == "cooling_down" and error.retry_after == 90
+        assert "cooling down (84 °C)" in error.message and "about 90 s" in error.message
+        assert (error.params["temp_c"], error.params["waiting"]) == (84.0, 2)
+        assert not any(job.finished for job in held)
+        thermal.snap = ThermalSnapshot(state="normal", temp_c=60.0)
+        assert all(job.wait(5) for job in held)
+    finally:
+        queue.shutdown()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +123,72 @@ def test_missing_import_fails_naming_the_module():
     result = selftest.check_imports(["json", "cosyedge_no_such_module"])
     assert not result.ok and "cosyedge_no_such_module" in result.detail
     assert selftest.check_imports(["json"]).ok
+
+
+def test_the_import_check_follows_what_app_py_imports_at_start():
+    """Derived from app.py, not listed by hand: the Wyoming server is imported inside app.py's
+    functions at every start, the studio tabs inside build_ui's."""
+    imports = selftest.startup_imports()
+    assert {"cosyedge.web.wyoming_server", "cosyedge.web.wyoming_server:WyomingSettings", "uvicorn",
+            "gradio", "cosyedge.web.ui", "cosyedge.web.voices_tab", "cosyedge.service.facade",
+            "cosyedge.host.update_state", "cosyedge.engines.loader"} <= set(imports)
+    assert not [t for t in imports if t.startswith(("cosyedge.export", "torch"))]  # never at run time
+    assert selftest.check_imports().ok
+
+
+def test_an_import_the_app_runs_at_start_that_fails_fails_the_check(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent("""\
+        from typing import TYPE_CHECKING
+        import json
+        if TYPE_CHECKING:
+            import cosyedge_only_for_type_checkers
+        def main():
+            from cosyedge.web import wyoming_server, no_such_module
+            from cosyedge.config import Settings, no_such_setting
+        """))
+    imports = selftest.startup_imports(app)
+    assert "cosyedge_only_for_type_checkers" not in imports
+    assert {"json", "cosyedge.web.wyoming_server", "cosyedge.config:Settings",
+            "cosyedge.config:no_such_setting"} <= set(imports)
+    result = selftest.check_imports(app_file=app)
+    assert not result.ok
+    assert "cosyedge.web:no_such_module" in result.detail and "cosyedge.config:no_such_setting" in result.detail
+    assert "cosyedge.config:Settings" not in result.detail
+
+
+def test_an_app_py_that_does_not_compile_fails_the_check(tmp_path):
+    app = tmp_path / "app.py"
+    app.write_text("def main(:\n")
+    result = selftest.check_imports(app_file=app)
+    assert not result.ok and "SyntaxError" in result.detail and str(app) in result.detail
+
+
+@pytest.mark.slow
+def test_every_module_of_ours_that_a_real_start_loads_is_checked(tmp_path):
+    """The real start, in a fresh process (app.main with uvicorn.run stubbed: the service, the
+    janitor and the whole page are built): each module of ours it loaded is in the derived list."""
+    import json
+    import subprocess
+    import sys
+
+    script = textwrap.dedent("""\
+        import json, sys, uvicorn
+        uvicorn.run = lambda *args, **kwargs: None
+        import app
+        assert app.main(["--port", "17861"]) == 0
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("cosyedge"))))
+        """)
+    env = {**os.environ, "COSYEDGE_OUTPUTS_DIR": str(tmp_path / "outputs"),
+           "COSYEDGE_PROMPTS_DIR": str(tmp_path / "prompts"), "GRADIO_TEMP_DIR": str(tmp_path / "gradio")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    derived = {t.partition(":")[0] for t in selftest.startup_imports()}
+    with_parents = {".".join(m.split(".")[:i]) for m in derived for i in range(1, m.count(".") + 2)}
+    assert "cosyedge.web.voices_tab" in loaded  # the start really reached build_ui
+    assert loaded - with_parents == set()
 
 
 @pytest.mark.parametrize("engine,why", [

@@ -91,9 +91,94 @@ def test_no_sensor_is_unknown_and_not_throttling():
 
 
 def test_unreadable_or_failing_sensor_is_unknown(caplog):
-    snaps = walk([None, OSError("i2c timeout"), 82, float("nan"), 500])
-    assert [s.state for s in snaps] == ["unknown", "unknown", "hot", "unknown", "unknown"]
+    snaps = walk([None, OSError("i2c timeout"), 60, float("nan"), 500])
+    assert [s.state for s in snaps] == ["unknown", "unknown", "normal", "unknown", "unknown"]
     assert snaps[0].max_concurrency is None and "unreadable" in snaps[0].message
+    assert snaps[3] == ThermalSnapshot(message="temperature unreadable; not throttling")
+
+
+def test_unreadable_right_after_critical_keeps_refusing_for_the_hold_then_one_job_at_a_time(caplog):
+    """A sensor that flickers after a critical reading must not lift the throttling: the box has
+    not cooled. The state holds for stale_hold_s after the last good reading, then "unknown" keeps
+    warm's limits until the sensor reads again."""
+    clock = Clock()
+    gov, _ = governor([93, None, OSError("i2c timeout"), None, None, 60], clock=clock, stale_hold_s=120)
+    assert gov.snapshot().state == "critical"
+    clock.t = 2.0
+    held = gov.snapshot()
+    assert (held.state, held.refuse_new, held.hold_new, held.temp_c) == ("critical", True, True, 93)
+    assert "sensor unreadable for 2 s" in held.message
+    clock.t = 119.0
+    assert gov.snapshot().refuse_new
+    clock.t = 121.0
+    fallen = gov.snapshot()
+    assert fallen.state == "unknown" and not fallen.refuse_new and not fallen.hold_new
+    assert (fallen.max_concurrency, fallen.onnx_threads) == (1, 2)  # warm's limits, not none
+    assert "unreadable for 121 s after 93 °C" in fallen.message
+    clock.t = 200.0
+    assert gov.snapshot().max_concurrency == 1  # until it reads again
+    clock.t = 202.0
+    assert gov.snapshot().state == "normal" and gov.snapshot().max_concurrency is None
+    warned = [r.getMessage() for r in caplog.records if "sensor unreadable" in r.getMessage()]
+    assert len(warned) == 1  # said once, not on every read
+
+
+def test_unreadable_after_warm_or_hot_holds_that_state():
+    for first, state in ((74, "warm"), (84, "hot")):
+        clock = Clock()
+        gov, _ = governor([first, None], clock=clock)
+        gov.snapshot()
+        clock.t = 30.0
+        assert gov.snapshot().state == state and gov.snapshot().max_concurrency == 1
+
+
+def test_unreadable_after_normal_throttles_nothing():
+    clock = Clock()
+    gov, _ = governor([55, None], clock=clock)
+    gov.snapshot()
+    clock.t = 3.0
+    assert gov.snapshot() == ThermalSnapshot(message="temperature unreadable; not throttling")
+
+
+@pytest.mark.parametrize("temps, step_s, resume", [
+    ([86, 85, 84], 10.0, 90),  # 0.1 °C/s measured: 84 -> 75 in 90 s
+    ([86, 81, 76.5], 10.0, 5),  # fast cooling: under the lower bound, 5 s
+    ([82, 82, 82], 10.0, 70),  # not cooling (yet): the assumed 0.1 °C/s
+    ([84], 0.0, 90),  # one reading: assumed
+    ([95, 94, 93], 10.0, 80),  # critical ends at 85: 8 °C at 0.1 °C/s
+])
+def test_hot_and_critical_estimate_when_they_end_from_the_cooling(temps, step_s, resume):
+    clock = Clock()
+    gov, _ = governor(temps, clock=clock)
+    for i in range(len(temps)):
+        clock.t = i * step_s
+        snap = gov.snapshot()
+    assert snap.resume_in_s == pytest.approx(resume)
+    assert snap.retry_after() == resume
+
+
+def test_no_estimate_below_hot():
+    normal, warm = walk([50, 74])
+    assert normal.resume_in_s is None and warm.resume_in_s is None
+    assert ThermalSnapshot().retry_after() == thermal.DEFAULT_RETRY_S
+
+
+def test_a_queue_behind_a_flickering_sensor_still_refuses_after_critical():
+    """The issue's case: unreadable right after a critical reading, a job was accepted at once."""
+    from cosyedge.errors import BusyError
+    from cosyedge.service.jobs import JobQueue
+
+    clock = Clock()
+    gov, _ = governor([93, None], clock=clock)
+    queue = JobQueue(concurrency=2, max_waiting=4, thermal=gov)
+    try:
+        assert gov.snapshot().state == "critical"
+        clock.t = 3.0
+        with pytest.raises(BusyError) as refused:
+            queue.submit(lambda job: None)
+        assert refused.value.code == "too_hot" and refused.value.retry_after == 80
+    finally:
+        queue.shutdown()
 
 
 def test_single_thread_box_keeps_one_thread():

@@ -6,6 +6,13 @@ always finish. With no sensor the state is "unknown" and nothing is throttled, a
 says so. The state rises as soon as a threshold is reached and falls only after the temperature
 has dropped ``hysteresis_c`` below it, so a box hovering at a threshold does not flap.
 
+A sensor that stops answering after a warm, hot or critical reading fails safe: a box does not cool
+because its sensor flickers, so the last state holds for ``stale_hold_s`` (:data:`STALE_HOLD_S`)
+after the last good reading; then the state is "unknown" with warm's limits (one job at a time,
+fewer threads) until the sensor reads again. While hot or critical, the snapshot estimates when the
+state will end (``resume_in_s``) from the cooling measured over the last readings, so a refused client
+is told to come back when the box will have cooled, not when the queue would have moved.
+
 The sensor is any callable returning °C (or None when it cannot read); :func:`find_sensor` picks
 ``psutil.sensors_temperatures()`` and falls back to ``/sys/class/thermal/thermal_zone*/temp``.
 """
@@ -13,8 +20,10 @@ The sensor is any callable returning °C (or None when it cannot read); :func:`f
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -33,6 +42,17 @@ CPU_SENSOR_GROUPS = ("coretemp", "k10temp", "zenpower", "cpu_thermal", "cpu-ther
                      "center_thermal", "package_thermal", "acpitz")
 SYSFS_THERMAL = Path("/sys/class/thermal")
 PLAUSIBLE_C = (-40.0, 150.0)
+#: How long (s) an unreadable sensor keeps the last warm/hot/critical state before "unknown".
+STALE_HOLD_S = 120.0
+#: Readings (s back) the cooling rate is measured over.
+COOLING_WINDOW_S = 60.0
+#: Cooling (°C/s) assumed while none is measured (too few readings, or not cooling yet): a small
+#: passively cooled board with its jobs held loses a few degrees a minute.
+ASSUMED_COOLING_C_PER_S = 0.1
+#: Bounds (s) of the time-to-cool estimate a refused client is given.
+RESUME_BOUNDS_S = (5.0, 600.0)
+#: Retry-After (s) for a heat refusal whose snapshot carries no estimate.
+DEFAULT_RETRY_S = 60
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,12 @@ class ThermalSnapshot:
     hold_new: bool = False  # "hot": new jobs wait in the queue
     refuse_new: bool = False  # "critical": new jobs are refused
     message: str = "no temperature sensor; not throttling"
+    #: "hot"/"critical": estimated seconds until the box has cooled out of this state
+    resume_in_s: float | None = None
+
+    def retry_after(self) -> int:
+        """Whole seconds a client refused for the heat should wait: the cooling estimate."""
+        return DEFAULT_RETRY_S if self.resume_in_s is None else math.ceil(self.resume_in_s)
 
 
 @dataclass(frozen=True)
@@ -130,7 +156,7 @@ class ThermalGovernor:
 
     def __init__(self, sensor: Sensor | None, thresholds: Settings | ThermalThresholds | None = None,
                  base_concurrency: int = 2, base_threads: int = 1, min_interval_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, stale_hold_s: float = STALE_HOLD_S) -> None:
         if isinstance(thresholds, Settings):
             thresholds = ThermalThresholds.from_settings(thresholds)
         self.thresholds = thresholds or ThermalThresholds()
@@ -140,8 +166,11 @@ class ThermalGovernor:
         self.min_interval_s = min_interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._level: int | None = None  # index into LEVELS; None = unknown
-        self._temp: float | None = None
+        self.stale_hold_s = stale_hold_s
+        self._level: int | None = None  # index into LEVELS of the last good reading; None: none yet
+        self._temp: float | None = None  # the last good reading
+        self._good_at: float | None = None  # when it was taken
+        self._readings: deque[tuple[float, float]] = deque()  # (time, °C) of the last COOLING_WINDOW_S
         self._read_at: float | None = None
         self._snap = ThermalSnapshot()
 
@@ -190,31 +219,69 @@ class ThermalGovernor:
         return max(raw, min(held, current))
 
     def _apply(self, temp: float | None) -> None:
-        old_state = self._snap.state
-        self._temp = temp
-        self._level = None if temp is None else self._next_level(temp)
-        self._snap = self._build()
+        now = self._clock()
+        old_state, old_message = self._snap.state, self._snap.message
+        if temp is not None:
+            self._level = self._next_level(temp)
+            self._temp, self._good_at = temp, now
+            self._readings.append((now, temp))
+            while now - self._readings[0][0] > COOLING_WINDOW_S:
+                self._readings.popleft()
+        self._snap = self._build(now, readable=temp is not None)
         if self._snap.state != old_state:
             log = logger.warning if self._snap.state in ("hot", "critical") else logger.info
             log("thermal: %s -> %s: %s", old_state, self._snap.state, self._snap.message)
+        elif temp is None and self._level and "unreadable" not in old_message:
+            logger.warning("thermal: %s", self._snap.message)
 
-    def _build(self) -> ThermalSnapshot:
+    def cooling_rate(self) -> float | None:
+        """°C per second the box has cooled over the last readings (least squares over
+        :data:`COOLING_WINDOW_S`); None with fewer than two readings 5 s apart, or when it is not
+        cooling."""
+        if len(self._readings) < 2 or self._readings[-1][0] - self._readings[0][0] < 5.0:
+            return None
+        n = len(self._readings)
+        mean_t = sum(t for t, _ in self._readings) / n
+        mean_c = sum(c for _, c in self._readings) / n
+        var = sum((t - mean_t) ** 2 for t, _ in self._readings)
+        slope = sum((t - mean_t) * (c - mean_c) for t, c in self._readings) / var
+        return -slope if -slope > 1e-3 else None
+
+    def _resume_in(self) -> float | None:
+        """Seconds until the box leaves the hot or critical state: until it is ``hysteresis_c``
+        below that state's threshold, at the measured cooling rate (or the assumed one)."""
+        if self._level is None or self._level < 2 or self._temp is None:
+            return None
+        target = self.thresholds.start_of(self._level) - self.thresholds.hysteresis_c
+        rate = self.cooling_rate() or ASSUMED_COOLING_C_PER_S
+        low, high = RESUME_BOUNDS_S
+        return min(high, max(low, (self._temp - target) / rate))
+
+    def _build(self, now: float, readable: bool) -> ThermalSnapshot:
         temp = self._temp
-        if self._level is None:
+        if self._level is None or (not readable and self._level == 0):
             message = ("no temperature sensor; not throttling" if self.sensor is None
                        else "temperature unreadable; not throttling")
             return ThermalSnapshot(message=message)
-        deg = f"{temp:.0f} °C"
         fewer = max(1, self.base_threads // 2)
         state = LEVELS[self._level]
+        deg = f"{temp:.0f} °C"
+        stale = ""
+        if not readable:
+            age = now - (self._good_at if self._good_at is not None else now)
+            if age >= self.stale_hold_s:
+                return ThermalSnapshot(max_concurrency=1, onnx_threads=fewer,
+                                       message=f"temperature unreadable for {age:.0f} s after {deg} ({state}): "
+                                               "one job at a time until it reads again")
+            stale = f"; sensor unreadable for {age:.0f} s, {state} kept for up to {self.stale_hold_s:.0f} s"
         if state == "normal":
             return ThermalSnapshot("normal", temp, message=f"normal ({deg})")
         if state == "warm":
             return ThermalSnapshot("warm", temp, max_concurrency=1, onnx_threads=fewer,
-                                   message=f"warm ({deg}): one job at a time, {fewer} thread(s)")
+                                   message=f"warm ({deg}): one job at a time, {fewer} thread(s){stale}")
         if state == "hot":
             return ThermalSnapshot("hot", temp, max_concurrency=1, onnx_threads=fewer, hold_new=True,
-                                   message=f"cooling down ({deg})")
+                                   message=f"cooling down ({deg}){stale}", resume_in_s=self._resume_in())
         return ThermalSnapshot("critical", temp, max_concurrency=1, onnx_threads=fewer, hold_new=True,
-                               refuse_new=True,
-                               message=f"too hot ({deg}): new jobs refused until it cools")
+                               refuse_new=True, resume_in_s=self._resume_in(),
+                               message=f"too hot ({deg}): new jobs refused until it cools{stale}")

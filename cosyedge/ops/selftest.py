@@ -1,34 +1,33 @@
 """Self-test: is this installation able to serve? Used by `python -m cosyedge selftest` and the OTA update.
 
 Each check returns a :class:`CheckResult` (one printed line); the installation passes only if every
-check passes. The checks: the runtime imports, every model manifest (size and sha256 of each file it
-lists), writable data directories, and one short sentence synthesized by the configured engine.
+check passes. The checks: every import ``python app.py`` runs as it starts (read from app.py and the
+modules it reaches, :func:`startup_imports`, so no list here can fall behind the app), every model
+manifest (size and sha256 of each file it lists), writable data directories, and one short sentence
+synthesized by the configured engine (which also imports what the first job imports).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import logging
 import os
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from cosyedge.config import Settings
 
 logger = logging.getLogger(__name__)
 
-#: What the service needs at run time; a broken venv fails here, before a restart does.
-RUNTIME_MODULES = (
-    "numpy", "onnxruntime", "soundfile", "psutil",
-    "cosyedge.config", "cosyedge.errors", "cosyedge.audio", "cosyedge.catalog.manifest", "cosyedge.engines.loader",
-    "cosyedge.engines.base", "cosyedge.engines.kokoro.engine", "cosyedge.engines.kokoro.frontend",
-    "cosyedge.ops.janitor", "cosyedge.host.thermal", "cosyedge.service.jobs", "cosyedge.service.facade",
-    # the web app (gradio is the slow one: a few seconds on a small box)
-    "fastapi", "uvicorn", "gradio", "cosyedge.web.auth", "cosyedge.web.api", "cosyedge.web.ui",
-)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: The entry point whose start the import check follows: next to the package, in the checkout.
+APP_FILE = PACKAGE_DIR.parent / "app.py"
 SENTENCES = {"en": "This is a short self test.", "zh": "这是一个简短的自检。",
              "ja": "これは短いセルフテストです。"}
 
@@ -43,18 +42,117 @@ class CheckResult:
         return f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
 
 
-def check_imports(modules: Iterable[str] = RUNTIME_MODULES) -> CheckResult:
-    """Import every module; name the ones that fail and why."""
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(body: list[ast.stmt], in_function: bool = False
+                  ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """The import statements Python may run in ``body``, each with whether it sits inside a
+    function or class body; never those under ``if TYPE_CHECKING:``."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, in_function
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _import_nodes(node.orelse, in_function)
+        else:
+            nested = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                children = getattr(node, field, None)
+                if isinstance(children, list):
+                    yield from _import_nodes([c for c in children if isinstance(c, ast.stmt)
+                                              or isinstance(c, ast.excepthandler)], nested)
+
+
+def _package_module(name: str) -> Path | None:
+    """The source file of ``cosyedge.…`` module ``name``, None when it is not one of ours."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE_DIR.name:
+        return None
+    base = PACKAGE_DIR.parent.joinpath(*parts)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
+             names: bool) -> list[str]:
+    """What one import statement imports: each module (``from pkg import sub`` imports our
+    submodule ``pkg.sub``) and, with ``names``, ``mod:name`` for each other name it takes."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    here = module.split(".") if is_package else module.split(".")[:-1]
+    base = here[:len(here) - node.level + 1] if node.level else []
+    source = ".".join(base + ([node.module] if node.module else []))
+    targets = [source]
+    for alias in node.names:
+        sub = f"{source}.{alias.name}"
+        if _package_module(sub):
+            targets.append(sub)
+        elif names and alias.name != "*":
+            targets.append(f"{source}:{alias.name}")
+    return targets
+
+
+def startup_imports(app_file: Path = APP_FILE) -> list[str]:
+    """Every import ``python app.py`` may run, in the order found, read from the source (nothing is
+    imported here): app.py's own imports, at module level and inside its functions (``main`` runs
+    them at start), with ``mod:name`` for each name they take (an import inside a function looks the
+    name up only when it runs); then, for each of our modules reached, the modules of ours it
+    imports anywhere (``build_ui`` imports the studio tabs as the app starts; the engines load at the
+    first job) and the other libraries it imports at module level. Libraries imported inside our
+    functions are optional or loaded on first use (the recognizer, the G2P): the synthesis check
+    covers the engine's. Imports under ``if TYPE_CHECKING:`` never run and are left out."""
+    found: dict[str, None] = {}
+    tree = ast.parse(app_file.read_text(encoding="utf-8"), str(app_file))
+    queue = deque(t for node, _ in _import_nodes(tree.body)
+                  for t in _targets(node, "app", is_package=False, names=True))
+    while queue:
+        target = queue.popleft()
+        if target in found:
+            continue
+        found[target] = None
+        path = _package_module(target)
+        if path is None:
+            continue
+        module_tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node, in_function in _import_nodes(module_tree.body):
+            queue.extend(t for t in _targets(node, target, path.name == "__init__.py", names=False)
+                         if not in_function or _package_module(t))
+    return list(found)
+
+
+def _import_target(target: str) -> None:
+    module, _, name = target.partition(":")
+    imported = importlib.import_module(module)
+    if name and not hasattr(imported, name):
+        importlib.import_module(f"{module}.{name}")  # a submodule; raises when there is none
+
+
+def check_imports(modules: Iterable[str] | None = None, app_file: Path = APP_FILE) -> CheckResult:
+    """Import app.py and every module it imports at start (or just ``modules``); name the ones
+    that fail and why."""
     failed = []
-    modules = list(modules)
-    for name in modules:
+    if modules is None:
         try:
-            importlib.import_module(name)
+            spec = importlib.util.spec_from_file_location("cosyedge_selftest_app", app_file)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no loader for {app_file}")
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))  # defines, starts nothing
+            modules = startup_imports(app_file)
+        except Exception as exc:  # a syntax error, a missing file: the app cannot start
+            return CheckResult("imports", False, f"cannot import {app_file} ({type(exc).__name__}: {exc})")
+    modules = list(modules)
+    for target in modules:
+        try:
+            _import_target(target)
         except Exception as exc:  # ImportError, but also a module that crashes on import
-            failed.append(f"{name} ({type(exc).__name__}: {exc})")
+            failed.append(f"{target} ({type(exc).__name__}: {exc})")
     if failed:
         return CheckResult("imports", False, "cannot import " + "; ".join(failed))
-    return CheckResult("imports", True, f"{len(modules)} modules import")
+    return CheckResult("imports", True, f"{len(modules)} imports of the app's start work")
 
 
 def check_manifest(model_dir: Path) -> CheckResult:

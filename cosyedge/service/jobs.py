@@ -281,12 +281,19 @@ class JobQueue:
                 raise BusyError("the server is shutting down", retry_after=30, code="shutting_down")
             if snap.refuse_new:
                 raise BusyError(f"the box is too hot to start new work ({snap.message}); "
-                                "try again when it has cooled", retry_after=60, code="too_hot",
-                                thermal=snap.message)
+                                "try again when it has cooled", retry_after=snap.retry_after(),
+                                code="too_hot", thermal=snap.message, temp_c=snap.temp_c)
             # Jobs just queued for a free slot sit in the waiting list for an instant; count the slots.
             free_slots = 0 if snap.hold_new else max(0, self._limit(snap) - len(self._running))
             if len(self._waiting) >= self.max_waiting + free_slots:
                 running, waiting = len(self._running), len(self._waiting)
+                if snap.hold_new:  # nothing starts before the box cools: the wait is the cooling's
+                    heat = f"{snap.temp_c:.0f} °C" if snap.temp_c is not None else snap.message
+                    raise BusyError(f"the box is cooling down ({heat}): no job starts until it has "
+                                    f"cooled, and {waiting} already wait, the most this server holds; "
+                                    f"try again in about {snap.retry_after()} s",
+                                    retry_after=snap.retry_after(), code="cooling_down",
+                                    temp_c=snap.temp_c, running=running, waiting=waiting)
                 # counted as they are: a job just queued for a free slot waits an instant, so the
                 # waiting count can pass max_waiting while the whole stays within its limit
                 raise BusyError(f"busy: {running} job{'s' if running != 1 else ''} running and {waiting} "

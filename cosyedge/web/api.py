@@ -47,7 +47,8 @@ from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
                              ParameterError, PayloadTooLargeError)
 from cosyedge.service.jobs import Job
-from cosyedge.service.facade import Service, TTSRequest, TTSResult
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest, TTSResult
 from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router
@@ -461,8 +462,10 @@ def build_router(service: Service) -> APIRouter:
 
     @router.api_route("/health", methods=["GET", "HEAD"], tags=["status"])  # probes often use HEAD
     async def health() -> dict[str, Any]:
-        """Engine, loaded or not, queue and thermal state. Never loads the model."""
-        return {"status": "ok", "version": __version__, **service.status().as_dict()}
+        """Engine, loaded or not, queue and thermal state, the running commit and the OTA update's
+        state (pending, rolled back). Never loads the model."""
+        return {"status": "ok", "version": __version__, **service.status().as_dict(),
+                **service.update_status().as_dict()}
 
     @router.get("/voices", tags=["status"])
     async def voices() -> dict[str, Any]:

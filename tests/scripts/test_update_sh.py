@@ -1,8 +1,10 @@
 """scripts/update.sh against a local bare repository made in the test.
 
-The "box" is a clone of that repository with a tiny fake app: app.py serves its VERSION on
-/health, selftest.py passes or fails as the commit says. The script runs its real pid-file restart
-and its real HTTP health check; only the self-test and install commands are the test's.
+The "box" (tests/helpers/update_box.py) is a clone of that repository with a tiny fake app: app.py
+serves its version and commit on /health, selftest.py passes or fails as the commit says. The script
+runs its real pid-file restart and its real HTTP health check; only the self-test and install
+commands are the test's. What an update does when it is killed part-way is in
+test_update_interrupted.py.
 """
 
 from __future__ import annotations
@@ -11,183 +13,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
-from tests.helpers import REPO
+
+from tests.helpers.update_box import PY, SCRIPT, Box, git, pid_alive
 
 pytestmark = pytest.mark.slow
-
-SCRIPT = REPO / "scripts" / "update.sh"
-PY = sys.executable
-
-FAKE_APP = '''\
-"""Fake cosyedge app: answers every GET with its version and pid."""
-import http.server, os, time
-
-VERSION = "{version}"
-{crash}
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = f"{{VERSION}} {{os.getpid()}}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-server = http.server.HTTPServer(("127.0.0.1", int(os.environ["COSYEDGE_PORT"])), Handler)
-server.timeout = 0.5
-end = time.time() + 300  # never outlive the test run by much
-while time.time() < end:
-    server.handle_request()
-'''
-
-GITIGNORE = "var/\nmodels/*\n!models/README.md\nprompts/*\n!prompts/README.md\noutputs/*\n!outputs/README.md\n"
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie child of ours counts as dead
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-class Box:
-    """Upstream bare repo, a developer clone that pushes to it, and the box's checkout."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.bare = tmp / "origin.git"
-        self.dev = tmp / "dev"
-        self.app = tmp / "box"
-        self.port = free_port()
-        self.installs = tmp / "installs.log"
-        self.models = tmp / "models.log"
-        self.env = {**os.environ, "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1",
-                    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
-                    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
-        os.environ.update({k: self.env[k] for k in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                                                    "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")})
-        git(tmp, "init", "-q", "--bare", "-b", "main", str(self.bare))
-        git(tmp, "clone", "-q", str(self.bare), str(self.dev))
-        self.commit("v1", message="v1", extra={".gitignore": GITIGNORE, "requirements.txt": "numpy\n",
-                                              "models/README.md": "models here\n",
-                                              "prompts/README.md": "voices here\n",
-                                              "outputs/README.md": "outputs here\n"})
-        self.v1 = git(self.dev, "rev-parse", "HEAD")
-        git(tmp, "clone", "-q", str(self.bare), str(self.app))
-        # user data the update must never touch (git-ignored, like on a real box)
-        self.data = {"prompts/teacher.wav": b"RIFF-voice", "outputs/job1.wav": b"RIFF-out",
-                     "models/kokoro-int8/model.onnx": b"weights",
-                     "prompts/pronunciations.tsv": "zh\t银行\tyin2 hang2\n".encode()}
-        for rel, content in self.data.items():
-            (self.app / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.app / rel).write_bytes(content)
-        self.start_app()
-
-    # --- upstream ------------------------------------------------------------------------
-    def commit(self, version: str, selftest_ok: bool = True, crash: bool = False,
-               message: str | None = None, extra: dict[str, str] | None = None) -> str:
-        files = {"app.py": FAKE_APP.format(version=version,
-                                          crash="raise SystemExit('broken build')" if crash else ""),
-                 "selftest.py": "import sys\nprint('fake selftest')\nsys.exit(%d)\n" % (0 if selftest_ok else 1),
-                 **(extra or {})}
-        for rel, text in files.items():
-            (self.dev / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.dev / rel).write_text(text)
-        git(self.dev, "add", "-A")
-        git(self.dev, "add", "-f", *files)  # even paths the .gitignore hides (the protected-dirs test)
-        git(self.dev, "commit", "-q", "-m", message or version)
-        git(self.dev, "push", "-q", "origin", "HEAD:main")
-        return git(self.dev, "rev-parse", "HEAD")
-
-    # --- the box -------------------------------------------------------------------------
-    @property
-    def pidfile(self) -> Path:
-        return self.app / "var" / "run" / "cosyedge.pid"
-
-    @property
-    def log(self) -> str:
-        path = self.app / "var" / "log" / "update.log"
-        return path.read_text() if path.exists() else ""
-
-    def start_app(self) -> None:
-        """What the admin did once by hand: the app started with its pid recorded."""
-        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen([PY, "app.py"], cwd=self.app, start_new_session=True,
-                                env={**self.env, "COSYEDGE_PORT": str(self.port)},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.pidfile.write_text(f"{proc.pid}\n")
-        self.wait_serving()
-
-    def serving(self) -> tuple[str, int] | None:
-        """(version, pid) of the app answering on the port, or None."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                version, pid = r.read().decode().split()
-                return version, int(pid)
-        except OSError:
-            return None
-
-    def wait_serving(self, timeout: float = 15) -> tuple[str, int]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if (answer := self.serving()) is not None:
-                return answer
-            time.sleep(0.1)
-        raise AssertionError("the fake app never answered")
-
-    def update_env(self, **overrides: str) -> dict[str, str]:
-        return {**self.env, "COSYEDGE_APP_DIR": str(self.app), "COSYEDGE_PYTHON": PY,
-                "COSYEDGE_PORT": str(self.port), "COSYEDGE_HEALTH_TIMEOUT": "15",
-                "COSYEDGE_SYSTEMD_UNIT": "cosyedge-test-absent.service",
-                "COSYEDGE_SELFTEST_CMD": f"{PY} selftest.py",
-                "COSYEDGE_INSTALL_CMD": f"echo installed >> {self.installs}",
-                "COSYEDGE_MODEL_CMD": f"echo model >> {self.models}", **overrides}
-
-    def update(self, **overrides: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(SCRIPT)], env=self.update_env(**overrides),
-                              capture_output=True, text=True, timeout=120)
-
-    def head(self) -> str:
-        return git(self.app, "rev-parse", "HEAD")
-
-    def install_count(self) -> int:
-        return len(self.installs.read_text().splitlines()) if self.installs.exists() else 0
-
-    def assert_data_untouched(self) -> None:
-        for rel, content in self.data.items():
-            assert (self.app / rel).read_bytes() == content, rel
-
-    def stop(self) -> None:
-        try:
-            pid = int(self.pidfile.read_text())
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
 
 
 @pytest.fixture
@@ -207,7 +40,10 @@ def test_good_update_is_applied_and_the_new_commit_runs(box):
     version, pid = box.wait_serving()
     assert version == "v2" and pid != old_pid  # the new commit is what answers now
     assert int(box.pidfile.read_text()) == pid
+    assert box.health()["commit"] == v2
     assert not pid_alive(old_pid)
+    assert box.state("verified")["commit"] == v2 and box.state("last")["result"] == "updated"
+    assert not box.state("transaction") and not (box.state_dir / "added").exists()
     assert box.install_count() == 0  # requirements.txt did not change
     box.assert_data_untouched()
     log = box.log
@@ -227,21 +63,38 @@ def test_update_reinstalls_only_when_requirements_change(box):
     assert box.wait_serving()[0] == "v2"
 
 
-def test_failed_selftest_rolls_back_and_the_old_commit_runs_again(box):
+def test_failed_selftest_rolls_back_and_leaves_the_running_app_alone(box):
+    """The self-test runs before the restart: the app that serves was never stopped, so the rollback
+    puts the old files back and leaves it serving (no needless outage, no job stopped)."""
     _, old_pid = box.serving()
-    box.commit("v2", selftest_ok=False, extra={"requirements.txt": "numpy\nbroken-pkg\n"})
+    v2 = box.commit("v2", selftest_ok=False, extra={"requirements.txt": "numpy\nbroken-pkg\n"})
     result = box.update()
     assert result.returncode == 1, box.log
     assert box.head() == box.v1
-    version, pid = box.wait_serving()
-    assert version == "v1"  # the old commit, restarted
-    assert pid != old_pid and not pid_alive(old_pid)
+    assert box.serving() == ("v1", old_pid)  # the same process, never restarted
     assert box.install_count() == 2  # new requirements, then the old ones again
     assert (box.app / "selftest.py").read_text().endswith("sys.exit(0)\n")  # old files back
     box.assert_data_untouched()
     log = box.log
     assert "step self-test: FAILED" in log and "ROLLBACK" in log
+    assert f"the running app ({box.v1}) was never stopped and answers; left alone" in log
+    assert "step restart old version" not in log
     assert f"rolled back: {box.v1} is running again" in log
+    assert box.state("last") | {"at": ""} == {"result": "rolled_back", "from": box.v1, "to": v2,
+                                             "step": "self-test", "reason": "step self-test failed",
+                                             "at": ""}
+    assert box.state("verified")["commit"] == box.v1 and not box.state("transaction")
+
+
+def test_failed_selftest_restarts_the_old_version_when_the_app_is_down(box):
+    """Left alone only when it still answers: an app that died meanwhile is started again."""
+    box.commit("v2", selftest_ok=False)
+    _, old_pid = box.serving()
+    result = box.update(COSYEDGE_SELFTEST_CMD=f"kill -9 {old_pid}; exit 1")
+    assert result.returncode == 1, box.log
+    version, pid = box.wait_serving()
+    assert version == "v1" and pid != old_pid
+    assert "step restart old version: ok" in box.log
 
 
 def test_failed_model_setup_rolls_back_and_the_old_version_gets_its_model_back(box):
@@ -256,6 +109,7 @@ def test_failed_model_setup_rolls_back_and_the_old_version_gets_its_model_back(b
     log = box.log
     assert "step embedded model (setup-model" in log and "failed at: model" in log
     assert "step self-test" not in log  # stopped before it
+    assert "left alone" in log
 
 
 def test_new_commit_that_does_not_start_is_rolled_back(box):
@@ -282,6 +136,7 @@ def test_second_concurrent_run_is_refused_by_the_lock(box):
         second = box.update()
         assert second.returncode == 2
         assert "another update is running" in second.stderr
+        assert box.update("--keepalive").returncode == 0  # cron's keepalive: the update keeps it running
         assert box.head() == v2  # the second run did not disturb the first
     finally:
         release.touch()
@@ -380,8 +235,7 @@ def test_app_started_by_hand_without_a_pid_file_is_not_taken_for_the_new_one(box
     health check must not take the old app's answer for the new version's."""
     _, old_pid = box.serving()
     box.pidfile.unlink()
-    slow_start = FAKE_APP.format(version="v2", crash="time.sleep(3)  # imports, like gradio's")
-    box.commit("v2", extra={"app.py": slow_start})
+    box.commit("v2", app_extra="time.sleep(3)  # imports, like gradio's")
     try:
         result = box.update()
         assert result.returncode == 7, box.log  # rolled back; a person must stop the stray app
@@ -391,3 +245,48 @@ def test_app_started_by_hand_without_a_pid_file_is_not_taken_for_the_new_one(box
         box.assert_data_untouched()
     finally:
         os.kill(old_pid, signal.SIGKILL)
+
+
+# --- keeping the app running without systemd (cron: `update.sh --keepalive`) --------------------
+
+def wait_down(box) -> None:
+    deadline = time.monotonic() + 10
+    while box.serving() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert box.serving() is None
+
+
+def test_keepalive_starts_the_app_when_it_is_down_and_says_nothing_otherwise(box):
+    before = box.serving()
+    assert box.update("--keepalive").returncode == 0
+    assert box.serving() == before and box.log == ""  # every few minutes from cron: no log noise
+    box.stop()  # a crash, or a reboot
+    wait_down(box)
+    result = box.update("--keepalive")
+    assert result.returncode == 0, box.log
+    version, pid = box.wait_serving()
+    assert version == "v1" and box.app_pid() == pid and box.health()["commit"] == box.v1
+    assert "the app is not running" in box.log and "starting it at " + box.v1 in box.log
+
+
+def test_keepalive_never_fetches(box):
+    box.commit("v2")
+    assert box.update("--keepalive").returncode == 0
+    assert box.head() == box.v1 and box.serving()[0] == "v1"
+
+
+def test_nightly_run_with_nothing_new_starts_an_app_that_is_down(box):
+    box.stop()
+    wait_down(box)
+    result = box.update()
+    assert result.returncode == 0 and "already up to date" in result.stderr
+    assert box.wait_serving()[0] == "v1"
+
+
+def test_keepalive_says_so_when_the_app_cannot_start(box):
+    box.stop()
+    wait_down(box)
+    (box.app / "app.py").write_text("raise SystemExit('cannot start')\n")
+    result = box.update("--keepalive")
+    assert result.returncode == 7
+    assert "does not start" in box.log and "cannot start" in box.log

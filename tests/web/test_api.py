@@ -279,3 +279,22 @@ def test_ignored_fields_are_named_in_notes(server):
     assert any(n.startswith("prompt_text ignored") and "cannot clone" in n for n in notes), notes
     r = httpx.post(f"{server.url}/tts", json={"text": "Hello.", "speaker": "male_1"}, timeout=30)
     assert r.json()["notes"] == [] and r.json()["voice"] == "male_1"
+
+
+def test_a_full_queue_while_hot_is_a_429_that_names_the_heat(make_service, web_settings, live_server):
+    """REST: the hot box's refusal has its own code and a Retry-After from the cooling (84 °C, hot
+    ends at 75 °C, 0.1 °C/s assumed before any cooling is measured: 90 s)."""
+    from cosyedge.host.thermal import ThermalGovernor, ThermalThresholds
+    from cosyedge.service.facade import TTSRequest
+
+    governor = ThermalGovernor(lambda: 84.0, ThermalThresholds(70, 80, 90, 5), 2, 2, min_interval_s=0)
+    service = make_service(dataclasses.replace(web_settings, queue_size=1), thermal=governor)
+    server = live_server(service)
+    held = service.submit(TTSRequest(text="Held."))  # waits: nothing starts while hot
+    r = httpx.post(f"{server.url}/tts", json={"text": "Hello."})
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert error["code"] == "cooling_down" and "84 °C" in error["message"], error
+    assert r.headers["Retry-After"] == "90"
+    assert not held.finished
+    service.cancel(held.id)
