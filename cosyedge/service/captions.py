@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from cosyedge.engines.base import AudioChunk
+from cosyedge.errors import ParameterError
 
 #: The caption formats an answer can carry (REST ``"captions"``, the CLI's file suffix).
 FORMATS = ("srt", "vtt")
@@ -66,13 +67,21 @@ class Captions:
     def shifted(self, seconds: float) -> "Captions":
         return Captions(tuple(cue.shifted(seconds) for cue in self.cues))
 
+    def scaled(self, factor: float) -> "Captions":
+        """Every time times ``factor``: effects run on the whole audio that changed its length."""
+        if factor == 1.0:
+            return self
+        return Captions(tuple(Cue(c.start * factor, c.end * factor, c.text,
+                                  tuple(WordCue(w.text, w.start * factor, w.end * factor) for w in c.words))
+                              for c in self.cues))
+
     def render(self, fmt: str) -> str:
         """The captions as a file's text: ``"srt"`` or ``"vtt"``."""
         if fmt == "srt":
             return to_srt(self.cues)
         if fmt == "vtt":
             return to_vtt(self.cues)
-        raise ValueError(f"caption format {fmt!r} is not one of {FORMATS}")
+        raise ValueError(f"caption format {fmt!r} is not one of {FORMATS}")  # callers check with caption_format
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [cue.as_dict() for cue in self.cues]
@@ -84,6 +93,15 @@ class _Open:
     end: int
     texts: list[str]
     words: list[WordCue] = field(default_factory=list)
+
+
+def caption_format(name: object) -> str:
+    """``"srt"`` or ``"vtt"`` from a request's value or a file's suffix (``.vtt``), else a coded refusal."""
+    fmt = str(name or "").strip().lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise ParameterError(f"captions {name!r}: choose one of {', '.join(FORMATS)} (SubRip or WebVTT)",
+                             code="captions_format_unknown", value=str(name)[:40], choices=FORMATS)
+    return fmt
 
 
 class CaptionTrack:
