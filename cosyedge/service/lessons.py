@@ -34,6 +34,7 @@ from cosyedge.files import TEMP_PREFIX
 from cosyedge.notes import Note, code_of
 from cosyedge.service.captions import FORMATS, Captions, CaptionTrack
 from cosyedge.service.outputs import write_captions
+from cosyedge.service.pronunciations import READING_NOTES
 from cosyedge.service.synthesis import check_text
 
 logger = logging.getLogger(__name__)
@@ -44,12 +45,10 @@ LESSON_SUFFIXES = (".txt", ".md")
 BYTES_PER_CHAR = 4
 #: Silence between paragraphs (a sentence pause is 0.18 s).
 PARAGRAPH_PAUSE_S = 0.6
-#: At most this many "not read aloud" lines (and pronunciation notes) are kept for the report,
-#: however long the lesson.
+#: At most this many "not read aloud" lines (and pronunciation notes of later paragraphs,
+#: ``READING_NOTES``) are kept for the report, however long the lesson.
 MAX_REPORT_LINES = 20
-#: The notes of later paragraphs a lesson's report keeps: what the pronunciation dictionary did.
-READING_NOTES = frozenset({"reading_applied", "reading_other_language", "reading_not_supported",
-                           "reading_book_damaged"})
+
 
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s*")

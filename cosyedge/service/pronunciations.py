@@ -18,6 +18,11 @@ from cosyedge.lexicon.readings import LANGUAGES, MAX_READING_CHARS, MAX_WORD_CHA
 
 logger = logging.getLogger(__name__)
 
+#: The note codes that say what the dictionary and inline readings did in an answer
+#: (:class:`cosyedge.lexicon.matching.ReadingReport`).
+READING_NOTES = frozenset({"reading_applied", "reading_other_language", "reading_not_supported",
+                           "reading_book_damaged"})
+
 
 def book_for(settings: Settings) -> PronunciationBook:
     """The dictionary of the box ``settings`` describe."""
