@@ -351,7 +351,7 @@ def build_ui(service: Service) -> "gr.Blocks":
     """The Blocks for mounting with ``gr.mount_gradio_app`` (see app.py)."""
     import gradio as gr
 
-    from cosyedge.web import history_tab, models_tab, voices_tab
+    from cosyedge.web import history_tab, models_tab, pronunciation_tab, voices_tab
 
     presets = service.presets()
     low, high = SPEED_RANGE
@@ -545,6 +545,8 @@ def build_ui(service: Service) -> "gr.Blocks":
             models = models_tab.build(service, explain=_ui_error)
             my_voices = voices_tab.build(service, explain=_ui_error)
             history_tab.build(service)
+            pronunciation_tab.build(service, explain=_ui_error, voice_choices=lambda: voice_choices(service),
+                                    voice_fields=voice_fields, session=_session)
 
         statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]
         for event in generated:  # the status line says at once that the job has ended, not up to 2 s later
