@@ -8,20 +8,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt
-from cosyedge.engines.loader import load_engine
 from cosyedge.service.captions import CaptionTrack
 from cosyedge.service.synthesis import stream
-from tests.helpers.tiny_models import MODEL_ID
+from tests.helpers.tiny_engines import open_engine
 
 TEXT = "Hello there, this is the first sentence. And here is the second one, a little longer. 第三句。"
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_cosyvoice_models):
-    engine = load_engine(Settings(models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
-                                  thread_calibration=False))
+    engine = open_engine(tiny_cosyvoice_models)
     yield engine
     engine.close()
 

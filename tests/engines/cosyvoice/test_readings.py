@@ -7,31 +7,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt
 from cosyedge.engines.cosyvoice.common import readings
 from cosyedge.engines.cosyvoice.common.llm import SpeechLM
-from cosyedge.engines.loader import load_engine
 from cosyedge.lexicon.entries import make_entry
 from cosyedge.lexicon.matching import Lexicon
 from tests.helpers.cosyvoice3_fixture import MODEL_IDS
-from tests.helpers.tiny_models import MODEL_ID as V2_MODEL
+from tests.helpers.tiny_engines import open_engine
 
 BANK_PHONES = "[y][ín][h][áng]"
 
 
 @pytest.fixture(scope="module")
 def v3(tiny_cosyvoice3_models):
-    engine = load_engine(Settings(models_dir=tiny_cosyvoice3_models, model=MODEL_IDS["int8"], onnx_threads=1,
-                                  thread_calibration=False))
+    engine = open_engine(tiny_cosyvoice3_models, MODEL_IDS["int8"])
     yield engine
     engine.close()
 
 
 @pytest.fixture(scope="module")
 def v2(tiny_cosyvoice_models):
-    engine = load_engine(Settings(models_dir=tiny_cosyvoice_models, model=V2_MODEL, onnx_threads=1,
-                                  thread_calibration=False))
+    engine = open_engine(tiny_cosyvoice_models)
     yield engine
     engine.close()
 
