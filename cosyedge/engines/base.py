@@ -98,15 +98,27 @@ class TextAnalysis:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class WordTiming:
+    """A word of a chunk and when it is heard: seconds from the chunk's first sample (for word
+    captions; only engines that know their durations give them: Kokoro)."""
+
+    text: str
+    start: float
+    end: float
+
+
 @dataclass
 class AudioChunk:
     """One synthesized sentence (or the first clauses of one): mono float32 samples in [-1, 1].
 
     ``pause_after_s`` is the silence the joiner puts after this chunk when another follows; None
     means the ordinary pause between sentences (``cosyedge.audio.SENTENCE_PAUSE_S``). An engine
-    that cuts a sentence at a clause sets the shorter clause pause there. ``continues`` marks a
+    that cuts a sentence at a clause sets the shorter clause pause there and ``ends_sentence=False``
+    on the chunk before the cut (captions keep the sentence as one cue). ``continues`` marks a
     streamed piece of a sentence whose next piece follows seamlessly (no pause, no fade between).
-    ``notes`` are added to the answer's notes.
+    ``words`` time the chunk's words in its own audio, where the engine knows them. ``notes`` are
+    added to the answer's notes.
     """
 
     audio: np.ndarray
@@ -118,6 +130,10 @@ class AudioChunk:
     continues: bool = False
     #: What the engine did differently for this chunk (:class:`cosyedge.notes.Note`), for the answer.
     notes: tuple[str, ...] = ()
+    #: False on a piece of a sentence cut at a clause (the rest of the sentence follows).
+    ends_sentence: bool = True
+    #: The chunk's words in its own audio (empty when the engine does not know them).
+    words: tuple[WordTiming, ...] = ()
 
 
 @dataclass

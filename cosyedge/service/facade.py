@@ -46,6 +46,7 @@ from cosyedge.service.jobs import Job, JobQueue, ThermalSource
 from cosyedge.service.lessons import Lesson, load_lesson, read_lesson
 from cosyedge.service.model_switch import ModelSwitch
 from cosyedge.service.outputs import DOWNLOAD_LEASE_S, OutputFiles
+from cosyedge.service.pronunciations import Pronunciations, book_for
 from cosyedge.service.request_path import RequestPath
 from cosyedge.service.requests import (JOB_ID_RE, SEED_PRESETS, PreparedRequest, ResolvedRequest, ServiceStatus,
                                        TTSRequest)
@@ -85,6 +86,8 @@ class Service:
         # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
         self.prompt_cache = PromptCache(settings.prompts_path / "cache")
         self.library = VoiceLibrary(settings.prompts_path / "library")
+        # The box's pronunciation dictionary (prompts/pronunciations.tsv): every engine reads it at each text.
+        self.pronunciations = Pronunciations(book_for(settings), self.check_room)
         self.catalog = ModelCatalog(settings.models_path)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self.submissions = Submissions(self.queue)
@@ -103,8 +106,13 @@ class Service:
         self._idle_thread: threading.Thread | None = None
 
     def _load_engine(self, factory: EngineFactory) -> Engine:
-        """The factory's engine."""
-        return factory()
+        """The factory's engine, given the box's pronunciation dictionary when it reads one
+        (``pronounce_with``, read at each text)."""
+        engine = factory()
+        pronounce_with = getattr(engine, "pronounce_with", None)
+        if callable(pronounce_with):
+            pronounce_with(self.pronunciations.lexicon)
+        return engine
 
     def _serve(self, settings: Settings) -> None:
         """Settings naming another model (the model switch, :mod:`cosyedge.service.model_switch`)."""
@@ -376,6 +384,25 @@ class Service:
     def voice_transcript(self, voice_id: str) -> PromptTranscript:
         """A saved voice's transcript as stored, with where it came from."""
         return self.transcriber.voice_transcript(voice_id)
+
+    # --- the pronunciation dictionary (cosyedge.service.pronunciations) --------------------
+    def pronunciation_entries(self) -> dict[str, Any]:
+        """Every entry, the file's unreadable lines and where a damaged file was kept."""
+        return self.pronunciations.listing()
+
+    def add_pronunciation(self, language: object, word: object, reading: object) -> dict[str, Any]:
+        """Add or replace an entry (a ReadingError names the word and what is wrong)."""
+        return self.pronunciations.add(language, word, reading)
+
+    def delete_pronunciation(self, language: object, word: object) -> dict[str, Any]:
+        return self.pronunciations.delete(language, word)
+
+    def import_pronunciations(self, data: bytes) -> dict[str, Any]:
+        """Add or replace the entries of a TSV; its bad lines listed, its good ones kept."""
+        return self.pronunciations.import_tsv(data)
+
+    def export_pronunciations(self) -> str:
+        return self.pronunciations.export_tsv()
 
     # --- long lessons (cosyedge.service.lessons) ------------------------------------------
     def read_lesson(self, source: bytes | Path, filename: str | None = None) -> Lesson:

@@ -24,6 +24,7 @@ from cosyedge.service.reports import describe_match, flow_steps_notes, ignored_i
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
                                        UPSTREAM_FLOW_STEPS, PreparedRequest, ResolvedRequest, TTSRequest,
                                        VoiceChoice)
+from cosyedge.service.pronunciations import check_inline
 from cosyedge.service.synthesis import check_text
 from cosyedge.service.transcription import Transcriber, saved_transcript
 from cosyedge.voices.consent import require_consent
@@ -54,6 +55,7 @@ class RequestPath:
         """Check everything that can be checked without the engine (an InputError names what is
         wrong) and decode the prompt audio, once: the job's worker and the CLI take it from here."""
         check_text(request.text, self._settings().max_text_chars)
+        check_inline(request.text)  # a bad {word|reading} is refused before the queue, naming the word
         if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
             raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}",
                                  code="speed_not_number", type=type(request.speed).__name__)

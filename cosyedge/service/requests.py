@@ -16,6 +16,7 @@ from cosyedge.audio import ConditionedPrompt
 from cosyedge.engines.base import KNOWN_LANGUAGES, Capabilities, SynthesisOptions, TextAnalysis, VoicePrompt
 from cosyedge.host.thermal import ThermalSnapshot
 from cosyedge.instruct.plan import InstructPlan
+from cosyedge.service.captions import Captions
 from cosyedge.service.jobs import QueueStats
 from cosyedge.voices.transcripts import ClonePlan, PromptTranscript
 
@@ -126,6 +127,10 @@ class TTSResult:
     skipped: list[str] = field(default_factory=list)  # text not read aloud (TextAnalysis.skipped)
     transcript: dict[str, Any] | None = None  # see ResolvedRequest.transcript_report
     clone_mode: str | None = None  # see ResolvedRequest.clone_mode
+    #: One cue per sentence at the returned audio's offsets (words where the engine times them).
+    captions: Captions = field(default_factory=Captions)
+    #: The page's caption files next to its WAV, by format ("srt", "vtt"); empty without a file.
+    caption_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def duration(self) -> float:

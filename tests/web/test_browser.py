@@ -53,6 +53,17 @@ def open_page(browser, url: str, **context_args):
     page.get_by_role("tab", name=TABS["clone"]).wait_for(timeout=30_000)
     return context, page, requests
 
+def open_tab(page, label: str) -> None:
+    """Open the tab ``label``, from the "More tabs" menu when the tab bar has no room for it."""
+    page.get_by_role("tab").first.wait_for(timeout=30_000)
+    tab = page.get_by_role("tab", name=label)
+    if tab.count() and tab.first.is_visible():
+        tab.first.click()
+        return
+    page.get_by_role("button", name="More tabs").click()
+    page.locator(".overflow-dropdown button", has_text=label).first.click()
+
+
 def generate_preset(page, text: str) -> None:
     """Open the preset tab, type ``text`` and press generate."""
     page.get_by_role("tab", name=TABS["preset"]).click()

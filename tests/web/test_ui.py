@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -45,7 +46,7 @@ def test_progress_reports_position_then_sentences(make_service, web_settings, fa
     service.submit(TTSRequest(text="One. Two."))
     progress = Progress()
     tts = TTSRequest(text="Three. Four. Five.", keep_file=True)
-    path, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="a"), progress))
+    path, panel, captions = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="a"), progress))
     descs = [d for _, d in progress.calls if d]
     assert any("position 1" in d for d in descs), descs
     sentences = [d for d in descs if "sentence" in d]
@@ -53,6 +54,9 @@ def test_progress_reports_position_then_sentences(make_service, web_settings, fa
     assert sentences[-1] == "sentence 3/3 / 第 3/3 句", sentences  # the one being made, never 4/3
     assert path and path.endswith(".wav")
     assert "3 sentence(s)" in panel and "female_1" in panel
+    # the captions: listed in the panel with their times, and both files offered for download
+    assert "**Captions / 字幕** (3 cue(s)" in panel and "` Four.\n" in panel + "\n"
+    assert [Path(p).suffix for p in captions] == [".vtt", ".srt"] and Path(captions[0]).stem == Path(path).stem
 
 
 def test_page_builds_and_queue_agrees_with_jobqueue(make_service):
@@ -586,7 +590,7 @@ def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
     saved = service.save_voice("Ms Lee", prompt, "hello", consent=True)
 
     def ignored(tts: TTSRequest) -> str:
-        _, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="n"), Progress()))
+        _, panel, _ = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="n"), Progress()))
         return html.unescape(next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line))
 
     assert ignored(TTSRequest(text="Hi.", voice_id=saved.id, consent=True, prompt_audio=prompt,

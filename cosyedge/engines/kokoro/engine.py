@@ -13,17 +13,17 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
-                                   TextAnalysis, VoicePrompt)
+                                   TextAnalysis, VoicePrompt, WordTiming)
 from cosyedge.engines.kokoro import closest_voice, crop, fused_runtime, model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
 from cosyedge.engines.kokoro.sessions import Session, make_session
-from cosyedge.engines.kokoro.silence import trim_silence
+from cosyedge.engines.kokoro.silence import speech_bounds
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
 from cosyedge.catalog.manifest import manifest_identity, read_manifest, verify_files
 from cosyedge.text import langid
@@ -110,6 +110,33 @@ def call_cost(n_phonemes: int, speed: float) -> float:
     return n_phonemes / speed if speed > 0 else float(n_phonemes)
 
 
+def output_names(session: Any) -> list[str]:
+    """A session's output names (a fused runner's or onnxruntime's); [] when it does not say."""
+    names = getattr(session, "output_names", None)
+    if names:
+        return list(names)
+    outputs = getattr(session, "get_outputs", None)
+    return [o.name for o in outputs()] if callable(outputs) else []
+
+
+def word_timings(words: Sequence[tuple[str, int, int]], durations: np.ndarray, first: int, length: int,
+                 sample_rate: int) -> tuple[WordTiming, ...]:
+    """When each word of a call is heard in the chunk: ``words`` are (text, first symbol, end symbol)
+    in the call's phonemes, ``durations`` the model's frames per token (pad, symbols..., pad),
+    ``first`` the sample of the uncropped call where the chunk starts (crop offset + trimmed
+    silence), ``length`` the chunk's samples. Words wholly outside the chunk are left out."""
+    edges = np.concatenate([[0], np.cumsum(durations.astype(np.int64))]) * model_files.SAMPLES_PER_FRAME
+    timed = []
+    for text, start, end in words:
+        if end > len(durations) - 2 or start >= end:
+            continue
+        a = min(max(int(edges[start + 1]) - first, 0), length)  # +1: the leading pad token
+        b = min(max(int(edges[end + 1]) - first, 0), length)
+        if b > a:
+            timed.append(WordTiming(text, a / sample_rate, b / sample_rate))
+    return tuple(timed)
+
+
 @dataclass
 class KokoroEngine:
     """Kokoro-82M behind the Engine protocol; build it with :meth:`load`."""
@@ -184,16 +211,29 @@ class KokoroEngine:
 
     def _infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
         """The model call itself; the caller holds a run slot."""
+        return self._infer_timed(token_ids, pack, speed)[0]
+
+    def _infer_timed(self, token_ids: Sequence[int], pack: np.ndarray,
+                     speed: float) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """The model call: audio, the per-token durations when the runtime graph gives them (with
+        the two pads), and where the returned audio starts in the uncropped call (the generator input
+        crop's offset; 0 without it)."""
         if not token_ids:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.float32), None, 0
         if len(token_ids) > MAX_PHONEMES:
             raise EngineError(f"sentence has {len(token_ids)} phonemes; the model takes at most {MAX_PHONEMES}")
         style = pack[min(len(token_ids), len(pack)) - 1].reshape(1, 256)
         feeds = {"tokens": np.array([[0, *token_ids, 0]], dtype=np.int64),
                  "style": np.ascontiguousarray(style, dtype=np.float32),
                  "speed": np.array([speed], dtype=np.float32)}
-        audio = self.session.run(None, feeds)[0]
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        names = output_names(self.session)
+        wanted = [name for name in (model_files.DURATIONS_OUTPUT, crop.OFFSET_OUTPUT) if name in names]
+        values = self.session.run([names[0], *wanted] if names else None, feeds)
+        got = dict(zip(wanted, values[1:]))
+        durations = got.get(model_files.DURATIONS_OUTPUT)
+        offset = int(np.asarray(got.get(crop.OFFSET_OUTPUT, 0)).reshape(-1)[0])
+        return (np.asarray(values[0], dtype=np.float32).reshape(-1),
+                None if durations is None else np.asarray(durations).reshape(-1), offset)
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """The frontend's one pass: the sentences :meth:`synthesize` reads, what it will not read
@@ -229,14 +269,19 @@ class KokoroEngine:
     def _chunk(self, sentence: Any, ids: list[int], index: int, total: int, pack: np.ndarray,
                speed: float) -> AudioChunk:
         """One sentence's call and its chunk (run by the pipeline, holding a run slot)."""
-        audio = self._infer(ids, pack, speed)
+        audio, durations, offset = self._infer_timed(ids, pack, speed)
         pause = None
-        if not getattr(sentence, "ends_sentence", True):
+        ends = getattr(sentence, "ends_sentence", True)
+        if not ends:
             pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
         sr = self.capabilities.sample_rate
-        audio = trim_silence(audio, sr)
-        return AudioChunk(audio=np.clip(audio, -1.0, 1.0), sample_rate=sr,
-                          text=sentence.text, index=index, total=total, pause_after_s=pause)
+        start, end = speech_bounds(audio, sr)
+        audio = audio[start:end]
+        words = ()
+        if durations is not None:
+            words = word_timings(getattr(sentence, "words", ()), durations, offset + start, audio.size, sr)
+        return AudioChunk(audio=np.clip(audio, -1.0, 1.0), sample_rate=sr, text=sentence.text, index=index,
+                          total=total, pause_after_s=pause, ends_sentence=ends, words=words)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
@@ -263,6 +308,11 @@ class KokoroEngine:
         """Notes on a prompt's voice: chosen outside the pitch band or without a pitch, and its sound
         changed since an older encoding (:func:`closest_voice.notes`)."""
         return closest_voice.notes(voice.meta)
+
+    def pronounce_with(self, readings: Callable[[], Any] | None) -> None:
+        """Read every text with the pronunciation dictionary ``readings()`` returns at that moment
+        (a :class:`cosyedge.lexicon.matching.Lexicon`; the service hands its book's in)."""
+        self.frontend.readings = readings
 
     def close(self) -> None:
         """Stop the frontend's helper process, close and drop the session (it frees its arena)."""

@@ -33,6 +33,7 @@ from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDet
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
 from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine, prompt_arrays, prompt_encoder_factory, read_presets
 from cosyedge.engines.cosyvoice.common.instruct_format import V1_END, format_instruction
+from cosyedge.engines.cosyvoice.common.readings import shown
 from cosyedge.engines.cosyvoice.common.sampling import RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.v1.version import LANGUAGES
@@ -177,4 +178,4 @@ class CosyVoice1Engine(CosyVoiceEngine):
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
-                             text=sentence, index=index, total=total)
+                             text=shown(sentence), index=index, total=total)
