@@ -350,11 +350,13 @@ class FlowStream:
                 + sum(c.nbytes for c in self._conv))
 
     def reserve(self, tokens: int) -> None:
-        """Room in the key/value caches for the prompt and ``tokens`` target tokens, made now (one
-        resize per sentence; pages never written stay free, see flow_cache)."""
-        frames = (self.n_prompt + max(0, int(tokens))) * self.ratio
+        """Room in the caches for the prompt and ``tokens`` target tokens, made now (one resize per
+        sentence; pages never written stay free, see flow_cache)."""
+        total = self.n_prompt + max(0, int(tokens))
+        self._kv_down.reserve(total)
+        self._kv_up.reserve(total * self.ratio)
         for kv in self._kv:
-            kv.reserve(frames)
+            kv.reserve(total * self.ratio)
 
     def push(self, tokens) -> np.ndarray:
         """Add target tokens; returns the mel [80, frames] of the chunks now complete (may be empty)."""

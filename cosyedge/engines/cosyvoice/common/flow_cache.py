@@ -46,12 +46,16 @@ class GrowingRows:
     def append(self, rows: np.ndarray) -> None:
         end = self.length + rows.shape[0]
         if end > self._data.shape[0]:
-            grown = np.zeros((max(end, int(GROWTH * self._data.shape[0]) + 1), *self._data.shape[1:]),
-                             dtype=self._data.dtype)
-            grown[:self.length] = self._data[:self.length]
-            self._data = grown
+            self.reserve(max(end, int(GROWTH * self._data.shape[0]) + 1))
         self._data[self.length:end] = rows
         self.length = end
+
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` rows in all (one resize now instead of growing later)."""
+        if rows > self._data.shape[0]:
+            grown = np.zeros((rows, *self._data.shape[1:]), dtype=self._data.dtype)
+            grown[:self.length] = self._data[:self.length]
+            self._data = grown
 
     def view(self) -> np.ndarray:
         return self._data[:self.length]
