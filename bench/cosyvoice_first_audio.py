@@ -405,13 +405,13 @@ def synthetic_cache(layout, frames: int, rng: np.random.Generator):
     """One Euler step's key/value cache holding ``frames`` frames of noise, in the model's layout."""
     cache = layout.step_cache(frames)
     if layout.blocked:
-        share = (rng.standard_normal((layout.attention_layers, 2, 2, layout.heads, layout.chunk_frames,
-                                      layout.head_dim)) * 0.1).astype(layout.kv_dtype)
+        share = (rng.standard_normal((2, 2, layout.heads, layout.chunk_frames, layout.head_dim)) * 0.1
+                 ).astype(layout.kv_dtype)
         for _ in range(frames // layout.chunk_frames):
-            cache.append(share)
+            cache.append([share] * layout.attention_layers)
     else:
-        cache.append((rng.standard_normal((frames, layout.attention_layers, 2, 2, layout.inner)) * 0.1)
-                     .astype(layout.kv_dtype))
+        cache.append([(rng.standard_normal((frames, layout.attention_layers, 2, 2, layout.inner)) * 0.1)
+                      .astype(layout.kv_dtype)])
     return cache
 
 

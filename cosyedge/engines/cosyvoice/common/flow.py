@@ -453,7 +453,8 @@ class FlowStream:
         t_span = cosine_schedule(self.n_timesteps)
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(self.n_timesteps):
-            v, kv, self._conv[step] = estimator.run(None, {
+            # Outputs: the velocity, the chunk's keys/values (one array, or one per layer), the conv tails.
+            v, *kv, self._conv[step] = estimator.run(None, {
                 "x": np.stack([x, x]), "mu": mu_in, "t": np.full(2, t, dtype=np.float32), "spks": spks_in,
                 "cond": cond_in, "conv": self._conv[step], **self._kv[step].feeds()})
             self._kv[step].append(kv)
