@@ -37,7 +37,7 @@ from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDet
 from cosyedge.engines.cosyvoice import versions
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
-from cosyedge.engines.cosyvoice.common.llm import SpeechLM
+from cosyedge.engines.cosyvoice.common.llm import MAX_TOKEN_TEXT_RATIO, SpeechLM
 from cosyedge.engines.cosyvoice.common.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.common.tokenizer import END_OF_PROMPT, TextTokenizer
@@ -346,18 +346,22 @@ class CosyVoiceEngine:
         """One sentence as hops (LLM decoding overlapped with flow + HiFT, :mod:`hops`)."""
         prompt_text, prompt_speech, flow_tokens, flow_mel, embedding = conditioning
         renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=options.n_timesteps,
-                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20))
+                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20),
+                                         expected_tokens=int(MAX_TOKEN_TEXT_RATIO * len(text_ids)))
         sr = self.capabilities.sample_rate
-        with self.using_lm() as lm:
-            def decode(stop):  # noqa: ANN001, ANN202
-                return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
+        try:
+            with self.using_lm() as lm:
+                def decode(stop):  # noqa: ANN001, ANN202
+                    return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
 
-            for audio, last in stream_hops(decode, renderer, cancelled):
-                if last and progress is not None:
-                    progress(index + 1, total)
-                notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
-                yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
-                                 index=index, total=total, continues=not last, notes=notes)
+                for audio, last in stream_hops(decode, renderer, cancelled):
+                    if last and progress is not None:
+                        progress(index + 1, total)
+                    notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
+                    yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
+                                     index=index, total=total, continues=not last, notes=notes)
+        finally:  # a cancel, an error or a client gone: the flow's caches go now, not when collected
+            renderer.close()
 
     def close(self) -> None:
         with self._lm_lock:

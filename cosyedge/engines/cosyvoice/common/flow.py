@@ -28,11 +28,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from cosyedge.engines.cosyvoice.common.flow_cache import BlockedStepCache, GrowingRows, PackedStepCache
 from cosyedge.errors import ParameterError
 
 logger = logging.getLogger(__name__)
@@ -63,7 +65,12 @@ def cosine_schedule(n_timesteps: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StreamLayout:
-    """Chunk size and cache shapes of the chunk-step graphs (the manifest's ``flow.stream``)."""
+    """Chunk size and cache shapes of the chunk-step graphs (the manifest's ``flow.stream``).
+
+    ``kv_layout`` is how the estimator step takes its key/value cache: ``chunk_blocked`` (per layer, in
+    the layout its attention reads: :class:`~cosyedge.engines.cosyvoice.common.flow_cache.BlockedStepCache`)
+    or, in models converted before that existed (no ``kv_layout`` in the manifest), ``frame_packed``.
+    """
 
     chunk_tokens: int = 25
     conv_tail: int = 2
@@ -75,16 +82,31 @@ class StreamLayout:
     conv_layers: int = 31
     conv_channels: int = 512
     kv_dtype: str = "float32"   # the estimator's key/value cache (float16 in int8 models)
+    kv_layout: str = "frame_packed"
+    heads: int = 8
+    head_dim: int = 64
+    chunk_frames: int = 50
 
     @classmethod
     def from_dict(cls, values: dict) -> "StreamLayout":
-        return cls(**{k: (str(values[k]) if k == "kv_dtype" else int(values[k]))
+        return cls(**{k: (str(values[k]) if k in ("kv_dtype", "kv_layout") else int(values[k]))
                       for k in cls.__dataclass_fields__ if k in values})
+
+    @property
+    def blocked(self) -> bool:
+        return self.kv_layout == "chunk_blocked"
 
     def cache_bytes_per_frame(self, n_timesteps: int) -> int:
         """Estimator key/value bytes one mel frame adds (every step, both CFG rows): the memory a
         streamed sentence grows by, since every chunk attends to all earlier ones."""
         return self.attention_layers * 2 * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * n_timesteps
+
+    def step_cache(self, frames: int = 0):
+        """An empty key/value cache for one Euler step, with room for ``frames`` frames."""
+        if self.blocked:
+            return BlockedStepCache(self.attention_layers, self.heads, self.head_dim, self.chunk_frames,
+                                    self.kv_dtype, capacity_chunks=-(-frames // self.chunk_frames))
+        return PackedStepCache(self.attention_layers, self.inner, self.kv_dtype, capacity_frames=frames)
 
 
 class FlowDecoder:
@@ -104,6 +126,13 @@ class FlowDecoder:
         self.stream_sessions = stream_sessions
         self.stream_layout = stream_layout if stream_sessions else None
         self.prompt_states = PromptStates()
+        self._streams: weakref.WeakSet = weakref.WeakSet()
+
+    @property
+    def stream_cache_bytes(self) -> int:
+        """Bytes the caches of the streams still open hold now (the voice prompt states aside): what
+        streaming holds beyond the models; 0 once every stream has finished or been closed."""
+        return sum(stream.cache_bytes for stream in list(self._streams))
 
     @property
     def can_stream(self) -> bool:
@@ -179,8 +208,10 @@ class FlowDecoder:
             raise ParameterError("this model directory has no streaming flow graphs; convert it again")
         prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps)
         key = PromptStates.key(prompt_tokens, prompt_mel, embedding, steps)
-        return FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
-                          cached=self.prompt_states.take(key), cache_key=key)
+        stream = FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
+                            cached=self.prompt_states.take(key), cache_key=key)
+        self._streams.add(stream)
+        return stream
 
     def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
                  embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
@@ -200,42 +231,8 @@ class FlowDecoder:
         return mel[:, prompt_mel.shape[0]:]
 
 
-#: How much a full :class:`_Growing` buffer grows by: the key/value cache is most of a streamed
-#: sentence's memory (2.2 MiB per frame at 10 steps in float16), so doubling would leave up to half
-#: of it unused (a 650-frame sentence in 1024 frames' room); a quarter costs a few more copies.
-GROWTH = 1.25
-
-
-class _Growing:
-    """A time-first buffer that appends in place (capacity grows by :data:`GROWTH`) and hands out
-    its prefix."""
-
-    def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64, dtype: str = "float32") -> None:
-        self._data = np.zeros((capacity, *tail_shape), dtype=dtype)
-        self.length = 0
-
-    def append(self, rows: np.ndarray) -> None:
-        end = self.length + rows.shape[0]
-        if end > self._data.shape[0]:
-            grown = np.zeros((max(end, int(GROWTH * self._data.shape[0]) + 1), *self._data.shape[1:]),
-                             dtype=self._data.dtype)
-            grown[:self.length] = self._data[:self.length]
-            self._data = grown
-        self._data[self.length:end] = rows
-        self.length = end
-
-    def view(self) -> np.ndarray:
-        return self._data[:self.length]
-
-    def compact(self, length: int, spare: int) -> "_Growing":
-        """The first ``length`` rows in a buffer of their own with room for ``spare`` more."""
-        out = _Growing(self._data.shape[1:], capacity=length + spare, dtype=str(self._data.dtype))
-        out.append(self._data[:length])
-        return out
-
-    @property
-    def nbytes(self) -> int:
-        return self._data.nbytes
+#: The time-first buffer of the encoder's caches (and of the first converter's packed estimator cache).
+_Growing = GrowingRows
 
 
 @dataclass
@@ -245,9 +242,9 @@ class _PromptState:
     done: int
     pre_tail: np.ndarray
     up_tail: np.ndarray
-    kv_down: _Growing
-    kv_up: _Growing
-    kv: list[_Growing]
+    kv_down: GrowingRows
+    kv_up: GrowingRows
+    kv: list            # one step cache per Euler step (flow_cache)
     conv: list[np.ndarray]
 
     @property
@@ -303,6 +300,9 @@ class FlowStream:
     (``finalize=False`` with the 3 look-ahead tokens, ``finalize=True`` at the end); each chunk's work
     is done once. Chunks are counted from the first prompt token, so the first one that holds target
     tokens may also hold the prompt's last tokens (their frames are not returned).
+
+    Its caches (:mod:`~cosyedge.engines.cosyvoice.common.flow_cache`) are freed when it finishes or is
+    closed, however long the object itself is kept (a traceback may hold it).
     """
 
     def __init__(self, decoder: FlowDecoder, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
@@ -322,10 +322,9 @@ class FlowStream:
         d = layout.model_dim
         self._pre_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
         self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
-        self._kv_down = _Growing((layout.down_layers, 2, 1, d))
-        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=128)
-        self._kv = [_Growing((layout.attention_layers, 2, 2, layout.inner), capacity=128, dtype=layout.kv_dtype)
-                    for _ in range(n_timesteps)]
+        self._kv_down = GrowingRows((layout.down_layers, 2, 1, d))
+        self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=128)
+        self._kv = [layout.step_cache((self.n_prompt + layout.chunk_tokens) * self.ratio) for _ in range(n_timesteps)]
         self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
                       for _ in range(n_timesteps)]
         self._finished = False
@@ -350,6 +349,15 @@ class FlowStream:
         return (self._kv_down.nbytes + self._kv_up.nbytes + sum(kv.nbytes for kv in self._kv)
                 + sum(c.nbytes for c in self._conv))
 
+    def reserve(self, tokens: int) -> None:
+        """Room in the caches for the prompt and ``tokens`` target tokens, made now (one resize per
+        sentence; pages never written stay free, see flow_cache)."""
+        total = self.n_prompt + max(0, int(tokens))
+        self._kv_down.reserve(total)
+        self._kv_up.reserve(total * self.ratio)
+        for kv in self._kv:
+            kv.reserve(total * self.ratio)
+
     def push(self, tokens) -> np.ndarray:
         """Add target tokens; returns the mel [80, frames] of the chunks now complete (may be empty)."""
         if self._finished:
@@ -359,27 +367,27 @@ class FlowStream:
         return self._run(final=False)
 
     def finish(self) -> np.ndarray:
-        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends
-        and gives the voice's prompt state back to its decoder."""
-        mel = self._run(final=True)
-        self._finished = True
-        self._give_back_prompt_state()
-        return mel
+        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends,
+        gives the voice's prompt state back to its decoder and frees its caches."""
+        try:
+            return self._run(final=True)
+        finally:
+            self.close()
 
     @property
     def prompt_tokens(self) -> np.ndarray:
         return np.asarray(self._tokens[:self.n_prompt], dtype=np.int64)
 
-    def abandon(self) -> None:
-        """End the stream without computing the rest: the voice's prompt state goes back to its
-        decoder and the caches are freed (the sentence is then rendered whole, see
-        :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2WavStream`)."""
+    def close(self) -> None:
+        """End the stream without computing the rest (a cancel, or the sentence rendered whole, see
+        :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2WavStream`): the voice's prompt
+        state goes back to its decoder and the caches are freed. Closing twice does nothing."""
         self._finished = True
         self._give_back_prompt_state()
         layout, d = self.layout, self.layout.model_dim
-        self._kv_down = _Growing((layout.down_layers, 2, 1, d), capacity=0)
-        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=0)
-        self._kv, self._conv = [], []
+        self._kv_down = GrowingRows((layout.down_layers, 2, 1, d), capacity=0)
+        self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=0)
+        self._kv, self._conv = [layout.step_cache(0) for _ in self._kv], []
 
     def _take_snapshot(self) -> None:
         """Note the caches' lengths and copy the small tails once the prompt's own chunks are done
@@ -447,7 +455,7 @@ class FlowStream:
         for step in range(self.n_timesteps):
             v, kv, self._conv[step] = estimator.run(None, {
                 "x": np.stack([x, x]), "mu": mu_in, "t": np.full(2, t, dtype=np.float32), "spks": spks_in,
-                "cond": cond_in, "kv": self._kv[step].view(), "conv": self._conv[step]})
+                "cond": cond_in, "conv": self._conv[step], **self._kv[step].feeds()})
             self._kv[step].append(kv)
             x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
             t = np.float32(t + dt)

@@ -102,7 +102,7 @@ class Token2WavStream:
             logger.info("streamed flow cache would pass %.0f MB after %d tokens: rendering the sentence whole",
                         self.cache_budget / 2 ** 20, self.flow.tokens_pushed)
             self.limited = True
-            self.flow.abandon()
+            self.flow.close()
             self._mel = self._mel[:, :0]
         if self.limited:
             self._target.extend(int(t) for t in new)
@@ -120,6 +120,10 @@ class Token2WavStream:
             out.append(self.vocoder.push(hop))
             self._sent += out[-1].shape[0]
         return out
+
+    def close(self) -> None:
+        """Stop without the rest (a cancel or an error): the flow's caches are freed now."""
+        self.flow.close()
 
     def finish(self) -> np.ndarray:
         """The audio of the remaining tokens and the held-back tail."""
@@ -170,11 +174,21 @@ class Token2Wav:
         return self.flow.can_stream
 
     def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
-               rng: np.random.Generator | None = None, cache_budget: int = 0) -> Token2WavStream:
+               rng: np.random.Generator | None = None, cache_budget: int = 0,
+               expected_tokens: int = 0) -> Token2WavStream:
         """A hop-by-hop stream for one utterance (speed 1 only, as upstream's streaming); past
-        ``cache_budget`` bytes of flow cache (0 = no limit) it finishes the sentence whole."""
-        return Token2WavStream(self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps),
-                               HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng), cache_budget=cache_budget)
+        ``cache_budget`` bytes of flow cache (0 = no limit) it finishes the sentence whole.
+
+        ``expected_tokens``: the most target tokens the sentence can have (the LLM's limit), so that
+        the flow's caches are sized once, within the budget (0: they grow as tokens come)."""
+        flow = self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps)
+        if expected_tokens > 0:
+            tokens = expected_tokens
+            if cache_budget:
+                per_token = flow.ratio * flow.layout.cache_bytes_per_frame(flow.n_timesteps)
+                tokens = min(tokens, max(0, cache_budget // per_token - flow.n_prompt))
+            flow.reserve(tokens)
+        return Token2WavStream(flow, HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng), cache_budget=cache_budget)
 
     @property
     def sample_rate(self) -> int:
