@@ -359,7 +359,7 @@ def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_se
         served = httpx.post(server.url + "/gradio_api/upload", files={"files": upload}).json()[0]
 
     def generate() -> str:
-        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, 10]
+        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, None]
         event = httpx.post(server.url + "/gradio_api/call/clone", json={"data": data}).json()["event_id"]
         return httpx.get(f"{server.url}/gradio_api/call/clone/{event}", timeout=60).text
 
