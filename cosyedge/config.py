@@ -45,6 +45,9 @@ class Settings:
     # sentence is finished whole. ~2.2 MiB per mel frame at 10 steps: 1536 holds a 3 s prompt and
     # ~10.5 s of speech (docs/bench-log/cosyvoice.md, "The streamed flow's memory budget").
     stream_cache_max_mb: float = 1536.0
+    # CosyVoice: the quality mode of requests that name none (REST, OpenAI and Wyoming clients alike);
+    # the modes are defined in engines/cosyvoice/common/quality.py, checked when the service starts.
+    quality: str = "exact"
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
     asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use

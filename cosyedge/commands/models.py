@@ -40,6 +40,8 @@ def run_list(args: argparse.Namespace) -> int:
         mark = "*" if info.id == settings.model else " "
         print(f"{mark} {info.id}\t{info.engine}\t{info.capabilities_line()}\t{human_size(info.size_bytes)}"
               f"\t{info.licence}")
+        if info.reconvert:
+            print(f"    convert again? {info.reconvert}")
     for entry in unusable:
         print(f"! {entry.id}\tnot usable: {entry.problem}")
     return 0

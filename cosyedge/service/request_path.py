@@ -15,14 +15,15 @@ import logging
 from typing import Callable
 
 from cosyedge.audio import ConditionedPrompt
-from cosyedge.config import Settings
+from cosyedge.config import Settings, SettingsError
 from cosyedge.engines.base import MORE_LANGUAGES, CancelFn, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import CancelledError, CosyedgeError, ModelMissingError, NotFoundError, ParameterError, TextError
 from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine
 from cosyedge.notes import Note
-from cosyedge.service.reports import describe_match, flow_steps_notes, ignored_inputs
+from cosyedge.engines.cosyvoice.common.quality import check_quality, levers_for
+from cosyedge.service.reports import describe_match, flow_notes, ignored_inputs
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
-                                       UPSTREAM_FLOW_STEPS, PreparedRequest, ResolvedRequest, TTSRequest,
+                                       PreparedRequest, ResolvedRequest, TTSRequest,
                                        VoiceChoice)
 from cosyedge.service.pronunciations import check_inline
 from cosyedge.service.synthesis import check_text
@@ -63,11 +64,7 @@ class RequestPath:
         if not low <= float(request.speed) <= high:
             raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})",
                                  code="speed_out_of_range", speed=request.speed, low=low, high=high)
-        steps = request.flow_steps
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                  or not 1 <= steps <= UPSTREAM_FLOW_STEPS):
-            raise ParameterError(f"flow_steps must be a whole number 1-{UPSTREAM_FLOW_STEPS}, got {steps!r}",
-                                 code="flow_steps_out_of_range", steps=steps)
+        levers_for(request.quality, request.flow_steps)  # quality_unknown / flow_steps_out_of_range
         if request.language not in REQUEST_LANGUAGES:
             raise ParameterError(f"language {request.language!r} must be one of {', '.join(REQUEST_LANGUAGES)}",
                                  code="language_unknown", language=request.language, choices=REQUEST_LANGUAGES)
@@ -108,10 +105,12 @@ class RequestPath:
             raise ParameterError(f"the {engine.name} engine does not speak language {request.language!r} "
                                  f"(it speaks {', '.join(spoken)})", code="language_not_supported",
                                  language=request.language, engine=engine.name, choices=spoken)
+        quality = request.quality if request.quality is not None else self._settings().quality
         options = SynthesisOptions(speed=float(request.speed), language=request.language,
-                                   n_timesteps=request.flow_steps)
+                                   n_timesteps=request.flow_steps,
+                                   quality=quality if quality in engine.capabilities.quality_modes else None)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
-        notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
+        notes = ignored_inputs(request, engine) + flow_notes(request, engine, quality)
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode
@@ -140,7 +139,15 @@ class RequestPath:
         """
         request = prepared.request
         if request.voice_id is None and prepared.prompt is None:
-            preset = check_preset(request.speaker or "", list(engine.presets()))
+            presets = list(engine.presets())
+            if not presets and request.speaker in (None, "", "default"):
+                raise ParameterError(
+                    f"the model {engine.model_id} has no preset voices: it clones a voice from a recording of "
+                    "3-10 s. Send one (prompt_audio; the page's 3s quick clone) or use a saved voice (voice_id; "
+                    "on the command line: `python -m cosyedge library save NAME AUDIO --consent`, then "
+                    "`speak --voice-id ID`)",
+                    code="voice_needs_recording", model=engine.model_id)
+            preset = check_preset(request.speaker or "", presets)
             return VoiceChoice(preset, preset, Note("preset", code="voice_preset"))
         if request.voice_id is not None:
             prompt, text, info = self.library.load(request.voice_id)
@@ -227,10 +234,20 @@ class RequestPath:
         return applied.plan, applied.options, choice
 
 
+def check_quality_setting(settings: Settings) -> Settings:
+    """``settings`` when its ``quality`` names a mode; a SettingsError naming the variable and the
+    modes otherwise (the server default applies to every request that names none)."""
+    try:
+        check_quality(settings.quality)
+    except ParameterError as exc:
+        raise SettingsError(f"quality: {exc.message} (set COSYEDGE_QUALITY or --quality)") from None
+    return settings
+
+
 def check_preset(name: str, presets: list[str]) -> str:
     """The preset ``name`` stands for among the engine's ``presets`` ("" or "default": the first);
     NotFoundError (``preset_unknown``) listing them when it is none of them."""
-    if not presets:  # a clone-only model (CosyVoice-300M base): its engine names what is missing
+    if not presets:  # a clone-only model: the resolver or its engine says that it clones from a recording
         return name
     if name in ("", "default"):
         return presets[0]

@@ -368,7 +368,7 @@ def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_se
         served = httpx.post(server.url + "/gradio_api/upload", files={"files": upload}).json()[0]
 
     def generate() -> str:
-        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, 10]
+        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, None]
         event = httpx.post(server.url + "/gradio_api/call/clone", json={"data": data}).json()["event_id"]
         return httpx.get(f"{server.url}/gradio_api/call/clone/{event}", timeout=60).text
 
@@ -635,3 +635,31 @@ def test_the_language_dropdowns_offer_the_loaded_engines_languages(make_service,
     kokoro = languages.fn("ko", "ja", "auto")
     assert all(offered(u) == ["auto", "zh", "en", "ja"] for u in kokoro)
     assert [u["value"] for u in kokoro] == ["auto", "ja", "auto"]
+
+
+def test_the_quality_control_shows_only_while_the_served_engine_has_modes(make_service, fake_factory):
+    """One quality control per generate tab: hidden on an engine without modes (Kokoro), showing the
+    modes with the server's default once a CosyVoice-like engine has loaded; the request carries the
+    choice only where it means something."""
+    from cosyedge.service.requests import QUALITY_NAMES
+    from cosyedge.web.ui import quality_field
+
+    service = make_service()
+    demo = build_ui(service)
+    events = [f for f in demo.fns.values() if getattr(f.fn, "__name__", None) == "qualities"]
+    assert events, "no event refreshes the quality controls"
+    assert [getattr(o, "elem_id", None) for o in events[0].outputs] == [
+        "clone-quality", "instruct-quality", "preset-quality"]
+    qualities = events[0]
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    hidden = qualities.fn(None, None, None)
+    assert all(u["visible"] is False and u["choices"] == [] for u in hidden)
+    assert quality_field(service, "live") is None  # a hidden control's value never reaches the request
+
+    fake_factory.engine_kwargs["quality_modes"] = QUALITY_NAMES
+    service.holder.unload()
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    shown = qualities.fn("live", None, "nonsense")
+    assert all(u["visible"] is True and [m for _, m in u["choices"]] == list(QUALITY_NAMES) for u in shown)
+    assert [u["value"] for u in shown] == ["live", "exact", "exact"]  # exact: the server's default
+    assert quality_field(service, "live") == "live"

@@ -96,17 +96,35 @@ class StreamLayout:
     def blocked(self) -> bool:
         return self.kv_layout == "chunk_blocked"
 
-    def cache_bytes_per_frame(self, n_timesteps: int) -> int:
-        """Estimator key/value bytes one mel frame adds (every step, both CFG rows): the memory a
-        streamed sentence grows by, since every chunk attends to all earlier ones."""
-        return self.attention_layers * 2 * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * n_timesteps
+    def cache_bytes_per_frame(self, n_timesteps: int, cfg_steps: int | None = None) -> int:
+        """Estimator key/value bytes one mel frame adds (every step; both CFG rows on a guided step,
+        one on the others, see :func:`cfg_rows`): the memory a streamed sentence grows by, since every
+        chunk attends to all earlier ones (unless its left context is bounded)."""
+        rows = sum(cfg_rows(step, cfg_steps) for step in range(n_timesteps))
+        return self.attention_layers * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * rows
 
-    def step_cache(self, frames: int = 0):
-        """An empty key/value cache for one Euler step, with room for ``frames`` frames."""
+    def step_cache(self, frames: int = 0, batch: int = 2, ring: int = 0):
+        """An empty key/value cache for one Euler step (``batch`` rows: 2 with CFG, 1 without), with
+        room for ``frames`` frames; ``ring`` > 0 (chunk-blocked only): a ring of that many chunks
+        (:meth:`~cosyedge.engines.cosyvoice.common.flow_cache.BlockedStepCache.ring_of`)."""
         if self.blocked:
             return BlockedStepCache(self.attention_layers, self.heads, self.head_dim, self.chunk_frames,
-                                    self.kv_dtype, capacity_chunks=-(-frames // self.chunk_frames))
-        return PackedStepCache(self.attention_layers, self.inner, self.kv_dtype, capacity_frames=frames)
+                                    self.kv_dtype, capacity_chunks=-(-frames // self.chunk_frames), batch=batch,
+                                    ring=ring)
+        return PackedStepCache(self.attention_layers, self.inner, self.kv_dtype, capacity_frames=frames,
+                               batch=batch)
+
+    @property
+    def can_bound_context(self) -> bool:
+        """True when a stream's left context can be bounded (the chunk-blocked cache drops its oldest
+        chunks; the first converter's packed cache keeps every frame)."""
+        return self.blocked
+
+
+def cfg_rows(step: int, cfg_steps: int | None) -> int:
+    """The estimator's batch at Euler step ``step`` (0-based): 2 (conditional and unconditional rows,
+    classifier-free guidance) on the first ``cfg_steps`` steps (None: every step), else 1."""
+    return 2 if cfg_steps is None or step < cfg_steps else 1
 
 
 class FlowDecoder:
@@ -158,10 +176,13 @@ class FlowDecoder:
         return self.estimator_session.run(None, feeds)[0]
 
     def solve(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray, n_timesteps: int,
-              cfg_rate: float | None = None, noise: np.ndarray | None = None) -> np.ndarray:
+              cfg_rate: float | None = None, noise: np.ndarray | None = None,
+              cfg_steps: int | None = None) -> np.ndarray:
         """Euler CFM from the fixed noise: mu/cond [80, T], spks [80] -> mel [80, T].
 
-        ``noise`` [80, T] starts from there instead (CosyVoice-300M draws fresh noise per call)."""
+        ``noise`` [80, T] starts from there instead (CosyVoice-300M draws fresh noise per call).
+        ``cfg_steps``: guidance on the first that many steps only (None: every step, upstream); the
+        others run the conditional row alone (:func:`cfg_rows`)."""
         n_frames = mu.shape[1]
         rate = np.float32(self.params.inference_cfg_rate if cfg_rate is None else cfg_rate)
         x = (self.noise[:, :n_frames] if noise is None else np.asarray(noise, dtype=np.float32)).copy()
@@ -174,9 +195,13 @@ class FlowDecoder:
         t_span = cosine_schedule(n_timesteps)
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(1, n_timesteps + 1):
-            x_in = np.stack([x, x])
-            v = self.estimate(x_in, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
-            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            if cfg_rows(step - 1, cfg_steps) == 2:
+                x_in = np.stack([x, x])
+                v = self.estimate(x_in, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
+                x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            else:
+                v = self.estimate(x[None], mu_in[:1], np.full(1, t, dtype=np.float32), spks_in[:1], cond_in[:1])
+                x = x + dt * v[0]
             t = np.float32(t + dt)
             if step < n_timesteps:
                 dt = t_span[step + 1] - t
@@ -202,20 +227,30 @@ class FlowDecoder:
         n_prompt = min(prompt_tokens.shape[0], prompt_mel.shape[0] // p.token_mel_ratio)
         return prompt_tokens[:n_prompt], prompt_mel[:n_prompt * p.token_mel_ratio], embedding, steps
 
-    def stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None = None) -> "FlowStream":
-        """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs)."""
+    def stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None = None, *,
+               cfg_steps: int | None = None, left_chunks: int = 0) -> "FlowStream":
+        """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs).
+
+        ``cfg_steps`` as in :meth:`solve`; ``left_chunks`` > 0 bounds how many earlier chunks each
+        chunk's estimator attention sees (0: all, upstream), where the layout can
+        (:attr:`StreamLayout.can_bound_context`; elsewhere it is ignored)."""
         if not self.can_stream:
             raise ParameterError("this model directory has no streaming flow graphs; convert it again")
         prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps)
-        key = PromptStates.key(prompt_tokens, prompt_mel, embedding, steps)
+        left_chunks = left_chunks if self.stream_layout.can_bound_context else 0
+        # the levers change every cached state: a prompt state is kept per setting of them
+        variant = f"{steps}" if cfg_steps is None and not left_chunks else f"{steps}/{cfg_steps}/{left_chunks}"
+        key = PromptStates.key(prompt_tokens, prompt_mel, embedding, variant)
         stream = FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
-                            cached=self.prompt_states.take(key), cache_key=key)
+                            cached=self.prompt_states.take(key), cache_key=key, cfg_steps=cfg_steps,
+                            left_chunks=left_chunks)
         self._streams.add(stream)
         return stream
 
     def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
-                 embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
-        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]."""
+                 embedding: np.ndarray, n_timesteps: int | None = None, cfg_steps: int | None = None) -> np.ndarray:
+        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]; ``cfg_steps``
+        as in :meth:`solve`."""
         p = self.params
         tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
         prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding,
@@ -227,7 +262,7 @@ class FlowDecoder:
         mu, spks = self.encode(np.concatenate([prompt_tokens, tokens]), embedding)
         cond = np.zeros_like(mu)
         cond[:, :prompt_mel.shape[0]] = prompt_mel.T
-        mel = self.solve(mu, spks, cond, steps)
+        mel = self.solve(mu, spks, cond, steps, cfg_steps=cfg_steps)
         return mel[:, prompt_mel.shape[0]:]
 
 
@@ -263,7 +298,7 @@ class PromptStates:
         self._lock = threading.Lock()
 
     @staticmethod
-    def key(prompt_tokens: np.ndarray, prompt_mel: np.ndarray, embedding: np.ndarray, steps: int) -> str:
+    def key(prompt_tokens: np.ndarray, prompt_mel: np.ndarray, embedding: np.ndarray, steps: int | str) -> str:
         digest = hashlib.sha1()
         for part in (prompt_tokens.astype(np.int64), prompt_mel.astype(np.float32), embedding.astype(np.float32)):
             digest.update(np.ascontiguousarray(part).tobytes())
@@ -307,7 +342,7 @@ class FlowStream:
 
     def __init__(self, decoder: FlowDecoder, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
                  embedding: np.ndarray, n_timesteps: int, cached: _PromptState | None = None,
-                 cache_key: str | None = None) -> None:
+                 cache_key: str | None = None, cfg_steps: int | None = None, left_chunks: int = 0) -> None:
         self.decoder = decoder
         layout = decoder.stream_layout
         self.layout = layout
@@ -317,6 +352,8 @@ class FlowStream:
         self.prompt_mel = prompt_mel                                   # [2P, 80]
         self.n_prompt = int(prompt_tokens.shape[0])
         self.n_timesteps = n_timesteps
+        self.cfg_steps = cfg_steps                                     # CFG on the first cfg_steps steps (None: all)
+        self.left_chunks = left_chunks                                 # earlier chunks attended (0: all)
         self._tokens = [int(t) for t in prompt_tokens]                  # every token so far, prompt first
         self._done = 0                                                 # tokens whose chunk is computed
         d = layout.model_dim
@@ -324,9 +361,10 @@ class FlowStream:
         self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
         self._kv_down = GrowingRows((layout.down_layers, 2, 1, d))
         self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=128)
-        self._kv = [layout.step_cache((self.n_prompt + layout.chunk_tokens) * self.ratio) for _ in range(n_timesteps)]
-        self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
-                      for _ in range(n_timesteps)]
+        self._kv = [layout.step_cache((self.n_prompt + layout.chunk_tokens) * self.ratio, batch=self._rows(step),
+                                      ring=left_chunks) for step in range(n_timesteps)]
+        self._conv = [np.zeros((layout.conv_layers, self._rows(step), layout.conv_tail, layout.conv_channels),
+                               dtype=np.float32) for step in range(n_timesteps)]
         self._finished = False
         # The prompt's chunks whose look-ahead is still prompt: the state after them is the voice's.
         chunk = layout.chunk_tokens
@@ -338,6 +376,12 @@ class FlowStream:
             self._done, self._pre_tail, self._up_tail = cached.done, cached.pre_tail, cached.up_tail
             self._kv_down, self._kv_up, self._kv, self._conv = cached.kv_down, cached.kv_up, cached.kv, cached.conv
             self._take_snapshot()
+            if left_chunks:  # the snapshot keeps the state's rings; this stream writes over copies
+                self._kv = [kv.ring_of(left_chunks) for kv in self._kv]
+
+    def _rows(self, step: int) -> int:
+        """The estimator's batch at Euler step ``step``: 2 with CFG, 1 without (:func:`cfg_rows`)."""
+        return cfg_rows(step, self.cfg_steps)
 
     @property
     def tokens_pushed(self) -> int:
@@ -391,18 +435,22 @@ class FlowStream:
 
     def _take_snapshot(self) -> None:
         """Note the caches' lengths and copy the small tails once the prompt's own chunks are done
-        (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone)."""
+        (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone).
+        A bounded stream's rings are overwritten as it goes: they are copied now."""
+        kv = [ring.ring_of(self.left_chunks) for ring in self._kv] if self.left_chunks else \
+            [cache.length for cache in self._kv]
         self._snapshot = (self._done, self._pre_tail.copy(), self._up_tail.copy(), self._kv_down.length,
-                          self._kv_up.length, [kv.length for kv in self._kv], [c.copy() for c in self._conv])
+                          self._kv_up.length, kv, [c.copy() for c in self._conv])
 
     def _give_back_prompt_state(self) -> None:
         if self._cache_key is None or self._snapshot is None:
             return
-        done, pre_tail, up_tail, down_len, up_len, kv_lens, conv = self._snapshot
+        done, pre_tail, up_tail, down_len, up_len, kv, conv = self._snapshot
         chunk, frames = self.layout.chunk_tokens, self.layout.chunk_tokens * self.ratio
+        if not self.left_chunks:
+            kv = [cache.compact(n, frames) for cache, n in zip(self._kv, kv)]
         state = _PromptState(done, pre_tail, up_tail, self._kv_down.compact(down_len, chunk),
-                             self._kv_up.compact(up_len, frames),
-                             [kv.compact(n, frames) for kv, n in zip(self._kv, kv_lens)], conv)
+                             self._kv_up.compact(up_len, frames), kv, conv)
         self._snapshot = None
         self.decoder.prompt_states.put(self._cache_key, state)
 
@@ -426,20 +474,38 @@ class FlowStream:
             return np.zeros((self.decoder.params.mel_bins, 0), dtype=np.float32)
         return np.concatenate(out, axis=1)
 
-    def _chunk(self, start: int, end: int) -> np.ndarray:
-        """Encoder step then the Euler steps for tokens [start, end); returns all its frames [80, 2L]."""
+    def preview(self, end: int) -> np.ndarray:
+        """The mel [80, frames] of the target tokens before token ``end`` (counted from the first prompt
+        token) that no chunk has given yet, rendered from the partial chunk up to ``end`` and left out
+        of the caches: what upstream's flow gives for a hop that ends inside a chunk. The chunk is
+        rendered again, whole, when its tokens and look-ahead are in. Needs the look-ahead tokens
+        after ``end`` (or the end of the sentence) and ``end`` within the chunk after the last one done."""
+        if self._finished:
+            raise ParameterError("this flow stream is finished")
+        chunk = self.layout.chunk_tokens
+        if not self._done < end <= min(self._done + chunk, len(self._tokens)):
+            raise ValueError(f"a preview ends inside the next chunk ({self._done}, {self._done + chunk}]; "
+                             f"got {end} with {len(self._tokens)} tokens")
+        mel = self._chunk(self._done, end, keep=False)
+        return mel[:, max(0, (self.n_prompt - self._done) * self.ratio):]
+
+    def _chunk(self, start: int, end: int, keep: bool = True) -> np.ndarray:
+        """Encoder step then the Euler steps for tokens [start, end); returns all its frames [80, 2L].
+        ``keep=False`` leaves every cache as it was (a :meth:`preview`)."""
         encoder, estimator = self.decoder.stream_sessions
         context = self._tokens[end:end + self.lookahead]
         n_context = len(context)
         context = context + [0] * (self.lookahead - n_context)
-        mu, spks, self._pre_tail, kv_down, self._up_tail, kv_up = encoder.run(None, {
+        mu, spks, pre_tail, kv_down, up_tail, kv_up = encoder.run(None, {
             "tokens": np.asarray(self._tokens[start:end], dtype=np.int64)[None],
             "context": np.asarray(context, dtype=np.int64)[None],
             "n_context": np.asarray([n_context], dtype=np.int64), "embedding": self.embedding,
             "pre_tail": self._pre_tail, "kv_down": self._kv_down.view(), "up_tail": self._up_tail,
             "kv_up": self._kv_up.view()})
-        self._kv_down.append(kv_down)
-        self._kv_up.append(kv_up)
+        if keep:
+            self._pre_tail, self._up_tail = pre_tail, up_tail
+            self._kv_down.append(kv_down)
+            self._kv_up.append(kv_up)
         f0, frames = start * self.ratio, mu.shape[2]
         mu_in = np.zeros((2, mu.shape[1], frames), dtype=np.float32)
         mu_in[0] = mu[0]
@@ -453,12 +519,15 @@ class FlowStream:
         t_span = cosine_schedule(self.n_timesteps)
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(self.n_timesteps):
-            # Outputs: the velocity, the chunk's keys/values (one array, or one per layer), the conv tails.
-            v, *kv, self._conv[step] = estimator.run(None, {
-                "x": np.stack([x, x]), "mu": mu_in, "t": np.full(2, t, dtype=np.float32), "spks": spks_in,
-                "cond": cond_in, "conv": self._conv[step], **self._kv[step].feeds()})
-            self._kv[step].append(kv)
-            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            rows = self._rows(step)  # 1: the conditional row alone, no CFG at this step
+            v, *kv, conv = estimator.run(None, {
+                "x": np.stack([x] * rows), "mu": mu_in[:rows], "t": np.full(rows, t, dtype=np.float32),
+                "spks": spks_in[:rows], "cond": cond_in[:rows], "conv": self._conv[step],
+                **self._kv[step].feeds()})
+            if keep:
+                self._conv[step] = conv
+                self._kv[step].append(kv)
+            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1] if rows == 2 else v[0])
             t = np.float32(t + dt)
             if step + 1 < self.n_timesteps:
                 dt = t_span[step + 2] - t

@@ -16,7 +16,9 @@ the layout the converter's chunk-step graph reads (``flow.stream.kv_layout = "ch
 
 Bounded left context is cheap here: :meth:`BlockedStepCache.drop_oldest` forgets the oldest chunks
 (the graph then reads ``buffer[layer, kind, start:chunks]``, still contiguous); their room is
-reused, by moving the kept chunks to the front, only when the buffer would otherwise grow.
+reused, by moving the kept chunks to the front, only when the buffer would otherwise grow. A stream
+bounded from its start (the ``quality`` modes' ``left_chunks``) keeps its chunks in a ring of that
+many slots instead (:meth:`BlockedStepCache.ring_of`): no copy per chunk and a fixed size.
 
 :class:`PackedStepCache` is the first streaming converter's layout (one input
 ``kv [frames, layers, 2, B, inner]``), kept so that models converted before the change still stream.
@@ -76,9 +78,9 @@ class PackedStepCache:
     ``kv [frames, layers, 2, B, inner]``, which the graph unpacks in every layer."""
 
     def __init__(self, layers: int, inner: int, dtype: str, capacity_frames: int = 128,
-                 rows: GrowingRows | None = None) -> None:
+                 rows: GrowingRows | None = None, batch: int = 2) -> None:
         self._layers, self._inner, self._dtype = layers, inner, dtype
-        self._rows = rows if rows is not None else GrowingRows((layers, 2, 2, inner), capacity_frames, dtype)
+        self._rows = rows if rows is not None else GrowingRows((layers, 2, batch, inner), capacity_frames, dtype)
 
     @property
     def length(self) -> int:
@@ -112,18 +114,21 @@ class BlockedStepCache:
     """
 
     def __init__(self, layers: int, heads: int, head_dim: int, chunk_frames: int, dtype: str,
-                 capacity_chunks: int = 1, batch: int = 2) -> None:
+                 capacity_chunks: int = 1, batch: int = 2, ring: int = 0) -> None:
         self.chunk_frames = chunk_frames
         self._block = (batch, heads, chunk_frames, head_dim)
         self._names = [(f"key_{i}", f"value_{i}") for i in range(layers)]
-        self._data = np.empty((layers, 2, max(0, capacity_chunks), *self._block), dtype=dtype)
+        # ring > 0: at most that many chunks, each new one written over the oldest (see ring_of)
+        self.ring = max(0, int(ring))
+        capacity = self.ring or max(0, capacity_chunks)
+        self._data = np.empty((layers, 2, capacity, *self._block), dtype=dtype)
         self._start = 0        # chunks before it are forgotten (bounded left context)
         self._end = 0          # chunks written
 
     @property
     def chunks(self) -> int:
         """Chunks the next call attends to."""
-        return self._end - self._start
+        return min(self._end, self.ring) if self.ring else self._end - self._start
 
     @property
     def length(self) -> int:
@@ -141,7 +146,8 @@ class BlockedStepCache:
         return self._data.nbytes
 
     def feeds(self) -> dict[str, np.ndarray]:
-        keys, values = self._data[:, 0, self._start:self._end], self._data[:, 1, self._start:self._end]
+        held = slice(0, self.chunks) if self.ring else slice(self._start, self._end)
+        keys, values = self._data[:, 0, held], self._data[:, 1, held]
         out = {}
         for i, (key, value) in enumerate(self._names):
             out[key], out[value] = keys[i], values[i]
@@ -151,6 +157,10 @@ class BlockedStepCache:
         """Keep a chunk's keys/values (one array per layer); a partial chunk (the sentence's last) is
         not kept."""
         if shares[0].shape[3] != self.chunk_frames:
+            return
+        if self.ring:
+            self._data[:, :, self._end % self.ring] = kv_out
+            self._end += 1
             return
         if self._end == self.capacity:
             self._make_room()
@@ -162,13 +172,30 @@ class BlockedStepCache:
     def reserve(self, frames: int) -> None:
         """Room for ``frames`` attended frames in all (one resize now instead of growing later)."""
         chunks = -(-int(frames) // self.chunk_frames)
-        if chunks > self.capacity - self._start:
+        if not self.ring and chunks > self.capacity - self._start:
             self._resize(chunks)
 
     def drop_oldest(self, chunks: int) -> None:
         """Forget the ``chunks`` oldest chunks (bounded left context): later calls attend to the rest.
         Costs nothing now; their room is reused when the buffer is full."""
         self._start = min(self._end, self._start + max(0, int(chunks)))
+
+    def ring_of(self, chunks: int) -> "BlockedStepCache":
+        """A copy holding this cache's chunks in a ring of ``chunks`` slots (at most the newest
+        ``chunks`` of them): from then on each chunk kept replaces the oldest, in place, so a bounded
+        left context costs neither a copy per chunk nor memory that grows. The chunks are not in time
+        order inside a ring: only for attention that does not depend on position (CosyVoice2's
+        estimator: none of its attention layers encodes position)."""
+        layers, _, _, batch, heads, _, head_dim = self._data.shape
+        out = BlockedStepCache(layers, heads, head_dim, self.chunk_frames, str(self._data.dtype),
+                               batch=batch, ring=chunks)
+        if self.ring:  # chunk i (counted from the first written) is in slot i % ring
+            slots = [i % self.ring for i in range(self._end - min(chunks, self.chunks), self._end)]
+        else:
+            slots = list(range(max(self._start, self._end - chunks), self._end))
+        for slot in slots:
+            out.append(self._data[:, :, slot])
+        return out
 
     def compact(self, frames: int, spare_frames: int) -> "BlockedStepCache":
         """The first ``frames`` frames (whole chunks) in a buffer of their own with room for
