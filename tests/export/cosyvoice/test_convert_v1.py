@@ -82,3 +82,27 @@ def test_refusals_name_the_problem(sources, tmp_path):
     with pytest.raises(InputError, match="does not match the sizes"):
         convert(wrong, tmp_path / "out", quantize="none")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_true_size_mismatch_names_both_values(sources, tmp_path):
+    """Sizes that upstream lets differ convert (tests/engines/cosyvoice/test_v1_parity.py, "unequal");
+    sizes upstream needs equal, or a yaml the checkpoint contradicts, are refused with both numbers."""
+    text = reference.yaml_text()
+    cases = {
+        # the flow encoder reads the token embedding: its input_size must be flow.input_size (44)
+        "flow.encoder.input_size is 40 but flow.input_size is 44":
+            text.replace("        input_size: 44\n        use_cnn_module", "        input_size: 40\n        use_cnn_module"),
+        # the yaml says 50 LLM units, llm.pt's feed-forward has 50: say 51 and the tensor contradicts it
+        "llm.llm.linear_units is 51, the checkpoint's llm.encoders.0.feed_forward.w_1.weight dimension 0 is 50":
+            text.replace("linear_units: 50", "linear_units: 51"),
+        "flow.length_regulator.out_channels is 81 but the mel bins upstream's CFM is written for is 80":
+            text.replace("sampling_ratios: [1, 1, 1, 1]", "sampling_ratios: [1, 1, 1, 1]\n        out_channels: 81"),
+    }
+    for expected, yaml in cases.items():
+        wrong = shutil.copytree(sources["CosyVoice-300M"], tmp_path / "src", dirs_exist_ok=True)
+        assert yaml != text
+        (wrong / "cosyvoice.yaml").write_text(yaml, encoding="utf-8")
+        with pytest.raises(InputError) as caught:
+            convert(wrong, tmp_path / "out", quantize="none", steps=["llm", "flow"])
+        assert expected in str(caught.value)
+    assert not (tmp_path / "out").exists()

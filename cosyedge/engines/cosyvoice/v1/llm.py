@@ -31,7 +31,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LMConfigV1:
-    """The exported LLM's shape (the manifest's ``config.llm``)."""
+    """The exported LLM's shape (the manifest's ``config.llm``).
+
+    ``input_size`` is the width of what the step graph reads (``llm_input_size``), ``hidden`` its
+    layers' width; models converted before the two were told apart have one size for both.
+    """
 
     hidden: int
     heads: int
@@ -40,9 +44,11 @@ class LMConfigV1:
     text_input: int
     speech_vocab: int
     eos: int
+    input_size: int
 
     @classmethod
     def from_dict(cls, values: dict) -> "LMConfigV1":
+        values = {"input_size": values["hidden"], **values}
         return cls(**{k: int(values[k]) for k in cls.__dataclass_fields__})
 
 
@@ -115,14 +121,14 @@ class SpeechLMv1:
         return self._gather("speech_embedding", ids)
 
     def encode_text(self, ids: Sequence[int]) -> np.ndarray:
-        """Text ids -> the LLM's text inputs [n, hidden] (causal text encoder + affine)."""
+        """Text ids -> the LLM's text inputs [n, input_size] (causal text encoder + affine)."""
         if not len(ids):
-            return np.zeros((0, self.config.hidden), dtype=np.float32)
+            return np.zeros((0, self.config.input_size), dtype=np.float32)
         embeds = self._gather("text_embedding", ids)[None]
         return self.text_session.run(None, {"embeds": embeds})[0][0]
 
     def speaker(self, embedding: np.ndarray) -> np.ndarray:
-        """campplus embedding [192] -> the LLM's speaker input [hidden] (L2-normalised, then affine)."""
+        """campplus embedding [192] -> the LLM's speaker input [input_size] (L2-normalised, then affine)."""
         e = np.asarray(embedding, dtype=np.float32).reshape(-1)
         e = e / max(float(np.sqrt(np.sum(e.astype(np.float64) ** 2))), 1e-12)
         return (np.asarray(self.tables["speaker_weight"], dtype=np.float32) @ e.astype(np.float32)
@@ -130,7 +136,7 @@ class SpeechLMv1:
 
     def build_prompt(self, text_ids: Sequence[int], prompt_text_ids: Sequence[int] = (),
                      prompt_speech_ids: Sequence[int] = (), embedding: np.ndarray | None = None) -> np.ndarray:
-        """``[sos, speaker?, encoded(prompt text + text), task id, prompt speech]`` as [N, hidden]."""
+        """``[sos, speaker?, encoded(prompt text + text), task id, prompt speech]`` as [N, input_size]."""
         special = np.asarray(self.tables["special_embedding"], dtype=np.float32)
         parts = [special[0:1]]
         if embedding is not None:
@@ -146,8 +152,8 @@ class SpeechLMv1:
         return [np.zeros(shape, dtype=np.float32) for _ in self._cache_names]
 
     def step(self, embeds: np.ndarray, cache: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Feed ``embeds [L, hidden]`` after ``cache``; return (log-probs of the next token, new cache)."""
-        embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(1, -1, self.config.hidden)
+        """Feed ``embeds [L, input_size]`` after ``cache``; return (log-probs of the next token, new cache)."""
+        embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(1, -1, self.config.input_size)
         total = cache[0].shape[2] + embeds.shape[1]
         feed = {"inputs_embeds": embeds}
         for layer, rows in enumerate(self.positions.upto(total)):

@@ -80,7 +80,51 @@ def modes_of(variant: str, has_presets: bool) -> list[str]:
 # Config
 # ----------------------------------------------------------------------------------------------
 
-def lm_config(config: dict[str, Any]):
+#: The mel bins upstream's v1 CFM hard-codes (``ConditionalCFM.forward_estimator``'s 80-channel buffers).
+MEL_BINS = 80
+
+
+def _same(what: str, value: int, other_what: str, other: int) -> None:
+    """Refuse two sizes that upstream's classes need equal, naming both (a checkpoint upstream cannot run)."""
+    if value != other:
+        raise InputError(f"{CONFIG_NAME}: {what} is {value} but {other_what} is {other}; upstream's classes "
+                         "need them equal, so this checkpoint cannot run as written")
+
+
+class _Sizes:
+    """One yaml section's sizes, each checked against the checkpoint's tensors where they show it.
+
+    A size comes from the yaml when it is written there (else upstream's default for the class); when
+    the state dict shows it too (a tensor's dimension, or how many layers there are) the two must
+    agree, and a disagreement names both values. Without a state dict (``None``) only the yaml counts.
+    """
+
+    def __init__(self, part: dict[str, Any], where: str, state: dict | None, source: str) -> None:
+        self.part, self.where, self.state, self.source = part, where, state, source
+
+    def get(self, key: str, default: int, tensor: str | None = None, axis: int = 0) -> int:
+        """``key`` of the section; ``tensor`` (a state-dict key) and ``axis`` show the same size,
+        ``axis=None`` the count of numbered layers under ``tensor`` (a prefix ending in ``.``)."""
+        value = int(self.part.get(key, default))
+        if self.state is None or tensor is None:
+            return value
+        if axis is None:
+            found = {k[len(tensor):].split(".", 1)[0] for k in self.state if k.startswith(tensor)}
+            shown, what = len({n for n in found if n.isdigit()}), f"layers under {tensor}*"
+        elif tensor in self.state:
+            shown, what = int(self.state[tensor].shape[axis]), f"{tensor} dimension {axis}"
+        else:
+            return value  # a missing tensor: the strict load names it
+        if shown != value:
+            written = "" if key in self.part else " (upstream's default: not written there)"
+            raise InputError(f"{self.source} does not match the sizes in {CONFIG_NAME}: {self.where}.{key} is "
+                             f"{value}{written}, the checkpoint's {what} is {shown}")
+        return value
+
+
+def lm_config(config: dict[str, Any], state: dict | None = None):
+    """The LLM's sizes from the yaml's ``llm`` section, each read on its own (none assumed equal) and
+    checked against ``llm.pt``'s tensors when ``state`` is given."""
     from cosyedge.export.cosyvoice.v1.nets import LMConfig
     from cosyedge.export.cosyvoice.common.upstream_config import section
 
@@ -94,18 +138,34 @@ def lm_config(config: dict[str, Any]):
             raise InputError(f"llm.{name}: only relative positions (rel_pos_espnet) are supported")
         if part.get("use_cnn_module") or part.get("macaron_style"):
             raise InputError(f"llm.{name}: conv module / macaron FFN are not CosyVoice-300M's; unsupported")
-    if int(llm.get("llm_input_size", 1024)) != int(lm.get("output_size", 1024)):
-        raise InputError("llm_input_size must equal the LLM's output_size")
+    top = _Sizes(llm, "llm", state, "llm.pt")
+    te, tr = _Sizes(text, "llm.text_encoder", state, "llm.pt"), _Sizes(lm, "llm.llm", state, "llm.pt")
+    text_input = top.get("text_encoder_input_size", 512, "text_embedding.weight", 1)
+    input_size = top.get("llm_input_size", 1024, "llm_embedding.weight", 1)
+    hidden = tr.get("output_size", 256, "llm.after_norm.weight")
+    # TransformerLM builds its embeddings and head from its own arguments and the encoders from
+    # theirs: where one feeds the other, upstream needs the two numbers equal.
+    _same("llm.text_encoder.input_size", te.get("input_size", text_input),
+          "llm.text_encoder_input_size (the text embedding's width)", text_input)
+    _same("llm.llm.input_size", tr.get("input_size", input_size), "llm.llm_input_size", input_size)
+    _same("llm.llm_output_size (the decoder head's input)", top.get("llm_output_size", hidden, "llm_decoder.weight", 1),
+          "llm.llm.output_size", hidden)
     return LMConfig(
-        text_vocab=int(llm.get("text_token_size", 51866)), text_input=int(llm.get("text_encoder_input_size", 512)),
-        text_hidden=int(text.get("output_size", 1024)), text_heads=int(text.get("attention_heads", 16)),
-        text_units=int(text.get("linear_units", 4096)), text_blocks=int(text.get("num_blocks", 6)),
-        hidden=int(lm.get("output_size", 1024)), heads=int(lm.get("attention_heads", 16)),
-        units=int(lm.get("linear_units", 4096)), blocks=int(lm.get("num_blocks", 14)),
-        speech_vocab=int(llm.get("speech_token_size", 4096)), spk_embed_dim=int(llm.get("spk_embed_dim", 192)))
+        text_vocab=top.get("text_token_size", 51866, "text_embedding.weight"), text_input=text_input,
+        text_hidden=te.get("output_size", 256, "text_encoder.after_norm.weight"),
+        text_heads=te.get("attention_heads", 4, "text_encoder.encoders.0.self_attn.pos_bias_u"),
+        text_units=te.get("linear_units", 2048, "text_encoder.encoders.0.feed_forward.w_1.weight"),
+        text_blocks=te.get("num_blocks", 6, "text_encoder.encoders.", None),
+        input_size=input_size, hidden=hidden, heads=tr.get("attention_heads", 4, "llm.encoders.0.self_attn.pos_bias_u"),
+        units=tr.get("linear_units", 2048, "llm.encoders.0.feed_forward.w_1.weight"),
+        blocks=tr.get("num_blocks", 6, "llm.encoders.", None),
+        speech_vocab=top.get("speech_token_size", 4096, "speech_embedding.weight"),
+        spk_embed_dim=top.get("spk_embed_dim", 192, "spk_embed_affine_layer.weight", 1))
 
 
-def flow_config(config: dict[str, Any]):
+def flow_config(config: dict[str, Any], state: dict | None = None):
+    """The flow's sizes from the yaml's ``flow`` section, each read on its own (none assumed equal) and
+    checked against ``flow.pt``'s tensors when ``state`` is given."""
     from cosyedge.export.cosyvoice.v1.nets import FlowConfigV1
     from cosyedge.export.cosyvoice.common.upstream_config import section
 
@@ -117,20 +177,38 @@ def flow_config(config: dict[str, Any]):
     est = section(config, "flow", "decoder", "estimator")
     if enc.get("use_cnn_module") or enc.get("macaron_style"):
         raise InputError("flow encoder with conv module or macaron FFN is not CosyVoice-300M's; unsupported")
-    if int(enc.get("output_size", 512)) != int(flow.get("input_size", 512)):
-        raise InputError("flow encoder output_size must equal flow input_size")
-    if int(reg.get("channels", 80)) != int(flow.get("output_size", 80)) or reg.get("out_channels") not in (None, 80):
-        raise InputError("length regulator channels must be the 80 mel bins")
+    if str(est.get("act_fn", "snake")) != "gelu":
+        raise InputError(f"flow.decoder.estimator.act_fn is {est.get('act_fn', 'snake (the default)')!r}; "
+                         "CosyVoice-300M's is 'gelu', the only one supported")
+    top, en = _Sizes(flow, "flow", state, "flow.pt"), _Sizes(enc, "flow.encoder", state, "flow.pt")
+    rg, es = _Sizes(reg, "flow.length_regulator", state, "flow.pt"), _Sizes(est, "flow.decoder.estimator", state, "flow.pt")
+    input_size = top.get("input_size", 512, "input_embedding.weight", 1)
+    output_size = top.get("output_size", MEL_BINS, "encoder_proj.weight")
+    # MaskedDiffWithXvec embeds the tokens at its input_size and projects from encoder.output_size():
+    # the encoder's own input_size must be the first; its output_size is its own.
+    _same("flow.encoder.input_size", en.get("input_size", input_size), "flow.input_size", input_size)
+    _same("flow.output_size", output_size, "the mel bins upstream's CFM is written for", MEL_BINS)
+    channels = rg.get("channels", output_size, "length_regulator.model.0.weight", 1)
+    _same("flow.length_regulator.channels", channels, "flow.output_size", output_size)
+    _same("flow.length_regulator.out_channels", int(reg.get("out_channels") or channels),
+          "the mel bins upstream's CFM is written for", MEL_BINS)
+    _same("flow.decoder.estimator.in_channels", es.get("in_channels", 4 * MEL_BINS),
+          "4 x the mel bins (noise, mu, speaker, prompt)", 4 * MEL_BINS)
+    _same("flow.decoder.estimator.out_channels", es.get("out_channels", MEL_BINS, "decoder.estimator.final_proj.weight"),
+          "the mel bins", MEL_BINS)
     return FlowConfigV1(
-        vocab_size=int(flow.get("vocab_size", 4096)), input_size=int(flow.get("input_size", 512)),
-        output_size=int(flow.get("output_size", 80)), spk_embed_dim=int(flow.get("spk_embed_dim", 192)),
-        input_frame_rate=int(flow.get("input_frame_rate", 50)),
-        attention_heads=int(enc.get("attention_heads", 8)), linear_units=int(enc.get("linear_units", 2048)),
-        num_blocks=int(enc.get("num_blocks", 6)), regulator_stages=len(reg.get("sampling_ratios", [1, 1, 1, 1])),
-        est_in_channels=int(est.get("in_channels", 320)), est_out_channels=int(est.get("out_channels", 80)),
+        vocab_size=top.get("vocab_size", 4096, "input_embedding.weight"), input_size=input_size,
+        encoder_size=en.get("output_size", 256, "encoder.after_norm.weight"), output_size=output_size,
+        spk_embed_dim=top.get("spk_embed_dim", 192, "spk_embed_affine_layer.weight", 1),
+        input_frame_rate=top.get("input_frame_rate", 50),
+        attention_heads=en.get("attention_heads", 4, "encoder.encoders.0.self_attn.pos_bias_u"),
+        linear_units=en.get("linear_units", 2048, "encoder.encoders.0.feed_forward.w_1.weight"),
+        num_blocks=en.get("num_blocks", 6, "encoder.encoders.", None),
+        regulator_stages=len(reg.get("sampling_ratios", [1, 1, 1, 1])), regulator_groups=rg.get("groups", 1),
+        est_in_channels=es.get("in_channels", 4 * MEL_BINS), est_out_channels=es.get("out_channels", MEL_BINS),
         est_channels=tuple(int(c) for c in est.get("channels", [256, 256])),
-        est_attention_head_dim=int(est.get("attention_head_dim", 64)), est_n_blocks=int(est.get("n_blocks", 4)),
-        est_num_mid_blocks=int(est.get("num_mid_blocks", 12)), est_num_heads=int(est.get("num_heads", 8)))
+        est_attention_head_dim=es.get("attention_head_dim", 64), est_n_blocks=es.get("n_blocks", 1),
+        est_num_mid_blocks=es.get("num_mid_blocks", 2), est_num_heads=es.get("num_heads", 4))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,8 +255,8 @@ def export_lm(ctx: ExportContext) -> None:
     from cosyedge.export.cosyvoice.common.flow import quiet_export
     from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
 
-    cfg = lm_config(ctx.config)
     state = _load_state(ctx.source_file("llm.pt"))
+    cfg = lm_config(ctx.config, state)
     text = {k: v for k, v in state.items() if k.startswith(("text_encoder.", "text_encoder_affine_layer."))}
     step = {k: v for k, v in state.items() if k.startswith(("llm.", "llm_decoder."))}
     tables = {"text_embedding.weight", "speech_embedding.weight", "llm_embedding.weight",
@@ -196,7 +274,7 @@ def export_lm(ctx: ExportContext) -> None:
                           "llm text encoder (causal Conformer + affine)")),
                           input_names=["embeds"], output_names=["encoded"],
                           dynamic_axes={"embeds": {1: "n"}, "encoded": {1: "n"}}, opset_version=OPSET, dynamo=False)
-        names, example, axes = ["inputs_embeds"], [torch.randn(1, 2, cfg.hidden)], {"inputs_embeds": {1: "L"}}
+        names, example, axes = ["inputs_embeds"], [torch.randn(1, 2, cfg.input_size)], {"inputs_embeds": {1: "L"}}
         outputs = ["logp"]
         for i in range(cfg.blocks):
             names += [f"past_key_{i}", f"past_value_{i}", f"pos_proj_{i}"]
@@ -224,7 +302,8 @@ def export_lm(ctx: ExportContext) -> None:
     if ctx.quantize == "int8":
         quantize_in_place(ctx, TEXT_ENCODER_FILE)
         weight_only_int8(ctx, LM_FILE)
-    ctx.runtime["llm"] = {"files": files, "hidden": cfg.hidden, "heads": cfg.heads, "head_dim": cfg.head_dim,
+    ctx.runtime["llm"] = {"files": files, "hidden": cfg.hidden, "input_size": cfg.input_size, "heads": cfg.heads,
+                          "head_dim": cfg.head_dim,
                           "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
                           "eos": cfg.speech_vocab, "text_vocab": cfg.text_vocab}
 
@@ -301,13 +380,13 @@ def export_flow_v1(ctx: ExportContext) -> None:
     from cosyedge.export.cosyvoice.common.flow import _cfg_rate, _mel_features, export_estimator, quiet_export
     from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
 
-    cfg = flow_config(ctx.config)
     state = _load_state(ctx.source_file("flow.pt"))
+    cfg = flow_config(ctx.config, state)
     front_state = {k: v for k, v in state.items() if not k.startswith(("decoder.", "length_regulator."))}
     reg_state = {k[len("length_regulator."):]: v for k, v in state.items() if k.startswith("length_regulator.")}
     est_state = {k[len("decoder.estimator."):]: v for k, v in state.items() if k.startswith("decoder.estimator.")}
-    front, regulator, estimator = FlowFrontV1(cfg).eval(), RegulatorConvs(80, cfg.regulator_stages).eval(), \
-        EstimatorV1(cfg).eval()
+    front, estimator = FlowFrontV1(cfg).eval(), EstimatorV1(cfg).eval()
+    regulator = RegulatorConvs(cfg.output_size, cfg.regulator_stages, cfg.regulator_groups).eval()
     _strict(front, front_state, "flow.pt (encoder)")
     _strict(regulator, reg_state, "flow.pt (length regulator)")
     _strict(estimator, est_state, "flow.pt (estimator)")
