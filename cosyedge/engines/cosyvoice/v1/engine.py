@@ -75,12 +75,15 @@ class CosyVoice1Engine(CosyVoiceEngine):
         from cosyedge.engines.cosyvoice.common.manifest import ModelDir
         from cosyedge.engines.cosyvoice.v1.tiktoken_bpe import TiktokenBPE
         from cosyedge.engines.cosyvoice.v1.token2wav import Token2WavV1
+        from cosyedge.host.cpus import usable_cpus
         from cosyedge.host.heap import trim_heap
 
         model = ModelDir.load(model_dir)
-        threads = int(getattr(settings, "threads", 0) or 0)
+        threads = int(getattr(settings, "threads", 0) or 0) or usable_cpus()
         frontend, about = model.config("frontend"), model.config("model")
-        lm_threads = max(1, (threads or 1) // 2)  # as CosyVoice2: decode is memory-bound
+        # A v1 sentence decodes, then renders: the LLM runs alone, so it gets every thread (two
+        # jobs at once share the session's threads, as flow and HiFT do).
+        lm_threads = threads
         tokenizer = TiktokenBPE.load(model.path / frontend.get("tokenizer", "tokenizer"))
         presets = read_presets(model)
         prompt_encoder = prompt_encoder_factory(model, threads, mel_per_token=None)

@@ -10,6 +10,15 @@ Which token to take is delegated to a chooser (:mod:`cosyedge.engines.cosyvoice.
 The step graph takes, per layer, the positional projections ``linear_pos(pe(r))`` of the offsets
 ``r = 0 .. T-1``. They depend on the offset only, so :class:`PositionTable` computes each row once
 (from the layers' ``linear_pos`` weights) and keeps it for every later step and sentence.
+
+Two step graphs exist (the manifest's ``config.llm.step_format``; docs/models.md):
+
+* format 2 (:class:`BufferedSteps`): the cache is one buffer per layer and kind, sized for the whole
+  sentence, that the graph writes in place (bound as input and output through onnxruntime's
+  IOBinding); the positional rows go in per head and channel (``[heads, head_dim, offsets]``), a
+  multiple of :data:`TABLE_ROWS` offsets at a time, rebuilt only when the sequence outgrows them. A step copies nothing that grows with the sequence.
+* format 1 (:class:`ConcatSteps`, models converted before format 2): the cache goes in and comes
+  out whole (the graph concatenates it) and the positional rows go in position-major.
 """
 
 from __future__ import annotations
@@ -28,6 +37,11 @@ from cosyedge.host.heap import trim_heap
 
 logger = logging.getLogger(__name__)
 
+#: The step graphs this runtime reads (``config.llm.step_format``; none written: 1).
+STEP_FORMATS = (1, 2)
+#: Format 2's positional rows are fed in multiples of this many offsets: a new table every 64 tokens.
+TABLE_ROWS = 64
+
 
 @dataclass(frozen=True)
 class LMConfigV1:
@@ -45,10 +59,12 @@ class LMConfigV1:
     speech_vocab: int
     eos: int
     input_size: int
+    #: Channels per head in a format-2 cache (``head_dim`` rounded up to 8 for onnxruntime's kernel).
+    cache_head_dim: int
 
     @classmethod
     def from_dict(cls, values: dict) -> "LMConfigV1":
-        values = {"input_size": values["hidden"], **values}
+        values = {"input_size": values["hidden"], "cache_head_dim": values["head_dim"], **values}
         return cls(**{k: int(values[k]) for k in cls.__dataclass_fields__})
 
 
@@ -82,14 +98,94 @@ class PositionTable:
             self.length = capacity
         return [self._rows[layer, :total] for layer in range(self.layers)]
 
+    def per_head(self, rows: int, heads: int) -> list[np.ndarray]:
+        """The first ``rows`` offsets of every layer as ``[1, heads, head_dim, rows]`` (a new contiguous
+        array per layer: what the format-2 graph reads without a transpose)."""
+        head_dim = self.hidden // heads
+        return [np.ascontiguousarray(table.reshape(rows, heads, head_dim).transpose(1, 2, 0))[None]
+                for table in self.upto(rows)]
+
+
+class ConcatSteps:
+    """One sequence on a format-1 step graph: the whole cache goes in and comes back each step."""
+
+    def __init__(self, lm: "SpeechLMv1") -> None:
+        self.lm = lm
+        self.cache = lm.empty_cache()
+
+    def __call__(self, embeds: np.ndarray) -> np.ndarray:
+        logp, self.cache = self.lm.step(embeds, self.cache)
+        return logp
+
+
+class BufferedSteps:
+    """One sequence on a format-2 step graph: the cache written in place, the positional rows per head.
+
+    ``capacity`` is the longest sequence this run may reach (the prompt plus the most tokens the
+    sentence may get); the buffers are zeroed pages the kernel maps as they are first written, so
+    the unused tail costs address space, not memory. One instance per sequence: two syntheses
+    share the session, each with its own buffers and binding.
+    """
+
+    def __init__(self, session, config: "LMConfigV1", positions: PositionTable, capacity: int) -> None:
+        import onnxruntime as ort
+
+        self.session, self.config, self.positions, self.capacity = session, config, positions, int(capacity)
+        shape = (1, config.heads, self.capacity, config.cache_head_dim)
+        self._binding = session.io_binding()
+        self._binding.bind_output("logp")
+        self._buffers: list = []
+        for layer in range(config.layers):
+            for kind in ("key", "value"):
+                buffer = np.zeros(shape, dtype=np.float32)
+                value = ort.OrtValue.ortvalue_from_numpy(buffer)
+                self._binding.bind_ortvalue_input(f"past_{kind}_{layer}", value)
+                self._binding.bind_ortvalue_output(f"present_{kind}_{layer}", value)
+                self._buffers.append((buffer, value))
+        self._tables: list = []
+        self._feeds: tuple = ()
+        self.length = 0
+
+    def _bind_positions(self, total: int) -> None:
+        rows = -(-total // TABLE_ROWS) * TABLE_ROWS
+        if self._tables and self._tables[0][0].shape[3] == rows:
+            return
+        import onnxruntime as ort
+
+        self._tables = []
+        for layer, table in enumerate(self.positions.per_head(rows, self.config.heads)):
+            value = ort.OrtValue.ortvalue_from_numpy(table)
+            self._binding.bind_ortvalue_input(f"pos_table_{layer}", value)
+            self._tables.append((table, value))
+
+    def __call__(self, embeds: np.ndarray) -> np.ndarray:
+        """Feed ``embeds [L, input_size]`` after what was fed before; the next token's log-probs."""
+        embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(1, -1, self.config.input_size)
+        total = self.length + embeds.shape[1]
+        if total > self.capacity:
+            raise ValueError(f"the LLM cache holds {self.capacity} positions, not {total}")
+        self._bind_positions(total)
+        self._feeds = (embeds, np.array([total - 1], dtype=np.int32), np.array(total, dtype=np.int32))
+        for name, array in zip(("inputs_embeds", "seqlens_k", "total_sequence_length"), self._feeds):
+            self._binding.bind_cpu_input(name, array)
+        self.session.run_with_iobinding(self._binding)
+        self.length = total
+        # a copy: the output's memory is onnxruntime's, and the next run may write it again
+        return np.array(self._binding.get_outputs()[0].numpy()[0])
+
 
 class SpeechLMv1:
     """``generate(text ids, prompt, speaker) -> speech tokens``; built from ready sessions and arrays."""
 
-    def __init__(self, text_session, step_session, config: LMConfigV1, tables: dict[str, np.ndarray]) -> None:
+    def __init__(self, text_session, step_session, config: LMConfigV1, tables: dict[str, np.ndarray],
+                 step_format: int = 1) -> None:
+        if step_format not in STEP_FORMATS:
+            raise ModelMissingError(f"this runtime reads CosyVoice-300M LLM step formats {STEP_FORMATS}, not "
+                                    f"{step_format}: update cosyedge, or convert the checkpoint again")
         self.text_session = text_session
         self.step_session = step_session
         self.config = config
+        self.step_format = step_format
         self.tables = tables
         self.positions = PositionTable(tables["pos_weight"])
         self._cache_names = [f"past_{kind}_{i}" for i in range(config.layers) for kind in ("key", "value")]
@@ -111,7 +207,7 @@ class SpeechLMv1:
         except (OSError, KeyError, ValueError) as exc:
             raise ModelMissingError(f"CosyVoice-300M LLM files in {model.path} are missing or broken ({exc}); "
                                     "convert the checkpoint again with `python -m cosyedge convert cosyvoice1`") from exc
-        return cls(text, step, LMConfigV1.from_dict(cfg), tables)
+        return cls(text, step, LMConfigV1.from_dict(cfg), tables, step_format=int(cfg.get("step_format", 1)))
 
     # -- inputs ---------------------------------------------------------------------------------
     def _gather(self, name: str, ids: Sequence[int]) -> np.ndarray:
@@ -147,12 +243,20 @@ class SpeechLMv1:
         return np.concatenate(parts, axis=0).astype(np.float32)
 
     # -- the step graph -------------------------------------------------------------------------
+    def steps(self, capacity: int) -> "BufferedSteps | ConcatSteps":
+        """A fresh sequence on the step graph: call it with each input, get the next log-probs;
+        ``capacity`` is the most positions it will be fed (format 2 sizes its cache from it)."""
+        if self.step_format == 2:
+            return BufferedSteps(self.step_session, self.config, self.positions, capacity)
+        return ConcatSteps(self)
+
     def empty_cache(self) -> list[np.ndarray]:
         shape = (1, self.config.heads, 0, self.config.head_dim)
         return [np.zeros(shape, dtype=np.float32) for _ in self._cache_names]
 
     def step(self, embeds: np.ndarray, cache: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Feed ``embeds [L, input_size]`` after ``cache``; return (log-probs of the next token, new cache)."""
+        """Format 1: feed ``embeds [L, input_size]`` after ``cache``; return (log-probs of the next token,
+        new cache)."""
         embeds = np.ascontiguousarray(embeds, dtype=np.float32).reshape(1, -1, self.config.input_size)
         total = cache[0].shape[2] + embeds.shape[1]
         feed = {"inputs_embeds": embeds}
@@ -174,12 +278,12 @@ class SpeechLMv1:
         eos = self.config.eos
         min_len, max_len = int(len(text_ids) * min_ratio), int(len(text_ids) * max_ratio)
         lm_input = self.build_prompt(text_ids, prompt_text_ids, prompt_speech_ids, embedding)
-        cache = self.empty_cache()
+        step = self.steps(len(lm_input) + max_len)
         tokens: list[int] = []
         for i in range(max_len):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
-            logp, cache = self.step(lm_input, cache)
+            logp = step(lm_input)
             if i == 0:  # upstream: the first step never ends the speech
                 logp = np.array(logp, copy=True)
                 logp[eos] = -np.inf
@@ -191,6 +295,7 @@ class SpeechLMv1:
             tokens.append(token)
             lm_input = self.embed_speech([token])
         logger.debug("LLM v1: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
+        del step  # the sentence's cache
         trim_heap()
         return tokens
 

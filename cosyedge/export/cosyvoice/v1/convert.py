@@ -41,7 +41,7 @@ LICENCE = {"weights": "Apache-2.0 (FunAudioLLM/CosyVoice-300M family; see its mo
            "tokenizer": "MIT (openai/whisper multilingual.tiktoken)"}
 
 TEXT_ENCODER_FILE = "llm_text_encoder.onnx"
-LM_FILE = "llm_step.onnx"
+LM_FILE = "llm_step.onnx"  # + llm_step.onnx.data
 FLOW_ENCODER_FILE = "flow_encoder.onnx"
 REGULATOR_FILE = "flow_regulator.onnx"
 ESTIMATOR_FILE = "flow_estimator.onnx"
@@ -251,41 +251,36 @@ def export_lm(ctx: ExportContext) -> None:
     """Step "llm": ``llm.pt`` -> text-encoder graph, step graph with KV cache, host-side tables."""
     import torch
 
-    from cosyedge.export.cosyvoice.v1.nets import LMStep, TextEncoder, positional_weights
     from cosyedge.export.cosyvoice.common.flow import quiet_export
+    from cosyedge.export.cosyvoice.common.llm import plan_for
     from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
+    from cosyedge.export.cosyvoice.v1.nets import TextEncoder, positional_weights
+    from cosyedge.export.cosyvoice.v1.step_graph import STEP_FORMAT, cache_head_dim, check_step_state
 
     state = _load_state(ctx.source_file("llm.pt"))
     cfg = lm_config(ctx.config, state)
+    plan = plan_for(ctx.quantize, ctx.options.get("llm_bits"))
     text = {k: v for k, v in state.items() if k.startswith(("text_encoder.", "text_encoder_affine_layer."))}
-    step = {k: v for k, v in state.items() if k.startswith(("llm.", "llm_decoder."))}
+    step = {k: v.detach().float().numpy() for k, v in state.items() if k.startswith(("llm.", "llm_decoder."))}
     tables = {"text_embedding.weight", "speech_embedding.weight", "llm_embedding.weight",
               "spk_embed_affine_layer.weight", "spk_embed_affine_layer.bias"}
     stray = sorted(set(state) - set(text) - set(step) - tables)
     missing = sorted(tables - set(state))
     if stray or missing:
         raise InputError(f"llm.pt is not a CosyVoice-300M TransformerLM (unexpected {stray[:3]}, missing {missing[:3]})")
-    encoder, lm = TextEncoder(cfg).eval(), LMStep(cfg).eval()
+    encoder = TextEncoder(cfg).eval()
     _strict(encoder, text, "llm.pt (text encoder)")
-    _strict(lm, step, "llm.pt (LLM)")
+    problem = check_step_state(step, cfg)
+    if problem:
+        raise InputError(f"llm.pt (LLM) does not match the sizes in {CONFIG_NAME}: {problem}")
 
     with torch.no_grad(), quiet_export():
         torch.onnx.export(encoder, (torch.randn(1, 7, cfg.text_input),), str(ctx.add_file(TEXT_ENCODER_FILE,
                           "llm text encoder (causal Conformer + affine)")),
                           input_names=["embeds"], output_names=["encoded"],
                           dynamic_axes={"embeds": {1: "n"}, "encoded": {1: "n"}}, opset_version=OPSET, dynamo=False)
-        names, example, axes = ["inputs_embeds"], [torch.randn(1, 2, cfg.input_size)], {"inputs_embeds": {1: "L"}}
-        outputs = ["logp"]
-        for i in range(cfg.blocks):
-            names += [f"past_key_{i}", f"past_value_{i}", f"pos_proj_{i}"]
-            example += [torch.randn(1, cfg.heads, 3, cfg.head_dim), torch.randn(1, cfg.heads, 3, cfg.head_dim),
-                        torch.randn(5, cfg.hidden)]
-            axes.update({f"past_key_{i}": {2: "P"}, f"past_value_{i}": {2: "P"}, f"pos_proj_{i}": {0: "T"},
-                         f"present_key_{i}": {2: "T"}, f"present_value_{i}": {2: "T"}})
-            outputs += [f"present_key_{i}", f"present_value_{i}"]
-        torch.onnx.export(lm, tuple(example), str(ctx.add_file(LM_FILE, "llm step (KV cache)")),
-                          input_names=names, output_names=outputs, dynamic_axes=axes, opset_version=OPSET,
-                          dynamo=False)
+    pos = positional_weights(state, cfg).float().numpy()
+    export_step_graph(ctx, step, cfg, plan, pos)
     files = {"text_encoder": TEXT_ENCODER_FILE, "step": LM_FILE}
     f32 = {k: v.detach().float().numpy() for k, v in state.items() if k in tables}
     files.update(_store_table(ctx, "text_embedding", f32["text_embedding.weight"], "llm.text_embedding"))
@@ -294,82 +289,44 @@ def export_lm(ctx: ExportContext) -> None:
             f32["llm_embedding.weight"])
     np.savez(ctx.add_file("llm_speaker_affine.npz", "llm.speaker_affine"),
              weight=f32["spk_embed_affine_layer.weight"], bias=f32["spk_embed_affine_layer.bias"])
-    pos = positional_weights(state, cfg).float().numpy()
     np.save(ctx.add_file("llm_pos_weight.npy", "llm.positional projections (linear_pos per layer)"),
             pos.astype(np.float16 if ctx.quantize == "int8" else np.float32))
     files.update({"special_embedding": "llm_special_embedding.npy", "speaker_affine": "llm_speaker_affine.npz",
                   "pos_weight": "llm_pos_weight.npy"})
     if ctx.quantize == "int8":
         quantize_in_place(ctx, TEXT_ENCODER_FILE)
-        weight_only_int8(ctx, LM_FILE)
-    ctx.runtime["llm"] = {"files": files, "hidden": cfg.hidden, "input_size": cfg.input_size, "heads": cfg.heads,
-                          "head_dim": cfg.head_dim,
-                          "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
+    ctx.runtime["llm"] = {"files": files, "step_format": STEP_FORMAT, "hidden": cfg.hidden,
+                          "input_size": cfg.input_size, "heads": cfg.heads, "head_dim": cfg.head_dim,
+                          "cache_head_dim": cache_head_dim(cfg.head_dim), "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
                           "eos": cfg.speech_vocab, "text_vocab": cfg.text_vocab}
 
 
-def weight_only_int8(ctx: ExportContext, name: str, block: int = 128) -> None:
-    """Every MatMul / Gemm with a constant weight in graph ``name`` -> weight-only int8 ``MatMulNBits``.
-
-    The LLM step runs one position at a time, where reading the weights is the cost: onnxruntime's
-    ``MatMulNBits`` (block-wise int8 weights, float activations; what the CosyVoice2 LLM uses) does that
-    GEMV faster than dynamic int8 (docs/bench-log/cosyvoice1.md, "CosyVoice-300M"). Block scales as
-    :func:`cosyedge.export.cosyvoice.common.llm.quantize_blocks`; the SNR of the outputs against fp32 is recorded.
-    """
+def export_step_graph(ctx: ExportContext, step: dict[str, np.ndarray], cfg, plan, pos: np.ndarray) -> None:
+    """Write the LLM step graph (:mod:`~cosyedge.export.cosyvoice.v1.step_graph`) with its weights in
+    ``llm_step.onnx.data`` (onnxruntime maps them and drops them once ``MatMulNBits`` has packed
+    them); with a quantized plan, record the log-prob SNR against the float32 graph."""
     import onnx
-    from onnx import helper, numpy_helper
 
-    from cosyedge.export.cosyvoice.common.llm import BLOCKS, quantize_blocks
-    from cosyedge.export.cosyvoice.common.quantize import output_snr
+    from cosyedge.export.cosyvoice.common.llm import FP32, move_weights_to_external_data
+    from cosyedge.export.cosyvoice.v1.step_graph import build_step_model, step_snr
 
-    path = ctx.out / name
-    model = onnx.load(str(path))
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    nodes, used, converted = [], set(), 0
-    for node in graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight = node.input[1] if len(node.input) > 1 else ""
-        gemm = node.op_type == "Gemm" and attrs.get("transB") == 1 and attrs.get("alpha", 1.0) == 1.0 \
-            and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA")
-        if weight in inits and (node.op_type == "MatMul" or gemm):
-            w = numpy_helper.to_array(inits[weight]).astype(np.float32)
-            w = w.T if gemm else w                                          # [K, N]
-            k, n = w.shape
-            size = next((b for b in sorted(BLOCKS, reverse=True) if b <= block and k % b == 0), 0)
-            if w.ndim == 2 and size:
-                codes, scale = quantize_blocks(w, 8, size)
-                graph.initializer.extend([numpy_helper.from_array(codes, weight + ".q8"),
-                                          numpy_helper.from_array(scale.reshape(-1), weight + ".scale")])
-                out = node.output[0] if not gemm or len(node.input) < 3 else node.output[0] + ".nobias"
-                nodes.append(helper.make_node("MatMulNBits", [node.input[0], weight + ".q8", weight + ".scale"],
-                                              [out], name=node.name + ".nbits", domain="com.microsoft", K=k, N=n,
-                                              bits=8, block_size=size, accuracy_level=4))
-                if out != node.output[0]:
-                    nodes.append(helper.make_node("Add", [out, node.input[2]], [node.output[0]], name=node.name + ".bias"))
-                    used.add(node.input[2])
-                converted += 1
-                continue
-        nodes.append(node)
-        used.update(node.input)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used.update(n for node in nodes for n in node.input)
-    keep = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
-    if not any(op.domain == "com.microsoft" for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    tmp = path.with_suffix(".nbits.onnx")
-    before = path.stat().st_size
-    onnx.save_model(model, str(tmp))
-    snr = output_snr(path, tmp)
-    tmp.replace(path)
-    ctx.quantization[name] = {"precision": f"int8-weight-only-block{block}", "ops": ["MatMulNBits"],
-                              "matmuls": converted, "snr_db_vs_fp32": {"logp": snr.get("logp")},
-                              "bytes_fp32": before, "bytes_int8": path.stat().st_size}
-    logger.info("%s: %d MatMuls as weight-only int8, %d -> %d bytes, logp SNR %s dB", name, converted, before,
-                path.stat().st_size, snr.get("logp"))
+    path = ctx.add_file(LM_FILE, "llm step (KV cache written in place)")
+    onnx.save_model(build_step_model(step, cfg, plan), str(path))
+    ctx.add_file(move_weights_to_external_data(path).name, "llm step weights")
+    record = {"precision": plan.label, "ops": ["MatMulNBits"] if plan.bits else ["MatMul"],
+              "weights": {"bits": plan.bits, "block": plan.block, "decoder_bits": plan.decoder_bits},
+              "matmuls": matmul_kinds(path)}
+    if plan.bits:
+        reference = ctx.out / "llm_step.fp32.onnx"
+        onnx.save_model(build_step_model(step, cfg, FP32), str(reference), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=reference.name + ".data", size_threshold=1024)
+        try:
+            record["snr_db_vs_fp32"] = {"logp": step_snr(reference, path, cfg, pos)}
+        finally:
+            reference.unlink()
+            (ctx.out / (reference.name + ".data")).unlink(missing_ok=True)
+    ctx.quantization[LM_FILE] = record
+    logger.info("%s: %s, logp SNR %s dB", LM_FILE, plan.label, record.get("snr_db_vs_fp32", {}).get("logp"))
 
 
 def export_flow_v1(ctx: ExportContext) -> None:
@@ -412,6 +369,27 @@ def export_flow_v1(ctx: ExportContext) -> None:
         "inference_cfg_rate": _cfg_rate(ctx.config), "noise": "drawn per call (upstream randn_like)",
     }
     ctx.runtime["features"] = _mel_features(ctx.config)
+
+
+def matmul_kinds(path: Path) -> dict[str, int]:
+    """How many products graph ``path`` has of each kind: ``int8-block128``, ``int4-block32``, ...
+    (``MatMulNBits``), ``fp32`` (``MatMul`` with a stored weight; a small model's widths may not
+    split into blocks)."""
+    import collections
+
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path), load_external_data=False)
+    stored = {init.name for init in model.graph.initializer}
+    kinds: collections.Counter = collections.Counter()
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "MatMulNBits":
+            kinds[f"int{attrs['bits']}-block{attrs['block_size']}"] += 1
+        elif node.op_type == "MatMul" and node.input[1] in stored:
+            kinds["fp32"] += 1
+    return dict(sorted(kinds.items()))
 
 
 def whisper_vocabulary() -> tuple[Path, dict[str, Any]]:

@@ -2,12 +2,11 @@
 
 What v1 has of its own, each in one place here:
 
-* the speech LLM (``TransformerLM``): a causal Conformer text encoder (:class:`TextEncoder`) and a
-  14-layer Transformer with relative positions run one step at a time on a KV cache
-  (:class:`LMStep`). Both use :class:`CausalRelPosAttention`, which takes the positional projections
-  ``linear_pos(pe(r))`` for the offsets ``r = 0 .. T-1`` as an input: they depend on nothing but the
-  offset, so the run time computes each row once and keeps it, instead of projecting ``2T - 1``
-  positions in every step as upstream does;
+* the speech LLM's causal Conformer text encoder (:class:`TextEncoder`), with
+  :class:`CausalRelPosAttention`, which takes the positional projections ``linear_pos(pe(r))`` for the
+  offsets ``r = 0 .. T-1`` as an input (they depend on nothing but the offset). The LLM's step graph
+  itself is written directly with ``onnx.helper`` (:mod:`cosyedge.export.cosyvoice.v1.step_graph`),
+  so that its cache is written in place; :func:`positional_weights` gives it the ``linear_pos`` rows;
 * the flow front (``MaskedDiffWithXvec``): a non-causal Conformer encoder without upsampling
   (:class:`FlowFrontV1`) and the length regulator's convolutions (:class:`RegulatorConvs`; its
   interpolation to 22050 / 256 frames per second runs on the host, where the lengths are);
@@ -120,24 +119,20 @@ class FeedForward(nn.Module):
 
 
 class CausalLayer(nn.Module):
-    """Pre-norm block: causal rel-pos attention, then FFN. Conformer (text encoder: ``norm_mha``/
-    ``norm_ff``, SiLU) and Transformer (LLM: ``norm1``/``norm2``, ReLU) differ only in names and activation."""
+    """The text encoder's pre-norm Conformer block (``norm_mha`` / ``norm_ff``, SiLU feed-forward, no
+    conv module): causal rel-pos attention, then the feed-forward."""
 
-    def __init__(self, dim: int, heads: int, hidden: int, conformer: bool) -> None:
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
         super().__init__()
-        self.conformer = conformer
         self.self_attn = CausalRelPosAttention(heads, dim)
-        self.feed_forward = FeedForward(dim, hidden, F.silu if conformer else F.relu)
-        first, second = ("norm_mha", "norm_ff") if conformer else ("norm1", "norm2")
-        setattr(self, first, nn.LayerNorm(dim, eps=1e-12))
-        setattr(self, second, nn.LayerNorm(dim, eps=1e-12))
-        self._norms = (first, second)
+        self.feed_forward = FeedForward(dim, hidden, F.silu)
+        self.norm_mha = nn.LayerNorm(dim, eps=1e-12)
+        self.norm_ff = nn.LayerNorm(dim, eps=1e-12)
 
     def forward(self, x, past_k, past_v, pos_proj):  # noqa: ANN001 - graph signature
-        norm_attn, norm_ff = (getattr(self, name) for name in self._norms)
-        h, k, v = self.self_attn(norm_attn(x), past_k, past_v, pos_proj)
+        h, k, v = self.self_attn(self.norm_mha(x), past_k, past_v, pos_proj)
         x = x + h
-        return x + self.feed_forward(norm_ff(x)), k, v
+        return x + self.feed_forward(self.norm_ff(x)), k, v
 
 
 class TextEncoder(nn.Module):
@@ -153,7 +148,7 @@ class TextEncoder(nn.Module):
         self.text_encoder = nn.Module()
         self.text_encoder.embed = LinearEmbed(cfg.text_input, cfg.text_hidden)
         self.text_encoder.encoders = nn.ModuleList(
-            [CausalLayer(cfg.text_hidden, cfg.text_heads, cfg.text_units, conformer=True)
+            [CausalLayer(cfg.text_hidden, cfg.text_heads, cfg.text_units)
              for _ in range(cfg.text_blocks)])
         self.text_encoder.after_norm = nn.LayerNorm(cfg.text_hidden, eps=1e-5)
         self.text_encoder_affine_layer = nn.Linear(cfg.text_hidden, cfg.input_size)
@@ -167,45 +162,6 @@ class TextEncoder(nn.Module):
         for layer in self.text_encoder.encoders:
             x, _, _ = layer(x, empty, empty, layer.self_attn.linear_pos(pe))
         return self.text_encoder_affine_layer(self.text_encoder.after_norm(x))
-
-
-class LegacyLinearEmbed(nn.Module):
-    """``linear_legacy`` input layer: Linear, LayerNorm, ReLU, then the ``sqrt(d)`` scale."""
-
-    def __init__(self, idim: int, odim: int) -> None:
-        super().__init__()
-        self.out = nn.ModuleDict({"0": nn.Linear(idim, odim), "1": nn.LayerNorm(odim, eps=1e-5)})
-        self.scale = math.sqrt(odim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.out["1"](self.out["0"](x))) * self.scale
-
-
-class LMStep(nn.Module):
-    """One LLM call: inputs [1, L, input_size] after a KV cache -> log-probs of the next token + the new cache.
-
-    Inputs per layer i: ``past_key_i`` / ``past_value_i`` [1, H, P, D] and ``pos_proj_i`` [P+L, H*D]
-    (see :class:`CausalRelPosAttention`). Holds the ``llm.*`` and ``llm_decoder.*`` keys of ``llm.pt``.
-    """
-
-    def __init__(self, cfg: LMConfig) -> None:
-        super().__init__()
-        self.llm = nn.Module()
-        self.llm.embed = LegacyLinearEmbed(cfg.input_size, cfg.hidden)
-        self.llm.encoders = nn.ModuleList([CausalLayer(cfg.hidden, cfg.heads, cfg.units, conformer=False)
-                                           for _ in range(cfg.blocks)])
-        self.llm.after_norm = nn.LayerNorm(cfg.hidden, eps=1e-5)
-        self.llm_decoder = nn.Linear(cfg.hidden, cfg.speech_vocab + 1)
-
-    def forward(self, inputs_embeds: torch.Tensor, *cache: torch.Tensor):
-        x = self.llm.embed(inputs_embeds)
-        presents = []
-        for i, layer in enumerate(self.llm.encoders):
-            past_k, past_v, pos_proj = cache[3 * i:3 * i + 3]
-            x, k, v = layer(x, past_k, past_v, pos_proj)
-            presents += [k, v]
-        last = self.llm.after_norm(x[:, -1])
-        return (torch.log_softmax(self.llm_decoder(last), dim=-1), *presents)
 
 
 def positional_weights(state: dict, cfg: LMConfig) -> "torch.Tensor":
