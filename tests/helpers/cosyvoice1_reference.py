@@ -46,6 +46,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 #: token embedding that feeds them.
 PRESETS["unequal"] = {**PRESETS["tiny"], "llm": {**PRESETS["tiny"]["llm"], "input": 40},
                       "flow": {**PRESETS["tiny"]["flow"], "encoder_size": 36}}
+#: "blocks": "tiny" with the LLM's widths multiples of 16, so that its step graph stores every product
+#: as MatMulNBits (block 16) at 8 and at 4 bits (the odd "tiny" widths fall back to float products).
+PRESETS["blocks"] = {**PRESETS["tiny"], "llm": {**PRESETS["tiny"]["llm"], "hidden": 48, "units": 64}}
 TEXT_VOCAB = 51866
 SPEECH_VOCAB = 4096
 EOS = SPEECH_VOCAB

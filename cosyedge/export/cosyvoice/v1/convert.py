@@ -425,7 +425,8 @@ WHISPER_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}
 
 def export_frontend_v1(ctx: ExportContext) -> None:
     """Step "frontend": the tiktoken vocabulary (+ its specials), campplus, the speech tokenizer, presets."""
-    from cosyedge.export.cosyvoice.common.llm import _parsed_onnx, move_weights_to_external_data, save_presets
+    from cosyedge.export.cosyvoice.common.llm import (_parsed_onnx, int8_speech_tokenizer, move_weights_to_external_data,
+                                                      save_presets)
     from cosyedge.catalog.manifest import sha256_file
 
     vocab, origin = whisper_vocabulary()
@@ -451,6 +452,8 @@ def export_frontend_v1(ctx: ExportContext) -> None:
     for name in ("campplus.onnx", SPEECH_TOKENIZER):
         source = read_source(ctx.source_file(name), _parsed_onnx)
         shutil.copyfile(source, ctx.add_file(name, "frontend." + name.split(".")[0]))
+    if ctx.options.get("speech_tokenizer_int8"):
+        ctx.quantization[SPEECH_TOKENIZER] = int8_speech_tokenizer(ctx.out / SPEECH_TOKENIZER)
     data = move_weights_to_external_data(ctx.out / SPEECH_TOKENIZER)
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
     runtime = {"tokenizer": TOKENIZER_DIR, "campplus": "campplus.onnx", "speech_tokenizer": SPEECH_TOKENIZER,
@@ -470,14 +473,20 @@ SPEC = ModelSpec(version=VERSION, label="CosyVoice-300M", config_name=CONFIG_NAM
 # ----------------------------------------------------------------------------------------------
 
 def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = None, force: bool = False,
-            steps: list[str] | None = None) -> dict[str, Any]:
-    """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there."""
+            steps: list[str] | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there.
+
+    ``options``: ``llm_bits`` (8 or 4: the LLM step graph's weights) and ``speech_tokenizer_int8``, as for
+    CosyVoice2; both need ``quantize="int8"`` and are refused before any step otherwise."""
     from cosyedge import __version__
     from cosyedge.export import require_torch
+    from cosyedge.export.cosyvoice.common.llm import check_options
     from cosyedge.export.cosyvoice.common.upstream_config import read_config
 
     require_torch()
     src, out = Path(src), Path(out)
+    options = {k: v for k, v in (options or {}).items() if v}
+    check_options(quantize, options)
     check_arguments(src, quantize, "CosyVoice-300M")
     if not (src / CONFIG_NAME).is_file():
         hint = " (it holds cosyvoice2.yaml: use `convert cosyvoice2`)" if (src / "cosyvoice2.yaml").is_file() else ""
@@ -507,5 +516,6 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
                                                encoding="utf-8")
         return manifest
 
-    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, spec=SPEC, quantize=quantize),
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, spec=SPEC, quantize=quantize,
+                                                      options=options),
                        EXPORT_STEPS, chosen, finish)
