@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         if encoded is not None and describe(encoded.meta):
             print(describe(encoded.meta), file=say)
         for note in resolved.notes:
-            if getattr(note, "code", "").startswith("flow_steps"):  # the steps used, said as they are
+            code = getattr(note, "code", "")
+            if code.startswith("flow_steps") or code == "instruct_as_controls":  # said as they are
                 print(note, file=say)
         if args.output == STDIO:
             return _stream_to_stdout(engine, resolved, settings.max_text_chars, say)

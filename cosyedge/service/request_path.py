@@ -111,6 +111,9 @@ class RequestPath:
                                    n_timesteps=request.flow_steps)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
         notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
+        instruct_notes = getattr(engine, "instruct_notes", None)  # why a model read it as controls
+        if plan is not None and not plan.native and callable(instruct_notes):
+            notes.extend(instruct_notes())
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode

@@ -37,6 +37,7 @@ from cosyedge.engines.cosyvoice.common.sampling import RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.v1.version import LANGUAGES
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError
+from cosyedge.notes import Note
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,18 @@ class CosyVoice1Engine(CosyVoiceEngine):
 
     def format_instruction(self, instruction: str) -> str:
         return format_instruction(instruction, 1)
+
+    def instruct_notes(self) -> tuple[Note, ...]:
+        """What the answer says when this model is given an instruction it cannot follow: the service
+        then reads it as app controls (speed, volume, pitch, voice), as for the embedded engine. Only
+        the Instruct model follows instructions; the others say so instead of refusing, because the
+        controls do apply."""
+        if "instruct" in self.modes:
+            return ()
+        return (Note(f"instruction read as app controls: {self.variant_name} ({self.model_id}) has no instruct "
+                     "mode (only CosyVoice-300M-Instruct follows instructions); what the app applied is "
+                     "listed with the instruction", code="instruct_as_controls", mode="instruct",
+                     model=self.model_id, model_name=self.variant_name),)
 
     def _refuse(self, mode: str, why: str) -> ParameterError:
         return ParameterError(f"{self.variant_name} ({self.model_id}) does not offer {mode} mode: {why}",
