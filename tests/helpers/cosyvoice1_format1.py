@@ -19,23 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyedge.catalog.manifest import sha256_file
-from cosyedge.export.cosyvoice.v1.nets import CausalRelPosAttention, FeedForward
-
-
-class _Layer(nn.Module):
-    """The LLM's pre-norm Transformer block (``norm1`` / ``norm2``, ReLU feed-forward)."""
-
-    def __init__(self, dim: int, heads: int, hidden: int) -> None:
-        super().__init__()
-        self.self_attn = CausalRelPosAttention(heads, dim)
-        self.feed_forward = FeedForward(dim, hidden, F.relu)
-        self.norm1 = nn.LayerNorm(dim, eps=1e-12)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-12)
-
-    def forward(self, x, past_k, past_v, pos_proj):  # noqa: ANN001 - graph signature
-        h, k, v = self.self_attn(self.norm1(x), past_k, past_v, pos_proj)
-        x = x + h
-        return x + self.feed_forward(self.norm2(x)), k, v
+from cosyedge.export.cosyvoice.v1.nets import CausalLayer
 
 
 class _Step(nn.Module):
@@ -46,7 +30,7 @@ class _Step(nn.Module):
         self.llm = nn.Module()
         self.llm.embed = nn.Module()
         self.llm.embed.out = nn.ModuleDict({"0": nn.Linear(input_size, hidden), "1": nn.LayerNorm(hidden, eps=1e-5)})
-        self.llm.encoders = nn.ModuleList([_Layer(hidden, heads, units) for _ in range(blocks)])
+        self.llm.encoders = nn.ModuleList([CausalLayer(hidden, heads, units, conformer=False) for _ in range(blocks)])
         self.llm.after_norm = nn.LayerNorm(hidden, eps=1e-5)
         self.llm_decoder = nn.Linear(hidden, vocab)
         self.scale = math.sqrt(hidden)

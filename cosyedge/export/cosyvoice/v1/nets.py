@@ -119,20 +119,25 @@ class FeedForward(nn.Module):
 
 
 class CausalLayer(nn.Module):
-    """The text encoder's pre-norm Conformer block (``norm_mha`` / ``norm_ff``, SiLU feed-forward, no
-    conv module): causal rel-pos attention, then the feed-forward."""
+    """Pre-norm block: causal rel-pos attention, then FFN. Conformer (text encoder: ``norm_mha``/
+    ``norm_ff``, SiLU) and Transformer (the LLM's layers, as the format-1 step graph ran them:
+    ``norm1``/``norm2``, ReLU) differ only in names and activation."""
 
-    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+    def __init__(self, dim: int, heads: int, hidden: int, conformer: bool) -> None:
         super().__init__()
+        self.conformer = conformer
         self.self_attn = CausalRelPosAttention(heads, dim)
-        self.feed_forward = FeedForward(dim, hidden, F.silu)
-        self.norm_mha = nn.LayerNorm(dim, eps=1e-12)
-        self.norm_ff = nn.LayerNorm(dim, eps=1e-12)
+        self.feed_forward = FeedForward(dim, hidden, F.silu if conformer else F.relu)
+        first, second = ("norm_mha", "norm_ff") if conformer else ("norm1", "norm2")
+        setattr(self, first, nn.LayerNorm(dim, eps=1e-12))
+        setattr(self, second, nn.LayerNorm(dim, eps=1e-12))
+        self._norms = (first, second)
 
     def forward(self, x, past_k, past_v, pos_proj):  # noqa: ANN001 - graph signature
-        h, k, v = self.self_attn(self.norm_mha(x), past_k, past_v, pos_proj)
+        norm_attn, norm_ff = (getattr(self, name) for name in self._norms)
+        h, k, v = self.self_attn(norm_attn(x), past_k, past_v, pos_proj)
         x = x + h
-        return x + self.feed_forward(self.norm_ff(x)), k, v
+        return x + self.feed_forward(norm_ff(x)), k, v
 
 
 class TextEncoder(nn.Module):
@@ -148,7 +153,7 @@ class TextEncoder(nn.Module):
         self.text_encoder = nn.Module()
         self.text_encoder.embed = LinearEmbed(cfg.text_input, cfg.text_hidden)
         self.text_encoder.encoders = nn.ModuleList(
-            [CausalLayer(cfg.text_hidden, cfg.text_heads, cfg.text_units)
+            [CausalLayer(cfg.text_hidden, cfg.text_heads, cfg.text_units, conformer=True)
              for _ in range(cfg.text_blocks)])
         self.text_encoder.after_norm = nn.LayerNorm(cfg.text_hidden, eps=1e-5)
         self.text_encoder_affine_layer = nn.Linear(cfg.text_hidden, cfg.input_size)
