@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -273,6 +273,15 @@ class SpeechLMv1:
                  cancelled: Callable[[], bool] | None = None,
                  on_step: Callable[[np.ndarray], None] | None = None) -> list[int]:
         """Speech tokens for ``text_ids``; lengths count ``text_ids`` only, as upstream does."""
+        return list(self.iter_tokens(text_ids, choose, prompt_text_ids, prompt_speech_ids, embedding, min_ratio,
+                                     max_ratio, cancelled, on_step))
+
+    def iter_tokens(self, text_ids: Sequence[int], choose: Chooser, prompt_text_ids: Sequence[int] = (),
+                    prompt_speech_ids: Sequence[int] = (), embedding: np.ndarray | None = None,
+                    min_ratio: float = MIN_TOKEN_TEXT_RATIO, max_ratio: float = MAX_TOKEN_TEXT_RATIO,
+                    cancelled: Callable[[], bool] | None = None,
+                    on_step: Callable[[np.ndarray], None] | None = None) -> Iterator[int]:
+        """:meth:`generate`'s tokens one at a time, as they are decoded (for streaming)."""
         if not len(text_ids):
             raise ParameterError("the text gave no tokens")
         eos = self.config.eos
@@ -280,24 +289,26 @@ class SpeechLMv1:
         lm_input = self.build_prompt(text_ids, prompt_text_ids, prompt_speech_ids, embedding)
         step = self.steps(len(lm_input) + max_len)
         tokens: list[int] = []
-        for i in range(max_len):
-            if cancelled is not None and cancelled():
-                raise CancelledError("synthesis cancelled")
-            logp = step(lm_input)
-            if i == 0:  # upstream: the first step never ends the speech
-                logp = np.array(logp, copy=True)
-                logp[eos] = -np.inf
-            if on_step is not None:
-                on_step(logp)
-            token = int(choose(logp, tokens, i < min_len))
-            if token == eos:
-                break
-            tokens.append(token)
-            lm_input = self.embed_speech([token])
-        logger.debug("LLM v1: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
-        del step  # the sentence's cache
-        trim_heap()
-        return tokens
+        try:
+            for i in range(max_len):
+                if cancelled is not None and cancelled():
+                    raise CancelledError("synthesis cancelled")
+                logp = step(lm_input)
+                if i == 0:  # upstream: the first step never ends the speech
+                    logp = np.array(logp, copy=True)
+                    logp[eos] = -np.inf
+                if on_step is not None:
+                    on_step(logp)
+                token = int(choose(logp, tokens, i < min_len))
+                if token == eos:
+                    break
+                tokens.append(token)
+                yield token
+                lm_input = self.embed_speech([token])
+            logger.debug("LLM v1: %d text ids -> %d speech tokens", len(text_ids), len(tokens))
+        finally:
+            del step  # the sentence's cache
+            trim_heap()
 
     def close(self) -> None:
         self.text_session = self.step_session = None
