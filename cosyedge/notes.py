@@ -28,6 +28,8 @@ NOTE_CODES = (
     # what an instruction did: the summary line (instruct.InstructPlan.message)
     "instruct_none", "instruct_native", "instruct_nothing_understood", "instruct_nothing_supported",
     "instruct_partly_applied", "instruct_applied",
+    # ... on a model of a family that follows instructions, when this model does not (engine.instruct_notes)
+    "instruct_as_controls",
     # ... its applied lines
     "instruct_control", "instruct_voice_preset", "instruct_voice_kept", "instruct_voice_instead",
     "instruct_voice_not", "instruct_voice_approximated", "instruct_emotion_approximated",

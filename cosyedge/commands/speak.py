@@ -134,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
         if encoded is not None and describe(engine, encoded):
             print(describe(engine, encoded), file=say)
         for note in resolved.notes:
-            # the levers used, how the voice was chosen, what the pronunciation dictionary did
-            if getattr(note, "code", "").startswith(VOICE_NOTE_PREFIXES + ("reading_", "quality")):
+            # the levers used, how the voice was chosen, what the pronunciation dictionary did, an
+            # instruction read as controls: said as they are
+            code = getattr(note, "code", "")
+            if code.startswith(VOICE_NOTE_PREFIXES + ("reading_", "quality")) or code == "instruct_as_controls":
                 print(note, file=say)
         if args.output == STDIO:
             return _stream_to_stdout(engine, resolved, settings.max_text_chars, say, args.captions)

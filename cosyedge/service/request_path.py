@@ -111,6 +111,9 @@ class RequestPath:
                                    quality=quality if quality in engine.capabilities.quality_modes else None)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
         notes = ignored_inputs(request, engine) + flow_notes(request, engine, quality)
+        instruct_notes = getattr(engine, "instruct_notes", None)  # why a model read it as controls
+        if plan is not None and not plan.native and callable(instruct_notes):
+            notes.extend(instruct_notes())
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode
