@@ -364,9 +364,24 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
 # -- estimator ---------------------------------------------------------------------------------------
 
 
+def synthetic_cache(layout, frames: int, rng: np.random.Generator):
+    """One Euler step's key/value cache holding ``frames`` frames of noise, in the model's layout."""
+    cache = layout.step_cache(frames)
+    if layout.blocked:
+        share = (rng.standard_normal((layout.attention_layers, 2, 2, layout.heads, layout.chunk_frames,
+                                      layout.head_dim)) * 0.1).astype(layout.kv_dtype)
+        for _ in range(frames // layout.chunk_frames):
+            cache.append(share)
+    else:
+        cache.append((rng.standard_normal((frames, layout.attention_layers, 2, 2, layout.inner)) * 0.1)
+                     .astype(layout.kv_dtype))
+    return cache
+
+
 def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -> dict:
     """One streamed estimator call (a 50-frame chunk, batch 2) against the frames already cached:
-    what the key/value cache costs per call as a sentence grows (no torch)."""
+    what the key/value cache costs per call as a sentence grows (no torch). Wall and process CPU
+    seconds, the median of ``reps``."""
     from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
     t2w = Token2Wav.load(work / "models" / MODEL_ID, threads=threads)
@@ -377,16 +392,21 @@ def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -
              "mu": rng.standard_normal((2, 80, frames)).astype(np.float32), "t": np.full(2, 0.5, np.float32),
              "spks": rng.standard_normal((2, 80)).astype(np.float32), "cond": np.zeros((2, 80, frames), np.float32),
              "conv": np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), np.float32)}
-    out: dict = {"stage": "estimator", "machine": machine_info(), "threads": threads, "kv_dtype": layout.kv_dtype, "calls": []}
+    out: dict = {"stage": "estimator", "machine": machine_info(), "threads": threads, "kv_dtype": layout.kv_dtype,
+                 "kv_layout": layout.kv_layout, "calls": []}
     for past in pasts:
-        kv = (rng.standard_normal((past, layout.attention_layers, 2, 2, layout.inner)) * 0.1).astype(layout.kv_dtype)
-        estimator.run(None, {**feeds, "kv": kv})  # warm
-        times = []
+        cache_feeds = synthetic_cache(layout, past, rng).feeds()
+        estimator.run(None, {**feeds, **cache_feeds})  # warm
+        wall, cpu = [], []
         for _ in range(reps):
-            t0 = time.perf_counter()
-            estimator.run(None, {**feeds, "kv": kv})
-            times.append(time.perf_counter() - t0)
-        call = {"past_frames": past, "seconds": round(float(np.median(times)), 4), "kv_mb": kv.nbytes // 2 ** 20}
+            t0, c0 = time.perf_counter(), time.process_time()
+            estimator.run(None, {**feeds, **cache_feeds})
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        call = {"past_frames": past, "seconds": round(float(np.median(wall)), 4),
+                "cpu_seconds": round(float(np.median(cpu)), 4),
+                "kv_mb": sum(a.nbytes for a in cache_feeds.values()) // 2 ** 20,
+                "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
         emit(call)
         out["calls"].append(call)
     return out
@@ -400,6 +420,7 @@ def main() -> int:
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
     parser.add_argument("--steps", default="10,5", help="api: flow step counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=3, help="estimator: timed calls per cache size")
     parser.add_argument("--prompt-tokens", type=int, default=80, help="upstream: the cached voice's token count")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -409,7 +430,7 @@ def main() -> int:
     elif args.stage == "api":
         result = stage_api(args.work, args.threads, [int(s) for s in args.steps.split(",") if s], args.rounds)
     elif args.stage == "estimator":
-        result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600])
+        result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600], reps=args.reps)
     else:
         result = stage_upstream(args.work, args.threads, args.size, args.prompt_tokens)
     emit({k: v for k, v in result.items() if k != "runs"})

@@ -44,6 +44,9 @@ class Settings:
     # CosyVoice: a streamed sentence's flow cache may grow to this much (0 = no limit); past it the
     # sentence is finished whole (docs/bench-log/cosyvoice.md, issue 19: ~2.2 MiB per mel frame at 10 steps).
     stream_cache_max_mb: float = 1024.0
+    # CosyVoice: the quality mode of requests that name none (REST, OpenAI and Wyoming clients alike);
+    # the modes are defined in engines/cosyvoice/common/quality.py, checked when the service starts.
+    quality: str = "exact"
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
     asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use

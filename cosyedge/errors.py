@@ -78,7 +78,8 @@ class ParameterError(InputError):
     codes = ("speed_not_number", "speed_out_of_range", "language_unknown", "job_id_in_use",
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
              "consent_required", "consent_reference_invalid", "model_not_loaded",
-             "voice_type_unsupported", "flow_steps_out_of_range",
+             "voice_type_unsupported", "flow_steps_out_of_range", "quality_unknown",
+             "quality_lever_out_of_range",
              "language_not_supported", "mode_not_supported")
 
 

@@ -45,8 +45,8 @@ NOTE_CODES = (
     "prompt_channels_cancel",
     # a lesson's progress while it is read (cosyedge.service.lessons)
     "lesson_progress", "lesson_zipping",
-    # the CosyVoice flow steps used (service.flow_steps_notes)
-    "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored",
+    # the CosyVoice flow steps and quality levers used (service.reports.flow_notes)
+    "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored", "quality_levers", "quality_ignored",
     # a native clone's prompt transcript heard offline, or why it was not used (transcripts.clone_plan)
     "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
     # a streamed sentence finished whole: its flow cache would pass the budget (cosyvoice.engine)

@@ -52,6 +52,9 @@ class Capabilities:
     max_instruct_chars: int = 500
     #: What each preset is made of, in ``presets()`` order (empty: not described).
     preset_details: tuple[PresetDetail, ...] = ()
+    #: The ``quality`` modes the engine offers (CosyVoice2/3: cosyvoice.common.quality); none: the
+    #: request's ``quality`` has no effect.
+    quality_modes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,10 @@ class SynthesisOptions:
     seed: int | None = None
     #: Yield audio as it is made (CosyVoice: hop by hop within a sentence) rather than per sentence.
     stream: bool = False
-    #: CosyVoice flow steps (None: the model's, upstream's 10).
+    #: CosyVoice flow steps (None: the mode's, in exact mode the model's: upstream's 10); wins over the mode's.
     n_timesteps: int | None = None
+    #: A mode of ``capabilities.quality_modes`` (None: exact, upstream's semantics).
+    quality: str | None = None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt
-from cosyedge.catalog.abilities import INSTRUCT_NOTES, NATIVE_ABILITIES
+from cosyedge.catalog.abilities import INSTRUCT_NOTES, NATIVE_ABILITIES, QUALITY_ENGINES
 from cosyedge.catalog.manifest import read_identity
 from cosyedge.catalog.models import ModelCatalog, ModelInfo
 from cosyedge.config import Settings
@@ -46,9 +46,9 @@ from cosyedge.service.jobs import Job, JobQueue, ThermalSource
 from cosyedge.service.lessons import Lesson, load_lesson, read_lesson
 from cosyedge.service.model_switch import ModelSwitch
 from cosyedge.service.outputs import DOWNLOAD_LEASE_S, OutputFiles
-from cosyedge.service.request_path import RequestPath
-from cosyedge.service.requests import (JOB_ID_RE, SEED_PRESETS, PreparedRequest, ResolvedRequest, ServiceStatus,
-                                       TTSRequest)
+from cosyedge.service.request_path import RequestPath, check_quality_setting
+from cosyedge.service.requests import (JOB_ID_RE, QUALITY_NAMES, SEED_PRESETS, PreparedRequest, ResolvedRequest,
+                                       ServiceStatus, TTSRequest)
 from cosyedge.service.runner import JobRunner
 from cosyedge.service.streaming import AudioStream
 from cosyedge.service.submissions import Submissions
@@ -67,7 +67,7 @@ class Service:
                  thermal: ThermalSource | None = None,
                  clock: Callable[[], float] = time.monotonic, disk_probe: FreeProbe = free_bytes,
                  recognizer: Recognizer | None = None, deployment: Deployment | None = None) -> None:
-        self.settings = settings
+        self.settings = check_quality_setting(settings)
         # The commit this process started on and the OTA update's state, for /health.
         self.deployment = deployment or Deployment.of_this_code()
         # The app's one speech recognizer (cosyedge.listening.asr): loaded on first use, released when idle;
@@ -203,6 +203,15 @@ class Service:
         first load auto/zh/en/ja, which every engine reads."""
         caps = self.holder.capabilities
         return tuple(caps.languages) if caps is not None else LANGUAGES
+
+    def quality_modes(self) -> tuple[str, ...]:
+        """The ``quality`` modes of the engine served (a request may name any of
+        :data:`~cosyedge.service.requests.QUALITY_NAMES`; an engine without modes ignores it): the
+        loaded engine's, or before the first load those its engine name offers (catalog.abilities)."""
+        caps = self.holder.capabilities
+        if caps is not None:
+            return tuple(caps.quality_modes)
+        return QUALITY_NAMES if self.model_engine_name() in QUALITY_ENGINES else ()
 
     def instruct_note(self) -> str:
         """What the served engine's native instruct follows, in words for the page (by engine name,

@@ -15,15 +15,16 @@ import logging
 from typing import Callable
 
 from cosyedge.audio import ConditionedPrompt
-from cosyedge.config import Settings
+from cosyedge.config import Settings, SettingsError
 from cosyedge.engines.base import MORE_LANGUAGES, CancelFn, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import CancelledError, CosyedgeError, ModelMissingError, NotFoundError, ParameterError, TextError
 from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine
 from cosyedge.listening.intelligibility import reading_notes, text_languages
 from cosyedge.notes import Note
-from cosyedge.service.reports import describe_match, flow_steps_notes, ignored_inputs
+from cosyedge.engines.cosyvoice.common.quality import check_quality, levers_for
+from cosyedge.service.reports import describe_match, flow_notes, ignored_inputs
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
-                                       UPSTREAM_FLOW_STEPS, PreparedRequest, ResolvedRequest, TTSRequest,
+                                       PreparedRequest, ResolvedRequest, TTSRequest,
                                        VoiceChoice)
 from cosyedge.service.synthesis import check_text
 from cosyedge.service.transcription import Transcriber, saved_transcript
@@ -62,11 +63,7 @@ class RequestPath:
         if not low <= float(request.speed) <= high:
             raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})",
                                  code="speed_out_of_range", speed=request.speed, low=low, high=high)
-        steps = request.flow_steps
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                  or not 1 <= steps <= UPSTREAM_FLOW_STEPS):
-            raise ParameterError(f"flow_steps must be a whole number 1-{UPSTREAM_FLOW_STEPS}, got {steps!r}",
-                                 code="flow_steps_out_of_range", steps=steps)
+        levers_for(request.quality, request.flow_steps)  # quality_unknown / flow_steps_out_of_range
         if request.language not in REQUEST_LANGUAGES:
             raise ParameterError(f"language {request.language!r} must be one of {', '.join(REQUEST_LANGUAGES)}",
                                  code="language_unknown", language=request.language, choices=REQUEST_LANGUAGES)
@@ -107,10 +104,12 @@ class RequestPath:
             raise ParameterError(f"the {engine.name} engine does not speak language {request.language!r} "
                                  f"(it speaks {', '.join(spoken)})", code="language_not_supported",
                                  language=request.language, engine=engine.name, choices=spoken)
+        quality = request.quality if request.quality is not None else self._settings().quality
         options = SynthesisOptions(speed=float(request.speed), language=request.language,
-                                   n_timesteps=request.flow_steps)
+                                   n_timesteps=request.flow_steps,
+                                   quality=quality if quality in engine.capabilities.quality_modes else None)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
-        notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
+        notes = ignored_inputs(request, engine) + flow_notes(request, engine, quality)
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode
@@ -211,6 +210,16 @@ class RequestPath:
                                          similarity=None,
                                          prompt=None)  # no similarity to a voice that was not used
         return applied.plan, applied.options, choice
+
+
+def check_quality_setting(settings: Settings) -> Settings:
+    """``settings`` when its ``quality`` names a mode; a SettingsError naming the variable and the
+    modes otherwise (the server default applies to every request that names none)."""
+    try:
+        check_quality(settings.quality)
+    except ParameterError as exc:
+        raise SettingsError(f"quality: {exc.message} (set COSYEDGE_QUALITY or --quality)") from None
+    return settings
 
 
 def check_preset(name: str, presets: list[str]) -> str:

@@ -57,8 +57,16 @@ class Recording:
     def run(self, names, feeds):
         if "x" in feeds:
             self.frames.append(feeds["x"].shape[2])
-            self.past.append(feeds["kv"].shape[0])
+            self.past.append(past_frames(feeds))
         return self.session.run(names, feeds)
+
+
+def past_frames(feeds) -> int:
+    """The cached frames an estimator-step call attends to: chunks x frames per layer input
+    (``key_0 [C, B, heads, F, D]``), or the first converter's packed ``kv [frames, ...]``."""
+    if "kv" in feeds:
+        return feeds["kv"].shape[0]
+    return feeds["key_0"].shape[0] * feeds["key_0"].shape[3]
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -37,7 +38,8 @@ from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDet
 from cosyedge.engines.cosyvoice import versions
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
-from cosyedge.engines.cosyvoice.common.llm import SpeechLM
+from cosyedge.engines.cosyvoice.common.llm import MAX_TOKEN_TEXT_RATIO, SpeechLM
+from cosyedge.engines.cosyvoice.common.quality import QUALITY_NAMES, Levers, levers_for
 from cosyedge.engines.cosyvoice.common.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.common.tokenizer import END_OF_PROMPT, TextTokenizer
@@ -132,7 +134,8 @@ class CosyVoiceEngine:
         details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
                         for name in self.presets())
         self.capabilities = Capabilities(native_clone=True, native_instruct=True, languages=languages,
-                                         sample_rate=sample_rate, preset_details=details)
+                                         sample_rate=sample_rate, preset_details=details,
+                                         quality_modes=QUALITY_NAMES)
 
     @classmethod
     def load(cls, model_dir: Path, settings) -> "CosyVoiceEngine":
@@ -292,6 +295,19 @@ class CosyVoiceEngine:
             return instruct_ids, [], empty_tokens, empty_mel, self._presets[voice], "sft"
         raise ParameterError("CosyVoice needs a voice: upload or record a prompt, or pick a preset")
 
+    def quality_levers(self, quality: str | None, flow_steps: int | None = None) -> Levers:
+        """The levers this model applies for mode ``quality`` (None: exact) and an explicit
+        ``flow_steps`` (which wins over the mode's): a streamed answer's left context and first hop
+        only where the model streams, the left context only where its streamed cache can drop chunks
+        (models converted before the chunk-blocked cache keep all of it)."""
+        levers = levers_for(quality, flow_steps)
+        flow = getattr(self.token2wav, "flow", None)
+        if not getattr(self.token2wav, "can_stream", False):
+            return replace(levers, left_chunks=0, first_hop_tokens=0)
+        if not flow.stream_layout.can_bound_context:
+            return replace(levers, left_chunks=0)
+        return levers
+
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """The normalized pieces :meth:`synthesize` reads, one LLM call each (upstream's
         normalization and split lengths). CosyVoice reads every script and picks the normalization
@@ -312,7 +328,8 @@ class CosyVoiceEngine:
         chooser: Chooser = RasSampler(eos=self.lm_config.masked_id, seed=int(rng.integers(2 ** 31)))
         # CosyVoice3 reads <|endofprompt|> in every input: cross-lingual and preset sentences carry it.
         add_prompt = self.described.EVERY_INPUT_ENDS_PROMPT and self.tokenizer.end_of_prompt_id not in prompt_text
-        logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
+        levers = self.quality_levers(options.quality, options.n_timesteps)
+        logger.debug("synthesize: mode %s, %d sentences, seed %d, levers %s", mode, len(sentences), seed, levers)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
@@ -321,14 +338,14 @@ class CosyVoiceEngine:
             if self._streams(options):
                 yield from self._sentence_hops(sentence, index, total, text_ids, chooser,
                                                (prompt_text, prompt_speech, flow_tokens, flow_mel, embedding),
-                                               options, rng, progress, cancelled)
+                                               levers, rng, progress, cancelled)
                 continue
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             tokens = self.described.speech_tokens(tokens)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng,
-                                       n_timesteps=options.n_timesteps)
+                                       n_timesteps=levers.flow_steps, cfg_steps=levers.cfg_steps)
             else:
                 audio = np.zeros(0, dtype=np.float32)
             if progress is not None:
@@ -341,23 +358,29 @@ class CosyVoiceEngine:
         streams at speed 1 only (a speed change resamples the whole sentence's mel)."""
         return bool(options.stream and getattr(self.token2wav, "can_stream", False) and options.speed == 1.0)
 
-    def _sentence_hops(self, sentence, index, total, text_ids, chooser, conditioning, options, rng,
+    def _sentence_hops(self, sentence, index, total, text_ids, chooser, conditioning, levers: Levers, rng,
                        progress, cancelled) -> Iterator[AudioChunk]:  # noqa: ANN001 - synthesize's locals
         """One sentence as hops (LLM decoding overlapped with flow + HiFT, :mod:`hops`)."""
         prompt_text, prompt_speech, flow_tokens, flow_mel, embedding = conditioning
-        renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=options.n_timesteps,
-                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20))
+        renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=levers.flow_steps,
+                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20),
+                                         expected_tokens=int(MAX_TOKEN_TEXT_RATIO * len(text_ids)),
+                                         cfg_steps=levers.cfg_steps, left_chunks=levers.left_chunks,
+                                         first_hop_tokens=levers.first_hop_tokens)
         sr = self.capabilities.sample_rate
-        with self.using_lm() as lm:
-            def decode(stop):  # noqa: ANN001, ANN202
-                return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
+        try:
+            with self.using_lm() as lm:
+                def decode(stop):  # noqa: ANN001, ANN202
+                    return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
 
-            for audio, last in stream_hops(decode, renderer, cancelled):
-                if last and progress is not None:
-                    progress(index + 1, total)
-                notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
-                yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
-                                 index=index, total=total, continues=not last, notes=notes)
+                for audio, last in stream_hops(decode, renderer, cancelled):
+                    if last and progress is not None:
+                        progress(index + 1, total)
+                    notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
+                    yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
+                                     index=index, total=total, continues=not last, notes=notes)
+        finally:  # a cancel, an error or a client gone: the flow's caches go now, not when collected
+            renderer.close()
 
     def close(self) -> None:
         with self._lm_lock:
