@@ -79,7 +79,7 @@ class ParameterError(InputError):
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
              "consent_required", "consent_reference_invalid", "model_not_loaded",
              "voice_type_unsupported", "flow_steps_out_of_range", "quality_unknown",
-             "quality_lever_out_of_range",
+             "quality_lever_out_of_range", "voice_needs_recording",
              "language_not_supported", "mode_not_supported")
 
 

@@ -12,10 +12,9 @@ checks every file's sha256 against its manifest on the copy before it appears th
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 import dataclasses
 import sys
+from pathlib import Path
 
 from cosyedge import config
 from cosyedge.catalog.mode_verdicts import read_record
@@ -56,6 +55,8 @@ def run_list(args: argparse.Namespace) -> int:
         mark = "*" if info.id == settings.model else " "
         print(f"{mark} {info.id}\t{info.engine}\t{info.capabilities_line()}\t{human_size(info.size_bytes)}"
               f"\t{info.licence}")
+        if info.reconvert:
+            print(f"    convert again? {info.reconvert}")
         record = read_record(settings.models_path / info.id)
         if record is not None:
             print(f"    speed modes: {verdict_line(record.summary())}")

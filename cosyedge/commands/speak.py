@@ -20,7 +20,7 @@ from cosyedge.errors import ParameterError, TextError
 from cosyedge.service.engine_holder import load_engine
 from cosyedge.service.facade import Service
 from cosyedge.service.outputs import write_wav
-from cosyedge.service.requests import REQUEST_LANGUAGES, TTSRequest
+from cosyedge.service.requests import QUALITY_NAMES, REQUEST_LANGUAGES, TTSRequest
 
 #: ``-f -`` reads the text from stdin, ``-o -`` writes the WAV to stdout (messages then go to stderr).
 STDIO = "-"
@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("speak", help="read a text aloud into a WAV file")
     parser.add_argument("text", nargs="?", help="text to read (or use -f)")
     parser.add_argument("-f", "--file", help="read the text from a UTF-8 file, '-' for stdin")
-    parser.add_argument("--voice", default="female_1", help="preset voice (see `voices`)")
+    parser.add_argument("--voice", default=None,
+                        help="preset voice (see `voices`; default: the model's first, e.g. female_1)")
     parser.add_argument("--voice-id", dest="voice_id",
                         help="saved voice (see `library list`); overrides --voice")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
@@ -41,7 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "what was applied / not supported is printed")
     parser.add_argument("--flow-steps", dest="flow_steps", type=int, default=None,
                         help="CosyVoice flow steps: 10 = standard (upstream); fewer is faster, not "
-                             "validated on real weights")
+                             "validated on real weights; wins over the --quality mode's steps")
+    parser.add_argument("--quality", default=None, metavar="MODE",
+                        help=f"CosyVoice speed mode: {', '.join(QUALITY_NAMES)} (default: COSYEDGE_QUALITY, else "
+                             "exact = upstream); the others are faster, not validated on real weights; "
+                             "the levers used are printed")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write, '-' for stdout")
     config.add_arguments(parser)
     parser.set_defaults(func=run)
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     settings = config.from_args(args)
     request = TTSRequest(text=read_text(args), speaker=args.voice, voice_id=args.voice_id,
                          instruct=args.instruct, speed=args.speed, language=args.lang,
-                         flow_steps=args.flow_steps)
+                         flow_steps=args.flow_steps, quality=args.quality)
     service = Service(settings, engine_factory=functools.partial(load_engine, settings))
     prepared = service.prepare(request)
     check_output(args.output)
@@ -118,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         if encoded is not None and describe(encoded.meta):
             print(describe(encoded.meta), file=say)
         for note in resolved.notes:
-            if getattr(note, "code", "").startswith("flow_steps"):  # the steps used, said as they are
+            if getattr(note, "code", "").startswith(("flow_steps", "quality")):  # the levers used, as they are
                 print(note, file=say)
         if args.output == STDIO:
             return _stream_to_stdout(engine, resolved, settings.max_text_chars, say)

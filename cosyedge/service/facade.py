@@ -214,6 +214,11 @@ class Service:
         caps = self.holder.capabilities
         return tuple(caps.languages) if caps is not None else LANGUAGES
 
+    @property
+    def default_quality(self) -> str:
+        """The mode of requests that name none (``Settings.quality``, COSYEDGE_QUALITY)."""
+        return self.settings.quality
+
     def quality_modes(self) -> tuple[str, ...]:
         """The ``quality`` modes of the engine served (a request may name any of
         :data:`~cosyedge.service.requests.QUALITY_NAMES`; an engine without modes ignores it): the

@@ -138,7 +138,15 @@ class RequestPath:
         """
         request = prepared.request
         if request.voice_id is None and prepared.prompt is None:
-            preset = check_preset(request.speaker or "", list(engine.presets()))
+            presets = list(engine.presets())
+            if not presets and request.speaker in (None, "", "default"):
+                raise ParameterError(
+                    f"the model {engine.model_id} has no preset voices: it clones a voice from a recording of "
+                    "3-10 s. Send one (prompt_audio; the page's 3s quick clone) or use a saved voice (voice_id; "
+                    "on the command line: `python -m cosyedge library save NAME AUDIO --consent`, then "
+                    "`speak --voice-id ID`)",
+                    code="voice_needs_recording", model=engine.model_id)
+            preset = check_preset(request.speaker or "", presets)
             return VoiceChoice(preset, preset, Note("preset", code="voice_preset"))
         if request.voice_id is not None:
             prompt, text, info = self.library.load(request.voice_id)
@@ -225,7 +233,7 @@ def check_quality_setting(settings: Settings) -> Settings:
 def check_preset(name: str, presets: list[str]) -> str:
     """The preset ``name`` stands for among the engine's ``presets`` ("" or "default": the first);
     NotFoundError (``preset_unknown``) listing them when it is none of them."""
-    if not presets:  # a clone-only model (CosyVoice-300M base): its engine names what is missing
+    if not presets:  # a clone-only model: the resolver or its engine says that it clones from a recording
         return name
     if name in ("", "default"):
         return presets[0]

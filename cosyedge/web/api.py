@@ -49,7 +49,7 @@ from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeErro
                              ParameterError, PayloadTooLargeError)
 from cosyedge.service.jobs import Job
 from cosyedge.service.facade import Service
-from cosyedge.service.requests import TTSRequest, TTSResult
+from cosyedge.service.requests import QUALITY_NAMES, TTSRequest, TTSResult
 from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router
@@ -79,8 +79,14 @@ class ErrorResponse(BaseModel):
 
 
 #: The ``flow_steps`` field's description, the same in both synthesis bodies.
-FLOW_STEPS_HELP = ("CosyVoice flow-matching steps, 1-10 (default: the model's, upstream's 10; fewer are "
-                   "faster and not validated on real weights); the answer's notes state the steps used")
+FLOW_STEPS_HELP = ("CosyVoice flow-matching steps, 1-10 (default: the quality mode's; in exact mode the model's, "
+                   "upstream's 10; fewer are faster and not validated on real weights); wins over the quality "
+                   "mode's steps; the answer's notes state the steps used")
+#: The ``quality`` field's description, the same in both synthesis bodies.
+QUALITY_HELP = (f"CosyVoice speed mode, one of {', '.join(QUALITY_NAMES)} (default: the server's, COSYEDGE_QUALITY; "
+                "exact = upstream's semantics); the others trade fidelity to upstream for speed and memory, "
+                "are not validated on real weights, and the answer's notes name the levers they set "
+                "(docs/models.md, \"Quality modes\"). Ignored, with a note, by engines without modes")
 
 
 class TTSBody(BaseModel):
@@ -100,6 +106,7 @@ class TTSBody(BaseModel):
     language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"  # ko..ru: CosyVoice3
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
     flow_steps: int | None = Field(None, description=FLOW_STEPS_HELP)
+    quality: str | None = Field(None, description=QUALITY_HELP)
 
 
 class TTSResponse(BaseModel):
@@ -158,6 +165,7 @@ class SpeechBody(BaseModel):
     stream_format: Literal["audio"] | None = Field(
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
     flow_steps: int | None = Field(None, strict=True, description=FLOW_STEPS_HELP)
+    quality: str | None = Field(None, strict=True, description=QUALITY_HELP)
 
 
 #: The error answers every route documents (OpenAPI).
@@ -413,7 +421,7 @@ def build_router(service: Service) -> APIRouter:
         req = TTSRequest(text=body.text, speaker=body.speaker, voice_id=body.voice_id,
                          prompt_audio=prompt, prompt_text=body.prompt_text, instruct=body.instruct,
                          speed=body.speed, language=body.language, consent=body.consent,
-                         flow_steps=body.flow_steps)
+                         flow_steps=body.flow_steps, quality=body.quality)
         result = await run_job(service, request, req, body.job_id)
         wav = await asyncio.to_thread(wav_bytes, result.audio, result.sample_rate)
         return TTSResponse(audio=base64.b64encode(wav).decode("ascii"),
@@ -447,7 +455,7 @@ def build_router(service: Service) -> APIRouter:
         """OpenAI-compatible speech; the audio bytes come back in the requested format."""
         check_model(service, body.model)
         req = TTSRequest(text=body.input, **voice_fields(service, body.voice), speed=body.speed,
-                         instruct=body.instructions, flow_steps=body.flow_steps)
+                         instruct=body.instructions, flow_steps=body.flow_steps, quality=body.quality)
         if body.stream_format == "audio" and body.response_format in STREAM_FORMATS:
             return await stream_job(service, request, req, body.response_format)
         result = await run_job(service, request, req)

@@ -53,6 +53,14 @@ def rows(listing: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def reconvert_note(listing: dict[str, Any]) -> str:
+    """A line naming the models that a reconversion would improve, and what it brings (the catalog's
+    ``reconvert``, read from each manifest)."""
+    parts = "; ".join(f"{html.escape(model['id'])}: {html.escape(model['reconvert'])}"
+                      for model in listing["models"] if model.get("reconvert"))
+    return f"Convert again? / 建议重新转换: {parts}" if parts else ""
+
+
 def unusable_note(listing: dict[str, Any]) -> str:
     """A line naming the folders under models/ that hold no usable model, and why."""
     if not listing["unusable"]:
@@ -60,6 +68,11 @@ def unusable_note(listing: dict[str, Any]) -> str:
     parts = "; ".join(f"{html.escape(entry['id'])}: {html.escape(entry['problem'])}"
                       for entry in listing["unusable"])
     return f"Not usable / 不可用: {parts}"
+
+
+def folder_notes(listing: dict[str, Any]) -> str:
+    """Under the table: the folders that hold no usable model, then the models a reconversion improves."""
+    return "\n\n".join(note for note in (unusable_note(listing), reconvert_note(listing)) if note)
 
 
 def build(service: Service, explain: Explain) -> ModelsTab:
@@ -71,7 +84,7 @@ def build(service: Service, explain: Explain) -> ModelsTab:
         choices = [model["id"] for model in listing["models"]]
         current = listing["current"] if listing["current"] in choices else None
         return (gr.update(value=rows(listing)), gr.update(choices=choices, value=current),
-                unusable_note(listing))
+                folder_notes(listing))
 
     def switch(model_id: str | None) -> tuple[dict, dict, str, str]:
         if not model_id:
@@ -91,7 +104,7 @@ def build(service: Service, explain: Explain) -> ModelsTab:
         gr.Markdown(INTRO)
         table = gr.Dataframe(headers=HEADERS, value=rows(listing), interactive=False,
                              wrap=True, elem_id="models-table")
-        unusable = gr.Markdown(unusable_note(listing), elem_id="models-unusable")
+        unusable = gr.Markdown(folder_notes(listing), elem_id="models-unusable")
         with gr.Row():
             choice = gr.Dropdown(ids, value=listing["current"] if listing["current"] in ids else None,
                                  label="Model to serve / 使用的模型", scale=3, elem_id="models-choice")

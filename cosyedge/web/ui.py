@@ -146,16 +146,24 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
     yield path, panel, gr.skip()  # the live player keeps playing what it has
 
 
-#: CosyVoice flow steps offered on the page: upstream's 10, and a fast choice said to be what it is.
-STANDARD_STEPS, FAST_STEPS = 10, 5
-QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
-                   (f"fast ({FAST_STEPS}): fewer flow steps than upstream's 10, not validated on real weights / "
-                    f"快速 ({FAST_STEPS})：少于官方的 10 步，未在真实权重上验证", FAST_STEPS)]
+#: The page's words for the ``quality`` modes (docs/models.md, "Quality modes"), by mode name; a mode
+#: not listed is shown by its name.
+QUALITY_LABELS = {
+    "exact": "exact: as upstream / 精确（与官方一致）",
+    "balanced": "balanced: faster, not validated on real weights / 均衡：更快，未在真实权重上验证",
+    "live": "live: speaks while it thinks, not validated on real weights / 实时：边想边说，未在真实权重上验证",
+}
 
 
-def flow_steps(quality: int | None) -> int | None:
-    """The request's ``flow_steps`` for the quality choice (None: the model's own, upstream's 10)."""
-    return None if quality in (None, STANDARD_STEPS) else int(quality)
+def quality_choices(service: Service) -> list[tuple[str, str]]:
+    """(label, mode) pairs of the served engine's quality modes (none: the control is hidden)."""
+    return [(QUALITY_LABELS.get(mode, mode), mode) for mode in service.quality_modes()]
+
+
+def quality_field(service: Service, quality: str | None) -> str | None:
+    """The request's ``quality`` for the page's choice: None where the served engine has no modes
+    (the hidden control's value must not earn every Kokoro answer an "ignored" note)."""
+    return quality if quality and quality in service.quality_modes() else None
 
 
 async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None", stream: bool) -> Job:
@@ -349,7 +357,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
-                    language: str, consent: bool, quality: int | None, request: gr.Request,
+                    language: str, consent: bool, quality: str | None, request: gr.Request,
                     progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt:  # the janitor keeps the prompt in the upload cache while the page may reuse it
@@ -361,21 +369,22 @@ def build_ui(service: Service) -> "gr.Blocks":
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
                          language=language, keep_file=True, consent=bool(consent),
-                         flow_steps=flow_steps(quality))
+                         quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
-                       quality: int | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
+                       quality: str | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
-                         speed=float(speed), language=language, keep_file=True, flow_steps=flow_steps(quality))
+                         speed=float(speed), language=language, keep_file=True,
+                         quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    async def preset(voice: str, text: str, speed: float, language: str, quality: int | None,
+    async def preset(voice: str, text: str, speed: float, language: str, quality: str | None,
                      request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
-                         keep_file=True, flow_steps=flow_steps(quality))
+                         keep_file=True, quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
@@ -427,8 +436,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                               elem_id=f"{prefix}-speed")
             language = gr.Dropdown(language_choices(service), value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
-            quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
-                               elem_id=f"{prefix}-quality")
+            modes = quality_choices(service)
+            quality = gr.Radio(modes, value=service.default_quality if modes else None,
+                               label="Quality (CosyVoice) / 音质", visible=bool(modes), elem_id=f"{prefix}-quality")
         return speed, language, quality
 
     def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML]:
@@ -562,11 +572,22 @@ def build_ui(service: Service) -> "gr.Blocks":
             codes = {code for _, code in choices}
             return tuple(gr.update(choices=choices, value=c if c in codes else "auto") for c in chosen)
 
-        langs = [lang_c, lang_i, lang_p]
+        def qualities(*chosen: str | None) -> tuple[dict, ...]:
+            """The served engine's quality modes on the three tabs, shown only when it has some."""
+            choices = quality_choices(service)
+            modes = {mode for _, mode in choices}
+            return tuple(gr.update(choices=choices, visible=bool(choices),
+                                   value=c if c in modes else (service.default_quality if choices else None))
+                         for c in chosen)
+
+        langs, qualities_in = [lang_c, lang_i, lang_p], [quality_c, quality_i, quality_p]
         demo.load(languages, inputs=langs, outputs=langs, queue=False)
+        demo.load(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         models.switched.then(languages, inputs=langs, outputs=langs, queue=False)
+        models.switched.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         for event in generated:  # the first job loads the engine: its languages are known from then on
             event.then(languages, inputs=langs, outputs=langs, queue=False, show_progress="hidden")
+            event.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False, show_progress="hidden")
         # the studio tabs: a new model has its own presets; the voice list changed; a saved voice to clone
         models.switched.then(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False).then(
             status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")

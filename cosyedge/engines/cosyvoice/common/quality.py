@@ -124,8 +124,8 @@ class QualityMode:
 MODES: dict[str, QualityMode] = {mode.name: mode for mode in (
     QualityMode("exact", Levers(), "upstream's semantics: the model's 10 flow steps with CFG on each, all "
                 "left context, upstream's hops"),
-    QualityMode("balanced", Levers(flow_steps=6, cfg_steps=2, left_chunks=8, first_hop_tokens=15),
-                "about 2.5x less flow work than exact; memory bounded by 8 s of left context"),
+    QualityMode("balanced", Levers(flow_steps=6, cfg_steps=2, left_chunks=6, first_hop_tokens=15),
+                "about 2.5x less flow work than exact; memory bounded by 6 s of left context"),
     QualityMode("live", Levers(flow_steps=4, cfg_steps=0, left_chunks=4, first_hop_tokens=10),
                 "about 5x less flow work than exact, so the LLM sets the pace; a short first hop"),
 )}
