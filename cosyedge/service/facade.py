@@ -325,15 +325,17 @@ class Service:
         return self._models.switch(model_id)
 
     # --- the speed-mode check (cosyedge.service.mode_check, .mode_check_runner) ------------
-    def check_modes(self, model_id: str, voice_id: str | None = None) -> dict[str, Any]:
-        """Start the speed-mode check of ``model_id`` (the served model) with a preset or saved voice
-        (None: its first preset); its status. ConflictError when another runs or the model is not
-        served; InputError when the model has no modes, or no preset and no voice was given."""
-        return self.mode_checks.start(model_id, voice_id).as_dict()
+    def check_modes(self, model_id: str | None = None, voice_id: str | None = None) -> dict[str, Any]:
+        """Start the speed-mode check of ``model_id`` (None: the served model; another is refused)
+        with a preset or saved voice (None: its first preset); its status. ConflictError when another
+        runs or the model is not served; InputError when the model has no modes, or no preset and no
+        voice was given."""
+        return self.mode_checks.start(model_id or self.settings.model, voice_id).as_dict()
 
-    def mode_check(self, model_id: str) -> dict[str, Any]:
-        """The check of ``model_id``: this process's run (``status``) and the stored record
-        (``result``, null before the first; ``current`` False when the model changed since)."""
+    def mode_check(self, model_id: str | None = None) -> dict[str, Any]:
+        """The check of ``model_id`` (None: the served model): this process's run (``status``) and the
+        stored record (``result``, null before the first; ``current`` False when the model changed)."""
+        model_id = model_id or self.settings.model
         self.catalog.get(model_id)  # NotFoundError naming the models there are
         record = read_record(self.settings.models_path / model_id)
         return {"status": self.mode_checks.status(model_id).as_dict(),
@@ -343,6 +345,15 @@ class Service:
     def cancel_mode_check(self, model_id: str | None = None) -> bool:
         """Cancel the running speed-mode check (its previous record stays); True when one ran."""
         return self.mode_checks.cancel(model_id)
+
+    def mode_verdicts(self) -> dict[str, dict[str, Any]]:
+        """What the speed-mode check found of each mode on the served model (its verdict, two
+        figures, ``stale`` after a reconversion); {} before any check."""
+        summary = self._speed_modes(self.settings.model)
+        if summary is None:
+            return {}
+        return {name: {**mode, "stale": summary["stale"], "checked": summary["checked"]}
+                for name, mode in summary["modes"].items()}
 
     def _speed_modes(self, model_id: str) -> dict[str, Any] | None:
         record = read_record(self.settings.models_path / model_id)

@@ -22,6 +22,7 @@ from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_pl
 from cosyedge.listening.intelligibility import reading_notes, text_languages
 from cosyedge.notes import Note
 from cosyedge.engines.cosyvoice.common.quality import check_quality, levers_for
+from cosyedge.service.mode_notes import answer_voice, check_note
 from cosyedge.service.reports import describe_match, flow_notes, ignored_inputs
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
                                        PreparedRequest, ResolvedRequest, TTSRequest,
@@ -110,6 +111,10 @@ class RequestPath:
                                    quality=quality if quality in engine.capabilities.quality_modes else None)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
         notes = ignored_inputs(request, engine) + flow_notes(request, engine, quality)
+        if quality in engine.capabilities.quality_modes:
+            checked = check_note(self._settings().model_path, engine.model_id, quality,
+                                 answer_voice(request, choice.voice))
+            notes.extend([checked] if checked is not None else [])
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode
