@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "model's first preset; models without presets need one)")
     check.add_argument("--lines", type=int, default=None, metavar="N",
                        help="lines per language of the check's set (default: all six)")
+    check.add_argument("--languages", metavar="zh,en,...",
+                       help="only these languages of the set (default: every one the model speaks)")
     check.set_defaults(func=run_check)
 
     for p in (listing, imp, check):
@@ -97,6 +99,7 @@ def run_check(args: argparse.Namespace) -> int:
     ModelCatalog(settings.models_path).get(args.model_id)  # NotFoundError / InputError naming the problem
     service = Service(settings)
     service.mode_checks.per_language = args.lines
+    service.mode_checks.languages = tuple(args.languages.split(",")) if args.languages else None
     try:
         service.check_modes(args.model_id, args.voice)
         last = ""

@@ -125,7 +125,10 @@ def hear_line(rendition: Rendition, hear: Hear | None) -> Heard:
         if hear is None or rendition.language not in SCORED_LANGUAGES:
             rendition.heard = Heard(0, 0, "not scored")
         else:
-            text = hear(rendition.audio, rendition.sample_rate, rendition.language)
+            audio = np.asarray(rendition.audio, dtype=np.float32)
+            silent = audio.size == 0 or not np.isfinite(audio).all() or not np.abs(audio).max() > 0
+            # nothing said is every unit missed (a render may end at once; the recognizer refuses it)
+            text = "" if silent else hear(audio, rendition.sample_rate, rendition.language)
             rendition.heard = score_heard(rendition.text, text, rendition.language)
     return rendition.heard
 

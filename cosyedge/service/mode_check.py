@@ -168,12 +168,15 @@ def _render(engine: Engine, line: Line, voice: str | VoicePrompt, mode: str, gat
 
 def run_check(engine: Engine, voice: str | VoicePrompt, check_voice: CheckVoice, *, judge: Judge,
               hear: Hear | None, gate: Gate, progress: CheckProgress | None = None,
-              per_language: int | None = None, thresholds: Thresholds | None = None) -> dict[str, Any]:
-    """Render, score and judge every mode of ``engine`` with ``voice``; the record to store."""
+              per_language: int | None = None, languages: Sequence[str] | None = None,
+              thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """Render, score and judge every mode of ``engine`` with ``voice``; the record to store.
+    ``languages`` (default: every language of the set the engine speaks) and ``per_language``
+    (default: every line) make a shorter check."""
     progress = progress or CheckProgress()
     thresholds = thresholds or Thresholds()
     modes = engine_modes(engine)
-    spoken = set(engine.capabilities.languages)
+    spoken = set(engine.capabilities.languages) & set(languages if languages is not None else all_lines())
     lines = check_lines([lang for lang in all_lines() if lang in spoken], per_language)
     if not lines:
         raise InputError(f"the {engine.name} engine speaks none of the check's languages",

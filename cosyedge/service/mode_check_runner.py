@@ -117,8 +117,10 @@ class ModeCheckRunner:
         self._watch: threading.Thread | None = None
         #: Set while a running check waits for users' jobs (for the page's status and the tests).
         self.yielding = threading.Event()
-        #: Lines per language of the set a check renders (None: all of them; fewer: a shorter check).
+        #: Lines per language of the set a check renders (None: all of them; fewer: a shorter check)
+        #: and its languages (None: every one the model speaks).
         self.per_language: int | None = None
+        self.languages: tuple[str, ...] | None = None
 
     # --- asking ---------------------------------------------------------------------------
     def status(self, model_id: str) -> CheckStatus:
@@ -174,7 +176,8 @@ class ModeCheckRunner:
                 status.voice = check_voice.as_dict()
                 judge = judge_of(engine, settings.threads)
                 record = run_check(engine, voice, check_voice, judge=judge, hear=self._hear, gate=gate,
-                                   progress=status.progress, per_language=self.per_language)
+                                   progress=status.progress, per_language=self.per_language,
+                                   languages=self.languages)
             write_record(settings.models_path / status.model, record)
             status.state = "done"
         except CancelledError as exc:
