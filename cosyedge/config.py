@@ -48,6 +48,9 @@ class Settings:
     # CosyVoice: the quality mode of requests that name none (REST, OpenAI and Wyoming clients alike);
     # the modes are defined in engines/cosyvoice/common/quality.py, checked when the service starts.
     quality: str = "exact"
+    # The speed-mode check (service.mode_check_runner) starts by itself on an idle box for a served
+    # model with speed modes and no current modes.json (a model just imported or reconverted).
+    auto_mode_check: bool = True
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
     asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use

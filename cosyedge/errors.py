@@ -55,7 +55,7 @@ class InputError(CosyedgeError):
              "voice_file_transcript_not_utf8", "voice_file_meta_not_json", "voice_file_meta_format",
              "voice_file_meta_field", "transcript_too_long", "transcript_nul",
              "model_folder_invalid", "model_file_corrupt", "model_not_usable",
-             "convert_wrong_family", "convert_unknown_config")
+             "convert_wrong_family", "convert_unknown_config", "mode_check_no_modes", "mode_check_needs_voice")
 
 
 class TextError(InputError):
@@ -112,7 +112,8 @@ class NotFoundError(CosyedgeError):
 class ConflictError(CosyedgeError):
     http_status = 409
     kind = "conflict"
-    codes = ("model_switch_busy", "model_switch_loading", "model_exists")
+    codes = ("model_switch_busy", "model_switch_loading", "model_exists", "mode_check_not_served",
+             "mode_check_running")
 
 
 class PayloadTooLargeError(CosyedgeError):

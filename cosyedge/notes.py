@@ -47,6 +47,8 @@ NOTE_CODES = (
     "lesson_progress", "lesson_zipping", "lesson_paragraph_failed",
     # the CosyVoice flow steps and quality levers used (service.reports.flow_notes)
     "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored", "quality_levers", "quality_ignored",
+    # what the speed-mode check found of an answer's mode on this model (service.mode_notes)
+    "quality_checked", "quality_not_checked",
     # a native clone's prompt transcript heard offline, or why it was not used (transcripts.clone_plan)
     "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
     # a streamed sentence finished whole: its flow cache would pass the budget (cosyvoice.engine)

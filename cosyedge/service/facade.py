@@ -32,10 +32,11 @@ import numpy as np
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt
 from cosyedge.catalog.abilities import INSTRUCT_NOTES, NATIVE_ABILITIES, QUALITY_ENGINES
 from cosyedge.catalog.manifest import read_identity
+from cosyedge.catalog.mode_verdicts import read_record
 from cosyedge.catalog.models import ModelCatalog, ModelInfo
 from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, CancelFn, Engine, closest_builtin
-from cosyedge.errors import AudioError, BusyError, CosyedgeError, NameError_
+from cosyedge.errors import AudioError, BusyError, CosyedgeError, InputError, NameError_
 from cosyedge.host.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.host.heap import return_large_blocks
 from cosyedge.host.update_state import Deployment, UpdateStatus
@@ -44,6 +45,8 @@ from cosyedge.service import history
 from cosyedge.service.engine_holder import EngineFactory, EngineHolder, load_engine
 from cosyedge.service.jobs import Job, JobQueue, ThermalSource
 from cosyedge.service.lessons import Lesson, load_lesson, read_lesson
+from cosyedge.service.mode_check import CheckVoice
+from cosyedge.service.mode_check_runner import ModeCheckRunner
 from cosyedge.service.model_switch import ModelSwitch
 from cosyedge.service.outputs import DOWNLOAD_LEASE_S, OutputFiles
 from cosyedge.service.pronunciations import Pronunciations, book_for
@@ -100,8 +103,12 @@ class Service:
         self._runner = JobRunner(lambda: self.settings, self.holder,
                                  lambda *args, **kwargs: self.resolve(*args, **kwargs), self.outputs,
                                  self.check_room)
+        # The speed-mode check: low-priority work on the served model, yielding to every job.
+        self.mode_checks = ModeCheckRunner(lambda: self.settings, self.holder, self.queue, self.submissions,
+                                           self._check_voice, self._hear_line)
         self._models = ModelSwitch(self.catalog, self.holder, self.queue, self.submissions,
-                                   lambda: self.settings, self._serve)
+                                   lambda: self.settings, self._serve, before_unload=self.mode_checks.stop,
+                                   verdicts=self._speed_modes)
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
 
@@ -139,6 +146,8 @@ class Service:
         back, start the idle-unload thread (the engine loads on the first job)."""
         self.remove_partial_outputs()
         return_large_blocks()
+        if self.settings.auto_mode_check:
+            self.mode_checks.watch()
         if self.holder.idle_seconds <= 0 or self._idle_thread is not None:
             return
         interval = min(30.0, max(0.05, self.holder.idle_seconds / 4))
@@ -163,6 +172,7 @@ class Service:
     def close(self) -> None:
         """Stop accepting work, cancel jobs, release the engine."""
         self._stop.set()
+        self.mode_checks.close()
         self.queue.shutdown()
         if self._idle_thread is not None:
             self._idle_thread.join(2)
@@ -326,6 +336,58 @@ class Service:
         """Serve ``model_id`` from the next job on; a ConflictError while jobs run or wait
         (:meth:`cosyedge.service.model_switch.ModelSwitch.switch`)."""
         return self._models.switch(model_id)
+
+    # --- the speed-mode check (cosyedge.service.mode_check, .mode_check_runner) ------------
+    def check_modes(self, model_id: str | None = None, voice_id: str | None = None) -> dict[str, Any]:
+        """Start the speed-mode check of ``model_id`` (None: the served model; another is refused)
+        with a preset or saved voice (None: its first preset); its status. ConflictError when another
+        runs or the model is not served; InputError when the model has no modes, or no preset and no
+        voice was given."""
+        return self.mode_checks.start(model_id or self.settings.model, voice_id).as_dict()
+
+    def mode_check(self, model_id: str | None = None) -> dict[str, Any]:
+        """The check of ``model_id`` (None: the served model): this process's run (``status``) and the
+        stored record (``result``, null before the first; ``current`` False when the model changed)."""
+        model_id = model_id or self.settings.model
+        self.catalog.get(model_id)  # NotFoundError naming the models there are
+        record = read_record(self.settings.models_path / model_id)
+        return {"status": self.mode_checks.status(model_id).as_dict(),
+                "result": record.data if record is not None else None,
+                "current": record.current if record is not None else None}
+
+    def cancel_mode_check(self, model_id: str | None = None) -> bool:
+        """Cancel the running speed-mode check (its previous record stays); True when one ran."""
+        return self.mode_checks.cancel(model_id)
+
+    def mode_verdicts(self) -> dict[str, dict[str, Any]]:
+        """What the speed-mode check found of each mode on the served model (its verdict, two
+        figures, ``stale`` after a reconversion); {} before any check."""
+        summary = self._speed_modes(self.settings.model)
+        if summary is None:
+            return {}
+        return {name: {**mode, "stale": summary["stale"], "checked": summary["checked"]}
+                for name, mode in summary["modes"].items()}
+
+    def _speed_modes(self, model_id: str) -> dict[str, Any] | None:
+        record = read_record(self.settings.models_path / model_id)
+        return record.summary() if record is not None else None
+
+    def _check_voice(self, engine: Engine, voice_id: str | None) -> tuple[Any, CheckVoice]:
+        """The voice a check renders with: a preset by name (None: the model's first), else a saved
+        voice encoded through the request path (prompt cache, its transcript)."""
+        presets = list(engine.presets())
+        if voice_id is None or voice_id in presets:
+            if not presets:
+                raise InputError(f"model {engine.model_id!r} has no preset speakers: pick a saved voice to "
+                                 "check its speed modes with", code="mode_check_needs_voice", model=engine.model_id)
+            name = voice_id or presets[0]
+            return name, CheckVoice("preset", name, name)
+        info = self.library.get(voice_id)  # NotFoundError saved_voice_unknown
+        resolved = self.resolve(engine, self.prepare(TTSRequest(text="check", voice_id=voice_id)))
+        return resolved.choice.voice, CheckVoice("saved", voice_id, info.name)
+
+    def _hear_line(self, audio: np.ndarray, sample_rate: int, language: str) -> str:
+        return self.recognizer.transcribe(audio, sample_rate, language).text
 
     # --- saved voices and their transcripts, for the studio tabs --------------------------
     def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,

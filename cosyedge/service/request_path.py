@@ -21,6 +21,7 @@ from cosyedge.errors import CancelledError, CosyedgeError, ModelMissingError, No
 from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine
 from cosyedge.notes import Note
 from cosyedge.engines.cosyvoice.common.quality import check_quality, levers_for
+from cosyedge.service.mode_notes import answer_voice, check_note
 from cosyedge.service.reports import describe_match, flow_notes, ignored_inputs
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
                                        PreparedRequest, ResolvedRequest, TTSRequest,
@@ -114,6 +115,10 @@ class RequestPath:
         instruct_notes = getattr(engine, "instruct_notes", None)  # why a model read it as controls
         if plan is not None and not plan.native and callable(instruct_notes):
             notes.extend(instruct_notes())
+        if quality in engine.capabilities.quality_modes:
+            checked = check_note(self._settings().model_path, engine.model_id, quality,
+                                 answer_voice(request, choice.voice))
+            notes.extend([checked] if checked is not None else [])
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode

@@ -6,7 +6,8 @@
   With ``"stream_format": "audio"`` and wav or pcm, the audio is streamed: the first bytes leave as
   soon as the first chunk is made. Errors before that are the usual JSON; after it the stream just
   ends early and the failure is logged (see docs/web.md).
-* ``GET /models``, ``POST /models/switch`` (``{"model": id}``; 409 while jobs run or wait).
+* ``GET /models``, ``POST /models/switch`` (``{"model": id}``; 409 while jobs run or wait); the
+  speed-mode check, ``POST|GET|DELETE /models/{id}/check``: :mod:`cosyedge.web.mode_check_api`.
 * ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
 * ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
   page's live player; the token is the stream's own, never listed).
@@ -53,6 +54,7 @@ from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router
 from cosyedge.web.pronunciation_api import pronunciation_router
+from cosyedge.web.mode_check_api import mode_check_router
 
 logger = logging.getLogger(__name__)
 
@@ -776,6 +778,7 @@ def create_api(service: Service) -> FastAPI:
     router = build_router(service)
     router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip|captions
     router.include_router(pronunciation_router(service))  # /pronunciations: list, add, delete, import, export
+    router.include_router(mode_check_router(service, ERROR_RESPONSES))  # /models/{id}/check
     routers = (router, build_openai_router(service, ERROR_RESPONSES))
     for router in routers:
         app.include_router(router)

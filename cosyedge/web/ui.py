@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.service.jobs import PHASE_STARTING, Job
 from cosyedge.service.facade import Service
-from cosyedge.service.requests import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
-                                       PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
+from cosyedge.service.requests import (DEFAULT_QUALITY, PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING,
+                                       PHASE_SYNTHESIZING, PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
                                     lesson_controls, lesson_line)
 from cosyedge.web.live_player import LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
+from cosyedge.web.mode_check_panel import label_verdict
 from cosyedge.web.page_words import chinese_reason
 from cosyedge.web.report_panel import caption_lines, describe, plain
 
@@ -157,8 +158,12 @@ QUALITY_LABELS = {
 
 
 def quality_choices(service: Service) -> list[tuple[str, str]]:
-    """(label, mode) pairs of the served engine's quality modes (none: the control is hidden)."""
-    return [(QUALITY_LABELS.get(mode, mode), mode) for mode in service.quality_modes()]
+    """(label, mode) pairs of the served engine's quality modes (none: the control is hidden); each
+    mode but exact says what the speed-mode check found of it on the served model."""
+    modes = service.quality_modes()
+    verdicts = service.mode_verdicts() if modes else {}
+    return [(QUALITY_LABELS.get(mode, mode) if mode == DEFAULT_QUALITY
+             else label_verdict(QUALITY_LABELS.get(mode, mode), verdicts.get(mode)), mode) for mode in modes]
 
 
 def quality_field(service: Service, quality: str | None) -> str | None:

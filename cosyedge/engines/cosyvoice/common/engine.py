@@ -85,6 +85,16 @@ def prompt_encoder_factory(model, threads: int, mel_per_token: int | None = 2) -
     return open_encoder
 
 
+def campplus_factory(model, threads: int) -> Callable[[], object]:
+    """Opens the model's campplus alone, as a judge of finished audio (the speed-mode check)."""
+    def open_judge():  # noqa: ANN202
+        from cosyedge.engines.cosyvoice.common.prompt_encoders import CampplusJudge
+
+        return CampplusJudge(model.session(model.config("frontend")["campplus"], threads))
+
+    return open_judge
+
+
 def prompt_arrays(voice: VoicePrompt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An encoded voice's (embedding [192], speech tokens, flow mel [T, 80]); a coded refusal when
     the encoding lacks one (made by another version of the encoder)."""
@@ -104,7 +114,7 @@ class CosyVoiceEngine:
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
                  sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False,
                  lm_loader: Callable[[], SpeechLM] | None = None, version: int = 2,
-                 stream_cache_mb: float = 0.0) -> None:
+                 stream_cache_mb: float = 0.0, judge_factory: Callable[[], object] | None = None) -> None:
         self.model_id = model_id
         self.version = version
         #: What this version does its own way (a module of the registry's description form).
@@ -127,6 +137,8 @@ class CosyVoiceEngine:
         self.normalizer = normalizer
         self._presets = dict(presets or {})
         self._prompt_encoder_factory = prompt_encoder_factory
+        # campplus alone (no speech tokenizer), opened for whoever judges finished audio by speaker
+        self._judge_factory = judge_factory
         self._prompt_encoder = None
         # campplus + the speech tokenizer (~0.5 GB as upstream ships it) are needed only for a new voice
         # (the prompt cache keeps encodings); released after each use they never sit in memory next to
@@ -177,7 +189,8 @@ class CosyVoiceEngine:
         return cls(identity.model_id, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
                    lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version,
-                   stream_cache_mb=float(getattr(settings, "stream_cache_max_mb", 0.0) or 0.0))
+                   stream_cache_mb=float(getattr(settings, "stream_cache_max_mb", 0.0) or 0.0),
+                   judge_factory=campplus_factory(model, threads))
 
     # -- voices and instructions -----------------------------------------------------------------
     def presets(self) -> list[str]:
@@ -247,6 +260,14 @@ class CosyVoiceEngine:
         with self._lock:
             self._prompt_encoder = None
         trim_heap()
+
+    def speaker_judge(self) -> Callable[[np.ndarray, int], np.ndarray] | None:
+        """The model's own speaker encoder (campplus) as ``embed(audio, sample_rate)``, opened for
+        the caller and dropped with the function (the speed-mode check); None when the model was
+        built without one."""
+        if self._judge_factory is None:
+            return None
+        return self._judge_factory().embed
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:

@@ -32,7 +32,8 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
-from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine, prompt_arrays, prompt_encoder_factory, read_presets
+from cosyedge.engines.cosyvoice.common.engine import (CosyVoiceEngine, campplus_factory, prompt_arrays,
+                                                    prompt_encoder_factory, read_presets)
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import V1_END, format_instruction
 from cosyedge.engines.cosyvoice.common.readings import shown
@@ -99,7 +100,8 @@ class CosyVoice1Engine(CosyVoiceEngine):
                    TextNormalizer(tokenizer.encode), prompt_encoder, presets, sample_rate=token2wav.sample_rate,
                    lm_loader=lambda: SpeechLMv1.load(model, threads=lm_threads),
                    variant=str(about.get("variant", "base")), variant_name=str(about.get("name", "CosyVoice-300M")),
-                   modes=tuple(about.get("modes", ("zero_shot", "cross_lingual"))))
+                   modes=tuple(about.get("modes", ("zero_shot", "cross_lingual"))),
+                   judge_factory=campplus_factory(model, threads))
 
     @property
     def aliases(self) -> dict[str, str]:
