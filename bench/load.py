@@ -164,7 +164,7 @@ def _gradio_call(client: Any, text: str) -> Outcome:
     started = time.monotonic()
     try:
         # (file, panel, caption files, live-player URL)
-        path, panel, _captions, _live = client.predict("female_1", text, 1.0, "auto", 10, api_name="/preset")
+        path, panel, _captions, _live = client.predict("female_1", text, 1.0, "auto", None, api_name="/preset")
     except Exception as exc:  # gradio_client raises AppError (and others) for handler errors
         seconds = time.monotonic() - started
         message = str(exc)

@@ -55,7 +55,7 @@ class InputError(CosyedgeError):
              "voice_file_transcript_not_utf8", "voice_file_meta_not_json", "voice_file_meta_format",
              "voice_file_meta_field", "transcript_too_long", "transcript_nul",
              "model_folder_invalid", "model_file_corrupt", "model_not_usable",
-             "convert_wrong_family", "convert_unknown_config")
+             "convert_wrong_family", "convert_unknown_config", "mode_check_no_modes", "mode_check_needs_voice")
 
 
 class TextError(InputError):
@@ -79,7 +79,8 @@ class ParameterError(InputError):
     codes = ("speed_not_number", "speed_out_of_range", "language_unknown", "job_id_in_use",
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
              "consent_required", "consent_reference_invalid", "model_not_loaded",
-             "voice_type_unsupported", "flow_steps_out_of_range",
+             "voice_type_unsupported", "flow_steps_out_of_range", "quality_unknown",
+             "quality_lever_out_of_range", "voice_needs_recording",
              "language_not_supported", "mode_not_supported", "captions_format_unknown")
 
 
@@ -111,7 +112,8 @@ class NotFoundError(CosyedgeError):
 class ConflictError(CosyedgeError):
     http_status = 409
     kind = "conflict"
-    codes = ("model_switch_busy", "model_switch_loading", "model_exists")
+    codes = ("model_switch_busy", "model_switch_loading", "model_exists", "mode_check_not_served",
+             "mode_check_running")
 
 
 class PayloadTooLargeError(CosyedgeError):

@@ -21,17 +21,21 @@ from cosyedge.service.engine_holder import load_engine
 from cosyedge.service.facade import Service
 from cosyedge.service.captions import Captions, CaptionTrack, caption_format
 from cosyedge.service.outputs import write_captions, write_wav
-from cosyedge.service.requests import REQUEST_LANGUAGES, TTSRequest
+from cosyedge.service.requests import QUALITY_NAMES, REQUEST_LANGUAGES, TTSRequest
 
 #: ``-f -`` reads the text from stdin, ``-o -`` writes the WAV to stdout (messages then go to stderr).
 STDIO = "-"
+#: The notes ``speak`` prints as they are: the flow steps used, and how a prompt's built-in voice was
+#: chosen or that its sound changed (the rest is for the REST answer and the page).
+VOICE_NOTE_PREFIXES = ("flow_steps", "closest_voice", "voice_sound_changed")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("speak", help="read a text aloud into a WAV file")
     parser.add_argument("text", nargs="?", help="text to read (or use -f)")
     parser.add_argument("-f", "--file", help="read the text from a UTF-8 file, '-' for stdin")
-    parser.add_argument("--voice", default="female_1", help="preset voice (see `voices`)")
+    parser.add_argument("--voice", default=None,
+                        help="preset voice (see `voices`; default: the model's first, e.g. female_1)")
     parser.add_argument("--voice-id", dest="voice_id",
                         help="saved voice (see `library list`); overrides --voice")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
@@ -42,7 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "what was applied / not supported is printed")
     parser.add_argument("--flow-steps", dest="flow_steps", type=int, default=None,
                         help="CosyVoice flow steps: 10 = standard (upstream); fewer is faster, not "
-                             "validated on real weights")
+                             "validated on real weights; wins over the --quality mode's steps")
+    parser.add_argument("--quality", default=None, metavar="MODE",
+                        help=f"CosyVoice speed mode: {', '.join(QUALITY_NAMES)} (default: COSYEDGE_QUALITY, else "
+                             "exact = upstream); the others are faster, not validated on real weights; "
+                             "the levers used are printed")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write, '-' for stdout")
     parser.add_argument("--captions", metavar="FILE", type=Path,
                         help="also write the captions: FILE.srt (SubRip, one cue per sentence) or FILE.vtt "
@@ -112,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     settings = config.from_args(args)
     request = TTSRequest(text=read_text(args), speaker=args.voice, voice_id=args.voice_id,
                          instruct=args.instruct, speed=args.speed, language=args.lang,
-                         flow_steps=args.flow_steps)
+                         flow_steps=args.flow_steps, quality=args.quality)
     service = Service(settings, engine_factory=functools.partial(load_engine, settings))
     prepared = service.prepare(request)
     check_output(args.output)
@@ -123,11 +131,13 @@ def run(args: argparse.Namespace) -> int:
     with service.holder.use() as engine:
         resolved = service.resolve(engine, prepared)
         voice, plan, encoded = resolved.choice.voice, resolved.plan, resolved.choice.encoded
-        if encoded is not None and describe(encoded.meta):
-            print(describe(encoded.meta), file=say)
+        if encoded is not None and describe(engine, encoded):
+            print(describe(engine, encoded), file=say)
         for note in resolved.notes:
-            # the flow steps used and what the pronunciation dictionary did, said as they are
-            if getattr(note, "code", "").startswith(("flow_steps", "reading_")):
+            # the levers used, how the voice was chosen, what the pronunciation dictionary did, an
+            # instruction read as controls: said as they are
+            code = getattr(note, "code", "")
+            if code.startswith(VOICE_NOTE_PREFIXES + ("reading_", "quality")) or code == "instruct_as_controls":
                 print(note, file=say)
         if args.output == STDIO:
             return _stream_to_stdout(engine, resolved, settings.max_text_chars, say, args.captions)
@@ -140,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"applied: {line}", file=say)
         for line in plan.not_supported:
             print(f"not applied: {line}", file=say)
+    prompt = resolved.choice.prompt
+    if prompt is not None and audio.size:  # the figure the service reports, on the audio written
+        from cosyedge.listening.speaker import similarity
+
+        print(f"speaker similarity to the prompt, measured on this audio: "
+              f"{similarity(audio, result.sample_rate, prompt.pcm, prompt.sample_rate):.4f}", file=say)
     written = write_output(args.output, audio, result.sample_rate)
     print(f"wrote {written} ({len(audio) / result.sample_rate:.2f} s, {len(result.sentences)} sentences)",
           file=say)

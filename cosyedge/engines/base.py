@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
+from cosyedge.notes import Note
+
 #: Called after each sentence with (sentences done, sentences total).
 ProgressFn = Callable[[int, int], None]
 #: Returns True when the caller wants the job stopped; checked between sentences.
@@ -24,6 +26,17 @@ LANGUAGES = ("auto", "zh", "en", "ja")
 #: ``capabilities.languages`` lacks one refuses it by name (``language_not_supported``).
 MORE_LANGUAGES = ("ko", "de", "es", "fr", "it", "ru")
 KNOWN_LANGUAGES = LANGUAGES + MORE_LANGUAGES
+
+
+#: What a prompt becomes on an engine that cannot clone, in the words every adapter uses.
+CLOSEST_BUILTIN = "closest built-in voice / 最接近的内置音色"
+
+
+def closest_builtin(voice: str | None) -> Note:
+    """The label of a prompt's voice on an engine that cannot clone: "closest built-in voice /
+    最接近的内置音色: <voice>" (no figure: an answer's similarity is measured on its audio)."""
+    return Note(f"{CLOSEST_BUILTIN}: {voice}" if voice else CLOSEST_BUILTIN, code="voice_closest_builtin",
+                voice=voice)
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,9 @@ class Capabilities:
     max_instruct_chars: int = 500
     #: What each preset is made of, in ``presets()`` order (empty: not described).
     preset_details: tuple[PresetDetail, ...] = ()
+    #: The ``quality`` modes the engine offers (CosyVoice2/3: cosyvoice.common.quality); none: the
+    #: request's ``quality`` has no effect.
+    quality_modes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,8 +80,10 @@ class SynthesisOptions:
     seed: int | None = None
     #: Yield audio as it is made (CosyVoice: hop by hop within a sentence) rather than per sentence.
     stream: bool = False
-    #: CosyVoice flow steps (None: the model's, upstream's 10).
+    #: CosyVoice flow steps (None: the mode's, in exact mode the model's: upstream's 10); wins over the mode's.
     n_timesteps: int | None = None
+    #: A mode of ``capabilities.quality_modes`` (None: exact, upstream's semantics).
+    quality: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +194,7 @@ class Engine(Protocol):
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
         """Encode conditioned prompt audio into a reusable VoicePrompt; an encoding that takes long
-        (Kokoro's voice match: seconds) stops early (raise CancelledError) when ``cancelled()``."""
+        (CosyVoice's prompt encoders: seconds) stops early (raise CancelledError) when ``cancelled()``."""
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """Clean, split and read ``text`` once, for ``language`` (a request's ``options.language``);

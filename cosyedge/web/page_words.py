@@ -103,8 +103,8 @@ PAGE_NOTES = {
     "prompt_text_ignored_no_prompt":
         "the prompt transcript ignored: it is the transcript of the prompt audio, and no prompt audio was sent",
     "prompt_text_ignored_no_clone":
-        "the prompt transcript ignored: the {engine} engine cannot clone; it matches the voice from the "
-        "sound of the prompt audio alone, without its transcript",
+        "the prompt transcript ignored: the {engine} engine cannot clone; it chooses the closest built-in "
+        "voice from the sound of the prompt audio alone",
 }
 
 

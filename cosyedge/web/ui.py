@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.service.jobs import PHASE_STARTING, Job
 from cosyedge.service.facade import Service
-from cosyedge.service.requests import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
-                                       PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
+from cosyedge.service.requests import (DEFAULT_QUALITY, PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING,
+                                       PHASE_SYNTHESIZING, PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
                                     lesson_controls, lesson_line)
 from cosyedge.web.live_player import LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
+from cosyedge.web.mode_check_panel import label_verdict
 from cosyedge.web.page_words import chinese_reason
 from cosyedge.web.report_panel import caption_lines, describe, plain
 
@@ -117,7 +118,7 @@ def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
 
 
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
-#: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
+#: encoding on CosyVoice; on Kokoro, about a second); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
 PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading the model… / 正在加载模型…",
                 PHASE_STARTING: "starting / 正在开始", PHASE_SYNTHESIZING: "synthesizing / 正在合成",
@@ -147,16 +148,28 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
     yield path, panel, captions, gr.skip()  # the live player keeps playing what it has
 
 
-#: CosyVoice flow steps offered on the page: upstream's 10, and a fast choice said to be what it is.
-STANDARD_STEPS, FAST_STEPS = 10, 5
-QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
-                   (f"fast ({FAST_STEPS}): fewer flow steps than upstream's 10, not validated on real weights / "
-                    f"快速 ({FAST_STEPS})：少于官方的 10 步，未在真实权重上验证", FAST_STEPS)]
+#: The page's words for the ``quality`` modes (docs/models.md, "Quality modes"), by mode name; a mode
+#: not listed is shown by its name.
+QUALITY_LABELS = {
+    "exact": "exact: as upstream / 精确（与官方一致）",
+    "balanced": "balanced: faster, not validated on real weights / 均衡：更快，未在真实权重上验证",
+    "live": "live: speaks while it thinks, not validated on real weights / 实时：边想边说，未在真实权重上验证",
+}
 
 
-def flow_steps(quality: int | None) -> int | None:
-    """The request's ``flow_steps`` for the quality choice (None: the model's own, upstream's 10)."""
-    return None if quality in (None, STANDARD_STEPS) else int(quality)
+def quality_choices(service: Service) -> list[tuple[str, str]]:
+    """(label, mode) pairs of the served engine's quality modes (none: the control is hidden); each
+    mode but exact says what the speed-mode check found of it on the served model."""
+    modes = service.quality_modes()
+    verdicts = service.mode_verdicts() if modes else {}
+    return [(QUALITY_LABELS.get(mode, mode) if mode == DEFAULT_QUALITY
+             else label_verdict(QUALITY_LABELS.get(mode, mode), verdicts.get(mode)), mode) for mode in modes]
+
+
+def quality_field(service: Service, quality: str | None) -> str | None:
+    """The request's ``quality`` for the page's choice: None where the served engine has no modes
+    (the hidden control's value must not earn every Kokoro answer an "ignored" note)."""
+    return quality if quality and quality in service.quality_modes() else None
 
 
 async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None", stream: bool) -> Job:
@@ -266,6 +279,11 @@ async def lesson_request(service: Service, lesson_path: str | None, per_paragrap
             caption_paths(result))
 
 
+#: The clone tab's one line on how to get true cloning, under an engine that cannot clone.
+TRUE_CLONING = ("For true cloning, add a CosyVoice model in the Models tab (docs/models.md) / "
+                "如需真正的声音克隆，请在“模型”标签页添加 CosyVoice 模型（见 docs/models.md）")
+
+
 def capability_notes(service: Service) -> tuple[str, str]:
     """(clone tab note, instruct tab note): what the engine can truly do, from its capabilities as
     the service knows them (the loaded engine's, or before the first load what the manifest's
@@ -279,10 +297,8 @@ def capability_notes(service: Service) -> tuple[str, str]:
     if clone:
         clone_note = f"**{engine}** clones the prompt's voice / 该引擎可克隆参考音频的音色"
     else:
-        clone_note = (f"**{engine}** cannot clone a voice: the prompt is matched to the closest mix of "
-                      "its bundled voices (approximate), and the first use of a new prompt takes "
-                      "longer / 该引擎不能真正克隆：参考音频只会匹配到最接近的内置音色组合（近似），"
-                      "新的参考音频首次使用较慢")
+        clone_note = (f"**{engine}** cannot clone a voice: a prompt picks its closest built-in voice / "
+                      f"该引擎不能克隆：参考音频只会选出最接近的内置音色。{TRUE_CLONING}")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
         if service.instruct_note():
@@ -361,7 +377,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
-                    language: str, consent: bool, quality: int | None, request: gr.Request,
+                    language: str, consent: bool, quality: str | None, request: gr.Request,
                     progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt:  # the janitor keeps the prompt in the upload cache while the page may reuse it
@@ -373,21 +389,22 @@ def build_ui(service: Service) -> "gr.Blocks":
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
                          language=language, keep_file=True, consent=bool(consent),
-                         flow_steps=flow_steps(quality))
+                         quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
-                       quality: int | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
+                       quality: str | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
-                         speed=float(speed), language=language, keep_file=True, flow_steps=flow_steps(quality))
+                         speed=float(speed), language=language, keep_file=True,
+                         quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    async def preset(voice: str, text: str, speed: float, language: str, quality: int | None,
+    async def preset(voice: str, text: str, speed: float, language: str, quality: str | None,
                      request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
-                         keep_file=True, flow_steps=flow_steps(quality))
+                         keep_file=True, quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
@@ -441,8 +458,9 @@ def build_ui(service: Service) -> "gr.Blocks":
                               elem_id=f"{prefix}-speed")
             language = gr.Dropdown(language_choices(service), value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
-            quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
-                               elem_id=f"{prefix}-quality")
+            modes = quality_choices(service)
+            quality = gr.Radio(modes, value=service.default_quality if modes else None,
+                               label="Quality (CosyVoice) / 音质", visible=bool(modes), elem_id=f"{prefix}-quality")
         return speed, language, quality
 
     def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML, gr.File]:
@@ -581,11 +599,22 @@ def build_ui(service: Service) -> "gr.Blocks":
             codes = {code for _, code in choices}
             return tuple(gr.update(choices=choices, value=c if c in codes else "auto") for c in chosen)
 
-        langs = [lang_c, lang_i, lang_p]
+        def qualities(*chosen: str | None) -> tuple[dict, ...]:
+            """The served engine's quality modes on the three tabs, shown only when it has some."""
+            choices = quality_choices(service)
+            modes = {mode for _, mode in choices}
+            return tuple(gr.update(choices=choices, visible=bool(choices),
+                                   value=c if c in modes else (service.default_quality if choices else None))
+                         for c in chosen)
+
+        langs, qualities_in = [lang_c, lang_i, lang_p], [quality_c, quality_i, quality_p]
         demo.load(languages, inputs=langs, outputs=langs, queue=False)
+        demo.load(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         models.switched.then(languages, inputs=langs, outputs=langs, queue=False)
+        models.switched.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         for event in generated:  # the first job loads the engine: its languages are known from then on
             event.then(languages, inputs=langs, outputs=langs, queue=False, show_progress="hidden")
+            event.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False, show_progress="hidden")
         # the studio tabs: a new model has its own presets; the voice list changed; a saved voice to clone
         models.switched.then(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False).then(
             status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")

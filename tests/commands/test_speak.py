@@ -34,7 +34,7 @@ def test_speak_prepares_and_resolves_like_the_service(tmp_path, engines, monkeyp
     prepared, resolved = record_request_path(monkeypatch)
     out = tmp_path / "hello.wav"
     assert main(speak(tmp_path, "Hello there. Bye.", "--instruct", "louder", "-o", str(out))) == 0
-    assert [p.request for p in prepared] == [TTSRequest(text="Hello there. Bye.", speaker="female_1",
+    assert [p.request for p in prepared] == [TTSRequest(text="Hello there. Bye.", speaker=None,
                                                         instruct="louder")]
     assert resolved == prepared
     (engine,) = engines

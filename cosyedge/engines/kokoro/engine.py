@@ -3,7 +3,7 @@
 Responsible for turning phoneme ids + a 256-d style vector into audio; language handling lives in
 the frontend, voice packs in ``presets``, and the calls in flight (an engine-wide limit on runs at
 once, chunks in order) in ``pipeline``. It cannot clone or follow instructions natively and its
-Capabilities say so; ``encode_prompt`` delegates to the approximate voice match.
+Capabilities say so; ``encode_prompt`` chooses the closest built-in voice (``closest_voice``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt, WordTiming)
-from cosyedge.engines.kokoro import adapt, crop, fused_runtime, model_files, presets
+from cosyedge.engines.kokoro import closest_voice, crop, fused_runtime, model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
 from cosyedge.engines.kokoro.sessions import Session, make_session
 from cosyedge.engines.kokoro.silence import speech_bounds
@@ -152,11 +152,6 @@ class KokoroEngine:
     parallel_runs: int = MAX_PARALLEL_RUNS
     overlap: Overlap = DEFAULT_OVERLAP
     look_ahead_budget: float = LOOK_AHEAD_BUDGET
-    #: Run the listening check on every approximate match (seconds; off in tests of other things).
-    check_reading: bool = True
-    #: The listener of that check, ``transcribe(audio, sample_rate, language)``: the service hands
-    #: its one recognizer's in (:meth:`listen_with`); without one the check is not run.
-    transcribe: Callable[..., Any] | None = None
     runs: RunSlots = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -197,19 +192,20 @@ class KokoroEngine:
 
     def style_pack(self, voice: str | VoicePrompt, language: str | None = None) -> np.ndarray:
         """[510, 1, 256] style pack for a preset name (its recipe for ``language``, see ``presets``)
-        or an encoded (approximate-match) prompt."""
+        or an encoded prompt: its closest built-in voice (``closest_voice``), read as that preset; a
+        prompt that carries a style of its own (``arrays["style"]``: the benches' blends) reads that."""
         if isinstance(voice, VoicePrompt):
-            if voice.engine != self.name or "style" not in voice.arrays:
-                raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, "
-                                     f"not for {self.name}; encode the prompt again")
-            if voice.meta.get("preset_voice") in presets.PRESETS:  # the match kept a preset
+            if voice.engine == self.name and voice.meta.get("preset_voice") in presets.PRESETS:
                 return presets.preset_pack(self.packs, voice.meta["preset_voice"], language)
-            return voice.arrays["style"].astype(np.float32)
+            if voice.engine == self.name and "style" in voice.arrays:
+                return voice.arrays["style"].astype(np.float32)
+            raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, not for "
+                                 f"{self.name}; encode the prompt again")
         return presets.preset_pack(self.packs, voice, language)
 
     def infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
         """One model call: ids (≤ 510) + the pack row for that length -> float32 audio. It counts
-        against the engine's run limit like a job's next sentence (voice match calls this)."""
+        against the engine's run limit like a job's next sentence."""
         with self.runs.hold(Ticket(cost=call_cost(len(token_ids), speed), urgent=True)):
             return self._infer(token_ids, pack, speed)
 
@@ -255,10 +251,6 @@ class KokoroEngine:
         sentences = (text.sentences if isinstance(text, TextAnalysis)
                      else self.frontend.sentences(text, options.language))
         total = len(sentences)
-        # A matched voice's formant/pitch-range adaptation (voice_match), applied to each chunk alike.
-        adaptation = None
-        if isinstance(voice, VoicePrompt):
-            adaptation = adapt.Adaptation.from_meta(voice.meta.get("adaptation"))
         calls = []
         packs: dict[str, np.ndarray] = {}  # a preset may read each language with its own recipe
         for index, sentence in enumerate(sentences):
@@ -268,15 +260,14 @@ class KokoroEngine:
             pack = packs[language]
             ids = self.frontend.token_ids(sentence.phonemes)
             calls.append(Call(cost=call_cost(len(ids), options.speed),
-                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed,
-                                          adaptation)))
+                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed)))
         for chunk in in_order(calls, self.runs, self.parallel_runs, self.overlap, cancelled):
             yield chunk
             if progress is not None:
                 progress(chunk.index + 1, total)
 
     def _chunk(self, sentence: Any, ids: list[int], index: int, total: int, pack: np.ndarray,
-               speed: float, adaptation: adapt.Adaptation | None = None) -> AudioChunk:
+               speed: float) -> AudioChunk:
         """One sentence's call and its chunk (run by the pipeline, holding a run slot)."""
         audio, durations, offset = self._infer_timed(ids, pack, speed)
         pause = None
@@ -285,7 +276,7 @@ class KokoroEngine:
             pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
         sr = self.capabilities.sample_rate
         start, end = speech_bounds(audio, sr)
-        audio = adapt.apply(audio[start:end], sr, adaptation)  # same length: the words keep their place
+        audio = audio[start:end]
         words = ()
         if durations is not None:
             words = word_timings(getattr(sentence, "words", ()), durations, offset + start, audio.size, sr)
@@ -294,52 +285,34 @@ class KokoroEngine:
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
-        """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt;
-        then, when ``check_reading``, the listening check of how clearly the match reads each language
-        (``meta["reading_errors"]``: error rate per language; the service notes the bad ones)."""
-        from cosyedge.engines.kokoro import voice_match
+        """The closest built-in voice (Kokoro cannot clone): a preset chosen by the prompt's pitch and
+        d-vector (:func:`closest_voice.closest_voice`, well under a second). ``transcript`` plays no
+        part: the choice is made from the sound alone."""
+        return closest_voice.closest_voice(self, audio, sample_rate)
 
-        prompt = voice_match.match_voice(self, audio, sample_rate, transcript, cancelled=cancelled)
-        if self.check_reading:
-            prompt.meta["reading_errors"] = self.reading_errors(prompt, cancelled)
-            prompt = voice_match.guard_reading(self, prompt, cancelled)  # an adaptation that reads worse is dropped
-        return prompt
+    def is_current(self, voice: VoicePrompt) -> bool:
+        """Whether an encoded prompt (a cached one) is this engine's current choice; the prompt cache
+        makes an older one (the approximate voice match, an older table) again."""
+        return closest_voice.is_current(voice.meta)
+
+    def sounded(self, voice: VoicePrompt) -> str:
+        """What an encoded prompt sounds like, in one name (:func:`closest_voice.sounded`): compared
+        with an older encoding's to tell the answer that a voice's sound changed."""
+        return closest_voice.sounded(voice.meta)
+
+    def describe_voice(self, voice: VoicePrompt) -> Any:
+        """What the answer calls a prompt's voice: "closest built-in voice / 最接近的内置音色: <preset>"."""
+        return closest_voice.label(voice.meta.get("preset_voice", "?"))
 
     def voice_notes(self, voice: VoicePrompt) -> list[Any]:
-        """Notes for a matched voice: its similarity at each stage of the match, and an adaptation
-        not applied and why (:func:`voice_match.stage_notes`)."""
-        from cosyedge.engines.kokoro import voice_match
-
-        return voice_match.stage_notes(voice.meta)
+        """Notes on a prompt's voice: chosen outside the pitch band or without a pitch, and its sound
+        changed since an older encoding (:func:`closest_voice.notes`)."""
+        return closest_voice.notes(voice.meta)
 
     def pronounce_with(self, readings: Callable[[], Any] | None) -> None:
         """Read every text with the pronunciation dictionary ``readings()`` returns at that moment
         (a :class:`cosyedge.lexicon.matching.Lexicon`; the service hands its book's in)."""
         self.frontend.readings = readings
-
-    def listen_with(self, transcribe: Callable[..., Any] | None) -> None:
-        """Hear the listening check with ``transcribe`` (the service's recognizer)."""
-        self.transcribe = transcribe
-
-    def reading_errors(self, voice: VoicePrompt | str, cancelled: CancelFn | None = None) -> dict[str, float]:
-        """Error rate per language of ``voice`` on the guard lines (``cosyedge.listening.intelligibility``),
-        heard by :attr:`transcribe`; {} when there is no listener or its model is not installed."""
-        if self.transcribe is None:
-            logger.info("matched voice not checked for intelligibility: no speech recognizer was given")
-            return {}
-        from cosyedge.engines.render import render
-        from cosyedge.listening import intelligibility
-
-        def speak(text: str, language: str) -> tuple[np.ndarray, int]:
-            out = render(self, text, voice, SynthesisOptions(language=language))
-            return out.audio, out.sample_rate
-
-        try:
-            return intelligibility.check_voice(speak, self.capabilities.languages, transcribe=self.transcribe,
-                                               cancelled=cancelled)
-        except ModelMissingError as exc:
-            logger.warning("matched voice not checked for intelligibility: %s", exc)
-            return {}
 
     def close(self) -> None:
         """Stop the frontend's helper process, close and drop the session (it frees its arena)."""

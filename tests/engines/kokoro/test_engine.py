@@ -128,7 +128,20 @@ def test_voice_prompt_for_another_engine_is_refused(engine):
         run(engine, "abc", voice=prompt)
 
 
-def test_encoded_style_prompt_is_used(engine):
+def test_an_encoded_prompt_reads_as_its_closest_built_in_voice(engine):
+    from cosyedge.engines.kokoro import closest_voice
+
+    chosen = VoicePrompt(engine="kokoro", model_id="kokoro-int8",
+                         meta={"method": closest_voice.METHOD, "version": closest_voice.VERSION,
+                               "preset_voice": "female_2"})
+    np.testing.assert_array_equal(run(engine, "abcd", voice=chosen)[0].audio,
+                                  run(engine, "abcd", voice="female_2")[0].audio)
+    with pytest.raises(ParameterError, match="encode the prompt again"):
+        run(engine, "abcd", voice=VoicePrompt(engine="kokoro", model_id="kokoro-int8", meta={"method": "x"}))
+
+
+def test_a_prompt_with_a_style_of_its_own_reads_that_style(engine):
+    """The benches' blends (bench/intelligibility.py) are prompts with a style pack."""
     style = np.full((510, 1, 256), 0.5, dtype=np.float32)
     prompt = VoicePrompt(engine="kokoro", model_id="kokoro-int8", arrays={"style": style})
     loud = run(engine, "abcd", voice=prompt)[0].audio
