@@ -67,7 +67,7 @@ class ModelInfo:
 
     def capabilities_line(self) -> str:
         """What the engine does with a prompt and an instruction, in words."""
-        clone = "clones a voice" if self.native_clone else "approximate voice match only (no cloning)"
+        clone = "clones a voice" if self.native_clone else "closest built-in voice only (no cloning)"
         instruct = ("follows instructions" if self.native_instruct
                     else "instructions as speed/pitch/volume controls")
         return f"{clone}; {instruct}"

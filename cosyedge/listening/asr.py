@@ -9,8 +9,7 @@ a model hub for a name it does not find locally, and it is never given a name.
 
 Users: the service owns the app's one :class:`Recognizer`, built from its settings
 (:meth:`Recognizer.for_models`: the models folder, threads, idle seconds), and hands its
-``transcribe`` to what listens: the voice-match guard (``cosyedge/listening/intelligibility.py``, through the
-Kokoro engine) and the prompt transcripts (``cosyedge/voices/transcripts.py``). So one model is in memory at
+``transcribe`` to the prompt transcripts (``cosyedge/voices/transcripts.py``). So one model is in memory at
 most, and it leaves memory ``idle_seconds`` after its last use. Scripts (``bench/``, tests) build
 their own or use :func:`shared_recognizer`, which reads the models folder under the working
 directory; nothing in the app's request path reads it.

@@ -35,7 +35,7 @@ from cosyedge.catalog.manifest import read_identity
 from cosyedge.catalog.mode_verdicts import read_record
 from cosyedge.catalog.models import ModelCatalog, ModelInfo
 from cosyedge.config import Settings
-from cosyedge.engines.base import LANGUAGES, CancelFn, Engine
+from cosyedge.engines.base import LANGUAGES, CancelFn, Engine, closest_builtin
 from cosyedge.errors import AudioError, BusyError, CosyedgeError, InputError, NameError_
 from cosyedge.host.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.host.heap import return_large_blocks
@@ -49,6 +49,7 @@ from cosyedge.service.mode_check import CheckVoice
 from cosyedge.service.mode_check_runner import ModeCheckRunner
 from cosyedge.service.model_switch import ModelSwitch
 from cosyedge.service.outputs import DOWNLOAD_LEASE_S, OutputFiles
+from cosyedge.service.pronunciations import Pronunciations, book_for
 from cosyedge.service.request_path import RequestPath, check_quality_setting
 from cosyedge.service.requests import (JOB_ID_RE, QUALITY_NAMES, SEED_PRESETS, PreparedRequest, ResolvedRequest,
                                        ServiceStatus, TTSRequest)
@@ -74,7 +75,7 @@ class Service:
         # The commit this process started on and the OTA update's state, for /health.
         self.deployment = deployment or Deployment.of_this_code()
         # The app's one speech recognizer (cosyedge.listening.asr): loaded on first use, released when idle;
-        # prompt transcripts and the Kokoro voice-match guard both listen through it.
+        # prompt transcripts listen through it.
         self.recognizer = recognizer or Recognizer.for_models(settings.models_path, settings.threads,
                                                               settings.asr_idle_seconds)
         # Refuses new jobs, saves and uploads while the disk is nearly full (disk_probe: a test seam).
@@ -88,6 +89,8 @@ class Service:
         # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
         self.prompt_cache = PromptCache(settings.prompts_path / "cache")
         self.library = VoiceLibrary(settings.prompts_path / "library")
+        # The box's pronunciation dictionary (prompts/pronunciations.tsv): every engine reads it at each text.
+        self.pronunciations = Pronunciations(book_for(settings), self.check_room)
         self.catalog = ModelCatalog(settings.models_path)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self.submissions = Submissions(self.queue)
@@ -110,12 +113,12 @@ class Service:
         self._idle_thread: threading.Thread | None = None
 
     def _load_engine(self, factory: EngineFactory) -> Engine:
-        """The factory's engine, given the service's recognizer when it listens to its own voices
-        (``listen_with``: the Kokoro voice-match guard)."""
+        """The factory's engine, given the box's pronunciation dictionary when it reads one
+        (``pronounce_with``, read at each text)."""
         engine = factory()
-        listen_with = getattr(engine, "listen_with", None)
-        if callable(listen_with):
-            listen_with(self.recognizer.transcribe)
+        pronounce_with = getattr(engine, "pronounce_with", None)
+        if callable(pronounce_with):
+            pronounce_with(self.pronunciations.lexicon)
         return engine
 
     def _serve(self, settings: Settings) -> None:
@@ -187,7 +190,8 @@ class Service:
         ``consent_given``: unix time, null when not recorded)."""
         clone, instruct = self.abilities()
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s,
-                  "consent_given": v.consent.given_at if v.consent is not None else None}
+                  "consent_given": v.consent.given_at if v.consent is not None else None,
+                  "voice_match": self.saved_voice_label(v)}
                  for v in self.library.list()]
         caps = self.holder.capabilities
         details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
@@ -198,6 +202,15 @@ class Service:
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct,
                 "languages": list(caps.languages) if caps is not None else None}
+
+    def saved_voice_label(self, info: VoiceInfo) -> str | None:
+        """On an engine that cannot clone, what a saved voice is spoken as on the current model:
+        "closest built-in voice / 最接近的内置音色" with the voice once a job has chosen it (its
+        ``sounds`` record); None on an engine that clones (or one not known yet)."""
+        if self.abilities()[0] is not False:
+            return None
+        model = f"{self.model_engine_name()}/{self.holder.model_id or self.settings.model}"
+        return str(closest_builtin(dict(info.sounds).get(model)))
 
     def abilities(self) -> tuple[bool | None, bool | None]:
         """(native clone, native instruct): the loaded engine's, or before the first load what the
@@ -391,6 +404,11 @@ class Service:
         info = self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, consent=record,
                                  overwrite=overwrite)
+        if self.holder.loaded and self.abilities()[0] is False:
+            # the closest built-in voice, chosen now (well under a second, no model call), so the
+            # voice's first use reads the prompt cache like a preset: the same rule keys both
+            with self.holder.use() as engine:
+                self._path.encode_saved(engine, info.id, prompt, transcript)
         if not (transcript or "").strip():
             try:  # heard in the background: the voice is saved whether or not it can be heard now
                 self.transcribe_voice(info.id)
@@ -442,6 +460,25 @@ class Service:
     def voice_transcript(self, voice_id: str) -> PromptTranscript:
         """A saved voice's transcript as stored, with where it came from."""
         return self.transcriber.voice_transcript(voice_id)
+
+    # --- the pronunciation dictionary (cosyedge.service.pronunciations) --------------------
+    def pronunciation_entries(self) -> dict[str, Any]:
+        """Every entry, the file's unreadable lines and where a damaged file was kept."""
+        return self.pronunciations.listing()
+
+    def add_pronunciation(self, language: object, word: object, reading: object) -> dict[str, Any]:
+        """Add or replace an entry (a ReadingError names the word and what is wrong)."""
+        return self.pronunciations.add(language, word, reading)
+
+    def delete_pronunciation(self, language: object, word: object) -> dict[str, Any]:
+        return self.pronunciations.delete(language, word)
+
+    def import_pronunciations(self, data: bytes) -> dict[str, Any]:
+        """Add or replace the entries of a TSV; its bad lines listed, its good ones kept."""
+        return self.pronunciations.import_tsv(data)
+
+    def export_pronunciations(self) -> str:
+        return self.pronunciations.export_tsv()
 
     # --- long lessons (cosyedge.service.lessons) ------------------------------------------
     def read_lesson(self, source: bytes | Path, filename: str | None = None) -> Lesson:

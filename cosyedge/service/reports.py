@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cosyedge.engines.base import Engine, VoicePrompt
+from cosyedge.engines.base import Engine, VoicePrompt, closest_builtin
 from cosyedge.engines.cosyvoice.common.quality import DEFAULT_QUALITY, Levers, levers_for
 from cosyedge.instruct.plan import NO_INSTRUCTION, InstructPlan
 from cosyedge.notes import Note
@@ -87,8 +87,8 @@ def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
             notes.append(Note("prompt_text ignored: it is the transcript of prompt_audio, and no "
                               "prompt_audio was sent", code="prompt_text_ignored_no_prompt"))
         elif not engine.capabilities.native_clone:
-            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
-                              "the voice from the sound of prompt_audio alone, without its transcript",
+            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it chooses "
+                              "the closest built-in voice from the sound of prompt_audio alone",
                               code="prompt_text_ignored_no_clone", engine=engine.name))
     return notes
 
@@ -102,14 +102,10 @@ def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:
 
 def describe_match(engine: Engine, encoded: VoicePrompt) -> Note:
     """What the prompt became, in words for the UI panel and REST: "native clone" on an engine that
-    clones; on Kokoro "approximate voice match" with the probe similarity before and after."""
+    clones; else the engine's own label (``describe_voice``; on Kokoro "closest built-in voice /
+    最接近的内置音色: <preset>"). No similarity figure: the answer's ``similarity`` is measured on
+    the audio it returns."""
     if engine.capabilities.native_clone:
         return Note("native clone", code="voice_native_clone")
-    meta = encoded.meta
-    method = meta.get("method", "approximate voice match")
-    if "similarity_before" in meta and "similarity_after" in meta:
-        before, after = meta["similarity_before"], meta["similarity_after"]
-        nearest = meta.get("nearest_preset", "?")
-        return Note(f"{method}: similarity {before:.2f} (nearest preset {nearest}) -> {after:.2f}",
-                    code="voice_match_approx", method=method, before=before, nearest=nearest, after=after)
-    return Note(str(method), code="voice_match_method", method=method)
+    label = getattr(engine, "describe_voice", None)
+    return label(encoded) if callable(label) else closest_builtin(encoded.meta.get("preset_voice"))

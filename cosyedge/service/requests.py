@@ -17,6 +17,7 @@ from cosyedge.engines.base import KNOWN_LANGUAGES, Capabilities, SynthesisOption
 from cosyedge.engines.cosyvoice.common import quality
 from cosyedge.host.thermal import ThermalSnapshot
 from cosyedge.instruct.plan import InstructPlan
+from cosyedge.service.captions import Captions
 from cosyedge.service.jobs import QueueStats
 from cosyedge.voices.transcripts import ClonePlan, PromptTranscript
 
@@ -69,7 +70,7 @@ class VoiceChoice:
 
     voice: str | VoicePrompt  # a preset name or an encoded prompt
     name: str  # shown to the user: the preset, saved voice or "prompt audio"
-    match: str  # "preset", "native clone", "approximate voice match: similarity ... -> ..."
+    match: str  # "preset", "native clone", "closest built-in voice / 最接近的内置音色: female_2"
     similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
     prompt: ConditionedPrompt | None = None  # the conditioned prompt audio, when one was used
     #: A native clone's prompt transcript (typed or heard, cosyedge.voices.transcripts) and its mode.
@@ -132,6 +133,10 @@ class TTSResult:
     skipped: list[str] = field(default_factory=list)  # text not read aloud (TextAnalysis.skipped)
     transcript: dict[str, Any] | None = None  # see ResolvedRequest.transcript_report
     clone_mode: str | None = None  # see ResolvedRequest.clone_mode
+    #: One cue per sentence at the returned audio's offsets (words where the engine times them).
+    captions: Captions = field(default_factory=Captions)
+    #: The page's caption files next to its WAV, by format ("srt", "vtt"); empty without a file.
+    caption_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def duration(self) -> float:

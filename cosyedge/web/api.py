@@ -53,6 +53,7 @@ from cosyedge.service.requests import QUALITY_NAMES, TTSRequest, TTSResult
 from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router
+from cosyedge.web.pronunciation_api import pronunciation_router
 from cosyedge.web.mode_check_api import mode_check_router
 
 logger = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ class TTSBody(BaseModel):
     language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"  # ko..ru: CosyVoice3
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
     flow_steps: int | None = Field(None, description=FLOW_STEPS_HELP)
+    captions: Literal["srt", "vtt"] | None = Field(
+        None, description='"vtt" or "srt": also answer the captions (one cue per sentence at the audio\'s '
+                          "offsets; WebVTT with word timings where the engine knows them) and the cues as JSON")
     quality: str | None = Field(None, description=QUALITY_HELP)
 
 
@@ -129,6 +133,11 @@ class TTSResponse(BaseModel):
         None, description="A native clone's prompt transcript: text, source (user: prompt_text or the saved "
                           "voice's; asr: heard offline), confidence, language, trusted (used for zero-shot)")
     clone_mode: str | None = Field(None, description="A native clone's mode: zero_shot, cross_lingual or instruct")
+    captions: str | None = Field(None, description="The captions file's text, in the format asked for")
+    caption_format: str | None = Field(None, description="srt or vtt, when captions were asked for")
+    cues: list[dict[str, Any]] | None = Field(
+        None, description="The captions as JSON, when asked for: start, end (seconds), text, words "
+                          "(each with start, end, text; empty where the engine does not time its words)")
 
 
 class TranscribeBody(BaseModel):
@@ -430,7 +439,10 @@ def build_router(service: Service) -> APIRouter:
                            voice=result.voice, voice_match=result.voice_match,
                            similarity=result.similarity, instruct=result.instruct,
                            notes=result.notes, skipped=result.skipped, transcript=result.transcript,
-                           clone_mode=result.clone_mode)
+                           clone_mode=result.clone_mode,
+                           captions=result.captions.render(body.captions) if body.captions else None,
+                           caption_format=body.captions,
+                           cues=result.captions.as_dicts() if body.captions else None)
 
     @router.post("/transcribe", responses=errors, tags=["tts"])
     async def transcribe(body: TranscribeBody, request: Request) -> dict[str, Any]:
@@ -764,7 +776,8 @@ def create_api(service: Service) -> FastAPI:
                   docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
     install_error_handlers(app)
     router = build_router(service)
-    router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip
+    router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip|captions
+    router.include_router(pronunciation_router(service))  # /pronunciations: list, add, delete, import, export
     router.include_router(mode_check_router(service, ERROR_RESPONSES))  # /models/{id}/check
     routers = (router, build_openai_router(service, ERROR_RESPONSES))
     for router in routers:

@@ -56,7 +56,7 @@ def rows(listing: dict[str, Any]) -> list[list[str]]:
     out = []
     for model in listing["models"]:
         caps = model["capabilities"]
-        can = ("clones a voice" if caps["native_clone"] else "approximate voice match") + "; " + (
+        can = ("clones a voice" if caps["native_clone"] else "closest built-in voice") + "; " + (
             "follows instructions" if caps["native_instruct"] else "instructions as controls")
         out.append([model["id"] + (SERVED if model["current"] else ""), model["engine"], can, model["size"],
                     model["licence"]])

@@ -48,6 +48,27 @@ REASONS_ZH = {
     "consent_required": "需要确认参考音频的说话人同意克隆其声音（请勾选同意框）",
     "model_switch_busy": "有 {running} 个任务在运行、{waiting} 个在排队，完成后才能切换模型（没有任务被取消）",
     "model_unknown": "没有名为 {model} 的模型",
+    # the pronunciation dictionary (cosyedge.lexicon): each names the entry's word
+    "reading_word_empty": "词语为空：请输入要读的词",
+    "reading_word_too_long": "词条“{word}”有 {length} 个字符，上限为 {limit} 个",
+    "reading_word_script": "词条“{word}”：该语言的词须用其文字书写（中文用汉字，英文用拉丁字母，日文用假名和汉字）",
+    "reading_language_unknown": "词条“{word}”：不支持的语言 {language}（可选 zh、en、ja）",
+    "reading_empty": "词条“{word}”：读音为空",
+    "reading_too_long": "词条“{word}”的读音有 {length} 个字符，上限为 {limit} 个",
+    "reading_control_chars": "词条“{word}”含有不可见字符或控制字符（{character}），请删除后重新输入",
+    "reading_punctuation": "词条“{word}”含有标点“{mark}”，会断开句子，请删除",
+    "reading_tone_missing": "词条“{word}”缺少声调：请用数字（yin2 hang2，轻声用 5）或声调符号（yín háng）",
+    "reading_tone_out_of_range": "词条“{word}”：“{syllable}”的声调超出范围（1-4，轻声为 5 或 0）",
+    "reading_pinyin_unknown": "词条“{word}”：“{syllable}”不是普通话音节",
+    "reading_syllable_count": "词条“{word}”：读音有 {syllables} 个音节，但词有 {characters} 个字，须一字一音节",
+    "reading_ipa_unknown": "词条“{word}”：英语读音中的 IPA 符号“{symbol}”无法识别，请用 IPA 或 ARPAbet",
+    "reading_arpabet_unknown": "词条“{word}”：“{phone}”不是 ARPAbet 音素（元音须带重音数字，如 AY1）",
+    "reading_kana_only": "词条“{word}”：日语读音只能用假名，“{character}”不是假名",
+    "reading_tsv_not_utf8": "TSV 文件不是 UTF-8 编码：请另存为 UTF-8 后重新导入",
+    "reading_tsv_too_large": "TSV 文件太大（{size} 字节，上限 {limit} 字节）",
+    "reading_book_full": "读音词典已有 {limit} 个词条，达到上限：请先删除一些",
+    "reading_entry_unknown": "读音词典中没有 {language} 词条“{word}”",
+    "captions_format_unknown": "字幕格式只能是 srt 或 vtt",
 }
 
 
@@ -82,8 +103,8 @@ PAGE_NOTES = {
     "prompt_text_ignored_no_prompt":
         "the prompt transcript ignored: it is the transcript of the prompt audio, and no prompt audio was sent",
     "prompt_text_ignored_no_clone":
-        "the prompt transcript ignored: the {engine} engine cannot clone; it matches the voice from the "
-        "sound of the prompt audio alone, without its transcript",
+        "the prompt transcript ignored: the {engine} engine cannot clone; it chooses the closest built-in "
+        "voice from the sound of the prompt audio alone",
 }
 
 

@@ -36,7 +36,7 @@ from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_F
 from cosyedge.web.live_player import LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
 from cosyedge.web.mode_check_panel import label_verdict
 from cosyedge.web.page_words import chinese_reason
-from cosyedge.web.report_panel import describe, plain
+from cosyedge.web.report_panel import caption_lines, describe, plain
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
     import gradio as gr
@@ -118,7 +118,7 @@ def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
 
 
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
-#: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
+#: encoding on CosyVoice; on Kokoro, about a second); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
 PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading the model… / 正在加载模型…",
                 PHASE_STARTING: "starting / 正在开始", PHASE_SYNTHESIZING: "synthesizing / 正在合成",
@@ -127,8 +127,8 @@ PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading 
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
-                      progress: Any) -> tuple[str | None, str]:
-    """Submit one request, report position/progress while it runs, return (wav path, panel)."""
+                      progress: Any) -> tuple[str | None, str, list[str] | None]:
+    """Submit one request, report position/progress while it runs, return (wav path, panel, caption files)."""
     job = await _submit(service, tts, request, stream=False)
     return await _follow(service, job, progress)
 
@@ -136,15 +136,16 @@ async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | 
 async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
                          progress: Any) -> AsyncIterator[tuple[Any, Any, Any]]:
     """Like :func:`run_request` for a generate button with a live player: yields (download player,
-    panel, live player) twice: at once with the player reading the job's stream, then the result."""
+    panel, caption files, live player) twice: at once with the player reading the job's stream, then
+    the result."""
     import gradio as gr
 
     if not (tts.text or "").strip():  # the commonest mistake gets the page's own bilingual words
         raise ui_error(EMPTY_TEXT)
     job = await _submit(service, tts, request, stream=True)
-    yield None, "", live_player(job, tts.text or "")
-    path, panel = await _follow(service, job, progress)
-    yield path, panel, gr.skip()  # the live player keeps playing what it has
+    yield None, "", None, live_player(job, tts.text or "")
+    path, panel, captions = await _follow(service, job, progress)
+    yield path, panel, captions, gr.skip()  # the live player keeps playing what it has
 
 
 #: The page's words for the ``quality`` modes (docs/models.md, "Quality modes"), by mode name; a mode
@@ -178,8 +179,9 @@ async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None
         raise _ui_error(exc) from exc
 
 
-async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str]:
-    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error."""
+async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str, list[str] | None]:
+    """Wait for ``job``, reporting position/progress; (wav path, panel with the captions, caption
+    files), or raise a gr.Error."""
     import gradio as gr
 
     def report(job: Job) -> None:
@@ -200,10 +202,17 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
         result: TTSResult = await wait_reporting(service, job, report)
     except CancelledError:
         gr.Info(CANCELLED)
-        return None, CANCELLED
+        return None, CANCELLED, None
     except CosyedgeError as exc:
         raise _ui_error(exc) from exc
-    return (str(result.path) if result.path else None), describe(result)
+    return ((str(result.path) if result.path else None), describe(result) + caption_lines(result.captions),
+            caption_paths(result))
+
+
+def caption_paths(result: Any) -> list[str] | None:
+    """A result's caption files for the page's download box (WebVTT first), None without."""
+    files = getattr(result, "caption_files", None) or {}
+    return [str(files[fmt]) for fmt in ("vtt", "srt") if fmt in files] or None
 
 
 #: Dropdown values of saved voices carry this prefix; presets are plain names (never prefixed).
@@ -244,8 +253,10 @@ def _read_prompt(path: str | None, title: str = CANNOT_GENERATE) -> bytes | None
 
 
 async def lesson_request(service: Service, lesson_path: str | None, per_paragraph: bool, tts: TTSRequest,
-                         request: "gr.Request | None", progress: Any) -> tuple[str | None, str, str | None]:
-    """A tab's "read the lesson": the lesson in ``tts``'s voice and options; (wav, panel, zip)."""
+                         request: "gr.Request | None",
+                         progress: Any) -> tuple[str | None, str, str | None, list[str] | None]:
+    """A tab's "read the lesson": the lesson in ``tts``'s voice and options; (wav, panel, zip,
+    caption files)."""
     import gradio as gr
 
     if not lesson_path:
@@ -257,14 +268,20 @@ async def lesson_request(service: Service, lesson_path: str | None, per_paragrap
         result = await follow_lesson(service, job, progress, PHASE_LABELS)
     except CancelledError:
         gr.Info(CANCELLED)
-        return None, CANCELLED, None
+        return None, CANCELLED, None, None
     except CosyedgeError as exc:
         raise _ui_error(exc, title=CANNOT_READ_LESSON) from exc
     except OSError as exc:  # the upload left the page's cache in between
         logger.warning("lesson file unreadable (%s): %s", lesson_path, exc)
         raise ui_error(LESSON_GONE, title=CANNOT_READ_LESSON) from None
-    return (str(result.path), describe(result) + lesson_line(result),  # type: ignore[arg-type]
-            str(result.zip_path) if result.zip_path else None)
+    return (str(result.path), describe(result) + lesson_line(result)  # type: ignore[arg-type]
+            + caption_lines(result.captions), str(result.zip_path) if result.zip_path else None,
+            caption_paths(result))
+
+
+#: The clone tab's one line on how to get true cloning, under an engine that cannot clone.
+TRUE_CLONING = ("For true cloning, add a CosyVoice model in the Models tab (docs/models.md) / "
+                "如需真正的声音克隆，请在“模型”标签页添加 CosyVoice 模型（见 docs/models.md）")
 
 
 def capability_notes(service: Service) -> tuple[str, str]:
@@ -280,10 +297,8 @@ def capability_notes(service: Service) -> tuple[str, str]:
     if clone:
         clone_note = f"**{engine}** clones the prompt's voice / 该引擎可克隆参考音频的音色"
     else:
-        clone_note = (f"**{engine}** cannot clone a voice: the prompt is matched to the closest mix of "
-                      "its bundled voices (approximate), and the first use of a new prompt takes "
-                      "longer / 该引擎不能真正克隆：参考音频只会匹配到最接近的内置音色组合（近似），"
-                      "新的参考音频首次使用较慢")
+        clone_note = (f"**{engine}** cannot clone a voice: a prompt picks its closest built-in voice / "
+                      f"该引擎不能克隆：参考音频只会选出最接近的内置音色。{TRUE_CLONING}")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
         if service.instruct_note():
@@ -352,7 +367,7 @@ def build_ui(service: Service) -> "gr.Blocks":
     """The Blocks for mounting with ``gr.mount_gradio_app`` (see app.py)."""
     import gradio as gr
 
-    from cosyedge.web import history_tab, models_tab, voices_tab
+    from cosyedge.web import history_tab, models_tab, pronunciation_tab, voices_tab
 
     presets = service.presets()
     low, high = SPEED_RANGE
@@ -421,9 +436,11 @@ def build_ui(service: Service) -> "gr.Blocks":
         tts = TTSRequest(text="", **voice_fields(voice), speed=float(speed), language=language)
         return await lesson_request(service, lesson, per_paragraph, tts, request, progress)
 
-    def wire_lesson(box: Any, fn: Callable, inputs: list, audio: gr.Audio, panel: gr.Markdown) -> Any:
-        return box.go.click(fn, inputs=[box.file, box.per_paragraph] + inputs, outputs=[audio, panel, box.archive],
-                            concurrency_id="synthesis", show_progress_on=[panel])
+    def wire_lesson(box: Any, fn: Callable, inputs: list, audio: gr.Audio, panel: gr.Markdown,
+                    captions: gr.File) -> Any:
+        return box.go.click(fn, inputs=[box.file, box.per_paragraph] + inputs,
+                            outputs=[audio, panel, box.archive, captions], concurrency_id="synthesis",
+                            show_progress_on=[panel])
 
     def cancel(request: gr.Request) -> tuple[Any, Any]:
         # An empty live player: what the page had scheduled stops at once, also after the job has
@@ -446,7 +463,7 @@ def build_ui(service: Service) -> "gr.Blocks":
                                label="Quality (CosyVoice) / 音质", visible=bool(modes), elem_id=f"{prefix}-quality")
         return speed, language, quality
 
-    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML]:
+    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML, gr.File]:
         with gr.Row():
             go = gr.Button("Generate / 生成", variant="primary", elem_id=f"{prefix}-generate")
             stop = gr.Button("Cancel / 取消", variant="stop", elem_id=f"{prefix}-cancel")
@@ -456,11 +473,13 @@ def build_ui(service: Service) -> "gr.Blocks":
                          interactive=False, buttons=["download"], elem_id=f"{prefix}-output")
         panel = gr.Markdown("", label="What the engine did / 引擎实际做了什么",
                             elem_id=f"{prefix}-panel")
-        return go, stop, audio, panel, live
+        captions = gr.File(label="Captions / 字幕 (WebVTT, SRT)", file_count="multiple", interactive=False,
+                           elem_id=f"{prefix}-captions")
+        return go, stop, audio, panel, live, captions
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> Any:
-        """``out``: download player, panel, live player (last; Cancel gives it a stop value).
-        Returns the generate event."""
+        """``out``: download player, panel, caption files, live player (last; Cancel gives it a stop
+        value). Returns the generate event."""
         # Progress (and a failed event's "Error" mark) on the panel alone: a refused Generate put a
         # red "Error" badge over the player still holding the last good result, and over the live
         # player's line.
@@ -501,13 +520,13 @@ def build_ui(service: Service) -> "gr.Blocks":
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
                 speed_c, lang_c, quality_c = common_inputs("clone")
                 lesson_c = lesson_controls("clone", service.max_lesson_chars)
-                go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
+                go_c, stop_c, audio_c, panel_c, live_c, captions_c = outputs("clone")
                 generated.append(wire_lesson(lesson_c, clone_lesson, [prompt, prompt_text, saved_c, speed_c, lang_c,
-                                                                     consent], audio_c, panel_c))
+                                                                     consent], audio_c, panel_c, captions_c))
                 generated.append(wire(go_c, stop_c, clone,
                                       [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c,
                                        consent, quality_c],
-                                      [audio_c, panel_c, live_c]))
+                                      [audio_c, panel_c, captions_c, live_c]))
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
                 status_instruct = gr.Markdown(elem_id="instruct-status")
@@ -521,12 +540,12 @@ def build_ui(service: Service) -> "gr.Blocks":
                                            elem_id="instruct-text")
                 speed_i, lang_i, quality_i = common_inputs("instruct")
                 lesson_i = lesson_controls("instruct", service.max_lesson_chars)
-                go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
+                go_i, stop_i, audio_i, panel_i, live_i, captions_i = outputs("instruct")
                 generated.append(wire_lesson(lesson_i, instruct_lesson, [instruction, voice_i, speed_i, lang_i],
-                                             audio_i, panel_i))
+                                             audio_i, panel_i, captions_i))
                 generated.append(wire(go_i, stop_i, instruct,
                                       [instruction, voice_i, text_instruct, speed_i, lang_i, quality_i],
-                                      [audio_i, panel_i, live_i]))
+                                      [audio_i, panel_i, captions_i, live_i]))
 
             with gr.Tab("preset voices / 预置音色", id="preset"):
                 status_preset = gr.Markdown(elem_id="preset-status")
@@ -535,14 +554,17 @@ def build_ui(service: Service) -> "gr.Blocks":
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
                 speed_p, lang_p, quality_p = common_inputs("preset")
                 lesson_p = lesson_controls("preset", service.max_lesson_chars)
-                go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
-                generated.append(wire_lesson(lesson_p, preset_lesson, [voice_p, speed_p, lang_p], audio_p, panel_p))
+                go_p, stop_p, audio_p, panel_p, live_p, captions_p = outputs("preset")
+                generated.append(wire_lesson(lesson_p, preset_lesson, [voice_p, speed_p, lang_p], audio_p, panel_p,
+                                             captions_p))
                 generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p, quality_p],
-                                      [audio_p, panel_p, live_p]))
+                                      [audio_p, panel_p, captions_p, live_p]))
 
             models = models_tab.build(service, explain=_ui_error)
             my_voices = voices_tab.build(service, explain=_ui_error)
             history_tab.build(service)
+            pronunciation_tab.build(service, explain=_ui_error, voice_choices=lambda: voice_choices(service),
+                                    voice_fields=voice_fields, session=_session)
 
         statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]
         for event in generated:  # the status line says at once that the job has ended, not up to 2 s later

@@ -11,12 +11,12 @@ from cosyedge.engines.cosyvoice.common.flow_cache import BlockedStepCache, Packe
 LAYERS, HEADS, HEAD_DIM, FRAMES = 3, 2, 4, 5
 
 
-def _share(value: float, frames: int = FRAMES) -> np.ndarray:
-    """A chunk's keys/values as the graph's ``kv_out`` [layers, 2, B, heads, frames, head dim]."""
-    out = np.empty((LAYERS, 2, 2, HEADS, frames, HEAD_DIM), dtype=np.float16)
+def _share(value: float, frames: int = FRAMES) -> list[np.ndarray]:
+    """A chunk's keys/values as the graph's ``kv_out_i`` [2, B, heads, frames, head dim], one per layer."""
+    out = [np.empty((2, 2, HEADS, frames, HEAD_DIM), dtype=np.float16) for _ in range(LAYERS)]
     for layer in range(LAYERS):
         for kind in range(2):
-            out[layer, kind] = value + 10 * layer + kind
+            out[layer][kind] = value + 10 * layer + kind
     return out
 
 

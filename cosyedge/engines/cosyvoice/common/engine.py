@@ -39,11 +39,13 @@ from cosyedge.engines.cosyvoice import versions
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
 from cosyedge.engines.cosyvoice.common.llm import MAX_TOKEN_TEXT_RATIO, SpeechLM
+from cosyedge.engines.cosyvoice.common.readings import CosyReadingPass, shown
 from cosyedge.engines.cosyvoice.common.quality import QUALITY_NAMES, Levers, levers_for
 from cosyedge.engines.cosyvoice.common.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.common.tokenizer import END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
+from cosyedge.lexicon.matching import Lexicon
 from cosyedge.host.heap import trim_heap
 from cosyedge.catalog.manifest import engine_name
 from cosyedge.notes import Note
@@ -117,6 +119,8 @@ class CosyVoiceEngine:
         self.version = version
         #: What this version does its own way (a module of the registry's description form).
         self.described = versions.description(version)
+        #: The pronunciation dictionary now, read at each text (:meth:`pronounce_with`); None: none.
+        self.readings: Callable[[], Lexicon] | None = None
         self.name = engine_name("cosyvoice", version)
         self._lm: SpeechLM | None = lm
         self.lm_config = lm.config
@@ -316,6 +320,11 @@ class CosyVoiceEngine:
             return instruct_ids, [], empty_tokens, empty_mel, self._presets[voice], "sft"
         raise ParameterError("CosyVoice needs a voice: upload or record a prompt, or pick a preset")
 
+    def pronounce_with(self, readings: Callable[[], Lexicon] | None) -> None:
+        """Read every text with the pronunciation dictionary ``readings()`` returns at that moment
+        (the service hands its book's in); inline readings are read either way."""
+        self.readings = readings
+
     def quality_levers(self, quality: str | None, flow_steps: int | None = None) -> Levers:
         """The levers this model applies for mode ``quality`` (None: exact) and an explicit
         ``flow_steps`` (which wins over the mode's): a streamed answer's left context and first hop
@@ -331,12 +340,17 @@ class CosyVoiceEngine:
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """The normalized pieces :meth:`synthesize` reads, one LLM call each (upstream's
-        normalization and split lengths). CosyVoice reads every script and picks the normalization
-        from the text itself, so nothing is skipped and the language setting needs no note."""
-        sentences = tuple(self.normalizer.split(text))
+        normalization and split lengths), with the pronunciation dictionary's and the inline
+        readings spelled in as this version takes them (:mod:`.readings`; the notes say which).
+        CosyVoice reads every script and picks the normalization from the text itself, so nothing
+        is skipped and the language setting needs no note."""
+        lexicon = self.readings() if self.readings is not None else Lexicon()
+        readings = CosyReadingPass(lexicon, self.described.spell_reading, self.name)
+        sentences = tuple(readings.apply(piece) for piece in self.normalizer.split(readings.mark_inline(text)))
         if not sentences:
             raise TextError("the text has nothing to speak (only punctuation or markup)")
-        return TextAnalysis(text=text, language=language, sentences=sentences)
+        return TextAnalysis(text=text, language=language, sentences=sentences,
+                            notes=tuple(readings.report.notes(lexicon)))
 
     def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
@@ -372,7 +386,7 @@ class CosyVoiceEngine:
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
-                             text=sentence, index=index, total=total)
+                             text=shown(sentence), index=index, total=total)
 
     def _streams(self, options: SynthesisOptions) -> bool:
         """Hop-by-hop for a streamed request, where the model has the streaming graphs; upstream
@@ -398,7 +412,7 @@ class CosyVoiceEngine:
                     if last and progress is not None:
                         progress(index + 1, total)
                     notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
-                    yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
+                    yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=shown(sentence),
                                      index=index, total=total, continues=not last, notes=notes)
         finally:  # a cancel, an error or a client gone: the flow's caches go now, not when collected
             renderer.close()

@@ -520,7 +520,7 @@ class FlowStream:
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(self.n_timesteps):
             rows = self._rows(step)  # 1: the conditional row alone, no CFG at this step
-            v, kv, conv = estimator.run(None, {
+            v, *kv, conv = estimator.run(None, {
                 "x": np.stack([x] * rows), "mu": mu_in[:rows], "t": np.full(rows, t, dtype=np.float32),
                 "spks": spks_in[:rows], "cond": cond_in[:rows], "conv": self._conv[step],
                 **self._kv[step].feeds()})

@@ -94,8 +94,9 @@ class PackedStepCache:
     def feeds(self) -> dict[str, np.ndarray]:
         return {"kv": self._rows.view()}
 
-    def append(self, kv_out: np.ndarray) -> None:
-        self._rows.append(kv_out)
+    def append(self, shares: list[np.ndarray]) -> None:
+        """Keep a chunk's keys/values: the graph's one ``kv_out`` [frames, layers, 2, B, inner]."""
+        self._rows.append(shares[0])
 
     def reserve(self, frames: int) -> None:
         """(Room grows as frames arrive; nothing to do ahead.)"""
@@ -108,8 +109,8 @@ class PackedStepCache:
 class BlockedStepCache:
     """One Euler step's keys/values in the chunk-step graph's layout (see the module docstring).
 
-    ``feeds()`` gives the graph its ``key_i`` / ``value_i`` inputs (views, no copy); ``append(kv_out)``
-    stores a chunk's share ``[layers, 2, B, heads, chunk frames, head dim]``.
+    ``feeds()`` gives the graph its ``key_i`` / ``value_i`` inputs (views, no copy); ``append(shares)``
+    stores a chunk's ``kv_out_i [2, B, heads, chunk frames, head dim]``, one per layer.
     """
 
     def __init__(self, layers: int, heads: int, head_dim: int, chunk_frames: int, dtype: str,
@@ -152,9 +153,10 @@ class BlockedStepCache:
             out[key], out[value] = keys[i], values[i]
         return out
 
-    def append(self, kv_out: np.ndarray) -> None:
-        """Keep a chunk's keys/values; a partial chunk (the sentence's last) is not kept."""
-        if kv_out.shape[4] != self.chunk_frames:
+    def append(self, shares: list[np.ndarray]) -> None:
+        """Keep a chunk's keys/values (one array per layer); a partial chunk (the sentence's last) is
+        not kept."""
+        if shares[0].shape[3] != self.chunk_frames:
             return
         if self.ring:
             self._data[:, :, self._end % self.ring] = kv_out
@@ -162,7 +164,9 @@ class BlockedStepCache:
             return
         if self._end == self.capacity:
             self._make_room()
-        self._data[:, :, self._end] = kv_out
+        slot = self._data[:, :, self._end]
+        for layer, share in enumerate(shares):
+            slot[layer] = share
         self._end += 1
 
     def reserve(self, frames: int) -> None:

@@ -213,7 +213,7 @@ def export_stream_graphs(front, estimator, cfg, ctx) -> dict[str, Any]:
     t = 6
     example = (torch.randn(2, 80, t), torch.randn(2, 80, t), torch.rand(2), torch.randn(2, 80),
                torch.randn(2, 80, t), torch.randn(layout["conv_layers"], 2, CONV_TAIL, layout["conv_channels"]))
-    names = EstimatorStep.cache_names(layout["attention_layers"])
+    names, shares = EstimatorStep.cache_names(layout["attention_layers"])
     # One earlier chunk to trace with; the chunk count is dynamic (0 at a stream's first chunk).
     past = [torch.randn(1, 2, layout["heads"], chunk_frames, layout["head_dim"]).to(kv_dtype) for _ in names]
     seq = {0: "batch", 2: "n_frames"}
@@ -221,10 +221,11 @@ def export_stream_graphs(front, estimator, cfg, ctx) -> dict[str, Any]:
         torch.onnx.export(
             EstimatorStep(estimator, kv_dtype).eval(), (*example, *past), str(path),
             input_names=["x", "mu", "t", "spks", "cond", "conv", *names],
-            output_names=["estimator_out", "kv_out", "conv_out"],
+            output_names=["estimator_out", *shares, "conv_out"],
             dynamic_axes={"x": seq, "mu": seq, "cond": seq, "t": {0: "batch"}, "spks": {0: "batch"},
-                          "conv": {1: "batch"}, "estimator_out": seq, "kv_out": {2: "batch", 4: "n_frames"},
-                          "conv_out": {1: "batch"}, **{name: {0: "past_chunks", 1: "batch"} for name in names}},
+                          "conv": {1: "batch"}, "estimator_out": seq, "conv_out": {1: "batch"},
+                          **{name: {0: "past_chunks", 1: "batch"} for name in names},
+                          **{name: {1: "batch", 3: "n_frames"} for name in shares}},
             opset_version=OPSET, custom_opsets={"com.microsoft": 1}, dynamo=False)
     return {"encoder": ENCODER_STREAM_FILE, "estimator": ESTIMATOR_STREAM_FILE, "chunk_tokens": chunk_tokens,
             "conv_tail": CONV_TAIL, "model_dim": d, "down_layers": downs, "up_layers": ups,

@@ -189,8 +189,9 @@ def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: t
 class ChunkCaches(StepCaches):
     """Per attention layer a key and a value input ``[C, B, heads, F, head_dim]``: the C earlier
     chunks (F frames each) in the layout the products read, in the cache's dtype (float16 in int8
-    models: one cast per layer and call is the only copy). A chunk's share goes out as one
-    ``kv_out [layers, 2, B, heads, L, head_dim]``."""
+    models: one cast per layer and call is the only copy). A chunk's share goes out per layer,
+    ``kv_out_i [2, B, heads, L, head_dim]`` (one output for all layers was a 11.5 MB concatenation
+    and cast per call at full size)."""
 
     def __init__(self, keys, values, conv: torch.Tensor) -> None:  # noqa: ANN001 - tuples of tensors
         super().__init__(conv)
@@ -243,7 +244,7 @@ def estimator_step(caches: StepCaches, est: Estimator, x, mu, t, spks, cond) -> 
 
 class EstimatorStep(nn.Module):
     """One estimator chunk: (x, mu, t, spks, cond, conv, key_0, value_0, key_1, ...) -> (velocity
-    [B, 80, L], kv_out [layers, 2, B, heads, L, head_dim], conv tails).
+    [B, 80, L], kv_out_0, kv_out_1, ... [2, B, heads, L, head_dim], conv tails).
 
     ``kv_dtype`` float16 stores the key/value cache at half size (4.6 MB per mel frame in float32 at
     CosyVoice2's size: 56 layers x keys and values x 2 CFG rows x 512 x 10 steps); the graph computes in
@@ -267,11 +268,13 @@ class EstimatorStep(nn.Module):
                 "conv_channels": max(estimator.in_channels, 2 * estimator.final_block.block["0"].out_channels)}
 
     @staticmethod
-    def cache_names(attention_layers: int) -> list[str]:
-        """The key/value input names, in the order :meth:`forward` takes them."""
-        return [f"{kind}_{i}" for i in range(attention_layers) for kind in ("key", "value")]
+    def cache_names(attention_layers: int) -> tuple[list[str], list[str]]:
+        """The key/value input names in the order :meth:`forward` takes them, and the output names of
+        each layer's share in the order it returns them."""
+        return ([f"{kind}_{i}" for i in range(attention_layers) for kind in ("key", "value")],
+                [f"kv_out_{i}" for i in range(attention_layers)])
 
     def forward(self, x, mu, t, spks, cond, conv, *kv):  # noqa: ANN001 - ONNX graph signature
         caches = ChunkCaches(kv[0::2], kv[1::2], conv)
         out = estimator_step(caches, self.estimator, x, mu, t, spks, cond)
-        return out, torch.stack(caches.kv_new).to(self.kv_dtype), torch.stack(caches.conv_new)
+        return (out, *(share.to(self.kv_dtype) for share in caches.kv_new), torch.stack(caches.conv_new))
