@@ -63,13 +63,30 @@ def test_another_voice_fails_the_similarity_rule():
 def test_a_reading_heard_worse_fails_the_intelligibility_rule_by_points():
     exact, mode = renditions(LINES), renditions(LINES)
     said = [text for text, _ in LINES]
-    worse = ["Good morning, glass.", "请把课本翻到这一页。", "Guten Morgen, liebe Klasse."]
+    worse = ["Good evening, glass.", "请把课本翻到那一页。", "Guten Morgen, liebe Klasse."]
     figures = mode_scores.compare(exact, mode, embed_by_pitch, hearing(said, worse))
-    # one word of the 3 + 9 syllables + 4 words the set is scored in
-    assert figures.intelligibility_delta == pytest.approx(-100 / 16, abs=0.01)
+    # three units of the 3 words + 9 syllables + 4 words the set is scored in
+    assert figures.extra_errors == 3 and figures.intelligibility_delta == pytest.approx(-300 / 16, abs=0.01)
     verdict = Thresholds().judge(figures, mode_scores.JUDGE_DVECTOR)
     assert verdict.failed == ("intelligibility_drop",)
-    assert Thresholds(max_drop_points=10).judge(figures, mode_scores.JUDGE_DVECTOR).recommended
+    assert Thresholds(max_drop_points=20).judge(figures, mode_scores.JUDGE_DVECTOR).recommended
+
+
+def test_fewer_extra_errors_than_the_floor_are_the_recognizers_noise():
+    exact, mode = renditions(LINES), renditions(LINES)
+    said = [text for text, _ in LINES]
+    worse = ["Good evening, glass.", "请把课本翻到这一页。", "Guten Morgen, liebe Klasse."]
+    figures = mode_scores.compare(exact, mode, embed_by_pitch, hearing(said, worse))
+    assert figures.extra_errors == 2 and figures.intelligibility_delta < -10
+    assert Thresholds().judge(figures, mode_scores.JUDGE_DVECTOR).recommended
+    assert not Thresholds(min_drop_units=2).judge(figures, mode_scores.JUDGE_DVECTOR).recommended
+
+
+def test_an_exact_the_recognizer_cannot_hear_is_no_ground_for_a_recommendation():
+    exact, mode = renditions(LINES), renditions(LINES)
+    figures = mode_scores.compare(exact, mode, embed_by_pitch, hearing(["la la"] * 3, ["la la"] * 3))
+    assert figures.intelligibility_exact < 50 and figures.intelligibility_delta == 0
+    assert Thresholds().judge(figures, mode_scores.JUDGE_DVECTOR).failed == ("exact_not_heard",)
 
 
 def test_a_silent_rendition_is_every_unit_missed_without_asking_the_recognizer():
