@@ -4,7 +4,10 @@ its verdicts between runs, and the peak RSS of the process with the model and th
 The model is the one ``bench/cosyvoice_first_audio.py prepare --work W`` builds (CosyVoice2-0.5B at
 full size, random weights, int8 as shipped; stand-ins for campplus and the speech tokenizer; the
 LLM's end-of-speech suppressed, so every line is 20 x its text tokens of speech: far longer than a
-real model reads the check's short lines). Its files are linked into a folder of this bench's own
+real model reads the check's short lines: with the tiny test tokenizer, 14-42 s per line). So the
+check's process caps each line at ``--speech-ratio`` x its text tokens (default 2, upstream's least:
+1.4-4.2 s per line, about what the real model speaks for these lines; 0 keeps upstream's 20). Its
+files are linked into a folder of this bench's own
 (``--work``), so the check's ``modes.json`` is written there. A saved voice (a 3.2 s tone with a
 transcript: the model has no presets) is made once; then ``--runs`` times, in a fresh process each:
 ``python -m cosyedge models check`` with ``--lines`` lines per language, timed, its peak RSS taken
@@ -34,6 +37,19 @@ from bench.common import cpu_model, load_average  # noqa: E402
 
 MODEL_ID = "cosyvoice2-bench"
 VOICE = "bench voice"
+#: The check's process: the LLM's longest answer capped at ratio x the text's tokens, then the CLI.
+_CHILD = r"""
+import sys
+from cosyedge.engines.cosyvoice.common import llm
+ratio = float(sys.argv[1])
+if ratio:
+    for fn in (llm.SpeechLM.generate, llm.SpeechLM.iter_tokens):
+        defaults = list(fn.__defaults__)  # prompt_text_ids, prompt_speech_ids, min_ratio, max_ratio, ...
+        defaults[2], defaults[3] = min(defaults[2], ratio), ratio
+        fn.__defaults__ = tuple(defaults)
+from cosyedge.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
 TRANSCRIPT = "Read this slowly and warmly, please."
 
 
@@ -70,7 +86,7 @@ def save_voice(work: Path) -> str:
 
 def one_run(work: Path, voice: str, args: argparse.Namespace) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    command = [sys.executable, "-m", "cosyedge", "models", "check", MODEL_ID, "--voice", voice,
+    command = [sys.executable, "-c", _CHILD, str(args.speech_ratio), "models", "check", MODEL_ID, "--voice", voice,
                "--models-dir", str(work / "models"), "--prompts-dir", str(work / "prompts"),
                "--onnx-threads", str(args.threads)]
     if args.lines:
@@ -91,7 +107,8 @@ def one_run(work: Path, voice: str, args: argparse.Namespace) -> dict:
 def report(runs: list[dict], args: argparse.Namespace, load_before: str, load_after: str) -> str:
     first = runs[0]["record"]
     lines = [f"{cpu_model()}; {args.threads} threads; load {load_before} before, {load_after} after; "
-             f"{first['lines']} lines ({', '.join(first['languages'])}); judge {first['judge']}", "",
+             f"{first['lines']} lines ({', '.join(first['languages'])}); judge {first['judge']}; "
+             f"speech ratio {args.speech_ratio:g}", "",
              "| run | wall | check's own | exact render (audio) | " + " | ".join(
                  f"{m} render | {m} verdict" for m in first["modes"]) + " | peak RSS |",
              "|---|---|---|---|" + "---|---|" * len(first["modes"]) + "---|"]
@@ -120,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=None, help="lines per language (default: all six)")
     parser.add_argument("--languages", default=None, help="e.g. zh,en (default: every one the model speaks)")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--speech-ratio", type=float, default=2.0,
+                        help="speech tokens per text token of each line (0: upstream's 20; see the doc)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
