@@ -240,3 +240,17 @@ def test_a_saved_voice_is_named_in_the_record(checking):
     checking.check_modes(MODEL, voice_id=info.id)
     result = finish(checking)["result"]
     assert result["voice"] == {"kind": "saved", "id": info.id, "name": "Ms Li"}
+
+
+def test_the_record_is_no_model_file_to_the_self_test_or_the_catalog(checking, web_settings):
+    from cosyedge.catalog.models import ModelCatalog
+    from cosyedge.ops.selftest import check_manifest
+
+    checking.check_modes(MODEL)
+    finish(checking)
+    folder = web_settings.models_path / MODEL
+    assert (folder / RESULT_NAME).is_file()
+    assert check_manifest(folder).ok, check_manifest(folder)
+    assert ModelCatalog(web_settings.models_path).get(MODEL).id == MODEL
+    (folder / RESULT_NAME).write_text("{damaged")
+    assert read_record(folder) is None and check_manifest(folder).ok
