@@ -766,7 +766,8 @@ class Service:
         return self._prepare_and_queue(
             dataclasses.replace(request, text=lesson.paragraphs[0], keep_file=True), owner,
             lambda prepared: functools.partial(self._run_lesson, prepared=prepared, lesson=lesson,
-                                               per_paragraph=per_paragraph))
+                                               per_paragraph=per_paragraph),
+            size=sum(len(paragraph) for paragraph in lesson.paragraphs))
 
     def _run_lesson(self, job: Job, prepared: PreparedRequest, lesson: Lesson,
                     per_paragraph: bool) -> LessonResult:
@@ -869,7 +870,8 @@ class Service:
     def _prepare_and_queue(self, request: TTSRequest, owner: str | None,
                            work: Callable[[PreparedRequest], Callable[[Job], Any]], **queue_args: Any) -> Job:
         """``prepare`` the request, then queue ``work(prepared)``; a cancel of ``owner`` that comes
-        while the request is checked cancels the job (queued already cancelled)."""
+        while the request is checked cancels the job (queued already cancelled). The job's size is
+        its text's length unless ``queue_args`` says otherwise (a lesson's is the whole lesson)."""
         cancelled = threading.Event()
         if owner is not None:
             with self._submitting_lock:
@@ -885,7 +887,7 @@ class Service:
         with self._submitting_lock:
             try:
                 return self.queue.submit(work(prepared), owner=owner, cancelled=cancelled.is_set(),
-                                         **queue_args)
+                                         **{"size": len(prepared.request.text), **queue_args})
             finally:
                 self._submitted(owner, cancelled)
 
