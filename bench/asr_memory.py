@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import cpu_model, loadavg  # noqa: E402
 
 from cosyedge import config  # noqa: E402
-from cosyedge.service.facade import Service, TTSRequest  # noqa: E402
+from cosyedge.service.facade import Service  # noqa: E402
+from cosyedge.service.requests import TTSRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: Two long texts, as a lesson paragraph or a long REST request (about 1,000 characters each).
@@ -122,7 +123,7 @@ def main() -> None:
         figures["two_jobs_seconds"] = round(time.monotonic() - mark, 1)
 
         service.recognizer.release()
-        from cosyedge.service.facade import release_memory
+        from cosyedge.service.engine_holder import release_memory
 
         release_memory()
         figures["asr_released_mb"] = status_kb("VmRSS") / 1024

@@ -109,7 +109,8 @@ class PacedEngine:
 def worker(mode: str, chars: int, threads: int, engine: str = "kokoro",
            seconds_per_char: float = 0.055) -> dict:
     from cosyedge.config import Settings
-    from cosyedge.service.facade import Service, TTSRequest
+    from cosyedge.service.facade import Service
+    from cosyedge.service.requests import TTSRequest
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(root=Path(tmp), models_dir=ROOT / "models", onnx_threads=threads,

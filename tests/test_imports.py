@@ -211,19 +211,6 @@ ROOT = "root"
 #: entry is deleted, and a new crossing is not added here: fix it, or ask the lead for an exception
 #: (docs/ARCHITECTURE.md, "Exceptions").
 KNOWN_CROSSINGS: dict[tuple[str, str], str] = {
-    # the branch `servicesplit` (issue 30): the page and Wyoming take what they need from the service
-    ("cosyedge.web.ui", "cosyedge.engines.base"): "servicesplit: the language tuples from the service",
-    ("cosyedge.web.ui", "cosyedge.engines.cosyvoice.v3.version"): "servicesplit: INSTRUCT_NOTE from the service",
-    ("cosyedge.web.wyoming_server", "cosyedge.engines.base"): "servicesplit: the languages from the service",
-    ("cosyedge.engines.kokoro.engine", "cosyedge.service.synthesis"):
-        "servicesplit: the sentence loop leaves the engine",
-    ("cosyedge.catalog.models", "cosyedge.engines.loader"): "servicesplit: NATIVE_ABILITIES moves to catalog/",
-    # found by this check, not yet assigned: the lead decides (fix, or an approved exception)
-    ("cosyedge.commands.speak", "cosyedge.engines.base"): "KNOWN_LANGUAGES and VoicePrompt: from the service",
-    ("cosyedge.commands.speak", "cosyedge.engines.loader"): "speak loads its own engine: through the service",
-    ("cosyedge.commands.voices", "cosyedge.engines.loader"): "presets of a loaded engine: through the service",
-    ("cosyedge.commands.voice_library", "cosyedge.engines.loader"): "`library save` encodes: through the service",
-    ("cosyedge.config", "cosyedge.host.cpus"): "Settings.threads reads the usable CPUs: resolve it in host/",
 }
 #: What KNOWN_CROSSINGS held when it was written: it may never hold more.
 KNOWN_CROSSINGS_AT_START = 10

@@ -15,7 +15,8 @@ import soundfile as sf
 from cosyedge.errors import (AudioError, CancelledError, ModelMissingError, NotFoundError,
                              ParameterError, PayloadTooLargeError, TextError)
 from cosyedge.engines.base import SynthesisOptions, VoicePrompt
-from cosyedge.service.facade import PHASE_PREPARING_VOICE, SEED_PRESETS, Service, TTSRequest
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import PHASE_PREPARING_VOICE, SEED_PRESETS, TTSRequest
 from tests.helpers.request_path import record_request_path
 
 
@@ -166,7 +167,7 @@ def test_cancel_while_a_request_is_still_being_checked_cancels_its_job(make_serv
     assert job.wait(10)
     with pytest.raises(CancelledError):
         job.outcome()
-    assert service._submitting == {}  # nothing left behind per owner
+    assert service.submissions.owners() == set()  # nothing left behind per owner
     later = service.submit(TTSRequest(text="Hello."), owner="ui:a")  # the next job is not affected
     assert later.wait(10) and later.outcome().duration > 0
 
@@ -200,7 +201,7 @@ def test_a_request_cancelled_while_being_checked_never_reaches_a_worker(make_ser
     assert ran == []
     with pytest.raises(CancelledError):
         job.outcome()
-    assert service._submitting == {}
+    assert service.submissions.owners() == set()
 
 
 def test_a_cancelled_submission_is_counted_once(make_service, fake_factory, monkeypatch):
@@ -229,7 +230,7 @@ def test_a_cancelled_submission_is_counted_once(make_service, fake_factory, monk
     assert jobs[0].wait(10)
     with pytest.raises(CancelledError):
         jobs[0].outcome()
-    assert service._submitting == {}
+    assert service.submissions.owners() == set()
 
 
 def test_prompt_audio_on_a_cloning_engine_is_encoded(make_service, fake_factory):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from cosyedge.notes import Note, code_of
-from cosyedge.service.facade import TTSRequest
-from cosyedge.web.ui import describe
+from cosyedge.service.requests import TTSRequest
+from cosyedge.web.report_panel import describe
 from tests.helpers.fake_engine import FakeEngine
 
 

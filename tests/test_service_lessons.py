@@ -13,7 +13,7 @@ import soundfile as sf
 
 from cosyedge.errors import CancelledError, StorageFullError
 from cosyedge.service.lessons import PARAGRAPH_PAUSE_S
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from tests.helpers.fake_engine import SAMPLE_RATE
 from tests.helpers.waiting import wait_until
 

@@ -12,7 +12,8 @@ import pytest
 import soundfile as sf
 
 from cosyedge.errors import ConflictError, InputError, NotFoundError
-from cosyedge.service.facade import Service, TTSRequest
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.model_folders import COSYVOICE_LICENCE, make_model
 from tests.helpers.waiting import wait_until

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cosyedge.errors import BusyError, CancelledError, ModelMissingError, ParameterError
-from cosyedge.service.facade import PHASE_TRANSCRIBING, TTSRequest
+from cosyedge.service.requests import PHASE_TRANSCRIBING, TTSRequest
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE
 from tests.helpers.fake_engine import FakeFactory
 from tests.helpers.fake_recognizer import FakeRecognizer

@@ -9,7 +9,7 @@ import pytest
 from cosyedge.audio import condition_prompt
 from cosyedge.engines.base import VoicePrompt
 from cosyedge.errors import AudioError, NameError_, NotFoundError
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from tests.test_audio_prompt import encode, speechlike
 
 LIMIT = 20 * 1024 * 1024
@@ -132,7 +132,7 @@ def test_cancel_while_the_voice_is_prepared_stops_at_once(make_service, fake_fac
     import time
 
     from cosyedge.service.jobs import JobState
-    from cosyedge.service.facade import PHASE_PREPARING_VOICE
+    from cosyedge.service.requests import PHASE_PREPARING_VOICE
 
     fake_factory.engine_kwargs["encode_delay"] = 5.0
     service = make_service()

@@ -11,7 +11,7 @@ import pytest
 
 from cosyedge.errors import CancelledError, EngineError
 from cosyedge.service.jobs import JobQueue, JobState
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.service.streaming import AudioStream, StreamInfo
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from cosyedge.engines.loader import NATIVE_ABILITIES
+from cosyedge.catalog.abilities import NATIVE_ABILITIES
 from cosyedge.errors import ConflictError, CosyedgeError, InputError, NotFoundError
 from cosyedge.catalog.manifest import MANIFEST_NAME, ModelIdentity, manifest_identity, read_manifest, sha256_file
 

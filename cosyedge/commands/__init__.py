@@ -1,6 +1,5 @@
-"""One module per CLI command; see cosyedge/cli.py. Like the web adapters they are to reach an engine
-only through the service (the imports that still cross are listed in tests/test_imports.py,
-``KNOWN_CROSSINGS``); ``setup-model`` and ``convert`` import the build-time package inside their
+"""One module per CLI command; see cosyedge/cli.py. Like the web adapters they reach an engine only
+through the service; ``setup-model`` and ``convert`` import the build-time package inside their
 handlers.
 
 May import: root, host, catalog, text, listening, instruct, voices, service, ops, export

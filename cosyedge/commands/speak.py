@@ -16,10 +16,11 @@ from cosyedge.instruct import plan as instruct
 from cosyedge.service import synthesis
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.commands.voice_library import describe
-from cosyedge.engines.loader import load_engine
-from cosyedge.engines.base import KNOWN_LANGUAGES, VoicePrompt
 from cosyedge.errors import ParameterError, TextError
-from cosyedge.service.facade import Service, TTSRequest, write_wav
+from cosyedge.service.engine_holder import load_engine
+from cosyedge.service.facade import Service
+from cosyedge.service.outputs import write_wav
+from cosyedge.service.requests import REQUEST_LANGUAGES, TTSRequest
 
 #: ``-f -`` reads the text from stdin, ``-o -`` writes the WAV to stdout (messages then go to stderr).
 STDIO = "-"
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--voice-id", dest="voice_id",
                         help="saved voice (see `library list`); overrides --voice")
     parser.add_argument("--speed", type=float, default=1.0, help="0.5-2.0")
-    parser.add_argument("--lang", default="auto", choices=KNOWN_LANGUAGES,
+    parser.add_argument("--lang", default="auto", choices=REQUEST_LANGUAGES,
                         help="language of untagged text (ko/de/es/fr/it/ru: CosyVoice3 models only)")
     parser.add_argument("--instruct", metavar="TEXT",
                         help='how to read it, e.g. "slowly and warmly" or "用开心的语气说"; '
@@ -89,7 +90,7 @@ def check_output(output: str) -> None:
 
 def write_output(output: str, audio: np.ndarray, sample_rate: int) -> str:
     """Write the WAV (atomically, or to stdout for ``-``); what was written, for the last message.
-    A full disk is the service's StorageFullError (:func:`cosyedge.service.facade.write_wav`)."""
+    A full disk is the service's StorageFullError (:func:`cosyedge.service.outputs.write_wav`)."""
     if output == STDIO:
         sys.stdout.buffer.write(wav_bytes(audio, sample_rate))
         sys.stdout.buffer.flush()
@@ -113,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
     say = sys.stderr if args.output == STDIO else sys.stdout  # stdout may carry the WAV itself
     with service.holder.use() as engine:
         resolved = service.resolve(engine, prepared)
-        voice, plan = resolved.choice.voice, resolved.plan
-        if isinstance(voice, VoicePrompt) and describe(voice.meta):
-            print(describe(voice.meta), file=say)
+        voice, plan, encoded = resolved.choice.voice, resolved.plan, resolved.choice.encoded
+        if encoded is not None and describe(encoded.meta):
+            print(describe(encoded.meta), file=say)
         for note in resolved.notes:
             if getattr(note, "code", "").startswith("flow_steps"):  # the steps used, said as they are
                 print(note, file=say)

@@ -14,7 +14,7 @@ from cosyedge.voices.consent import CONSENT_QUESTION, require_consent
 from cosyedge.voices.consent import describe as describe_consent
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
 from cosyedge.files import write_atomic
-from cosyedge.service.facade import SEED_PRESETS
+from cosyedge.service.requests import SEED_PRESETS
 from cosyedge.voices.library import PromptCache, VoiceLibrary, refuse_preset_name
 
 LIBRARY_DIR = "library"
@@ -124,7 +124,7 @@ def run_save(args: argparse.Namespace) -> int:
                               filename=args.audio.name)
     engine_name, model_id = _engine_name(settings), settings.model
     if args.encode:
-        from cosyedge.engines.loader import load_engine
+        from cosyedge.service.engine_holder import load_engine
 
         engine = load_engine(settings)
         refuse_preset_name(args.name, engine.presets())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cosyedge import config
-from cosyedge.engines.loader import load_engine
+from cosyedge.service.engine_holder import load_engine
 
 
 def register(sub: argparse._SubParsersAction) -> None:

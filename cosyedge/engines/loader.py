@@ -1,7 +1,7 @@
 """Which engine a model directory needs, and loading it: ``load_engine(settings)`` reads the
-manifest's model family and builds that engine; ``NATIVE_ABILITIES`` says what each engine does
-natively before any engine is loaded. Kept out of the package ``__init__`` so that the engines,
-which import ``cosyedge.engines.base``, do not import the module that imports them."""
+manifest's model family and builds that engine (what each engine does natively before it loads is
+the catalog's table, :mod:`cosyedge.catalog.abilities`). Kept out of the package ``__init__`` so that
+the engines, which import ``cosyedge.engines.base``, do not import the module that imports them."""
 
 from __future__ import annotations
 
@@ -13,13 +13,6 @@ from cosyedge.errors import CosyedgeError, ModelMissingError
 from cosyedge.catalog.manifest import manifest_identity, read_manifest, verify_files
 
 logger = logging.getLogger(__name__)
-
-#: What each engine does natively, (clone, instruct), by engine name (cosyedge.catalog.manifest): known before
-#: the engine loads, so the page can say it up front. Each engine's own ``capabilities`` agree
-#: (tests/engines/kokoro/test_real_model.py, tests/engines/cosyvoice/test_engine.py).
-#: cosyvoice1: only its -Instruct variant follows instructions; until it loads the page says no.
-NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True),
-                                                  "cosyvoice3": (True, True), "cosyvoice1": (True, False)}
 
 
 def load_engine(settings: Settings) -> Engine:

@@ -285,7 +285,7 @@ def write_paragraph_zip(wav: Path, spans: list[tuple[int, int]], path: Path, sam
 @dataclass
 class LessonResult:
     """A finished lesson: where its files are and a truthful account of how it was made (the same
-    fields the page's report reads from a :class:`~cosyedge.service.facade.TTSResult`)."""
+    fields the page's report reads from a :class:`~cosyedge.service.requests.TTSResult`)."""
 
     job_id: str
     path: Path

@@ -1,25 +1,25 @@
 """One synthesis run from text to a finished waveform, shared by the CLI and the service.
 
 :func:`check_text` is the one check of a request's text (the service runs it when a request is
-prepared). :func:`stream` drives ``engine.synthesize`` sentence by sentence and joins the chunks
-with short pauses, handing out each joined piece as soon as its chunk is made (for streaming
-clients); :func:`synthesize` is the same run collected into one waveform. Both take the raw text
-(checked here) or the engine's :class:`~cosyedge.engines.base.TextAnalysis` of a checked text, so
-the engine's text pass is not repeated. Queues, files and HTTP are the caller's business.
+prepared). :func:`stream` hands out each joined piece as soon as its chunk is made (for streaming
+clients); :func:`synthesize` is the same run collected into one waveform (``SynthesisResult``). Both
+take the raw text (checked here, then run through the engine's sentence loop and join,
+:mod:`cosyedge.engines.render`) or the engine's :class:`~cosyedge.engines.base.TextAnalysis` of a
+checked text, so the engine's text pass is not repeated. Queues, files and HTTP are the caller's.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
-from cosyedge.audio import Joiner
+from cosyedge.engines import render
 from cosyedge.engines.base import (AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
+from cosyedge.engines.render import SynthesisResult
 from cosyedge.errors import TextError
 
 logger = logging.getLogger(__name__)
@@ -27,19 +27,6 @@ logger = logging.getLogger(__name__)
 #: SSML-style markup: engines would read the tags aloud ("less than speak greater than ...").
 SSML_TAG_RE = re.compile(r"</?\s*(speak|prosody|break|emphasis|say-as|voice|phoneme|sub|audio|mark|"
                          r"lang|p|s|w|amazon:[\w-]+|mstts:[\w-]+)(\s[^<>]*)?/?>", re.IGNORECASE)
-
-
-@dataclass
-class SynthesisResult:
-    """Mono float32 audio plus what was spoken, sentence by sentence."""
-
-    audio: np.ndarray
-    sample_rate: int
-    sentences: list[str]
-
-    @property
-    def duration(self) -> float:
-        return len(self.audio) / self.sample_rate
 
 
 def check_text(text: object, max_chars: int) -> str:
@@ -60,25 +47,17 @@ def check_text(text: object, max_chars: int) -> str:
 def stream(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
            options: SynthesisOptions, max_chars: int, progress: ProgressFn | None = None,
            cancelled: CancelFn | None = None) -> Iterator[tuple[AudioChunk, np.ndarray]]:
-    """Each chunk as the engine makes it, with its joined piece (the pause before it + the faded
-    chunk; empty for a silent chunk); the pieces in order concatenate to :func:`synthesize`'s audio.
+    """Each chunk as the engine makes it, with its joined piece (:func:`cosyedge.engines.render.pieces`).
     A raw text is checked before the engine runs, so a bad text fails before anything is yielded."""
     if not isinstance(text, TextAnalysis):
         text = check_text(text, max_chars)
-    joiner = Joiner(engine.capabilities.sample_rate)
-    for chunk in engine.synthesize(text, voice, options, progress=progress, cancelled=cancelled):
-        yield chunk, joiner.piece(chunk.audio, chunk.pause_after_s, chunk.continues)
+    yield from render.pieces(engine, text, voice, options, progress, cancelled)
 
 
 def synthesize(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
                options: SynthesisOptions, max_chars: int, progress: ProgressFn | None = None,
                cancelled: CancelFn | None = None) -> SynthesisResult:
-    """Run the engine over every sentence and join the result."""
-    pieces, sentences = [], []
-    for chunk, piece in stream(engine, text, voice, options, max_chars, progress, cancelled):
-        pieces.append(piece)
-        if not chunk.continues:
-            sentences.append(chunk.text)
-    audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-    return SynthesisResult(audio=audio, sample_rate=engine.capabilities.sample_rate,
-                           sentences=sentences)
+    """Run the engine over every sentence and join the result; a raw text is checked first."""
+    if not isinstance(text, TextAnalysis):
+        text = check_text(text, max_chars)
+    return render.render(engine, text, voice, options, progress, cancelled)

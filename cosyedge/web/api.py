@@ -47,7 +47,8 @@ from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
                              ParameterError, PayloadTooLargeError)
 from cosyedge.service.jobs import Job
-from cosyedge.service.facade import Service, TTSRequest, TTSResult
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest, TTSResult
 from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router

@@ -23,7 +23,8 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from cosyedge.errors import NotFoundError
 from cosyedge.service.lessons import LessonResult, check_lesson_size
-from cosyedge.service.facade import Service, TTSRequest
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest
 
 logger = logging.getLogger(__name__)
 

@@ -1,21 +1,18 @@
 """The Gradio page: three generate tabs over one :class:`~cosyedge.service.facade.Service`, and the
 studio tabs it mounts (``models_tab``, ``voices_tab``, ``history_tab``). Handlers stay thin.
 
-Every generate handler submits a streaming :class:`TTSRequest`, shows a live player at once, then
-waits for its job while reporting the queue position or per-sentence progress through
-``gr.Progress``; the finished WAV lands in the tab's download player. The live player is a small
-script in the page (Web Audio) reading ``GET /jobs/{id}/audio?token=...`` (a WAV stream of the job's
-pieces as they are made), so the browser plays the first sentence while the rest is synthesized.
-Gradio's own streaming audio output was not used: it re-encodes every chunk to AAC through an
-ffmpeg process, and ffmpeg is not part of the install. Cancel comes from the cancel button
-(which cancels the session's jobs; the waiting handler then ends with "Cancelled / 已取消"), from
-the page being closed (``demo.unload``), or from Gradio cancelling the event; each cancels the jobs
-in the JobQueue, which stops synthesis between sentences.
+Every generate handler submits a streaming :class:`TTSRequest`, shows a live player at once
+(:mod:`cosyedge.web.live_player`), then waits for its job while reporting the queue position or
+per-sentence progress through ``gr.Progress``; the finished WAV lands in the tab's download player
+with the report panel beside it (:mod:`cosyedge.web.report_panel`). Cancel comes from the cancel
+button (which cancels the session's jobs; the waiting handler then ends with "Cancelled / 已取消"),
+from the page being closed (``demo.unload``), or from Gradio cancelling the event; each cancels the
+jobs in the JobQueue, which stops synthesis between sentences.
 
 Feedback: errors are toasts that stay until closed, led by a bilingual title (this Gradio shows no
 toast titles) and HTML-escaped (toasts render HTML); user text in the result panel is escaped too.
 The page's Chinese for a refusal and its words for a note come from tables keyed by the error's or
-note's code (:data:`REASONS_ZH`, :data:`PAGE_NOTES`), never from reading the English text.
+note's code (:mod:`cosyedge.web.page_words`), never from reading the English text.
 """
 
 # No `from __future__ import annotations` here: Gradio reads the handlers' annotations at build time
@@ -27,16 +24,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from cosyedge.engines.base import KNOWN_LANGUAGES, LANGUAGES
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.service.jobs import PHASE_STARTING, Job
-from cosyedge.notes import Note, code_of
-from cosyedge.service.facade import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
-                              PHASE_TRANSCRIBING, SPEED_RANGE, Service, TTSRequest, TTSResult)
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
+                                       PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
                                     lesson_controls, lesson_line)
+from cosyedge.web.live_player import LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
+from cosyedge.web.page_words import chinese_reason
+from cosyedge.web.report_panel import describe, plain
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
     import gradio as gr
@@ -52,11 +51,11 @@ INSTRUCT_EXAMPLES = [
     "Speak cheerfully, like a children's storyteller.",
     "Whisper, as if telling a secret.",
 ]
-#: The language dropdown's labels, by code; it offers the loaded engine's (``language_choices``).
+#: The language dropdown's labels, by code, in the order it lists them; it offers the served engine's
+#: (``language_choices``).
 LANGUAGE_LABELS = {"auto": "auto / 自动", "zh": "中文 zh", "en": "English en", "ja": "日本語 ja",
                    "ko": "한국어 ko", "de": "Deutsch de", "es": "Español es", "fr": "Français fr",
                    "it": "Italiano it", "ru": "Русский ru"}
-LANGUAGE_CHOICES = [(LANGUAGE_LABELS[code], code) for code in LANGUAGES]
 #: System fonts only: the page must not ask any font server for anything.
 SANS = ["system-ui", "-apple-system", "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "PingFang SC",
         "Microsoft YaHei", "sans-serif"]
@@ -93,11 +92,6 @@ NO_SAVE_NAME = "Type a name to save the voice as / 请输入音色名称"
 #: (cosyedge.voices.consent: the service refuses both without it).
 CONSENT_LABEL = ("The speaker of the prompt audio agreed to have their voice cloned / "
                  "参考音频的说话人已同意克隆其声音")
-#: What the similarity numbers mean, from the checks measured when the encoder was adopted
-#: (cosyedge/listening/speaker.py): a hint on the scale, not a quality claim.
-SIMILARITY_SCALE = ("cosine of voice embeddings, 1.00 = same; measured: the same voice on other "
-                    "sentences 0.88-0.93, a male vs a female voice 0.10-0.48 / 声纹余弦相似度，"
-                    "1.00 为相同；实测同一人不同句子 0.88-0.93，男女声之间 0.10-0.48")
 
 
 def ui_error(message: str, title: str = CANNOT_GENERATE) -> "gr.Error":
@@ -111,62 +105,6 @@ def ui_error(message: str, title: str = CANNOT_GENERATE) -> "gr.Error":
     return gr.Error(html.escape(f"{title}: {message}", quote=False), title=title, duration=None)
 
 
-#: Chinese for the service's commonest refusals, by error code (cosyedge.errors), filled from the
-#: error's params; the service's reasons are English and the page is bilingual. A code not listed
-#: (also one whose message carries its own Chinese) is shown in English alone.
-REASONS_ZH = {
-    "text_too_long": "文本有 {length} 个字符，上限为 {limit} 个",
-    "instruction_too_long": "指令有 {length} 个字符，上限为 {limit} 个",
-    "text_only_punctuation": "文本只有标点符号，没有可朗读的内容",
-    "text_no_supported_script": "文本中没有可朗读的中文、英文或日文（只有表情、符号或不支持的文字）",
-    "text_markup": "不支持 SSML 标签，请输入纯文本",
-    "prompt_silent": "未检测到语音：参考音频是静音（或几乎静音）",
-    "prompt_rate_too_low": "采样率 {rate} Hz 太低，参考音频至少需要 {minimum} Hz",
-    "prompt_too_long": "参考音频长 {seconds:.0f} 秒，最长 {maximum:.0f} 秒",
-    "prompt_invalid_samples": "参考音频含有无效采样值，请重新导出为普通 PCM 音频",
-    "prompt_empty_file": "参考音频文件是空的",
-    "voice_id_taken": "已有同名音色，请换一个名字",
-    "voice_name_taken": "已有同名音色，请换一个名字",
-    "voice_name_empty": "音色名称为空",
-    "voice_name_preset": "“{preset}”是预置音色的名字，请换一个名字",
-    "queue_full": "正忙：{running} 个任务在运行，{waiting} 个在排队",
-    "too_hot": "设备温度过高，暂不接受新任务，请降温后再试",
-    "cooling_down": "设备正在降温（{temp_c:.0f} °C）：降温前不会开始新任务，已有 {waiting} 个任务在等待",
-    "shutting_down": "服务正在关闭",
-    "lesson_file_type": "课文必须是 .txt 或 .md 文件",
-    "lesson_not_utf8": "课文文件不是 UTF-8 编码：请在编辑器中另存为 UTF-8 后重新上传",
-    "lesson_not_text": "课文文件不是纯文本文件",
-    "lesson_empty": "课文文件里没有可朗读的文字",
-    "lesson_too_long": "课文有 {length} 个字符，上限为 {limit} 个：请拆分成几个文件",
-    "lesson_file_too_large": "课文文件有 {size_mb} MB，课文最多 {limit_chars} 个字符（{limit_mb} MB）：请拆分",
-    "lesson_paragraph_invalid": "课文第 {paragraph} 段无法朗读",
-    "disk_low": "磁盘快满了（剩余 {free_mb} MB，至少保留 {min_free_mb} MB）：暂不接受新任务和上传，请删除旧的输出后再试",
-    "disk_full": "磁盘已满，未保存任何内容：请删除旧的输出后再试",
-    "consent_required": "需要确认参考音频的说话人同意克隆其声音（请勾选同意框）",
-    "model_switch_busy": "有 {running} 个任务在运行、{waiting} 个在排队，完成后才能切换模型（没有任务被取消）",
-    "model_unknown": "没有名为 {model} 的模型",
-}
-
-
-def chinese_reason(exc: CosyedgeError) -> str | None:
-    """The page's Chinese for an error, from its code and params; None for a code not in
-    :data:`REASONS_ZH`."""
-    return _fill(REASONS_ZH, exc.code, exc.params)
-
-
-def _fill(templates: dict[str, str], code: str, params: Any) -> str | None:
-    """``templates[code]`` filled from ``params``; None when the code has no template, or when the
-    error or note was made without the params its template names (logged)."""
-    template = templates.get(code)
-    if template is None:
-        return None
-    try:
-        return template.format(**params)
-    except (KeyError, IndexError, ValueError):
-        logger.warning("%s lacks the params of the page's words for it (%s)", code, dict(params))
-        return None
-
-
 def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
     """Map the project's errors to a lasting Gradio error with a title naming the kind. The message
     is the service's own (English); the title and the retry hint are the page's (bilingual)."""
@@ -176,115 +114,6 @@ def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
         return ui_error(f"{message} (retry in about {exc.retry_after} s / 约 {exc.retry_after} 秒后重试)",
                         title="Busy / 繁忙")
     return ui_error(message, title=title)
-
-
-#: Characters that Markdown or HTML read as markup wherever they stand (the panel's user text never
-#: starts a line, so line-start syntax such as "#" or "-" cannot apply); "[" and "]" cover links and
-#: images, "@" e-mail autolinks.
-_MARKUP_CHARS = set("\\`*[]<>&~$|@")
-
-
-def plain(text: object) -> str:
-    """``text`` made inert for a gr.Markdown panel: no tags, links, images or emphasis from it, on
-    one line. Markup characters become character references, which the page shows as themselves;
-    ordinary names ("female_1", "fake-sine") stay as they are."""
-    line = " ".join(str(text).splitlines())
-    out = []
-    for i, char in enumerate(line):
-        before = line[i - 1] if i else " "
-        after = line[i + 1] if i + 1 < len(line) else " "
-        markup = (char in _MARKUP_CHARS
-                  or (char == "_" and not (before.isalnum() and after.isalnum()))  # _emphasis_
-                  or (char == ":" and line.startswith("//", i + 1))  # http://... autolinks
-                  or (char == "." and line[max(0, i - 3):i].lower() == "www"))  # www.... autolinks
-        out.append(f"&#{ord(char)};" if markup else char)
-    return "".join(out)
-
-
-#: Notes that name REST fields, by note code (cosyedge.notes), in the page's words for its own
-#: controls, filled from the note's params; other notes are shown as the service wrote them.
-PAGE_NOTES = {
-    "prompt_audio_ignored": "the prompt audio ignored: the saved voice {voice_id!r} was used instead",
-    "speaker_ignored_saved_voice":
-        "the voice {speaker!r} ignored: the voice comes from the saved voice {voice_id!r}",
-    "speaker_ignored_prompt_audio": "the voice {speaker!r} ignored: the voice comes from the prompt audio",
-    "prompt_text_ignored_saved_voice":
-        "the prompt transcript ignored: the saved voice keeps its own transcript",
-    "prompt_text_ignored_no_prompt":
-        "the prompt transcript ignored: it is the transcript of the prompt audio, and no prompt audio was sent",
-    "prompt_text_ignored_no_clone":
-        "the prompt transcript ignored: the {engine} engine cannot clone; it matches the voice from the "
-        "sound of the prompt audio alone, without its transcript",
-}
-
-
-def page_note(note: str) -> str:
-    """A service note in the page's terms (:data:`PAGE_NOTES`), or as it is."""
-    if not isinstance(note, Note):
-        return note
-    return _fill(PAGE_NOTES, note.code, note.params) or note
-
-
-def describe(result: TTSResult) -> str:
-    """The "what the engine did" panel, as Markdown. Everything that can carry user text (voice
-    names, the instruction) goes through :func:`plain`."""
-    instruct = result.instruct
-    voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(result.voice_match)}"
-    if code_of(result.voice_match) == "voice_match_approx":  # the voice search's figures, before synthesis
-        voice += (" (the voice search's estimate on its own test sentences, not this audio / "
-                  "音色搜索在其测试句上的估计，并非本次音频)")
-    lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
-    if result.similarity is not None:
-        lines.append(f"**Similarity of this audio to the prompt (measured) / 本次音频与参考音频的相似度"
-                     f"（实测）**: {result.similarity:.2f} ({SIMILARITY_SCALE})")
-    if instruct.get("applied") or instruct.get("not_supported"):
-        applied = "; ".join(instruct.get("applied") or [])
-        missing = "; ".join(instruct.get("not_supported") or [])
-        lines.append(f"**Instruction / 指令**: {plain(instruct.get('message', ''))}")
-        lines.append(f"**Applied / 已执行**: {plain(applied) if applied else 'nothing / 无'}")
-        if missing:
-            lines.append(f"**Not supported / 不支持**: {plain(missing)}")
-    if result.skipped:
-        lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
-    lines.extend(transcript_lines(result))
-    for note in result.notes:
-        if code_of(note) == "stream_cache_limit":  # what the stream did, not a field ignored
-            lines.append(f"**Streaming / 流式**: {plain(note)}")
-    ignored = [note for note in result.notes
-               if code_of(note) not in TRANSCRIPT_NOTES and code_of(note) != "stream_cache_limit"]
-    if ignored:
-        notes = "; ".join(page_note(note) for note in ignored)
-        lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
-    lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
-                 f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
-    return "\n\n".join(f"- {line}" for line in lines)
-
-
-#: The notes that say how a clone's prompt transcript was found (cosyedge.voices.transcripts): shown with
-#: the transcript, not among the ignored fields.
-TRANSCRIPT_NOTES = frozenset({"transcript_heard", "transcript_unsure", "transcript_not_heard",
-                              "transcript_unavailable"})
-CLONE_MODES = {"zero_shot": "zero-shot (reads the prompt's transcript) / 零样本克隆（读取参考音频文本）",
-               "cross_lingual": "cross-lingual (from the prompt's sound alone) / 跨语种克隆（仅依据参考音频的声音）",
-               "instruct": "with the instruction / 按指令"}
-TRANSCRIPT_SOURCES = {"user": "as typed / 按输入", "asr": "heard offline / 离线识别"}
-
-
-def transcript_lines(result: Any) -> list[str]:
-    """The panel's lines on a native clone: the mode used, and the prompt transcript (typed or
-    heard, with the recognizer's confidence) with the note that says why the mode was chosen."""
-    mode = getattr(result, "clone_mode", None)  # a lesson's result says it in its notes only
-    lines = [] if mode is None else [f"**Clone mode / 克隆方式**: {CLONE_MODES.get(mode, plain(mode))}"]
-    heard = getattr(result, "transcript", None)
-    if mode is not None and heard and heard.get("text"):
-        how = TRANSCRIPT_SOURCES.get(heard.get("source"), "")
-        if heard.get("confidence") is not None:
-            how += f", confidence / 置信度 {heard['confidence']:.2f}"
-        lines.append(f"**Prompt transcript / 参考音频文本** ({how}): {plain(heard['text'])}")
-    for note in result.notes:
-        if code_of(note) in TRANSCRIPT_NOTES:
-            lines.append(f"**Why / 原因**: {plain(note)}")
-    return lines
 
 
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
@@ -317,17 +146,6 @@ async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request
     yield path, panel, gr.skip()  # the live player keeps playing what it has
 
 
-#: Rough speaking rates for the live player's first guess of a text's length (it buffers for the
-#: rest): ~14 Latin characters or ~4 CJK characters per second of speech.
-SECONDS_PER_CHAR, SECONDS_PER_CJK_CHAR = 1 / 14, 1 / 4
-
-
-def expected_seconds(text: str) -> float:
-    """A first guess of how long ``text`` takes to say (the player's buffering needs one)."""
-    cjk = sum(1 for ch in text if "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af")
-    return round(cjk * SECONDS_PER_CJK_CHAR + (len(text) - cjk) * SECONDS_PER_CHAR, 1)
-
-
 #: CosyVoice flow steps offered on the page: upstream's 10, and a fast choice said to be what it is.
 STANDARD_STEPS, FAST_STEPS = 10, 5
 QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
@@ -338,131 +156,6 @@ QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
 def flow_steps(quality: int | None) -> int | None:
     """The request's ``flow_steps`` for the quality choice (None: the model's own, upstream's 10)."""
     return None if quality in (None, STANDARD_STEPS) else int(quality)
-
-
-def live_player(job: Job, text: str = "") -> str:
-    """The value of the live player: the URL of the job's audio stream (read by ``LIVE_PLAYER_JS``),
-    with ``expect``: a guess of the audio's length, from which the player works out how much to
-    buffer when the audio comes slower than it plays."""
-    token = job.stream.token if job.stream is not None else ""
-    return f"/jobs/{job.id}/audio?token={token}&expect={expected_seconds(text)}"
-
-
-#: The live player, run by the page: fetch the job's WAV stream and schedule each piece on a Web
-#: Audio clock as it arrives; a new value on any tab's player (the next job, or Cancel's empty value)
-#: stops what the page still had scheduled: synthesis runs far ahead of playback, so a finished job
-#: can have minutes of audio still to play.
-#: An <audio> element was tried first: Chromium buffered ~2.4 s of audio before starting, which
-#: threw most of the gain away.
-LIVE_PLAYER_JS = """
-// One state for the page's three players (window.__cosyedgeLive): a new value on any of them (the
-// next job on any tab, or Cancel's empty value) silences what any of them still had scheduled.
-const STOP = '#stop-';  // Cancel's value: new each time, so it reaches play() even on an idle player
-const S = window.__cosyedgeLive || (window.__cosyedgeLive =
-  {ctx: null, reader: null, sources: new Set(), turn: 0, owner: null});
-async function play(src) {
-  const mine = ++S.turn;  // the newest play() call; an older one still awaiting something gives up
-  if (S.reader) { try { await S.reader.cancel(); } catch (e) {} S.reader = null; }
-  if (mine !== S.turn) return;
-  for (const node of S.sources) { try { node.stop(); } catch (e) {} }
-  S.sources.clear();
-  if (S.owner && S.owner !== element) S.owner.dataset.state = 'idle';
-  S.owner = element;
-  element.dataset.scheduled = '0';
-  if (!src || src.startsWith(STOP)) src = '';  // Cancel: silence only
-  element.dataset.state = src ? 'loading' : 'idle';
-  if (!src) return;
-  S.ctx = S.ctx || new (window.AudioContext || window.webkitAudioContext)();
-  const ctx = S.ctx;
-  if (ctx.state === 'suspended') { try { await ctx.resume(); } catch (e) {} }
-  if (mine !== S.turn) return;
-  let response;
-  try { response = await fetch(src, {cache: 'no-store'}); } catch (e) { element.dataset.state = 'error'; return; }
-  if (mine !== S.turn) { try { await response.body?.cancel(); } catch (e) {} return; }
-  if (!response.ok || !response.body) { element.dataset.state = 'error'; return; }
-  const r = response.body.getReader();
-  S.reader = r;
-  // Buffering: audio that comes slower than it plays is held until what is buffered lasts until the
-  // rest arrives, at the rate measured so far: buffer >= rest * (1 - rate) / rate. The rest is the
-  // expected length (from the text, ?expect=) minus what came; the rate is audio seconds per second,
-  // between the first piece and the latest once they are 0.25 s apart, before that since the request
-  // (one hop often comes in several reads a few ms apart: their "rate" would say no buffering).
-  const expect = parseFloat(new URL(src, location.href).searchParams.get('expect') || '0');
-  const label = element.querySelector('.cosyedge-live small');
-  const asked = performance.now() / 1000;
-  let rate = 0, carry = new Uint8Array(0), next = 0, scheduled = 0;
-  let received = 0, firstAt = 0, firstLen = 0, pending = [], started = false;
-  const measured = () => {
-    const now = performance.now() / 1000;
-    if (received > firstLen && now - firstAt >= 0.25) return (received - firstLen) / (now - firstAt);
-    return received / Math.max(1e-3, now - asked);
-  };
-  const needed = () => {
-    const speed = measured(), rest = Math.max(0, expect - received);
-    return speed >= 1 ? 0 : rest * (1 - speed) / Math.max(speed, 1e-3);
-  };
-  const startPending = () => {
-    for (const buffer of pending) {
-      const node = ctx.createBufferSource();
-      node.buffer = buffer;
-      node.connect(ctx.destination);
-      node.onended = () => S.sources.delete(node);
-      S.sources.add(node);
-      next = Math.max(next, ctx.currentTime + 0.05);
-      node.start(next);
-      next += buffer.duration;
-      scheduled += buffer.duration;
-    }
-    pending = [];
-    element.dataset.scheduled = scheduled.toFixed(3);
-    element.dataset.state = 'playing';
-    if (label) label.textContent = 'Playing while it is made / 边合成边播放';
-  };
-  while (true) {
-    let chunk;
-    try { chunk = await r.read(); } catch (e) { break; }
-    if (chunk.done) break;
-    if (mine !== S.turn) { try { await r.cancel(); } catch (e) {} return; }
-    let bytes = new Uint8Array(carry.length + chunk.value.length);
-    bytes.set(carry); bytes.set(chunk.value, carry.length);
-    if (!rate) {
-      if (bytes.length < 44) { carry = bytes; continue; }
-      rate = new DataView(bytes.buffer, bytes.byteOffset, 44).getUint32(24, true);
-      bytes = bytes.slice(44);
-    }
-    const usable = bytes.length - (bytes.length % 2);
-    carry = bytes.slice(usable);
-    if (!usable) continue;
-    const pcm = new Int16Array(bytes.slice(0, usable).buffer);
-    const buffer = ctx.createBuffer(1, pcm.length, rate);
-    const samples = buffer.getChannelData(0);
-    for (let i = 0; i < pcm.length; i++) samples[i] = pcm[i] / 32768;
-    if (!firstAt) { firstAt = performance.now() / 1000; firstLen = buffer.duration; }
-    received += buffer.duration;
-    pending.push(buffer);
-    // Ran dry while playing (the guess was short): buffer again, by the same rule.
-    if (started && next < ctx.currentTime) started = false;
-    const ahead = pending.reduce((sum, b) => sum + b.duration, 0) + Math.max(0, next - ctx.currentTime);
-    const want = needed();
-    if (!started && ahead < want) {
-      element.dataset.state = 'buffering';
-      element.dataset.buffering = want.toFixed(1);
-      if (label) label.textContent = `buffering ${want.toFixed(1)} s / 缓冲中`;
-      continue;
-    }
-    started = true;
-    startPending();
-  }
-  if (mine === S.turn && pending.length) startPending();  // the end came while buffering
-  if (S.reader === r) { S.reader = null; element.dataset.state = 'done'; }
-}
-watch('value', () => play(props.value));
-if (props.value) play(props.value);
-"""
-#: The live player's value for "stop" (Cancel), followed by a number that makes each one new.
-LIVE_STOP = "#stop-"
-LIVE_PLAYER_HTML = ('<div class="cosyedge-live"><small>${value && !value.startsWith("#") ? "Playing while it is made / "'
-                    ' + "边合成边播放" : ""}</small></div>')
 
 
 async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None", stream: bool) -> Job:
@@ -513,11 +206,9 @@ def voice_choices(service: Service, with_presets: bool = True) -> list[tuple[str
 
 def language_choices(service: Service) -> list[tuple[str, str]]:
     """(label, value) pairs: auto and the loaded engine's languages; before the first load
-    auto/zh/en/ja, which every engine reads."""
-    spoken = service.voices()["languages"]
-    if spoken is None:
-        return list(LANGUAGE_CHOICES)
-    return [(LANGUAGE_LABELS[code], code) for code in KNOWN_LANGUAGES if code == "auto" or code in spoken]
+    auto/zh/en/ja, which every engine reads (:meth:`Service.languages`)."""
+    spoken = service.languages()
+    return [(label, code) for code, label in LANGUAGE_LABELS.items() if code == "auto" or code in spoken]
 
 
 def voice_fields(value: str | None) -> dict[str, str | None]:
@@ -582,10 +273,8 @@ def capability_notes(service: Service) -> tuple[str, str]:
                       "新的参考音频首次使用较慢")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
-        if service.model_engine_name() == "cosyvoice3":
-            from cosyedge.engines.cosyvoice.v3.version import INSTRUCT_NOTE
-
-            instruct_note += f". {INSTRUCT_NOTE}"
+        if service.instruct_note():
+            instruct_note += f". {service.instruct_note()}"
     else:
         instruct_note = (f"**{engine}** cannot follow instructions itself: speed, pitch, volume and the "
                          "choice of voice are read from it and applied as controls; the rest is listed "
@@ -736,7 +425,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         with gr.Row():
             speed = gr.Slider(low, high, value=1.0, step=0.05, label="Speed / 语速",
                               elem_id=f"{prefix}-speed")
-            language = gr.Dropdown(LANGUAGE_CHOICES, value="auto", label="Language / 语言",
+            language = gr.Dropdown(language_choices(service), value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
             quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
                                elem_id=f"{prefix}-quality")

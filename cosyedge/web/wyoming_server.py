@@ -44,10 +44,10 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from cosyedge import __version__
 from cosyedge.audio import to_pcm16
-from cosyedge.engines.base import LANGUAGES
 from cosyedge.errors import CosyedgeError, ProtocolError
 from cosyedge.service.jobs import Job
-from cosyedge.service.facade import Service, TTSRequest
+from cosyedge.service.facade import Service
+from cosyedge.service.requests import TTSRequest
 from cosyedge.web.wyoming_events import BROKEN_FRAMING, read_client_event, text_field, voice_name
 
 logger = logging.getLogger(__name__)
@@ -86,8 +86,7 @@ def allowed(peer: str, networks: tuple[Network, ...]) -> bool:
 
 def describe_info(service: Service) -> Info:
     """The ``info`` event: presets then saved voices, each with the engine's languages."""
-    caps = service.holder.capabilities
-    languages = [lang for lang in (caps.languages if caps is not None else LANGUAGES) if lang != "auto"]
+    languages = [lang for lang in service.languages() if lang != "auto"]
     model = service.holder.model_id or service.settings.model
     voices = [TtsVoice(name=p, description=f"preset {p} ({model})", attribution=_ATTRIBUTION,
                        installed=True, version=None, languages=languages)

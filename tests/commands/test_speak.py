@@ -7,7 +7,7 @@ import soundfile as sf
 
 from cosyedge.cli import main
 from cosyedge.errors import CosyedgeError
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.request_path import record_request_path
 

@@ -100,7 +100,7 @@ def test_rename_and_import_refuse_a_preset_name_like_save(tmp_path, capsys):
 
 def test_the_preset_name_check_is_one_function(tmp_path):
     from cosyedge.errors import NameError_
-    from cosyedge.service.facade import SEED_PRESETS
+    from cosyedge.service.requests import SEED_PRESETS
     from cosyedge.voices.library import refuse_preset_name
 
     refuse_preset_name("Ms Lee", SEED_PRESETS)

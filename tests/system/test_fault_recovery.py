@@ -27,7 +27,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.errors import EngineError, StorageFullError
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from tests.helpers import REPO
 from tests.helpers.live_server import free_port
 from tests.helpers.fake_engine import FakeEngine, FakeFactory

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from cosyedge.ops.janitor import Janitor, JanitorPolicy
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.host.thermal import ThermalGovernor, ThermalThresholds
 from tests.helpers.waiting import Looks
 

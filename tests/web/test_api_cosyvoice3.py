@@ -73,7 +73,7 @@ def test_rest_bad_input(app_server):
 
 
 def test_other_engines_refuse_v3_languages_by_name(make_service):
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
     from cosyedge.errors import ParameterError
 
     service = make_service()

@@ -10,7 +10,7 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.model_folders import COSYVOICE_LICENCE, make_model
 from tests.helpers.waiting import wait_until

@@ -188,7 +188,7 @@ def test_cancel_before_the_first_chunk_is_a_json_499(slow_server):
 
 
 def test_a_ui_jobs_audio_is_readable_with_its_token_only(server):
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     job = server.service.submit(TTSRequest(text=TEXT), owner="ui:x", stream=True)
     assert job.wait(10)
@@ -208,7 +208,7 @@ def test_a_ui_jobs_audio_is_readable_with_its_token_only(server):
 
 
 def test_a_released_streams_audio_is_a_json_404_not_an_empty_200(server):
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     job = server.service.submit(TTSRequest(text=TEXT), owner="ui:x", stream=True)
     assert job.wait(10)
@@ -296,7 +296,7 @@ def test_a_send_that_fails_mid_stream_cancels_the_job_at_once(make_service, fake
 
 
 def test_a_full_queue_is_a_json_429_for_streams_too(slow_server):
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     queue = slow_server.service.queue
     jobs = [slow_server.service.submit(TTSRequest(text=LONG_TEXT))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.web.job_wait import wait_reporting
 from tests.helpers.fake_engine import FakeFactory
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from cosyedge.service.lessons import progress_note
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.web.lesson_ui import limit_words, progress_words
 from cosyedge.web.ui import lesson_request
 from tests.web.test_ui import Progress

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.web.ui import build_ui, queue_settings, run_request
 
 
@@ -170,7 +170,7 @@ def test_errors_stay_until_closed_and_empty_text_is_bilingual(make_service):
 def result_with(**fields):
     import numpy as np
 
-    from cosyedge.service.facade import TTSResult
+    from cosyedge.service.requests import TTSResult
 
     base = dict(job_id="j", audio=np.zeros(2400, dtype=np.float32), sample_rate=24000, engine="kokoro",
                 model_id="kokoro-int8", voice="female_1", voice_match="preset",
@@ -183,7 +183,7 @@ def result_with(**fields):
 def test_panel_shows_user_text_as_text():
     from cosyedge.instruct.plan import plan
     from cosyedge.engines.base import Capabilities
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     hostile = "<img src=x onerror=alert(1)> **bold** _it_ [click](http://example.com) www.example.com"
     caps = Capabilities(native_clone=False, native_instruct=False, languages=("auto",), sample_rate=24000)
@@ -203,7 +203,7 @@ def _user_part(panel: str) -> str:
 
 def test_panel_says_which_similarity_was_measured_on_this_audio():
     from cosyedge.notes import Note
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     match = Note("approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50",
                  code="voice_match_approx", method="approximate voice match", before=0.31,
@@ -218,7 +218,7 @@ def test_panel_says_which_similarity_was_measured_on_this_audio():
 
 def test_panel_lists_text_not_read_and_fields_ignored():
     from cosyedge.notes import Note
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     skipped = ["5 Hangul characters not read (<b>안녕하세요</b>)"]
     notes = [Note("prompt_text ignored: the kokoro engine cannot clone; it matches the voice from the sound "
@@ -239,7 +239,7 @@ def test_panel_lists_text_not_read_and_fields_ignored():
 def test_unknown_instruction_panel_says_one_thing():
     from cosyedge.engines.base import Capabilities
     from cosyedge.instruct.plan import plan
-    from cosyedge.web.ui import describe
+    from cosyedge.web.report_panel import describe
 
     caps = Capabilities(native_clone=False, native_instruct=False, languages=("auto",), sample_rate=24000)
     panel = describe(result_with(instruct=plan("asdfgh", caps).to_dict()))
@@ -273,6 +273,27 @@ def test_capabilities_shown_from_the_engine(make_service, fake_factory, native):
     clone_note, instruct_note = capability_notes(service)
     assert ("cannot clone" in clone_note) is not native and "fake" in clone_note
     assert ("cannot follow instructions" in instruct_note) is not native
+
+
+def test_v3_notes_and_languages_come_from_the_service(make_service, fake_factory, web_settings):
+    """The page asks the service what the served engine follows and speaks (it imports no engine):
+    the v3 instruct note by the manifest's engine name before any load, the languages of the
+    loaded engine after it (auto/zh/en/ja, which every engine reads, before)."""
+    import json
+
+    from cosyedge.web.ui import capability_notes, language_choices
+
+    fake_factory.engine_kwargs.update(native_clone=True, native_instruct=True,
+                                      languages=("auto", "zh", "en", "ja", "ko", "fr"))
+    service = make_service()
+    web_settings.model_path.mkdir(parents=True, exist_ok=True)
+    (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "cosyvoice3"}))
+    assert "Fun-CosyVoice3: dialects" in capability_notes(service)[1]
+    assert [code for _, code in language_choices(service)] == ["auto", "zh", "en", "ja"]
+    (web_settings.model_path / "manifest.json").write_text(json.dumps({"engine": "cosyvoice2"}))
+    assert "Fun-CosyVoice3" not in capability_notes(service)[1]
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    assert [code for _, code in language_choices(service)] == ["auto", "zh", "en", "ja", "ko", "fr"]
 
 
 def test_progress_says_the_voice_is_being_prepared(make_service, tmp_path, monkeypatch):
@@ -378,7 +399,7 @@ TRANSLATED_BEFORE = {"text_too_long", "instruction_too_long", "text_only_punctua
 def test_every_code_the_page_words_is_in_the_error_and_note_trees():
     from cosyedge.errors import error_codes
     from cosyedge.notes import NOTE_CODES
-    from cosyedge.web.ui import PAGE_NOTES, REASONS_ZH
+    from cosyedge.web.page_words import PAGE_NOTES, REASONS_ZH
 
     assert set(REASONS_ZH) - set(error_codes()) == set()
     assert set(PAGE_NOTES) - set(NOTE_CODES) == set()

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 from cosyedge.voices.transcripts import SOURCE_HEARD, SOURCE_USER, ZERO_SHOT_CONFIDENCE, PromptTranscript
-from cosyedge.web.ui import describe, transcribe_prompt
+from cosyedge.web.report_panel import describe
+from cosyedge.web.ui import transcribe_prompt
 from cosyedge.web.voices_tab import transcript_line
 from tests.helpers.fake_engine import FakeFactory
 from tests.helpers.fake_recognizer import FakeRecognizer

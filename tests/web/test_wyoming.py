@@ -89,7 +89,7 @@ def test_synthesize_a_preset_and_a_saved_voice(wyoming):
     chunks = [e for e in events if isinstance(e, AudioChunk)]
     assert events[0].rate == 24000 and events[0].width == 2 and events[0].channels == 1
     from cosyedge.audio import to_pcm16
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     direct = service.submit(TTSRequest(text="Hello there. Second sentence!", speaker="male_1"))
     assert direct.wait(10)
@@ -116,7 +116,7 @@ def test_a_bad_voice_and_over_long_text_are_error_events_with_codes(wyoming):
 
 
 def test_a_busy_box_answers_with_an_error_event(wyoming, make_service, web_settings, fake_factory):
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     fake_factory.engine_kwargs["delay"] = 0.3
     service = make_service(dataclasses.replace(web_settings, concurrency=1, queue_size=0))
@@ -151,7 +151,7 @@ def test_a_client_that_disconnects_mid_stream_ends_its_job(wyoming, make_service
 def test_a_client_that_leaves_while_its_job_waits_takes_it_out_of_the_queue(wyoming, make_service,
                                                                             fake_factory):
     """Nothing is written to a waiting client, so only reading the connection sees it go."""
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     fake_factory.engine_kwargs["delay"] = 0.3
     server, service = wyoming(make_service())

@@ -277,11 +277,11 @@ class KokoroEngine:
         if self.transcribe is None:
             logger.info("matched voice not checked for intelligibility: no speech recognizer was given")
             return {}
+        from cosyedge.engines.render import render
         from cosyedge.listening import intelligibility
-        from cosyedge.service.synthesis import synthesize
 
         def speak(text: str, language: str) -> tuple[np.ndarray, int]:
-            out = synthesize(self, text, voice, SynthesisOptions(language=language), max_chars=1000)
+            out = render(self, text, voice, SynthesisOptions(language=language))
             return out.audio, out.sample_rate
 
         try:

@@ -108,7 +108,7 @@ def test_engine_protocol_and_capabilities(engine):
     assert isinstance(engine, Engine)
     assert engine.name == "cosyvoice2" and engine.model_id == MODEL_ID
     assert engine.capabilities.native_clone and engine.capabilities.native_instruct
-    from cosyedge.engines.loader import NATIVE_ABILITIES  # what the page says before the engine loads
+    from cosyedge.catalog.abilities import NATIVE_ABILITIES  # what the page says before the engine loads
 
     assert NATIVE_ABILITIES[engine.name] == (engine.capabilities.native_clone,
                                              engine.capabilities.native_instruct)

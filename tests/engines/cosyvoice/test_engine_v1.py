@@ -59,7 +59,7 @@ def test_presets_are_the_sft_speakers_and_the_seed_names_that_map(engines):
     assert "child" not in sft.presets()
     assert engines["base"].presets() == [] and engines["base"].capabilities.preset_details == ()
     assert [e.capabilities.native_instruct for e in engines.values()] == [False, False, True]
-    from cosyedge.engines.loader import NATIVE_ABILITIES  # before a load the page says what base/SFT do
+    from cosyedge.catalog.abilities import NATIVE_ABILITIES  # before a load the page says what base/SFT do
     assert NATIVE_ABILITIES["cosyvoice1"] == (sft.capabilities.native_clone, sft.capabilities.native_instruct)
 
 
@@ -125,7 +125,8 @@ def test_every_mode_synthesizes_22khz_audio(engines, voice, instruct):
 
 
 def test_the_page_offers_the_sft_speakers_once_the_model_loaded(tiny_cosyvoice_models, tmp_path):
-    from cosyedge.service.facade import Service, TTSRequest
+    from cosyedge.service.facade import Service
+    from cosyedge.service.requests import TTSRequest
     from cosyedge.web.ui import voice_choices
 
     service = Service(Settings(models_dir=tiny_cosyvoice_models, model="cosyvoice1-sft-tiny", onnx_threads=1,

@@ -35,7 +35,7 @@ def test_speech_is_non_silent_and_plausibly_long(kokoro_engine, text, lo, hi):
 
 def test_declared_abilities_match_the_engine(kokoro_engine):
     """What the page says before the engine loads (by the manifest's engine name) is what it can do."""
-    from cosyedge.engines.loader import NATIVE_ABILITIES
+    from cosyedge.catalog.abilities import NATIVE_ABILITIES
 
     caps = kokoro_engine.capabilities
     assert NATIVE_ABILITIES[kokoro_engine.name] == (caps.native_clone, caps.native_instruct)
@@ -99,7 +99,7 @@ class _Shared:
 
 def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kokoro_engine, make_service):
     from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
 
     service = make_service(factory=lambda: _Shared(kokoro_engine))
     text = "Every spring, the school organizes a trip to the mountains. The children walk along the river."

@@ -301,7 +301,7 @@ def test_streamed_adapted_chunks_join_without_clicks_or_level_jumps(engine, meth
 
 def test_a_matched_voice_reports_its_stages_through_the_service(make_service):
     """The stages in a matched voice's meta become notes with codes (the page and REST show them)."""
-    from cosyedge.service.facade import TTSRequest
+    from cosyedge.service.requests import TTSRequest
     from tests.helpers.fake_engine import FakeEngine
     from tests.test_audio_prompt import encode, speechlike
 

@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 from cosyedge.service.jobs import KEEP_RESULTS
-from cosyedge.service.facade import TTSRequest
+from cosyedge.service.requests import TTSRequest
 
 pytestmark = pytest.mark.load
 

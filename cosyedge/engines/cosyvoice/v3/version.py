@@ -32,10 +32,6 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 SILENT_TOKENS = frozenset((1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323))
 MAX_SILENT_RUN = 5
 LANGUAGES = KNOWN_LANGUAGES
-#: What the instruct tab says a v3 model follows (upstream's instruction list, ace7c47 common.py).
-INSTRUCT_NOTE = ("Fun-CosyVoice3: dialects (广东话, 东北话, 四川话, 上海话, 闽南话, 天津话 … 17 in all), emotions "
-                 "(happy / 开心, sad / 伤心, angry / 生气), loud or soft, fast or slow; speaks zh en ja ko de es "
-                 "fr it ru / 支持方言、情感、音量与语速指令")
 
 _ARPABET_VOWELS = "AA AE AH AO AW AY EH ER EY IH IY OW OY UH UW".split()
 _ARPABET_CONSONANTS = "B CH D DH F G HH JH K L M N NG P R S SH T TH V W Y Z ZH".split()

@@ -1,0 +1,101 @@
+"""The "what the engine did" panel of a generate tab, as Markdown: engine, voice and how it was
+matched, the measured similarity, the instruction applied and not, text not read aloud, a clone's
+mode and prompt transcript, the fields ignored (in the page's words, :mod:`cosyedge.web.page_words`),
+the audio's length. Everything that can carry user text goes through :func:`plain`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cosyedge.notes import code_of
+from cosyedge.service.requests import TTSResult
+from cosyedge.web.page_words import page_note
+
+#: What the similarity numbers mean, from the checks measured when the encoder was adopted
+#: (cosyedge/listening/speaker.py): a hint on the scale, not a quality claim.
+SIMILARITY_SCALE = ("cosine of voice embeddings, 1.00 = same; measured: the same voice on other "
+                    "sentences 0.88-0.93, a male vs a female voice 0.10-0.48 / 声纹余弦相似度，"
+                    "1.00 为相同；实测同一人不同句子 0.88-0.93，男女声之间 0.10-0.48")
+#: Characters that Markdown or HTML read as markup wherever they stand (the panel's user text never
+#: starts a line, so line-start syntax such as "#" or "-" cannot apply); "[" and "]" cover links and
+#: images, "@" e-mail autolinks.
+_MARKUP_CHARS = set("\\`*[]<>&~$|@")
+
+
+def plain(text: object) -> str:
+    """``text`` made inert for a gr.Markdown panel: no tags, links, images or emphasis from it, on
+    one line. Markup characters become character references, which the page shows as themselves;
+    ordinary names ("female_1", "fake-sine") stay as they are."""
+    line = " ".join(str(text).splitlines())
+    out = []
+    for i, char in enumerate(line):
+        before = line[i - 1] if i else " "
+        after = line[i + 1] if i + 1 < len(line) else " "
+        markup = (char in _MARKUP_CHARS
+                  or (char == "_" and not (before.isalnum() and after.isalnum()))  # _emphasis_
+                  or (char == ":" and line.startswith("//", i + 1))  # http://... autolinks
+                  or (char == "." and line[max(0, i - 3):i].lower() == "www"))  # www.... autolinks
+        out.append(f"&#{ord(char)};" if markup else char)
+    return "".join(out)
+
+
+def describe(result: TTSResult) -> str:
+    """The "what the engine did" panel, as Markdown. Everything that can carry user text (voice
+    names, the instruction) goes through :func:`plain`."""
+    instruct = result.instruct
+    voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(result.voice_match)}"
+    if code_of(result.voice_match) == "voice_match_approx":  # the voice search's figures, before synthesis
+        voice += (" (the voice search's estimate on its own test sentences, not this audio / "
+                  "音色搜索在其测试句上的估计，并非本次音频)")
+    lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
+    if result.similarity is not None:
+        lines.append(f"**Similarity of this audio to the prompt (measured) / 本次音频与参考音频的相似度"
+                     f"（实测）**: {result.similarity:.2f} ({SIMILARITY_SCALE})")
+    if instruct.get("applied") or instruct.get("not_supported"):
+        applied = "; ".join(instruct.get("applied") or [])
+        missing = "; ".join(instruct.get("not_supported") or [])
+        lines.append(f"**Instruction / 指令**: {plain(instruct.get('message', ''))}")
+        lines.append(f"**Applied / 已执行**: {plain(applied) if applied else 'nothing / 无'}")
+        if missing:
+            lines.append(f"**Not supported / 不支持**: {plain(missing)}")
+    if result.skipped:
+        lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
+    lines.extend(transcript_lines(result))
+    for note in result.notes:
+        if code_of(note) == "stream_cache_limit":  # what the stream did, not a field ignored
+            lines.append(f"**Streaming / 流式**: {plain(note)}")
+    ignored = [note for note in result.notes
+               if code_of(note) not in TRANSCRIPT_NOTES and code_of(note) != "stream_cache_limit"]
+    if ignored:
+        notes = "; ".join(page_note(note) for note in ignored)
+        lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
+    lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
+                 f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
+    return "\n\n".join(f"- {line}" for line in lines)
+
+
+#: The notes that say how a clone's prompt transcript was found (cosyedge.voices.transcripts): shown with
+#: the transcript, not among the ignored fields.
+TRANSCRIPT_NOTES = frozenset({"transcript_heard", "transcript_unsure", "transcript_not_heard",
+                              "transcript_unavailable"})
+CLONE_MODES = {"zero_shot": "zero-shot (reads the prompt's transcript) / 零样本克隆（读取参考音频文本）",
+               "cross_lingual": "cross-lingual (from the prompt's sound alone) / 跨语种克隆（仅依据参考音频的声音）",
+               "instruct": "with the instruction / 按指令"}
+TRANSCRIPT_SOURCES = {"user": "as typed / 按输入", "asr": "heard offline / 离线识别"}
+
+
+def transcript_lines(result: Any) -> list[str]:
+    """The panel's lines on a native clone: the mode used, and the prompt transcript (typed or
+    heard, with the recognizer's confidence) with the note that says why the mode was chosen."""
+    mode = getattr(result, "clone_mode", None)  # a lesson's result says it in its notes only
+    lines = [] if mode is None else [f"**Clone mode / 克隆方式**: {CLONE_MODES.get(mode, plain(mode))}"]
+    heard = getattr(result, "transcript", None)
+    if mode is not None and heard and heard.get("text"):
+        how = TRANSCRIPT_SOURCES.get(heard.get("source"), "")
+        if heard.get("confidence") is not None:
+            how += f", confidence / 置信度 {heard['confidence']:.2f}"
+        lines.append(f"**Prompt transcript / 参考音频文本** ({how}): {plain(heard['text'])}")
+    for note in result.notes:
+        if code_of(note) in TRANSCRIPT_NOTES:
+            lines.append(f"**Why / 原因**: {plain(note)}")
+    return lines
