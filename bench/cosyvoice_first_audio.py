@@ -54,6 +54,9 @@ from bench.common import emit, loadavg, machine_info, running_app  # noqa: E402
 
 MODEL_ID = "cosyvoice2-bench"
 TEXT = "Hello world, the quick brown fox jumps over the lazy dog."   # 13 tokens of the tiny tokenizer
+#: ``--text long``: one sentence of 37 tokens (the normalizer keeps it whole): 740 speech tokens, 29.6 s.
+LONG_TEXT = ("Hello world, the quick brown fox jumps over the lazy dog, then the quick brown fox jumps over the "
+             "lazy dog, and the quick brown fox jumps over the lazy one.")
 TRANSCRIPT = "Read this slowly and warmly, please."                 # 8 tokens
 WARM_TEXT = "Hello world."
 SPEECH_TOKENS = 6561                                                # CosyVoice2's speech vocabulary
@@ -135,8 +138,9 @@ def simulate_player(reads: list[tuple[float, int]], expect_s: float, sr: int = S
     return reads[-1][0] if reads else None
 
 
-def _speech(client, url: str, voice: str, steps: int, streamed: bool, text: str = TEXT) -> dict:
-    body = {"model": "tts-1", "input": text, "voice": voice, "response_format": "pcm", "flow_steps": steps}
+def _speech(client, url: str, voice: str, fields: dict, streamed: bool, text: str = TEXT) -> dict:
+    """One ``/v1/audio/speech`` request with ``fields`` (``flow_steps`` or ``quality``) added to its body."""
+    body = {"model": "tts-1", "input": text, "voice": voice, "response_format": "pcm", **fields}
     if streamed:
         body["stream_format"] = "audio"
     reads: list[tuple[float, int]] = []
@@ -153,9 +157,9 @@ def _speech(client, url: str, voice: str, steps: int, streamed: bool, text: str 
     while client.get(f"{url}/jobs/{job_id}", timeout=60).json().get("state") in ("waiting", "running"):
         time.sleep(0.05)
     audio_s = sum(size for _, size in reads) / 2 / SAMPLE_RATE
-    out = {"streamed": streamed, "steps": steps, "audio_s": round(audio_s, 3), "total_s": round(total, 3),
+    out = {"streamed": streamed, **fields, "audio_s": round(audio_s, 3), "total_s": round(total, 3),
            "rtf": round(total / audio_s, 3), "first_byte_s": round(reads[0][0], 3),
-           "notes": [n for n in report.get("notes", []) if "flow steps" in n]}
+           "notes": [n for n in report.get("notes", []) if n.startswith(("flow steps", "quality"))]}
     if streamed:
         out["player_start_s"] = round(simulate_player(reads, audio_s), 3)
         out["reads"] = [(round(t, 3), n) for t, n in reads]
@@ -167,13 +171,14 @@ def _peak_rss_mb(pid: int) -> dict:
     return {line.split(":")[0]: int(line.split()[1]) // 1024 for line in status if line.startswith(("VmRSS", "VmHWM"))}
 
 
-def stage_api(work: Path, threads: int, steps_list: list[int], rounds: int) -> dict:
+def stage_api(work: Path, threads: int, settings: list[dict], rounds: int, text: str = TEXT) -> dict:
+    """``settings``: the request fields of each setting timed (``{"flow_steps": 10}``, ``{"quality": "live"}``)."""
     import httpx
 
     env = {"COSYEDGE_MODELS_DIR": str(work / "models"), "COSYEDGE_MODEL": MODEL_ID,
            "COSYEDGE_OUTPUTS_DIR": str(work / "outputs"), "COSYEDGE_PROMPTS_DIR": str(work / "prompts"),
            "COSYEDGE_LOG_LEVEL": "INFO", "COSYEDGE_IDLE_UNLOAD_MINUTES": "0", "PYTHONPATH": None}
-    result: dict = {"stage": "api", "machine": machine_info(), "threads": threads, "text": TEXT, "runs": []}
+    result: dict = {"stage": "api", "machine": machine_info(), "threads": threads, "text": text, "runs": []}
     with open(work / "app.log", "a", encoding="utf-8") as log, \
             running_app(("--onnx-threads", str(threads)), env, python=ROOT / ".venv/bin/python", timeout=300,
                         stdout=log) as app:
@@ -193,27 +198,26 @@ def stage_api(work: Path, threads: int, steps_list: list[int], rounds: int) -> d
             # once each: that sentence has no flow prompt state at its step count yet (a voice's first use).
             voice_id = save(0)
             result["voice_save_s"] = round(time.perf_counter() - t0, 2)  # includes loading the model
-            fresh = {(r, steps): save(1 + r * len(steps_list) + i) for r in range(rounds)
-                     for i, steps in enumerate(steps_list)}
+            fresh = {(r, i): save(1 + r * len(settings) + i) for r in range(rounds) for i in range(len(settings))}
             for streamed in (True, False):  # warm: the sessions' first runs
-                _speech(client, url, voice_id, steps_list[0], streamed, WARM_TEXT)
+                _speech(client, url, voice_id, settings[0], streamed, WARM_TEXT)
             for voice in fresh.values():  # encoded now (saving with no model loaded does not), at 1 step
-                _speech(client, url, voice, 1, True, WARM_TEXT)
+                _speech(client, url, voice, {"flow_steps": 1}, True, WARM_TEXT)
             result["warm_s"] = round(time.perf_counter() - t0, 2)
             result["loadavg_before"] = loadavg()
 
-            def measure(r: int, steps: int, voice: str, streamed: bool, kind: str) -> None:
-                run = {"round": r, "kind": kind, **_speech(client, url, voice, steps, streamed),
+            def measure(r: int, fields: dict, voice: str, streamed: bool, kind: str) -> None:
+                run = {"round": r, "kind": kind, **_speech(client, url, voice, fields, streamed, text),
                        "loadavg": loadavg()}
                 emit({k: v for k, v in run.items() if k != "reads"})
                 result["runs"].append(run)
 
             for r in range(rounds):
-                for steps in steps_list:
-                    measure(r, steps, fresh[r, steps], True, "streamed, voice's first sentence")
-                    _speech(client, url, voice_id, steps, True, WARM_TEXT)  # the voice's state at these steps
-                    measure(r, steps, voice_id, True, "streamed, cached voice")
-                    measure(r, steps, voice_id, False, "not streamed, cached voice")
+                for i, fields in enumerate(settings):
+                    measure(r, fields, fresh[r, i], True, "streamed, voice's first sentence")
+                    _speech(client, url, voice_id, fields, True, WARM_TEXT)  # the voice's state at this setting
+                    measure(r, fields, voice_id, True, "streamed, cached voice")
+                    measure(r, fields, voice_id, False, "not streamed, cached voice")
         result["app_rss_mb"] = _peak_rss_mb(app.proc.pid)
         result["loadavg_after"] = loadavg()
         threads_line = [line for line in (work / "app.log").read_text().splitlines() if "CosyVoice threads" in line]
@@ -364,9 +368,24 @@ def stage_upstream(work: Path, threads: int, size: str, prompt_tokens: int) -> d
 # -- estimator ---------------------------------------------------------------------------------------
 
 
+def synthetic_cache(layout, frames: int, rng: np.random.Generator):
+    """One Euler step's key/value cache holding ``frames`` frames of noise, in the model's layout."""
+    cache = layout.step_cache(frames)
+    if layout.blocked:
+        share = (rng.standard_normal((2, 2, layout.heads, layout.chunk_frames, layout.head_dim)) * 0.1
+                 ).astype(layout.kv_dtype)
+        for _ in range(frames // layout.chunk_frames):
+            cache.append([share] * layout.attention_layers)
+    else:
+        cache.append([(rng.standard_normal((frames, layout.attention_layers, 2, 2, layout.inner)) * 0.1)
+                      .astype(layout.kv_dtype)])
+    return cache
+
+
 def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -> dict:
     """One streamed estimator call (a 50-frame chunk, batch 2) against the frames already cached:
-    what the key/value cache costs per call as a sentence grows (no torch)."""
+    what the key/value cache costs per call as a sentence grows (no torch). Wall and process CPU
+    seconds, the median of ``reps``."""
     from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
     t2w = Token2Wav.load(work / "models" / MODEL_ID, threads=threads)
@@ -377,16 +396,21 @@ def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -
              "mu": rng.standard_normal((2, 80, frames)).astype(np.float32), "t": np.full(2, 0.5, np.float32),
              "spks": rng.standard_normal((2, 80)).astype(np.float32), "cond": np.zeros((2, 80, frames), np.float32),
              "conv": np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), np.float32)}
-    out: dict = {"stage": "estimator", "machine": machine_info(), "threads": threads, "kv_dtype": layout.kv_dtype, "calls": []}
+    out: dict = {"stage": "estimator", "machine": machine_info(), "threads": threads, "kv_dtype": layout.kv_dtype,
+                 "kv_layout": layout.kv_layout, "calls": []}
     for past in pasts:
-        kv = (rng.standard_normal((past, layout.attention_layers, 2, 2, layout.inner)) * 0.1).astype(layout.kv_dtype)
-        estimator.run(None, {**feeds, "kv": kv})  # warm
-        times = []
+        cache_feeds = synthetic_cache(layout, past, rng).feeds()
+        estimator.run(None, {**feeds, **cache_feeds})  # warm
+        wall, cpu = [], []
         for _ in range(reps):
-            t0 = time.perf_counter()
-            estimator.run(None, {**feeds, "kv": kv})
-            times.append(time.perf_counter() - t0)
-        call = {"past_frames": past, "seconds": round(float(np.median(times)), 4), "kv_mb": kv.nbytes // 2 ** 20}
+            t0, c0 = time.perf_counter(), time.process_time()
+            estimator.run(None, {**feeds, **cache_feeds})
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        call = {"past_frames": past, "seconds": round(float(np.median(wall)), 4),
+                "cpu_seconds": round(float(np.median(cpu)), 4),
+                "kv_mb": sum(a.nbytes for a in cache_feeds.values()) // 2 ** 20,
+                "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
         emit(call)
         out["calls"].append(call)
     return out
@@ -399,7 +423,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
     parser.add_argument("--steps", default="10,5", help="api: flow step counts, comma-separated")
+    parser.add_argument("--quality", default="",
+                        help="api: quality modes (exact, balanced, live), comma-separated, timed instead of --steps")
+    parser.add_argument("--text", choices=("short", "long"), default="short",
+                        help="api: the 10.4 s sentence, or one of 29.6 s (memory with a bounded left context)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=3, help="estimator: timed calls per cache size")
     parser.add_argument("--prompt-tokens", type=int, default=80, help="upstream: the cached voice's token count")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -407,9 +436,11 @@ def main() -> int:
     if args.stage == "prepare":
         result = stage_prepare(args.work, args.size)
     elif args.stage == "api":
-        result = stage_api(args.work, args.threads, [int(s) for s in args.steps.split(",") if s], args.rounds)
+        settings = ([{"quality": q} for q in args.quality.split(",") if q] or
+                    [{"flow_steps": int(s)} for s in args.steps.split(",") if s])
+        result = stage_api(args.work, args.threads, settings, args.rounds, LONG_TEXT if args.text == "long" else TEXT)
     elif args.stage == "estimator":
-        result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600])
+        result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600], reps=args.reps)
     else:
         result = stage_upstream(args.work, args.threads, args.size, args.prompt_tokens)
     emit({k: v for k, v in result.items() if k != "runs"})

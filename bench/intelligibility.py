@@ -126,7 +126,7 @@ class Listener:
         return out
 
     def median_f0(self, made: Recipe, sentences: list[dict]) -> float:
-        from cosyedge.engines.kokoro.voice_match import median_f0
+        from cosyedge.listening.pitch import median_f0
 
         pack = self.pack(made)
         return float(np.nanmedian([median_f0(*self.speak(pack, s["text"], s["language"])) for s in sentences]))

@@ -67,7 +67,7 @@ def one_job(http: httpx.Client, gradio: object | None, n: int) -> tuple[str, int
     started = time.monotonic()
     if gradio is not None:
         try:
-            gradio.predict("female_1", text, 1.0, "auto", 10, api_name="/preset")  # type: ignore[attr-defined]
+            gradio.predict("female_1", text, 1.0, "auto", None, api_name="/preset")  # type: ignore[attr-defined]
             status = 200
         except Exception as exc:  # noqa: BLE001 - record and go on
             status = 429 if "busy" in str(exc).lower() else 0

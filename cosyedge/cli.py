@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "cosyedge.commands.speak",
     "cosyedge.commands.voices",
     "cosyedge.commands.voice_library",
+    "cosyedge.commands.pronunciations",
     "cosyedge.commands.models",
     "cosyedge.commands.setup_model",
     "cosyedge.commands.selftest",

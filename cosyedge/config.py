@@ -42,8 +42,15 @@ class Settings:
     onnx_threads: int = 0  # 0 = number of CPU cores
     thread_calibration: bool = True  # CosyVoice: measure the LLM / flow thread split once per host and model
     # CosyVoice: a streamed sentence's flow cache may grow to this much (0 = no limit); past it the
-    # sentence is finished whole (docs/bench-log/cosyvoice.md, issue 19: ~2.2 MiB per mel frame at 10 steps).
-    stream_cache_max_mb: float = 1024.0
+    # sentence is finished whole. ~2.2 MiB per mel frame at 10 steps: 1536 holds a 3 s prompt and
+    # ~10.5 s of speech (docs/bench-log/cosyvoice.md, "The streamed flow's memory budget").
+    stream_cache_max_mb: float = 1536.0
+    # CosyVoice: the quality mode of requests that name none (REST, OpenAI and Wyoming clients alike);
+    # the modes are defined in engines/cosyvoice/common/quality.py, checked when the service starts.
+    quality: str = "exact"
+    # The speed-mode check (service.mode_check_runner) starts by itself on an idle box for a served
+    # model with speed modes and no current modes.json (a model just imported or reconverted).
+    auto_mode_check: bool = True
     log_level: str = "INFO"
     idle_unload_minutes: float = 15.0
     asr_idle_seconds: float = 120.0  # the speech recognizer (prompt transcripts) leaves memory this long after use

@@ -7,6 +7,7 @@
     │   ├── TextError             empty, too long, nothing speakable
     │   ├── AudioError            prompt audio unusable (format, rate, length, level)
     │   ├── ParameterError        a number or option out of range / wrong type
+    │   ├── ReadingError          a pronunciation entry or its reading that cannot be used
     │   ├── NameError_            a voice or file name that is not allowed
     │   └── ProtocolError         a Wyoming event the server cannot take (framing, fields, order)
     ├── NotFoundError (404)       unknown voice, job or model
@@ -55,7 +56,7 @@ class InputError(CosyedgeError):
              "voice_file_transcript_not_utf8", "voice_file_meta_not_json", "voice_file_meta_format",
              "voice_file_meta_field", "transcript_too_long", "transcript_nul",
              "model_folder_invalid", "model_file_corrupt", "model_not_usable",
-             "convert_wrong_family", "convert_unknown_config")
+             "convert_wrong_family", "convert_unknown_config", "mode_check_no_modes", "mode_check_needs_voice")
 
 
 class TextError(InputError):
@@ -79,8 +80,18 @@ class ParameterError(InputError):
     codes = ("speed_not_number", "speed_out_of_range", "language_unknown", "job_id_in_use",
              "instruct_not_string", "instruct_too_long", "model_version_unknown", "response_format_unknown",
              "consent_required", "consent_reference_invalid", "model_not_loaded",
-             "voice_type_unsupported", "flow_steps_out_of_range",
-             "language_not_supported", "mode_not_supported")
+             "voice_type_unsupported", "flow_steps_out_of_range", "quality_unknown",
+             "quality_lever_out_of_range", "voice_needs_recording",
+             "language_not_supported", "mode_not_supported", "captions_format_unknown")
+
+
+class ReadingError(InputError):
+    kind = "invalid_reading"
+    codes = ("reading_language_unknown", "reading_word_empty", "reading_word_too_long", "reading_word_script",
+             "reading_empty", "reading_too_long", "reading_control_chars", "reading_punctuation",
+             "reading_tone_missing", "reading_tone_out_of_range", "reading_pinyin_unknown",
+             "reading_syllable_count", "reading_ipa_unknown", "reading_arpabet_unknown", "reading_kana_only",
+             "reading_tsv_not_utf8", "reading_book_full")
 
 
 class NameError_(InputError):  # noqa: N801 - trailing underscore avoids shadowing the builtin
@@ -105,20 +116,23 @@ class NotFoundError(CosyedgeError):
     http_status = 404
     kind = "not_found"
     codes = ("preset_unknown", "saved_voice_unknown", "saved_voice_damaged", "job_unknown",
-             "job_stream_unknown", "job_stream_released", "model_unknown", "lesson_unknown")
+             "job_stream_unknown", "job_stream_released", "model_unknown", "lesson_unknown",
+             "reading_entry_unknown")
 
 
 class ConflictError(CosyedgeError):
     http_status = 409
     kind = "conflict"
-    codes = ("model_switch_busy", "model_switch_loading", "model_exists")
+    codes = ("model_switch_busy", "model_switch_loading", "model_exists", "mode_check_not_served",
+             "mode_check_running")
 
 
 class PayloadTooLargeError(CosyedgeError):
     http_status = 413
     kind = "payload_too_large"
     codes = ("prompt_file_too_large", "voice_file_too_large", "voice_file_member_too_large",
-             "request_body_over_limit", "request_body_too_large", "lesson_file_too_large")
+             "request_body_over_limit", "request_body_too_large", "lesson_file_too_large",
+             "reading_tsv_too_large")
 
 
 class BusyError(CosyedgeError):

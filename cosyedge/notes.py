@@ -20,16 +20,16 @@ NOTE_CODES = (
     "language_not_applied",
     # text not read aloud (text.langid.Unread)
     "tag_not_read", "emoji_not_read", "symbols_not_read", "script_not_read",
-    # what the voice became (service)
-    "voice_preset", "voice_native_clone", "voice_match_approx", "voice_match_method",
-    # an approximate-match voice that reads a language of the text badly (intelligibility.reading_notes)
-    "voice_match_reads_badly",
-    # the voice match's stages on its check lines, and an adaptation not applied (voice_match.stage_notes)
-    "voice_match_stages", "voice_match_adaptation_skipped",
+    # what the voice became (service; an engine's own label: kokoro.closest_voice.label)
+    "voice_preset", "voice_native_clone", "voice_closest_builtin",
+    # how the closest built-in voice was chosen, and a voice whose sound changed (closest_voice.notes)
+    "closest_voice_outside_band", "closest_voice_no_pitch", "voice_sound_changed",
     "voice_instruct_preset",
     # what an instruction did: the summary line (instruct.InstructPlan.message)
     "instruct_none", "instruct_native", "instruct_nothing_understood", "instruct_nothing_supported",
     "instruct_partly_applied", "instruct_applied",
+    # ... on a model of a family that follows instructions, when this model does not (engine.instruct_notes)
+    "instruct_as_controls",
     # ... its applied lines
     "instruct_control", "instruct_voice_preset", "instruct_voice_kept", "instruct_voice_instead",
     "instruct_voice_not", "instruct_voice_approximated", "instruct_emotion_approximated",
@@ -44,13 +44,17 @@ NOTE_CODES = (
     "prompt_clipping", "prompt_silence_trimmed", "prompt_cut", "prompt_low_level",
     "prompt_channels_cancel",
     # a lesson's progress while it is read (cosyedge.service.lessons)
-    "lesson_progress", "lesson_zipping",
-    # the CosyVoice flow steps used (service.flow_steps_notes)
-    "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored",
+    "lesson_progress", "lesson_zipping", "lesson_paragraph_failed",
+    # the CosyVoice flow steps and quality levers used (service.reports.flow_notes)
+    "flow_steps_standard", "flow_steps_fast", "flow_steps_ignored", "quality_levers", "quality_ignored",
+    # what the speed-mode check found of an answer's mode on this model (service.mode_notes)
+    "quality_checked", "quality_not_checked",
     # a native clone's prompt transcript heard offline, or why it was not used (transcripts.clone_plan)
     "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
     # a streamed sentence finished whole: its flow cache would pass the budget (cosyvoice.engine)
     "stream_cache_limit",
+    # the pronunciation dictionary and inline readings (lexicon.matching.ReadingReport)
+    "reading_applied", "reading_other_language", "reading_not_supported", "reading_book_damaged",
 )
 
 

@@ -3,17 +3,22 @@
 Two parts, each run in the environment that has what it needs:
 
 * ``--part kokoro`` (in ``.venv``): the embedded engine at 1 and 2 threads, fixed texts x the five
-  presets, plus one voice match of a fixed prompt stored in and read back from a prompt cache and
-  then spoken with. Each entry is the sha256 of the joined float32 waveform.
+  presets, plus the closest built-in voice of a fixed prompt stored in and read back from a prompt
+  cache (``closest/voice``: the preset chosen) and then spoken with. Each other entry is the sha256
+  of the joined float32 waveform.
 * ``--part cosyvoice`` (in ``.venv-ref``: the tiny checkpoints are built with the PyTorch reference):
   the tiny CosyVoice2, CosyVoice-300M (base and SFT) and the committed CosyVoice3 fixture, each
   converted with int8, then a preset (where the model has presets) and a zero-shot clone at a fixed
   seed; the sha256 of every sentence's speech tokens and of the joined audio.
+* ``--part cosyvoice1`` (in ``.venv-ref``, as above): the tiny CosyVoice-300M-Instruct checkpoint
+  converted with int8, then an SFT preset, a preset with an instruction, a zero-shot and a
+  cross-lingual clone at a fixed seed; the same two hashes per case.
 
 Usage::
 
     .venv/bin/python scripts/fingerprint_outputs.py --part kokoro -o /tmp/kokoro.json
     .venv-ref/bin/python scripts/fingerprint_outputs.py --part cosyvoice -o /tmp/cosy.json
+    .venv-ref/bin/python scripts/fingerprint_outputs.py --part cosyvoice1 -o /tmp/cosy1.json
     python3 scripts/fingerprint_outputs.py --compare before.json after.json
 
 ``--compare`` prints every entry that differs and exits 1 when any does.
@@ -40,6 +45,12 @@ KOKORO_TEXTS = {
 COSY_TEXTS = {
     "preset": "Hello world. The quick brown fox!",
     "clone": "你好，世界。今天天气真好！",
+}
+COSY1_CASES = {  # name -> (text, voice: a preset name or "clone" / "cross", instruction)
+    "preset": ("Hello world. The quick brown fox!", "中文女", None),
+    "instruct": ("你好，世界。今天天气真好！", "英文男", "Read it slowly and warmly."),
+    "clone": ("你好，世界。今天天气真好！", "clone", None),
+    "cross": ("Hello world. The quick brown fox!", "cross", None),
 }
 SEED = 1234
 
@@ -85,10 +96,9 @@ def kokoro_part() -> dict[str, str]:
                 cache = PromptCache(Path(tmp))
                 cache.get_or_encode(engine, prompt, None)  # encodes and stores
                 voice = PromptCache(Path(tmp)).get_or_encode(engine, prompt, None)  # read back
-                out[f"kokoro/t{threads}/match/arrays"] = hashlib.sha256(
-                    b"".join(_sha(voice.arrays[k]).encode() for k in sorted(voice.arrays))).hexdigest()
+                out[f"kokoro/t{threads}/closest/voice"] = str(voice.meta.get("preset_voice"))
                 result = synthesis.synthesize(engine, KOKORO_TEXTS["en"], voice, SynthesisOptions(), 5000)
-                out[f"kokoro/t{threads}/match/en"] = _sha(result.audio)
+                out[f"kokoro/t{threads}/closest/en"] = _sha(result.audio)
         finally:
             engine.close()
     return out
@@ -161,6 +171,47 @@ def cosyvoice_part() -> dict[str, str]:
     return out
 
 
+def cosyvoice1_part() -> dict[str, str]:
+    from cosyedge import config
+    from cosyedge.service import synthesis
+    from cosyedge.audio import condition_prompt_array
+    from cosyedge.engines.loader import load_engine
+    from cosyedge.engines.base import SynthesisOptions
+    from cosyedge.engines.cosyvoice.v1 import llm
+    from cosyedge.export.cosyvoice.v1.convert import convert
+    from tests.helpers.cosyvoice1_tiny import write_checkpoints
+
+    tokens_seen: list[list[int]] = []
+    generate = llm.SpeechLMv1.generate
+
+    def recording_generate(self, *args, **kwargs):
+        tokens = generate(self, *args, **kwargs)
+        tokens_seen.append(list(tokens))
+        return tokens
+
+    llm.SpeechLMv1.generate = recording_generate
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = write_checkpoints(Path(tmp) / "src")["CosyVoice-300M-Instruct"]
+        models = Path(tmp) / "models"
+        convert(src, models / "cosyvoice1-tiny", quantize="int8")
+        engine = load_engine(config.from_env({}, models_dir=models, model="cosyvoice1-tiny", onnx_threads=1))
+        try:
+            prompt = condition_prompt_array(_prompt_wave(16000), 16000)
+            voices = {"clone": engine.encode_prompt(prompt.pcm, prompt.sample_rate, "大家好，我是老师。"),
+                      "cross": engine.encode_prompt(prompt.pcm, prompt.sample_rate, None)}
+            for name, (text, voice, instruction) in COSY1_CASES.items():
+                tokens_seen.clear()
+                options = SynthesisOptions(seed=SEED, instruct=engine.format_instruction(instruction)
+                                           if instruction else None)
+                result = synthesis.synthesize(engine, text, voices.get(voice, voice), options, 5000)
+                out[f"cosyvoice1/{name}/tokens"] = hashlib.sha256(json.dumps(tokens_seen).encode()).hexdigest()
+                out[f"cosyvoice1/{name}/audio"] = _sha(result.audio)
+        finally:
+            engine.close()
+    return out
+
+
 def compare(before: Path, after: Path) -> int:
     a, b = json.loads(before.read_text()), json.loads(after.read_text())
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
@@ -173,7 +224,7 @@ def compare(before: Path, after: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("kokoro", "cosyvoice"))
+    parser.add_argument("--part", choices=("kokoro", "cosyvoice", "cosyvoice1"))
     parser.add_argument("-o", "--output", type=Path)
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
@@ -182,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.part:
         parser.error("give --part or --compare")
     sys.path.insert(0, str(REPO))  # run as a script: the checkout's package, not an installed one
-    hashes = kokoro_part() if args.part == "kokoro" else cosyvoice_part()
+    hashes = {"kokoro": kokoro_part, "cosyvoice": cosyvoice_part, "cosyvoice1": cosyvoice1_part}[args.part]()
     text = json.dumps(hashes, indent=1, sort_keys=True)
     if args.output:
         args.output.write_text(text + "\n")

@@ -30,7 +30,7 @@ fi
 "${PIP[@]}" --no-deps "openai-whisper==20250625"
 # CosyVoice-300M: whisper's tokenizer (its multilingual.tiktoken is what convert cosyvoice1 copies) needs tiktoken.
 "${PIP[@]}" "tiktoken==0.14.0"
-# bench/voice_match_adapt.py: Resemblyzer, an independent speaker encoder (its GE2E weights ship in the
+# bench/closest_voice.py: Resemblyzer, an independent speaker encoder (its GE2E weights ship in the
 # wheel; Apache-2.0). --no-deps: webrtcvad needs a compiler and only serves a VAD trim the bench skips.
 "${PIP[@]}" --no-deps "resemblyzer==0.1.4"
 "$VENV/bin/python" -c 'import torch, onnx, cosyvoice, matcha; print("reference ok: torch", torch.__version__)'

@@ -46,8 +46,10 @@ if [ "$dev" = 1 ]; then
   command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
   command -v espeak-ng >/dev/null 2>&1 || missing="$missing espeak-ng"
   command -v text2wave >/dev/null 2>&1 || missing="$missing festival festvox-kallpc16k"
+  # a female festival voice: the closest-voice tests need recordings of both sexes (tests/engines/kokoro)
+  [ -d /usr/share/festival/voices/us/cmu_us_slt_arctic_hts ] || missing="$missing festvox-us-slt-hts"
   [ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing="$missing fonts-wqy-microhei"
-  # espeak-ng's command line speaks the voice-match tests' reference voices (tests/engines/kokoro)
+  # espeak-ng's command line speaks the closest-voice tests' reference voices (tests/engines/kokoro)
   command -v espeak-ng >/dev/null 2>&1 || missing="$missing espeak-ng"
   if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then

@@ -47,7 +47,7 @@ def test_invalid_settings_name_the_problem(env, needle):
 
 
 def test_the_stream_cache_budget_is_a_setting():
-    assert config.from_env({}).stream_cache_max_mb == 1024.0
+    assert config.from_env({}).stream_cache_max_mb == 1536.0
     assert config.from_env({"COSYEDGE_STREAM_CACHE_MAX_MB": "256"}).stream_cache_max_mb == 256.0
 
 

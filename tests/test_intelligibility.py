@@ -1,14 +1,9 @@
-"""Pronunciation scoring, the one-voice guard and its notes (cosyedge/listening/intelligibility.py)."""
+"""Pronunciation scoring (cosyedge/listening/intelligibility.py)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import numpy as np
 import pytest
 
-from cosyedge.listening import intelligibility
-from cosyedge.errors import CancelledError
 from cosyedge.listening.intelligibility import Score, edit_distance, pronunciation, score
 
 
@@ -45,43 +40,3 @@ def test_edit_distance_counts_substitutions_insertions_and_deletions():
     assert edit_distance("abc", "abxc") == 1
     assert edit_distance("abc", "") == 3
     assert Score(1, 4).rate == 0.25 and (Score(1, 4) + Score(1, 6)).rate == 0.2
-
-
-def test_check_voice_scores_each_language_from_what_the_listener_heard():
-    spoken: list[tuple[str, str]] = []
-
-    def speak(text, language):
-        spoken.append((text, language))
-        return np.zeros(16000, np.float32), 16000
-
-    heard = {"zh": "请把课本翻到第二十五页，明天早上八点半集合。", "en": "Please take out your books.",
-             "ja": "教科書の二十ページを開いてください。"}
-
-    def transcribe(audio, rate, language):
-        return SimpleNamespace(text=heard[language])
-
-    rates = intelligibility.check_voice(speak, ("zh", "en", "ja"), transcribe=transcribe)
-    assert [lang for _, lang in spoken] == ["zh", "en", "ja"]
-    assert rates["zh"] == 0 and rates["ja"] == 0 and rates["en"] > 0.3
-    assert intelligibility.badly_read(rates) == ["en"]
-
-
-def test_check_voice_stops_when_cancelled():
-    with pytest.raises(CancelledError):
-        intelligibility.check_voice(lambda t, lang: (np.zeros(10, np.float32), 16000), ("zh",),
-                                    transcribe=lambda *a: SimpleNamespace(text=""), cancelled=lambda: True)
-
-
-def test_reading_notes_name_only_the_languages_the_text_uses():
-    meta = {"reading_errors": {"zh": 0.4, "en": 0.02, "ja": 0.3}}
-    notes = intelligibility.reading_notes(meta, ["zh", "en"])
-    assert [n.code for n in notes] == ["voice_match_reads_badly"]
-    assert notes[0].params == {"language": "zh", "error_rate": 0.4}
-    assert "Chinese" in notes[0] and "40%" in notes[0]
-    assert intelligibility.reading_notes({}, ["zh"]) == []
-    analysis = SimpleNamespace(sentences=[SimpleNamespace(language="zh"), SimpleNamespace(language="en"),
-                                          SimpleNamespace(language="zh")])
-    assert intelligibility.text_languages(analysis) == ["en", "zh"]
-    plain = SimpleNamespace(sentences=["Hello."], language="auto")
-    assert intelligibility.text_languages(plain) == ["en", "ja", "zh"]
-    assert intelligibility.text_languages(SimpleNamespace(sentences=["Hello."], language="ja")) == ["ja"]

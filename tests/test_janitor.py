@@ -405,3 +405,19 @@ def test_the_janitor_sweeps_the_upload_cache_with_outputs(tmp_path):
                       upload_policy=UploadPolicy(max_total_bytes=1500))
     assert names(janitor.run_once()) == {"u0", "u1"}
     assert Janitor(tmp_path / "outputs", NO_LIMITS, 60).sweep_uploads() == []
+
+
+def test_captions_go_with_their_audio_and_the_pronunciation_dictionary_is_never_touched(tmp_path):
+    out, prompts = tmp_path / "outputs", tmp_path / "prompts"
+    for name in ("old.wav", "old.vtt", "old.srt", "new.wav", "new.vtt"):
+        make(out / name, (25 if name.startswith("old") else 1) * HOUR)
+    dictionary = make(prompts / "pronunciations.tsv", 100 * HOUR)
+    kept = make(prompts / "pronunciations.tsv.damaged-20260101T000000", 100 * HOUR)
+    stray = make(out / "pronunciations.tsv", 100 * HOUR)  # not an output kind: left alone even here
+    removed = sweep(out, NOW, JanitorPolicy(max_age_s=24 * HOUR))
+    assert names(removed) == {"old.wav", "old.vtt", "old.srt"}
+    assert left(out) == {"new.wav", "new.vtt", "pronunciations.tsv"}
+    # outputs/ set to the data folder by mistake: the box's own policy refuses to sweep it at all
+    policy = JanitorPolicy.from_settings(Settings(root=tmp_path, outputs_dir=prompts))
+    assert sweep(prompts, NOW, policy) == []
+    assert dictionary.exists() and kept.exists() and stray.exists()

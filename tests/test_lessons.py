@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.engines.base import SynthesisOptions
-from cosyedge.errors import CancelledError, PayloadTooLargeError, StorageFullError, TextError
+from cosyedge.errors import CancelledError, EngineError, PayloadTooLargeError, StorageFullError, TextError
 from cosyedge.service.lessons import (PARAGRAPH_PAUSE_S, LessonPlan, WavAppender, load_lesson, markdown_to_text,
                               max_lesson_bytes, read_lesson, split_long, synthesize_lesson)
 from tests.helpers.fake_engine import SAMPLE_RATE, FakeEngine
@@ -125,15 +125,14 @@ def test_synthesis_writes_every_paragraph_and_a_zip_of_them(tmp_path):
     engine = FakeEngine()
     lesson = read("First one. Two.\n\nSecond paragraph.\n\nThird.")
     phases: list[str] = []
-    frames, sentences, _ = synthesize_lesson(engine, lesson, plan(), tmp_path / "l.wav", tmp_path / "l.zip",
-                                             phase=phases.append)
+    run = synthesize_lesson(engine, lesson, plan(), tmp_path / "l.wav", tmp_path / "l.zip", phase=phases.append)
     audio, rate = sf.read(tmp_path / "l.wav", dtype="float32")
-    assert rate == SAMPLE_RATE and len(audio) == frames and sentences == 4
+    assert rate == SAMPLE_RATE and len(audio) == run.frames and run.sentences == 4 and run.paragraphs == 3
     assert [p.code for p in phases[:3]] == ["lesson_progress"] * 3
     assert [p.params["paragraph"] for p in phases[:3]] == [1, 2, 3]
     assert phases[0].params["seconds_left"] is None and phases[2].params["seconds_left"] is not None
     with zipfile.ZipFile(tmp_path / "l.zip") as archive:
-        names = archive.namelist()
+        names = [n for n in archive.namelist() if n.endswith(".wav")]
         parts = [sf.read(io.BytesIO(archive.read(n)), dtype="float32")[0] for n in names]
     assert names == ["paragraph-001.wav", "paragraph-002.wav", "paragraph-003.wav"]
     pause = int(PARAGRAPH_PAUSE_S * SAMPLE_RATE)
@@ -178,4 +177,70 @@ def test_a_full_disk_mid_lesson_is_storage_full_and_nothing_is_kept(tmp_path, mo
     with pytest.raises(StorageFullError) as caught:
         synthesize_lesson(FakeEngine(), read("One. Two.\n\nThree."), plan(), tmp_path / "l.wav")
     assert caught.value.code == "disk_full"
+    assert list(tmp_path.iterdir()) == []
+
+
+def cue_times(text: str) -> list[tuple[float, float]]:
+    """(start, end) of each cue of an SRT or WebVTT file, in seconds."""
+    def seconds(stamp: str) -> float:
+        h, m, rest = stamp.replace(",", ".").split(":")
+        return int(h) * 3600 + int(m) * 60 + float(rest)
+    return [tuple(seconds(t) for t in line.split(" --> ")) for line in text.splitlines() if " --> " in line]
+
+
+def test_a_lesson_has_one_caption_file_and_one_per_paragraph_in_the_zip(tmp_path):
+    lesson = read("First one. Two.\n\nSecond paragraph.\n\nThird.")
+    paths = [tmp_path / "l.srt", tmp_path / "l.vtt"]
+    run = synthesize_lesson(FakeEngine(), lesson, plan(), tmp_path / "l.wav", tmp_path / "l.zip",
+                            caption_paths=paths)
+    audio, _ = sf.read(tmp_path / "l.wav", dtype="float32")
+    whole = cue_times(paths[0].read_text("utf-8"))
+    assert [c.text for c in run.captions.cues] == ["First one.", "Two.", "Second paragraph.", "Third."]
+    assert cue_times(paths[1].read_text("utf-8")) == whole
+    assert abs(whole[-1][1] - len(audio) / SAMPLE_RATE) < 0.002  # no drift: the last cue ends with the audio
+    with zipfile.ZipFile(tmp_path / "l.zip") as archive:
+        assert "paragraph-002.srt" in archive.namelist() and "paragraph-003.vtt" in archive.namelist()
+        second = cue_times(archive.read("paragraph-002.srt").decode())
+        first_audio, _ = sf.read(io.BytesIO(archive.read("paragraph-001.wav")), dtype="float32")
+        second_audio, _ = sf.read(io.BytesIO(archive.read("paragraph-002.wav")), dtype="float32")
+    assert second[0][0] == 0.0 and abs(second[-1][1] - len(second_audio) / SAMPLE_RATE) < 0.002
+    # the paragraph's cue, moved by where the paragraph starts in the lesson, is the lesson's cue
+    starts_at = (len(first_audio) + int(PARAGRAPH_PAUSE_S * SAMPLE_RATE)) / SAMPLE_RATE
+    assert abs(whole[2][0] - starts_at) < 0.002 and abs(whole[2][1] - (second[0][1] + starts_at)) < 0.002
+
+
+class FailsOn(FakeEngine):
+    """Fails on the paragraph that contains ``word`` (after reading part of it)."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__()
+        self.word = word
+
+    def synthesize(self, text, voice, options, progress=None, cancelled=None):
+        for chunk in super().synthesize(text, voice, options, progress, cancelled):
+            yield chunk
+            if self.word in getattr(text, "text", text):
+                raise EngineError("the model broke", code="job_failed")
+
+
+def test_a_paragraph_that_fails_keeps_the_paragraphs_before_it_and_says_which(tmp_path):
+    lesson = read("One. Two.\n\nThree.\n\nBroken here. Not reached.\n\nFive.")
+    paths = [tmp_path / "l.vtt"]
+    run = synthesize_lesson(FailsOn("Broken"), lesson, plan(), tmp_path / "l.wav", tmp_path / "l.zip",
+                            caption_paths=paths)
+    audio, _ = sf.read(tmp_path / "l.wav", dtype="float32")
+    assert run.paragraphs == 2 and len(audio) == run.frames
+    assert [c.text for c in run.captions.cues] == ["One.", "Two.", "Three."]
+    assert abs(cue_times(paths[0].read_text("utf-8"))[-1][1] - len(audio) / SAMPLE_RATE) < 0.002
+    (note,) = run.notes
+    assert note.code == "lesson_paragraph_failed" and note.params["paragraph"] == 3
+    assert note.params["reason"] == "job_failed"
+    with zipfile.ZipFile(tmp_path / "l.zip") as archive:
+        assert sorted(n for n in archive.namelist() if n.endswith(".wav")) == ["paragraph-001.wav", "paragraph-002.wav"]
+
+
+def test_a_first_paragraph_that_fails_keeps_nothing(tmp_path):
+    with pytest.raises(EngineError):
+        synthesize_lesson(FailsOn("One"), read("One.\n\nTwo."), plan(), tmp_path / "l.wav", tmp_path / "l.zip",
+                          caption_paths=[tmp_path / "l.srt"])
     assert list(tmp_path.iterdir()) == []

@@ -144,3 +144,28 @@ def test_a_converted_cosyvoice2_model_carries_its_licence(tiny_cosyvoice_models)
     folder = tiny_cosyvoice_models / "cosyvoice2-tiny"
     listed = json.loads((folder / "manifest.json").read_text())["files"]
     assert info.size_bytes == sum((folder / name).stat().st_size for name in listed) > 0
+
+
+def test_models_converted_before_say_what_a_reconversion_brings(tmp_path):
+    from cosyedge.catalog.models import CURRENT_STREAM_LAYOUT
+    models = tmp_path / "models"
+    for name, stream in (("no-stream", None), ("packed", {"encoder": "e.onnx", "kv_dtype": "float16"}),
+                         ("current", {"encoder": "e.onnx", "kv_layout": CURRENT_STREAM_LAYOUT["cosyvoice2"]})):
+        folder = make_model(models, name, engine="cosyvoice2")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["config"] = {"flow": {"stream": stream} if stream else {}}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    make_model(models, "kokoro-int8")
+    by_id = {info.id: info for info in ModelCatalog(models).models()}
+    assert by_id["no-stream"].reconvert.startswith("converted before streaming: it answers each sentence whole")
+    assert "chunk-blocked cache" in by_id["packed"].reconvert and "bounded left context" in by_id["packed"].reconvert
+    assert by_id["current"].reconvert == by_id["kokoro-int8"].reconvert == ""
+    assert by_id["current"].as_dict()["reconvert"] is None and by_id["packed"].as_dict()["reconvert"]
+
+
+def test_the_catalogs_current_stream_layout_is_the_converters_and_the_engines():
+    from cosyedge.catalog.models import CURRENT_STREAM_LAYOUT
+    from cosyedge.engines.cosyvoice.common.flow import StreamLayout
+    from cosyedge.export.cosyvoice.common.flow import KV_LAYOUT
+    assert CURRENT_STREAM_LAYOUT == {"cosyvoice2": KV_LAYOUT}
+    assert StreamLayout(kv_layout=KV_LAYOUT).blocked and StreamLayout(kv_layout=KV_LAYOUT).can_bound_context

@@ -112,16 +112,16 @@ def test_unknown_preset_fails_in_job_first_then_up_front(make_service):
         service.submit(TTSRequest(text="hi", speaker="robot"))
 
 
-def test_prompt_audio_on_an_engine_without_cloning_is_an_approximate_match(make_service, fake_factory):
+def test_prompt_audio_on_an_engine_without_cloning_is_its_closest_built_in_voice(make_service, fake_factory):
     service = make_service()
     result = run(service, timeout=120, text="Hello.", speaker="female_2", consent=True, prompt_audio=wav_file(4.0))
     assert result.voice == "prompt audio"
-    assert result.voice_match == "approximate voice match"  # never "clone" on an engine that cannot
+    assert result.voice_match == "closest built-in voice / 最接近的内置音色"  # never "clone" on one that cannot
     assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
 
 
 def test_job_says_it_prepares_the_voice_while_a_prompt_is_encoded(make_service, monkeypatch):
-    """A new prompt's voice match takes seconds; the job's phase (status line, progress) says so."""
+    """A new prompt's encoding may take seconds; the job's phase (status line, progress) says so."""
     from tests.helpers.fake_engine import FakeEngine
 
     phases: list[str] = []

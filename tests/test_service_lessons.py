@@ -36,12 +36,16 @@ def test_a_lesson_job_writes_one_wav_and_the_paragraph_zip(make_service, web_set
     assert rate == SAMPLE_RATE and len(audio) == result.frames and result.duration > 1
     assert (result.paragraphs, result.sentences, result.voice) == (4, 8, "male_1")
     with zipfile.ZipFile(result.zip_path) as archive:
-        lengths = [len(sf.read(io.BytesIO(archive.read(n)))[0]) for n in archive.namelist()]
+        lengths = [len(sf.read(io.BytesIO(archive.read(n)))[0]) for n in archive.namelist() if n.endswith(".wav")]
+        assert sum(n.endswith(".vtt") for n in archive.namelist()) == 4  # each paragraph's captions
     assert len(lengths) == 4
     assert sum(lengths) + 3 * int(PARAGRAPH_PAUSE_S * SAMPLE_RATE) == len(audio)
     assert result.path in service.in_use_paths() and result.zip_path in service.in_use_paths()
     assert job.done_steps == job.total_steps == 4
     assert result.report()["paragraphs"] == 4 and result.report()["zip"] is True
+    assert result.report()["captions"] == ["srt", "vtt"] and len(result.captions.cues) == 8
+    for path in result.caption_files.values():
+        assert path.read_text("utf-8").count(" --> ") == 8 and path.resolve() in service.in_use_paths()
 
 
 def test_lesson_progress_says_the_paragraph_and_the_time_left(make_service, fake_factory):

@@ -150,7 +150,7 @@ def test_a_page_output_gets_a_history_record_that_goes_with_its_wav(make_service
     # the janitor's rules decide: the record is part of the output it removes
     removed = sweep(web_settings.outputs_path, now=entry.created + 3600,
                     policy=JanitorPolicy(max_age_s=60, min_age_s=0))
-    assert {path.name for path in removed} == {f"{result.job_id}.wav", f"{result.job_id}.json"}
+    assert {path.name for path in removed} == {f"{result.job_id}.{kind}" for kind in ("wav", "json", "srt", "vtt")}
     assert service.history() == []
     assert service.retention() == {"max_age_hours": 24.0, "max_total_mb": 1024.0, "max_files": 500}
 

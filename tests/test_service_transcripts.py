@@ -187,20 +187,10 @@ def test_transcription_obeys_the_queue_limits_and_consent(make_service, web_sett
         service.submit_transcription(PROMPT, "xx", consent=True)
 
 
-def test_the_kokoro_guard_listens_through_the_services_recognizer(make_service):
+def test_the_service_releases_its_recognizer_when_it_closes(make_service):
     recognizer = FakeRecognizer()
-
-    class Listening(FakeFactory):
-        def __call__(self):
-            engine = super().__call__()
-            engine.heard_with = None
-            engine.listen_with = lambda transcribe: setattr(engine, "heard_with", transcribe)
-            return engine
-
-    factory = Listening()
-    service = make_service(factory=factory, recognizer=recognizer)
+    service = make_service(recognizer=recognizer)
     assert service.submit(TTSRequest(text="Hello.")).wait(30)
-    assert factory.engine.heard_with == recognizer.transcribe
     service.close()
     assert recognizer.releases >= 1
 

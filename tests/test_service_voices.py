@@ -34,7 +34,7 @@ def test_same_prompt_twice_encodes_once(make_service, fake_factory):
     first = run(service, text="Hello.", consent=True, prompt_audio=prompt, prompt_text="hi")
     run(service, text="Again.", consent=True, prompt_audio=prompt, prompt_text="hi")
     assert (service.prompt_cache.misses, service.prompt_cache.hits) == (1, 1)
-    assert first.voice == "prompt audio" and first.voice_match == "approximate voice match"
+    assert first.voice == "prompt audio" and first.voice_match == "closest built-in voice / 最接近的内置音色"
     assert isinstance(first.similarity, float) and -1.0 <= first.similarity <= 1.0
     assert isinstance(fake_factory.engine.calls[-1][1], VoicePrompt)
 
@@ -201,22 +201,43 @@ def test_prompt_audio_and_saving_need_consent(make_service, fake_factory):
     assert run(service, text="Hello.", voice_id=saved.id).voice == "saved voice Ms Lee"
 
 
-def test_a_matched_voice_that_reads_the_text_language_badly_says_so(make_service):
-    """The voice-match guard's figures (meta ``reading_errors``, cosyedge/listening/intelligibility.py) become a
-    note for the languages the text is read in, and only those."""
+def test_an_old_saved_voice_speaks_as_its_closest_built_in_voice_and_says_once_that_it_changed(make_service):
+    """A voice saved and used by an older version (the voice match; no ``sounds`` in its meta) resolves
+    to the new choice without an error; its first answer says its sound changed, the next does not."""
+    import json
+
+    from cosyedge.engines.kokoro import closest_voice
     from tests.helpers.fake_engine import FakeEngine
 
-    class CheckedMatch(FakeEngine):
+    class Closest(FakeEngine):
         def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
-            prompt = super().encode_prompt(audio, sample_rate, transcript, cancelled=cancelled)
-            prompt.meta["reading_errors"] = {"zh": 0.41, "en": 0.02, "ja": 0.05}
-            return prompt
+            voice = super().encode_prompt(audio, sample_rate, transcript, cancelled=cancelled)
+            voice.meta.update(method=closest_voice.METHOD, version=closest_voice.VERSION, preset_voice="female_2",
+                              rule=closest_voice.IN_BAND)
+            return voice
 
-    service = make_service(factory=CheckedMatch)
-    prompt = encode(speechlike(4.0), 24000)
-    zh = run(service, text="你好。", consent=True, prompt_audio=prompt, language="zh")
-    en = run(service, text="Hello.", consent=True, prompt_audio=prompt, language="en")
-    preset = run(service, text="你好。", speaker="female_1", language="zh")
-    assert [n.code for n in zh.notes if n.code == "voice_match_reads_badly"] == ["voice_match_reads_badly"]
-    assert "reads Chinese unclearly (41% syllable errors" in str(zh.report()["notes"])
-    assert not [n for n in en.notes if "unclearly" in n] and not [n for n in preset.notes if "unclearly" in n]
+        def is_current(self, voice):
+            return closest_voice.is_current(voice.meta)
+
+        def sounded(self, voice):
+            return closest_voice.sounded(voice.meta)
+
+        def voice_notes(self, voice):
+            return closest_voice.notes(voice.meta)
+
+    service = make_service(factory=Closest)
+    saved = service.save_voice("Ms Lee", encode(speechlike(4.0), 24000), "hello", consent=True)
+    meta_path = service.library.directory / saved.id / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.pop("sounds")
+    meta["encoded_for"] = ["fake/fake-sine"]
+    meta_path.write_text(json.dumps(meta))
+    first = run(service, text="Hello.", voice_id=saved.id)
+    assert first.voice_match == "closest built-in voice / 最接近的内置音色: female_2"
+    (changed,) = [n for n in first.notes if n.code == "voice_sound_changed"]
+    assert changed.params == {"before": "an earlier encoding", "voice": "female_2"}
+    assert "approximate voice match" in changed
+    again = run(service, text="Hello.", voice_id=saved.id)
+    assert not [n for n in again.notes if n.code == "voice_sound_changed"]
+    assert service.library.get(saved.id).sounds == (("fake/fake-sine", "female_2"),)
+    assert service.voices()["saved"][0]["voice_match"] == "closest built-in voice / 最接近的内置音色: female_2"

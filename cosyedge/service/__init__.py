@@ -1,5 +1,5 @@
 """The request path: the Service facade, the job queue, synthesis, streaming, lessons, history.
 
-May import: root, host, catalog, text, listening, engines, instruct, voices (docs/ARCHITECTURE.md,
-"Layers").
+May import: root, host, catalog, text, listening, lexicon, engines, instruct, voices
+(docs/ARCHITECTURE.md, "Layers").
 """

@@ -30,12 +30,13 @@ from typing import Any, Callable
 import numpy as np
 
 from cosyedge.audio import PROMPT_ADVICE, ConditionedPrompt, condition_prompt
-from cosyedge.catalog.abilities import INSTRUCT_NOTES, NATIVE_ABILITIES
+from cosyedge.catalog.abilities import INSTRUCT_NOTES, NATIVE_ABILITIES, QUALITY_ENGINES
 from cosyedge.catalog.manifest import read_identity
+from cosyedge.catalog.mode_verdicts import read_record
 from cosyedge.catalog.models import ModelCatalog, ModelInfo
 from cosyedge.config import Settings
-from cosyedge.engines.base import LANGUAGES, CancelFn, Engine
-from cosyedge.errors import AudioError, BusyError, CosyedgeError, NameError_
+from cosyedge.engines.base import LANGUAGES, CancelFn, Engine, closest_builtin
+from cosyedge.errors import AudioError, BusyError, CosyedgeError, InputError, NameError_
 from cosyedge.host.diskspace import DiskGuard, FreeProbe, free_bytes
 from cosyedge.host.heap import return_large_blocks
 from cosyedge.host.update_state import Deployment, UpdateStatus
@@ -44,11 +45,14 @@ from cosyedge.service import history
 from cosyedge.service.engine_holder import EngineFactory, EngineHolder, load_engine
 from cosyedge.service.jobs import Job, JobQueue, ThermalSource
 from cosyedge.service.lessons import Lesson, load_lesson, read_lesson
+from cosyedge.service.mode_check import CheckVoice
+from cosyedge.service.mode_check_runner import ModeCheckRunner
 from cosyedge.service.model_switch import ModelSwitch
 from cosyedge.service.outputs import DOWNLOAD_LEASE_S, OutputFiles
-from cosyedge.service.request_path import RequestPath
-from cosyedge.service.requests import (JOB_ID_RE, SEED_PRESETS, PreparedRequest, ResolvedRequest, ServiceStatus,
-                                       TTSRequest)
+from cosyedge.service.pronunciations import Pronunciations, book_for
+from cosyedge.service.request_path import RequestPath, check_quality_setting
+from cosyedge.service.requests import (JOB_ID_RE, QUALITY_NAMES, SEED_PRESETS, PreparedRequest, ResolvedRequest,
+                                       ServiceStatus, TTSRequest)
 from cosyedge.service.runner import JobRunner
 from cosyedge.service.streaming import AudioStream
 from cosyedge.service.submissions import Submissions
@@ -67,11 +71,11 @@ class Service:
                  thermal: ThermalSource | None = None,
                  clock: Callable[[], float] = time.monotonic, disk_probe: FreeProbe = free_bytes,
                  recognizer: Recognizer | None = None, deployment: Deployment | None = None) -> None:
-        self.settings = settings
+        self.settings = check_quality_setting(settings)
         # The commit this process started on and the OTA update's state, for /health.
         self.deployment = deployment or Deployment.of_this_code()
         # The app's one speech recognizer (cosyedge.listening.asr): loaded on first use, released when idle;
-        # prompt transcripts and the Kokoro voice-match guard both listen through it.
+        # prompt transcripts listen through it.
         self.recognizer = recognizer or Recognizer.for_models(settings.models_path, settings.threads,
                                                               settings.asr_idle_seconds)
         # Refuses new jobs, saves and uploads while the disk is nearly full (disk_probe: a test seam).
@@ -85,6 +89,8 @@ class Service:
         # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
         self.prompt_cache = PromptCache(settings.prompts_path / "cache")
         self.library = VoiceLibrary(settings.prompts_path / "library")
+        # The box's pronunciation dictionary (prompts/pronunciations.tsv): every engine reads it at each text.
+        self.pronunciations = Pronunciations(book_for(settings), self.check_room)
         self.catalog = ModelCatalog(settings.models_path)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
         self.submissions = Submissions(self.queue)
@@ -97,18 +103,22 @@ class Service:
         self._runner = JobRunner(lambda: self.settings, self.holder,
                                  lambda *args, **kwargs: self.resolve(*args, **kwargs), self.outputs,
                                  self.check_room)
+        # The speed-mode check: low-priority work on the served model, yielding to every job.
+        self.mode_checks = ModeCheckRunner(lambda: self.settings, self.holder, self.queue, self.submissions,
+                                           self._check_voice, self._hear_line)
         self._models = ModelSwitch(self.catalog, self.holder, self.queue, self.submissions,
-                                   lambda: self.settings, self._serve)
+                                   lambda: self.settings, self._serve, before_unload=self.mode_checks.stop,
+                                   verdicts=self._speed_modes)
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
 
     def _load_engine(self, factory: EngineFactory) -> Engine:
-        """The factory's engine, given the service's recognizer when it listens to its own voices
-        (``listen_with``: the Kokoro voice-match guard)."""
+        """The factory's engine, given the box's pronunciation dictionary when it reads one
+        (``pronounce_with``, read at each text)."""
         engine = factory()
-        listen_with = getattr(engine, "listen_with", None)
-        if callable(listen_with):
-            listen_with(self.recognizer.transcribe)
+        pronounce_with = getattr(engine, "pronounce_with", None)
+        if callable(pronounce_with):
+            pronounce_with(self.pronunciations.lexicon)
         return engine
 
     def _serve(self, settings: Settings) -> None:
@@ -136,6 +146,8 @@ class Service:
         back, start the idle-unload thread (the engine loads on the first job)."""
         self.remove_partial_outputs()
         return_large_blocks()
+        if self.settings.auto_mode_check:
+            self.mode_checks.watch()
         if self.holder.idle_seconds <= 0 or self._idle_thread is not None:
             return
         interval = min(30.0, max(0.05, self.holder.idle_seconds / 4))
@@ -160,6 +172,7 @@ class Service:
     def close(self) -> None:
         """Stop accepting work, cancel jobs, release the engine."""
         self._stop.set()
+        self.mode_checks.close()
         self.queue.shutdown()
         if self._idle_thread is not None:
             self._idle_thread.join(2)
@@ -177,7 +190,8 @@ class Service:
         ``consent_given``: unix time, null when not recorded)."""
         clone, instruct = self.abilities()
         saved = [{"id": v.id, "name": v.name, "duration": v.duration_s,
-                  "consent_given": v.consent.given_at if v.consent is not None else None}
+                  "consent_given": v.consent.given_at if v.consent is not None else None,
+                  "voice_match": self.saved_voice_label(v)}
                  for v in self.library.list()]
         caps = self.holder.capabilities
         details = [{"name": d.name, "engine": self.holder.name, "model": self.holder.model_id,
@@ -188,6 +202,15 @@ class Service:
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct,
                 "languages": list(caps.languages) if caps is not None else None}
+
+    def saved_voice_label(self, info: VoiceInfo) -> str | None:
+        """On an engine that cannot clone, what a saved voice is spoken as on the current model:
+        "closest built-in voice / 最接近的内置音色" with the voice once a job has chosen it (its
+        ``sounds`` record); None on an engine that clones (or one not known yet)."""
+        if self.abilities()[0] is not False:
+            return None
+        model = f"{self.model_engine_name()}/{self.holder.model_id or self.settings.model}"
+        return str(closest_builtin(dict(info.sounds).get(model)))
 
     def abilities(self) -> tuple[bool | None, bool | None]:
         """(native clone, native instruct): the loaded engine's, or before the first load what the
@@ -203,6 +226,20 @@ class Service:
         first load auto/zh/en/ja, which every engine reads."""
         caps = self.holder.capabilities
         return tuple(caps.languages) if caps is not None else LANGUAGES
+
+    @property
+    def default_quality(self) -> str:
+        """The mode of requests that name none (``Settings.quality``, COSYEDGE_QUALITY)."""
+        return self.settings.quality
+
+    def quality_modes(self) -> tuple[str, ...]:
+        """The ``quality`` modes of the engine served (a request may name any of
+        :data:`~cosyedge.service.requests.QUALITY_NAMES`; an engine without modes ignores it): the
+        loaded engine's, or before the first load those its engine name offers (catalog.abilities)."""
+        caps = self.holder.capabilities
+        if caps is not None:
+            return tuple(caps.quality_modes)
+        return QUALITY_NAMES if self.model_engine_name() in QUALITY_ENGINES else ()
 
     def instruct_note(self) -> str:
         """What the served engine's native instruct follows, in words for the page (by engine name,
@@ -300,6 +337,58 @@ class Service:
         (:meth:`cosyedge.service.model_switch.ModelSwitch.switch`)."""
         return self._models.switch(model_id)
 
+    # --- the speed-mode check (cosyedge.service.mode_check, .mode_check_runner) ------------
+    def check_modes(self, model_id: str | None = None, voice_id: str | None = None) -> dict[str, Any]:
+        """Start the speed-mode check of ``model_id`` (None: the served model; another is refused)
+        with a preset or saved voice (None: its first preset); its status. ConflictError when another
+        runs or the model is not served; InputError when the model has no modes, or no preset and no
+        voice was given."""
+        return self.mode_checks.start(model_id or self.settings.model, voice_id).as_dict()
+
+    def mode_check(self, model_id: str | None = None) -> dict[str, Any]:
+        """The check of ``model_id`` (None: the served model): this process's run (``status``) and the
+        stored record (``result``, null before the first; ``current`` False when the model changed)."""
+        model_id = model_id or self.settings.model
+        self.catalog.get(model_id)  # NotFoundError naming the models there are
+        record = read_record(self.settings.models_path / model_id)
+        return {"status": self.mode_checks.status(model_id).as_dict(),
+                "result": record.data if record is not None else None,
+                "current": record.current if record is not None else None}
+
+    def cancel_mode_check(self, model_id: str | None = None) -> bool:
+        """Cancel the running speed-mode check (its previous record stays); True when one ran."""
+        return self.mode_checks.cancel(model_id)
+
+    def mode_verdicts(self) -> dict[str, dict[str, Any]]:
+        """What the speed-mode check found of each mode on the served model (its verdict, two
+        figures, ``stale`` after a reconversion); {} before any check."""
+        summary = self._speed_modes(self.settings.model)
+        if summary is None:
+            return {}
+        return {name: {**mode, "stale": summary["stale"], "checked": summary["checked"]}
+                for name, mode in summary["modes"].items()}
+
+    def _speed_modes(self, model_id: str) -> dict[str, Any] | None:
+        record = read_record(self.settings.models_path / model_id)
+        return record.summary() if record is not None else None
+
+    def _check_voice(self, engine: Engine, voice_id: str | None) -> tuple[Any, CheckVoice]:
+        """The voice a check renders with: a preset by name (None: the model's first), else a saved
+        voice encoded through the request path (prompt cache, its transcript)."""
+        presets = list(engine.presets())
+        if voice_id is None or voice_id in presets:
+            if not presets:
+                raise InputError(f"model {engine.model_id!r} has no preset speakers: pick a saved voice to "
+                                 "check its speed modes with", code="mode_check_needs_voice", model=engine.model_id)
+            name = voice_id or presets[0]
+            return name, CheckVoice("preset", name, name)
+        info = self.library.get(voice_id)  # NotFoundError saved_voice_unknown
+        resolved = self.resolve(engine, self.prepare(TTSRequest(text="check", voice_id=voice_id)))
+        return resolved.choice.voice, CheckVoice("saved", voice_id, info.name)
+
+    def _hear_line(self, audio: np.ndarray, sample_rate: int, language: str) -> str:
+        return self.recognizer.transcribe(audio, sample_rate, language).text
+
     # --- saved voices and their transcripts, for the studio tabs --------------------------
     def save_voice(self, name: str, prompt_audio: bytes | None, transcript: str | None,
                    overwrite: bool = False, *, consent: bool | str | None = None) -> VoiceInfo:
@@ -315,6 +404,11 @@ class Service:
         info = self.library.save(name, prompt, transcript, engine=self.model_engine_name(),
                                  model_id=self.holder.model_id or self.settings.model, consent=record,
                                  overwrite=overwrite)
+        if self.holder.loaded and self.abilities()[0] is False:
+            # the closest built-in voice, chosen now (well under a second, no model call), so the
+            # voice's first use reads the prompt cache like a preset: the same rule keys both
+            with self.holder.use() as engine:
+                self._path.encode_saved(engine, info.id, prompt, transcript)
         if not (transcript or "").strip():
             try:  # heard in the background: the voice is saved whether or not it can be heard now
                 self.transcribe_voice(info.id)
@@ -366,6 +460,25 @@ class Service:
     def voice_transcript(self, voice_id: str) -> PromptTranscript:
         """A saved voice's transcript as stored, with where it came from."""
         return self.transcriber.voice_transcript(voice_id)
+
+    # --- the pronunciation dictionary (cosyedge.service.pronunciations) --------------------
+    def pronunciation_entries(self) -> dict[str, Any]:
+        """Every entry, the file's unreadable lines and where a damaged file was kept."""
+        return self.pronunciations.listing()
+
+    def add_pronunciation(self, language: object, word: object, reading: object) -> dict[str, Any]:
+        """Add or replace an entry (a ReadingError names the word and what is wrong)."""
+        return self.pronunciations.add(language, word, reading)
+
+    def delete_pronunciation(self, language: object, word: object) -> dict[str, Any]:
+        return self.pronunciations.delete(language, word)
+
+    def import_pronunciations(self, data: bytes) -> dict[str, Any]:
+        """Add or replace the entries of a TSV; its bad lines listed, its good ones kept."""
+        return self.pronunciations.import_tsv(data)
+
+    def export_pronunciations(self) -> str:
+        return self.pronunciations.export_tsv()
 
     # --- long lessons (cosyedge.service.lessons) ------------------------------------------
     def read_lesson(self, source: bytes | Path, filename: str | None = None) -> Lesson:

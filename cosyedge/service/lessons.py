@@ -23,7 +23,7 @@ import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -31,7 +31,10 @@ from cosyedge.audio import Joiner, to_pcm16
 from cosyedge.engines.base import CancelFn, Engine, SynthesisOptions, TextAnalysis, VoicePrompt
 from cosyedge.errors import CancelledError, PayloadTooLargeError, StorageFullError, TextError
 from cosyedge.files import TEMP_PREFIX
-from cosyedge.notes import Note
+from cosyedge.notes import Note, code_of
+from cosyedge.service.captions import FORMATS, Captions, CaptionTrack
+from cosyedge.service.outputs import write_captions
+from cosyedge.service.pronunciations import READING_NOTES
 from cosyedge.service.synthesis import check_text
 
 logger = logging.getLogger(__name__)
@@ -42,8 +45,10 @@ LESSON_SUFFIXES = (".txt", ".md")
 BYTES_PER_CHAR = 4
 #: Silence between paragraphs (a sentence pause is 0.18 s).
 PARAGRAPH_PAUSE_S = 0.6
-#: At most this many "not read aloud" lines are kept for the report, however long the lesson.
+#: At most this many "not read aloud" lines (and pronunciation notes of later paragraphs,
+#: ``READING_NOTES``) are kept for the report, however long the lesson.
 MAX_REPORT_LINES = 20
+
 
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s*")
@@ -230,6 +235,13 @@ class WavAppender:
         self._file.write(pcm.tobytes())
         self.frames += pcm.size
 
+    def truncate(self, frames: int) -> None:
+        """Forget everything after the first ``frames`` samples (a paragraph that failed half-way)."""
+        assert self._file is not None, "truncate after finish/abort"
+        self._file.truncate(WAV_HEADER_BYTES + frames * 2)
+        self._file.seek(0, os.SEEK_END)
+        self.frames = frames
+
     def finish(self) -> Path:
         assert self._file is not None, "finish after finish/abort"
         self._file.seek(0)
@@ -251,9 +263,11 @@ class WavAppender:
         self.temp.unlink(missing_ok=True)
 
 
-def write_paragraph_zip(wav: Path, spans: list[tuple[int, int]], path: Path, sample_rate: int) -> Path:
+def write_paragraph_zip(wav: Path, spans: list[tuple[int, int]], path: Path, sample_rate: int,
+                        captions: Sequence[Captions] = ()) -> Path:
     """One WAV per paragraph (``spans``: first and last frame of each in ``wav``) into a zip at
-    ``path``, copied from ``wav`` in blocks; written to a temp file and renamed into place."""
+    ``path``, copied from ``wav`` in blocks, with each paragraph's captions (``captions``, timed from
+    the paragraph's own start) as ``.srt`` and ``.vtt``; written to a temp file and renamed into place."""
     temp = path.with_name(f"{TEMP_PREFIX}{path.name}")
     try:
         with open(wav, "rb") as source, zipfile.ZipFile(temp, "w", zipfile.ZIP_STORED) as archive:
@@ -270,6 +284,9 @@ def write_paragraph_zip(wav: Path, spans: list[tuple[int, int]], path: Path, sam
                             break
                         member.write(block)
                         left -= len(block)
+                if number <= len(captions):
+                    for fmt in FORMATS:
+                        archive.writestr(f"paragraph-{number:0{width}d}.{fmt}", captions[number - 1].render(fmt))
         with open(temp, "rb") as done:
             os.fsync(done.fileno())
         os.replace(temp, path)
@@ -303,6 +320,11 @@ class LessonResult:
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     similarity: float | None = None  # not measured: it would need the whole lesson's audio at once
+    #: The whole lesson's captions, and their files next to its WAV by format ("srt", "vtt").
+    captions: Captions = field(default_factory=Captions)
+    caption_files: dict[str, Path] = field(default_factory=dict)
+    #: The lesson's paragraphs; more than ``paragraphs`` (those read) when one failed.
+    lesson_paragraphs: int = 0
 
     @property
     def duration(self) -> float:
@@ -312,9 +334,10 @@ class LessonResult:
         return {"job_id": self.job_id, "engine": self.engine, "model": self.model_id,
                 "voice": self.voice, "voice_match": self.voice_match, "instruct": self.instruct,
                 "notes": list(self.notes), "skipped": list(self.skipped),
-                "paragraphs": self.paragraphs, "sentences": self.sentences,
-                "duration": round(self.duration, 3), "sample_rate": self.sample_rate,
-                "seconds": round(self.seconds, 3), "zip": self.zip_path is not None}
+                "paragraphs": self.paragraphs, "lesson_paragraphs": self.lesson_paragraphs or self.paragraphs,
+                "sentences": self.sentences, "duration": round(self.duration, 3),
+                "sample_rate": self.sample_rate, "seconds": round(self.seconds, 3),
+                "zip": self.zip_path is not None, "captions": sorted(self.caption_files)}
 
 
 @dataclass(frozen=True)
@@ -340,27 +363,53 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
+@dataclass
+class LessonRun:
+    """What :func:`synthesize_lesson` wrote: the frames, sentences and paragraphs in the files (fewer
+    paragraphs than the lesson's when one failed), the text not read aloud, the whole lesson's
+    captions, and its notes (the pronunciations of the later paragraphs, a paragraph that failed)."""
+
+    frames: int
+    sentences: int
+    paragraphs: int
+    skipped: list[str] = field(default_factory=list)
+    captions: Captions = field(default_factory=Captions)
+    notes: list[str] = field(default_factory=list)
+
+
+def paragraph_failed_note(number: int, total: int, exc: BaseException) -> Note:
+    """Paragraph ``number`` (1-based) failed: the lesson ends with the paragraph before it."""
+    reason = getattr(exc, "code", type(exc).__name__)
+    return Note(f"paragraph {number} of {total} could not be read ({reason}: {str(exc)[:160]}); the lesson ends "
+                f"after paragraph {number - 1}, whose audio and captions are complete", code="lesson_paragraph_failed",
+                paragraph=number, total=total, reason=reason)
+
+
 def synthesize_lesson(engine: Engine, lesson: Lesson, plan: LessonPlan, wav_path: Path,
                       zip_path: Path | None = None, first: TextAnalysis | None = None,
                       phase: Callable[[str], None] | None = None,
                       report: Callable[[int, int], None] | None = None,
                       cancelled: CancelFn | None = None,
                       check_room: Callable[[], None] | None = None,
-                      clock: Callable[[], float] = time.monotonic) -> tuple[int, int, list[str]]:
-    """Read ``lesson`` into ``wav_path`` (and the paragraph zip when ``zip_path`` is given).
+                      clock: Callable[[], float] = time.monotonic,
+                      caption_paths: Iterable[Path] = ()) -> LessonRun:
+    """Read ``lesson`` into ``wav_path`` (and the paragraph zip, with each paragraph's captions, when
+    ``zip_path`` is given; the whole lesson's captions into each of ``caption_paths``, .srt or .vtt).
 
     ``first`` is the engine's analysis of the first paragraph when the caller has it already;
     ``check_room`` runs before each paragraph (the service's free-disk check). A full disk is a
-    StorageFullError; a cancel, a refusal or a failure leaves no file behind.
-    Returns (frames written, sentences, text not read aloud).
+    StorageFullError; a cancel leaves no file behind. A paragraph that fails (the engine refuses or
+    breaks on it) ends the lesson after the paragraph before it: its files are finished with the
+    paragraphs read, their captions intact, and a ``lesson_paragraph_failed`` note names the one that
+    failed; when the first paragraph fails, its error is raised and nothing is kept.
     """
     say = phase or (lambda _: None)
     rate = engine.capabilities.sample_rate
     total = len(lesson.paragraphs)
     writer = WavAppender(wav_path, rate)
     spans: list[tuple[int, int]] = []
-    skipped: list[str] = []
-    sentences = 0
+    captions: list[Captions] = []  # each paragraph's, from its own start
+    run = LessonRun(frames=0, sentences=0, paragraphs=0)
     started = clock()
     done_chars = 0
     try:
@@ -375,32 +424,34 @@ def synthesize_lesson(engine: Engine, lesson: Lesson, plan: LessonPlan, wav_path
             say(progress_note(index, total, seconds_left))
             if report is not None:
                 report(index, total)
-            analysis = first if index == 0 and first is not None else engine.analyze(
-                paragraph, plan.options.language)
-            for line in analysis.skipped:
-                if line not in skipped and len(skipped) < MAX_REPORT_LINES:
-                    skipped.append(line)
-            if index:
-                writer.append(np.zeros(int(PARAGRAPH_PAUSE_S * rate), dtype=np.float32))
-            start = writer.frames
-            joiner = Joiner(rate)
-            for chunk in engine.synthesize(analysis, plan.voice, plan.options, cancelled=cancelled):
-                piece = joiner.piece(chunk.audio, chunk.pause_after_s)
-                if plan.postprocess is not None and piece.size:
-                    piece = plan.postprocess(piece)
-                writer.append(piece)
-                sentences += 1
-            spans.append((start, writer.frames))
+            try:
+                track = _read_paragraph(engine, paragraph, index, plan, writer, run, first, cancelled)
+            except (CancelledError, StorageFullError, OSError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the engine failing on one paragraph ends the lesson there
+                if not spans:
+                    raise
+                logger.warning("lesson %s: paragraph %d failed (%s); keeping paragraphs 1-%d", wav_path.name,
+                               index + 1, exc, index)
+                writer.truncate(spans[-1][1])
+                run.notes.append(paragraph_failed_note(index + 1, total, exc))
+                break
+            spans.append((writer.frames - track.samples, writer.frames))
+            captions.append(track.captions())
             done_chars += len(paragraph)
         if report is not None:
             report(total, total)
         writer.finish()
+        run.frames, run.paragraphs = writer.frames, len(spans)
+        run.captions = Captions(tuple(cue for part, (start, _) in zip(captions, spans)
+                                      for cue in part.shifted(start / rate).cues))
+        for path in caption_paths:
+            write_captions(path, run.captions)
         if zip_path is not None:
             say(Note("cutting one file per paragraph", code="lesson_zipping"))
-            write_paragraph_zip(wav_path, spans, zip_path, rate)
+            write_paragraph_zip(wav_path, spans, zip_path, rate, captions)
     except OSError as exc:
-        writer.abort()
-        wav_path.unlink(missing_ok=True)
+        _discard(writer, wav_path, zip_path, caption_paths)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             free = shutil.disk_usage(wav_path.parent).free / 1e6
             raise StorageFullError(f"the disk holding {wav_path.parent} filled up while the lesson was "
@@ -409,8 +460,41 @@ def synthesize_lesson(engine: Engine, lesson: Lesson, plan: LessonPlan, wav_path
                                    free_mb=free, needed_mb=None) from exc
         raise
     except BaseException:
-        writer.abort()
-        wav_path.unlink(missing_ok=True)
+        _discard(writer, wav_path, zip_path, caption_paths)
         raise
-    logger.info("lesson %s: %d paragraphs, %.1f s of audio", wav_path.name, total, writer.frames / rate)
-    return writer.frames, sentences, skipped
+    logger.info("lesson %s: %d of %d paragraphs, %.1f s of audio", wav_path.name, run.paragraphs, total,
+                writer.frames / rate)
+    return run
+
+
+def _read_paragraph(engine: Engine, paragraph: str, index: int, plan: LessonPlan, writer: WavAppender,
+                    run: LessonRun, first: TextAnalysis | None, cancelled: CancelFn | None) -> CaptionTrack:
+    """One paragraph appended to ``writer`` (after the paragraph pause), its text not read and its
+    pronunciation notes kept in ``run``; its captions, from its own start."""
+    rate = engine.capabilities.sample_rate
+    analysis = first if index == 0 and first is not None else engine.analyze(paragraph, plan.options.language)
+    for line in analysis.skipped:
+        if line not in run.skipped and len(run.skipped) < MAX_REPORT_LINES:
+            run.skipped.append(line)
+    if index:  # the first paragraph's notes are the request's own (ResolvedRequest.notes)
+        for note in analysis.notes:
+            if code_of(note) in READING_NOTES and note not in run.notes and len(run.notes) < MAX_REPORT_LINES:
+                run.notes.append(note)
+        writer.append(np.zeros(int(PARAGRAPH_PAUSE_S * rate), dtype=np.float32))
+    joiner, track = Joiner(rate), CaptionTrack(rate)
+    for chunk in engine.synthesize(analysis, plan.voice, plan.options, cancelled=cancelled):
+        made = piece = joiner.piece(chunk.audio, chunk.pause_after_s)
+        if plan.postprocess is not None and piece.size:
+            piece = plan.postprocess(piece)
+        track.add(chunk, made, piece.size)
+        writer.append(piece)
+        run.sentences += 1
+    return track
+
+
+def _discard(writer: WavAppender, wav_path: Path, zip_path: Path | None, caption_paths: Iterable[Path]) -> None:
+    """A lesson that is not kept: nothing of it stays."""
+    writer.abort()
+    for path in (wav_path, zip_path, *caption_paths):
+        if path is not None:
+            path.unlink(missing_ok=True)

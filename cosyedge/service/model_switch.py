@@ -25,13 +25,18 @@ class ModelSwitch:
     them (their ``model`` is the one served)."""
 
     def __init__(self, catalog: ModelCatalog, holder: EngineHolder, queue: JobQueue, submissions: Submissions,
-                 settings: Callable[[], Settings], set_settings: Callable[[Settings], None]) -> None:
+                 settings: Callable[[], Settings], set_settings: Callable[[Settings], None],
+                 before_unload: Callable[[], None] = lambda: None,
+                 verdicts: Callable[[str], dict[str, Any] | None] = lambda model_id: None) -> None:
         self.catalog = catalog
         self.holder = holder
         self.queue = queue
         self.submissions = submissions
         self._settings = settings
         self._set_settings = set_settings
+        # Background work on the served model's engine (the speed-mode check) stops before a switch.
+        self._before_unload = before_unload
+        self._verdicts = verdicts
 
     def models(self) -> dict[str, Any]:
         """The usable models under models/ (engine, capabilities, size, licence), which one is
@@ -39,8 +44,8 @@ class ModelSwitch:
         usable, unusable = self.catalog.scan()
         current = self._settings().model
         return {"current": current, "loaded": self.holder.loaded,
-                "models": [{**info.as_dict(), "current": info.id == current}
-                           for info in usable],
+                "models": [{**info.as_dict(), "current": info.id == current,
+                            "speed_modes": self._verdicts(info.id)} for info in usable],
                 "unusable": [entry.as_dict() for entry in unusable]}
 
     def switch(self, model_id: str) -> ModelInfo:
@@ -61,6 +66,7 @@ class ModelSwitch:
                     current=settings.model, running=jobs.running, waiting=jobs.waiting)
             if model_id == settings.model:
                 return info
+            self._before_unload()
             self.holder.unload()
             if self.holder.state != "not loaded":  # a load or release still under way
                 raise ConflictError(f"cannot switch to {model_id!r} now: {settings.model!r} is "

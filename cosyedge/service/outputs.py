@@ -1,5 +1,6 @@
-"""The outputs folder as the service writes it: a result's WAV written atomically (:func:`write_wav`,
-the one disk-full mapping, also the CLI's ``-o``), the files the janitor must leave alone
+"""The outputs folder as the service writes it: a result's WAV and captions written atomically
+(:func:`write_wav`, :func:`write_captions`: the one disk-full mapping, also the CLI's ``-o`` and
+``--captions``), the files the janitor must leave alone
 (:meth:`OutputFiles.in_use_paths`: being written, or leased to a client still downloading), the
 page's history record next to a page WAV, and the half-written files a killed process left."""
 
@@ -18,7 +19,9 @@ import numpy as np
 
 from cosyedge.audio import write_wav_atomic
 from cosyedge.errors import StorageFullError
+from cosyedge.files import write_atomic
 from cosyedge.service import history
+from cosyedge.service.captions import FORMATS, Captions, caption_format
 from cosyedge.service.requests import TTSResult
 
 logger = logging.getLogger(__name__)
@@ -69,6 +72,16 @@ class OutputFiles:
             self.lease(path)
         return path
 
+    def write_captions(self, job_id: str, captions: Captions) -> dict[str, Path]:
+        """A job's captions next to its WAV, ``outputs/<job-id>.srt`` and ``.vtt`` (the janitor
+        removes them with it), leased like the WAV; by format."""
+        files = {fmt: (self.folder / f"{job_id}.{fmt}").resolve() for fmt in FORMATS}
+        with self.writing(files.values()):
+            for fmt, path in files.items():
+                write_captions(path, captions)
+                self.lease(path)
+        return files
+
     def record_history(self, result: TTSResult, text: str) -> None:
         """The History tab's record of a page output (:mod:`cosyedge.service.history`); a record that cannot
         be written costs the list an entry, never the result."""
@@ -101,6 +114,26 @@ class OutputFiles:
         return removed
 
 
+def write_captions(path: Path, captions: Captions) -> Path:
+    """Captions written atomically in the format of ``path``'s suffix (``.srt`` or ``.vtt``, else a
+    coded refusal); a full disk is the same StorageFullError as a WAV's."""
+    text = captions.render(caption_format(Path(path).suffix)).encode("utf-8")
+    try:
+        return write_atomic(path, text, suffix=Path(path).suffix)
+    except OSError as exc:
+        raise _storage_full(exc, Path(path), len(text) / 1e6) from exc
+
+
+def _storage_full(exc: OSError, path: Path, needed_mb: float) -> StorageFullError:
+    """The one wording of a full disk for a result's file (raises ``exc`` itself when it is another error)."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        raise exc
+    free = shutil.disk_usage(path.parent).free / 1e6
+    return StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, this result needs "
+                            f"{needed_mb:.1f} MB): old outputs can be deleted to make room", code="disk_full",
+                            folder=str(path.parent), free_mb=free, needed_mb=needed_mb)
+
+
 def write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> Path:
     """Write a result's WAV atomically (:func:`cosyedge.audio.write_wav_atomic`); a full disk or
     quota is a StorageFullError saying how much room there is and how much the result needs (the
@@ -109,10 +142,4 @@ def write_wav(path: Path, audio: np.ndarray, sample_rate: int) -> Path:
     try:
         return write_wav_atomic(path, audio, sample_rate)
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        free = shutil.disk_usage(path.parent).free / 1e6
-        raise StorageFullError(f"the disk holding {path.parent} is full ({free:.1f} MB free, "
-                               f"this result needs {len(audio) * 2 / 1e6:.1f} MB): old outputs "
-                               "can be deleted to make room", code="disk_full", folder=str(path.parent),
-                               free_mb=free, needed_mb=len(audio) * 2 / 1e6) from exc
+        raise _storage_full(exc, path, len(audio) * 2 / 1e6) from exc

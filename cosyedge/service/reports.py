@@ -1,31 +1,63 @@
 """The honest account of a request, in coded notes (:class:`cosyedge.notes.Note`): the request's
-fields that had no effect (:func:`ignored_inputs`), the flow steps used (:func:`flow_steps_notes`), the
-instruction applied or not (:func:`instruct_report`) and what a prompt became
-(:func:`describe_match`). Plain functions of the request and the engine: the resolver and the
+fields that had no effect (:func:`ignored_inputs`), the flow steps and quality levers used
+(:func:`flow_notes`), the instruction applied or not (:func:`instruct_report`) and what a prompt
+became (:func:`describe_match`). Plain functions of the request and the engine: the resolver and the
 job's worker put them in the result."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cosyedge.engines.base import Engine, VoicePrompt
+from cosyedge.engines.base import Engine, VoicePrompt, closest_builtin
+from cosyedge.engines.cosyvoice.common.quality import DEFAULT_QUALITY, Levers, levers_for
 from cosyedge.instruct.plan import NO_INSTRUCTION, InstructPlan
 from cosyedge.notes import Note
 from cosyedge.service.requests import UPSTREAM_FLOW_STEPS, TTSRequest
 
 
-def flow_steps_notes(request: TTSRequest, engine: Engine) -> list[str]:
-    """What the answer says about the flow steps: the count a CosyVoice engine used (fewer than
-    upstream's 10 labelled as not validated), or that the engine has none."""
-    steps = request.flow_steps
-    if not str(engine.name).startswith("cosyvoice"):
-        return [] if steps is None else [Note(f"flow_steps ignored: {engine.name} has no flow-matching decoder",
-                                              code="flow_steps_ignored", engine=engine.name)]
-    used = UPSTREAM_FLOW_STEPS if steps is None else int(steps)
+def flow_notes(request: TTSRequest, engine: Engine, quality: str) -> list[str]:
+    """What the answer says about the flow: the steps an engine with quality modes used (fewer than
+    upstream's 10 labelled as not validated) and, in a mode other than exact, every lever the mode
+    set (``quality_levers``); on an engine without modes, that ``flow_steps`` / ``quality`` had no
+    effect, when the request sent them (the server default says nothing there)."""
+    if quality not in engine.capabilities.quality_modes:
+        notes: list[str] = []
+        if request.flow_steps is not None:
+            notes.append(Note(f"flow_steps ignored: {engine.name} has no flow-matching decoder",
+                              code="flow_steps_ignored", engine=engine.name))
+        if request.quality is not None:
+            notes.append(Note(f"quality ignored: the {engine.name} engine has no quality modes (they set "
+                              "CosyVoice's flow-matching levers)", code="quality_ignored", engine=engine.name,
+                              quality=request.quality))
+        return notes
+    levers = engine_levers(engine, quality, request.flow_steps)
+    used = levers.steps
     if used == UPSTREAM_FLOW_STEPS:
-        return [Note(f"flow steps: {used} (standard, as upstream)", code="flow_steps_standard", steps=used)]
-    return [Note(f"flow steps: {used} (fast: fewer than upstream's {UPSTREAM_FLOW_STEPS}, not validated "
-                 "on real weights)", code="flow_steps_fast", steps=used)]
+        notes = [Note(f"flow steps: {used} (standard, as upstream)", code="flow_steps_standard", steps=used)]
+    else:
+        notes = [Note(f"flow steps: {used} (fast: fewer than upstream's {UPSTREAM_FLOW_STEPS}, not validated "
+                      "on real weights)", code="flow_steps_fast", steps=used)]
+    if quality != DEFAULT_QUALITY:
+        notes.append(quality_note(quality, levers))
+    return notes
+
+
+def engine_levers(engine: Engine, quality: str, flow_steps: int | None) -> Levers:
+    """The levers ``engine`` applies for ``quality`` (its ``quality_levers``: what its model can do),
+    else the mode's own."""
+    own = getattr(engine, "quality_levers", None)
+    return own(quality, flow_steps) if callable(own) else levers_for(quality, flow_steps)
+
+
+def quality_note(quality: str, levers: Levers) -> Note:
+    """The note of an answer in a mode other than exact: the mode and each lever it set, by name
+    (``levers``) and value."""
+    streamed = [name for name in ("left_chunks", "first_hop_tokens") if getattr(levers, name)]
+    when = " (the left context and first hop: streamed answers)" if streamed else ""
+    return Note(f"quality {quality}: {levers.describe()}{when}; not validated on real weights",
+                code="quality_levers", quality=quality, levers=levers.changed(), flow_steps=levers.steps,
+                cfg_steps=levers.guided_steps, left_chunks=levers.left_chunks,
+                first_hop_tokens=levers.first_hop_tokens)
 
 
 def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
@@ -55,8 +87,8 @@ def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:
             notes.append(Note("prompt_text ignored: it is the transcript of prompt_audio, and no "
                               "prompt_audio was sent", code="prompt_text_ignored_no_prompt"))
         elif not engine.capabilities.native_clone:
-            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it matches "
-                              "the voice from the sound of prompt_audio alone, without its transcript",
+            notes.append(Note(f"prompt_text ignored: the {engine.name} engine cannot clone; it chooses "
+                              "the closest built-in voice from the sound of prompt_audio alone",
                               code="prompt_text_ignored_no_clone", engine=engine.name))
     return notes
 
@@ -70,14 +102,10 @@ def instruct_report(plan: InstructPlan | None) -> dict[str, Any]:
 
 def describe_match(engine: Engine, encoded: VoicePrompt) -> Note:
     """What the prompt became, in words for the UI panel and REST: "native clone" on an engine that
-    clones; on Kokoro "approximate voice match" with the probe similarity before and after."""
+    clones; else the engine's own label (``describe_voice``; on Kokoro "closest built-in voice /
+    最接近的内置音色: <preset>"). No similarity figure: the answer's ``similarity`` is measured on
+    the audio it returns."""
     if engine.capabilities.native_clone:
         return Note("native clone", code="voice_native_clone")
-    meta = encoded.meta
-    method = meta.get("method", "approximate voice match")
-    if "similarity_before" in meta and "similarity_after" in meta:
-        before, after = meta["similarity_before"], meta["similarity_after"]
-        nearest = meta.get("nearest_preset", "?")
-        return Note(f"{method}: similarity {before:.2f} (nearest preset {nearest}) -> {after:.2f}",
-                    code="voice_match_approx", method=method, before=before, nearest=nearest, after=after)
-    return Note(str(method), code="voice_match_method", method=method)
+    label = getattr(engine, "describe_voice", None)
+    return label(encoded) if callable(label) else closest_builtin(encoded.meta.get("preset_voice"))

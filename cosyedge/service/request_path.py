@@ -15,16 +15,18 @@ import logging
 from typing import Callable
 
 from cosyedge.audio import ConditionedPrompt
-from cosyedge.config import Settings
+from cosyedge.config import Settings, SettingsError
 from cosyedge.engines.base import MORE_LANGUAGES, CancelFn, Engine, SynthesisOptions, VoicePrompt
 from cosyedge.errors import CancelledError, CosyedgeError, ModelMissingError, NotFoundError, ParameterError, TextError
 from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine
-from cosyedge.listening.intelligibility import reading_notes, text_languages
 from cosyedge.notes import Note
-from cosyedge.service.reports import describe_match, flow_steps_notes, ignored_inputs
+from cosyedge.engines.cosyvoice.common.quality import check_quality, levers_for
+from cosyedge.service.mode_notes import answer_voice, check_note
+from cosyedge.service.reports import describe_match, flow_notes, ignored_inputs
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
-                                       UPSTREAM_FLOW_STEPS, PreparedRequest, ResolvedRequest, TTSRequest,
+                                       PreparedRequest, ResolvedRequest, TTSRequest,
                                        VoiceChoice)
+from cosyedge.service.pronunciations import check_inline
 from cosyedge.service.synthesis import check_text
 from cosyedge.service.transcription import Transcriber, saved_transcript
 from cosyedge.voices.consent import require_consent
@@ -55,6 +57,7 @@ class RequestPath:
         """Check everything that can be checked without the engine (an InputError names what is
         wrong) and decode the prompt audio, once: the job's worker and the CLI take it from here."""
         check_text(request.text, self._settings().max_text_chars)
+        check_inline(request.text)  # a bad {word|reading} is refused before the queue, naming the word
         if isinstance(request.speed, bool) or not isinstance(request.speed, (int, float)):
             raise ParameterError(f"speed must be a number, not {type(request.speed).__name__}",
                                  code="speed_not_number", type=type(request.speed).__name__)
@@ -62,11 +65,7 @@ class RequestPath:
         if not low <= float(request.speed) <= high:
             raise ParameterError(f"speed {request.speed} is out of range ({low}-{high})",
                                  code="speed_out_of_range", speed=request.speed, low=low, high=high)
-        steps = request.flow_steps
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                  or not 1 <= steps <= UPSTREAM_FLOW_STEPS):
-            raise ParameterError(f"flow_steps must be a whole number 1-{UPSTREAM_FLOW_STEPS}, got {steps!r}",
-                                 code="flow_steps_out_of_range", steps=steps)
+        levers_for(request.quality, request.flow_steps)  # quality_unknown / flow_steps_out_of_range
         if request.language not in REQUEST_LANGUAGES:
             raise ParameterError(f"language {request.language!r} must be one of {', '.join(REQUEST_LANGUAGES)}",
                                  code="language_unknown", language=request.language, choices=REQUEST_LANGUAGES)
@@ -100,17 +99,26 @@ class RequestPath:
         request = prepared.request
         say = phase or (lambda _: None)
         if request.prompt_audio is not None or request.voice_id is not None:
-            say(PHASE_PREPARING_VOICE)  # a new prompt's voice match takes seconds
+            say(PHASE_PREPARING_VOICE)  # a new prompt's encoding: seconds on CosyVoice
         choice = self._voice(engine, prepared, cancelled, say)
         spoken = engine.capabilities.languages
         if request.language in MORE_LANGUAGES and request.language not in spoken:
             raise ParameterError(f"the {engine.name} engine does not speak language {request.language!r} "
                                  f"(it speaks {', '.join(spoken)})", code="language_not_supported",
                                  language=request.language, engine=engine.name, choices=spoken)
+        quality = request.quality if request.quality is not None else self._settings().quality
         options = SynthesisOptions(speed=float(request.speed), language=request.language,
-                                   n_timesteps=request.flow_steps)
+                                   n_timesteps=request.flow_steps,
+                                   quality=quality if quality in engine.capabilities.quality_modes else None)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
-        notes = ignored_inputs(request, engine) + flow_steps_notes(request, engine)
+        notes = ignored_inputs(request, engine) + flow_notes(request, engine, quality)
+        instruct_notes = getattr(engine, "instruct_notes", None)  # why a model read it as controls
+        if plan is not None and not plan.native and callable(instruct_notes):
+            notes.extend(instruct_notes())
+        if quality in engine.capabilities.quality_modes:
+            checked = check_note(self._settings().model_path, engine.model_id, quality,
+                                 answer_voice(request, choice.voice))
+            notes.extend([checked] if checked is not None else [])
         clone_mode = None
         if choice.clone is not None and isinstance(choice.voice, VoicePrompt):
             clone_mode = "instruct" if options.instruct else choice.clone.mode
@@ -119,7 +127,6 @@ class RequestPath:
         say(PHASE_SYNTHESIZING)
         analysis = engine.analyze(request.text, options.language)
         if isinstance(choice.voice, VoicePrompt):
-            notes.extend(reading_notes(choice.voice.meta, text_languages(analysis)))
             voice_notes = getattr(engine, "voice_notes", None)  # an engine's own account of its voice
             if callable(voice_notes):
                 notes.extend(voice_notes(choice.voice))
@@ -135,11 +142,20 @@ class RequestPath:
         The uploaded prompt was conditioned by :meth:`prepare` (cosyedge.audio); a prompt is encoded
         once per (audio, transcript, engine, model) by the prompt cache: a native clone on
         CosyVoice (zero-shot with a trusted transcript, typed or heard; else cross-lingual:
-        ``_clone_transcript``), the approximate voice match on Kokoro.
+        ``_clone_transcript``), the closest built-in voice on Kokoro (``_record_encoding`` tells a
+        saved voice whose sound changed since it was last used).
         """
         request = prepared.request
         if request.voice_id is None and prepared.prompt is None:
-            preset = check_preset(request.speaker or "", list(engine.presets()))
+            presets = list(engine.presets())
+            if not presets and request.speaker in (None, "", "default"):
+                raise ParameterError(
+                    f"the model {engine.model_id} has no preset voices: it clones a voice from a recording of "
+                    "3-10 s. Send one (prompt_audio; the page's 3s quick clone) or use a saved voice (voice_id; "
+                    "on the command line: `python -m cosyedge library save NAME AUDIO --consent`, then "
+                    "`speak --voice-id ID`)",
+                    code="voice_needs_recording", model=engine.model_id)
+            preset = check_preset(request.speaker or "", presets)
             return VoiceChoice(preset, preset, Note("preset", code="voice_preset"))
         if request.voice_id is not None:
             prompt, text, info = self.library.load(request.voice_id)
@@ -158,7 +174,7 @@ class RequestPath:
             transcript = plan.transcript
         encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
         if request.voice_id is not None:
-            self._record_encoding(request.voice_id, engine)
+            encoded = self._record_encoding(request.voice_id, engine, encoded)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt, transcript=said,
                            clone=plan)
 
@@ -182,14 +198,27 @@ class RequestPath:
             self.transcriber.store_heard(request.voice_id, heard)
         return heard, clone_plan(heard)
 
-    def _record_encoding(self, voice_id: str, engine: Engine) -> None:
-        """Note in the saved voice's own record that it is encoded for this model; a voice renamed
-        or deleted meanwhile just is not noted (the job goes on with the audio it read)."""
+    def encode_saved(self, engine: Engine, voice_id: str, prompt: ConditionedPrompt, transcript: str | None) -> None:
+        """A voice just saved, encoded now through the prompt cache (the entry its first use reads)
+        and recorded with it (:meth:`_record_encoding`)."""
+        self._record_encoding(voice_id, engine, self.prompt_cache.get_or_encode(engine, prompt, transcript))
+
+    def _record_encoding(self, voice_id: str, engine: Engine, encoded: VoicePrompt) -> VoicePrompt:
+        """Note in the saved voice's own record that it is encoded for this model, and what it sounds
+        like there (``engine.sounded``: the closest built-in voice); when that differs from what it
+        sounded like before, ``encoded`` comes back marked ``changed_from`` (its answer says so, once).
+        A voice renamed or deleted meanwhile just is not noted (the job goes on with the audio it read)."""
+        sounded = getattr(engine, "sounded", None)
+        sounds = sounded(encoded) if callable(sounded) else None
         try:
-            self.library.record_encoding(voice_id, engine.name, engine.model_id)
+            before = self.library.record_encoding(voice_id, engine.name, engine.model_id, sounds)
         except (CosyedgeError, OSError) as exc:
             logger.warning("could not note that voice %s is encoded for %s: %s", voice_id,
                            engine.model_id, exc)
+            return encoded
+        if before is None or encoded.meta.get("changed_from"):
+            return encoded
+        return dataclasses.replace(encoded, meta={**encoded.meta, "changed_from": before})
 
     @staticmethod
     def _plan_instruct(engine: Engine, instruct: str | None, options: SynthesisOptions,
@@ -213,10 +242,20 @@ class RequestPath:
         return applied.plan, applied.options, choice
 
 
+def check_quality_setting(settings: Settings) -> Settings:
+    """``settings`` when its ``quality`` names a mode; a SettingsError naming the variable and the
+    modes otherwise (the server default applies to every request that names none)."""
+    try:
+        check_quality(settings.quality)
+    except ParameterError as exc:
+        raise SettingsError(f"quality: {exc.message} (set COSYEDGE_QUALITY or --quality)") from None
+    return settings
+
+
 def check_preset(name: str, presets: list[str]) -> str:
     """The preset ``name`` stands for among the engine's ``presets`` ("" or "default": the first);
     NotFoundError (``preset_unknown``) listing them when it is none of them."""
-    if not presets:  # a clone-only model (CosyVoice-300M base): its engine names what is missing
+    if not presets:  # a clone-only model: the resolver or its engine says that it clones from a recording
         return name
     if name in ("", "default"):
         return presets[0]

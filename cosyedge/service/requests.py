@@ -14,8 +14,10 @@ import numpy as np
 
 from cosyedge.audio import ConditionedPrompt
 from cosyedge.engines.base import KNOWN_LANGUAGES, Capabilities, SynthesisOptions, TextAnalysis, VoicePrompt
+from cosyedge.engines.cosyvoice.common import quality
 from cosyedge.host.thermal import ThermalSnapshot
 from cosyedge.instruct.plan import InstructPlan
+from cosyedge.service.captions import Captions
 from cosyedge.service.jobs import QueueStats
 from cosyedge.voices.transcripts import ClonePlan, PromptTranscript
 
@@ -37,7 +39,11 @@ SEED_PRESETS = ("female_1", "female_2", "male_1", "male_2", "child")
 #: Client-chosen job ids (so a REST client can cancel its own pending request).
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Upstream CosyVoice's flow-matching steps (``flow.inference`` hard-codes 10).
-UPSTREAM_FLOW_STEPS = 10
+UPSTREAM_FLOW_STEPS = quality.UPSTREAM_FLOW_STEPS
+#: The ``quality`` modes a request and the server default may name, checked before an engine loads
+#: (an engine that has none ignores the field with a note); defined in engines/cosyvoice/common/quality.py.
+QUALITY_NAMES = quality.QUALITY_NAMES
+DEFAULT_QUALITY = quality.DEFAULT_QUALITY
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,8 @@ class TTSRequest:
     language: str = "auto"
     keep_file: bool = False  # write outputs/<job-id>.wav (the UI serves that file)
     consent: bool = False  # the user confirmed the prompt's speaker agreed (needed with prompt_audio)
-    flow_steps: int | None = None  # CosyVoice flow-matching steps (None: the model's, upstream's 10)
+    flow_steps: int | None = None  # CosyVoice flow-matching steps (None: the mode's); wins over the mode's
+    quality: str | None = None  # a mode of QUALITY_NAMES (None: the server's default, Settings.quality)
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class VoiceChoice:
 
     voice: str | VoicePrompt  # a preset name or an encoded prompt
     name: str  # shown to the user: the preset, saved voice or "prompt audio"
-    match: str  # "preset", "native clone", "approximate voice match: similarity ... -> ..."
+    match: str  # "preset", "native clone", "closest built-in voice / 最接近的内置音色: female_2"
     similarity: float | None = None  # speaker similarity of the result to the prompt, when measured
     prompt: ConditionedPrompt | None = None  # the conditioned prompt audio, when one was used
     #: A native clone's prompt transcript (typed or heard, cosyedge.voices.transcripts) and its mode.
@@ -126,6 +133,10 @@ class TTSResult:
     skipped: list[str] = field(default_factory=list)  # text not read aloud (TextAnalysis.skipped)
     transcript: dict[str, Any] | None = None  # see ResolvedRequest.transcript_report
     clone_mode: str | None = None  # see ResolvedRequest.clone_mode
+    #: One cue per sentence at the returned audio's offsets (words where the engine times them).
+    captions: Captions = field(default_factory=Captions)
+    #: The page's caption files next to its WAV, by format ("srt", "vtt"); empty without a file.
+    caption_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def duration(self) -> float:

@@ -19,6 +19,7 @@ from cosyedge.errors import CancelledError
 from cosyedge.files import TEMP_PREFIX
 from cosyedge.instruct.plan import postprocess
 from cosyedge.service.engine_holder import EngineHolder
+from cosyedge.service.captions import FORMATS, Captions, CaptionTrack
 from cosyedge.service.jobs import Job
 from cosyedge.service.lessons import Lesson, LessonPlan, LessonResult, synthesize_lesson
 from cosyedge.service.outputs import OutputFiles
@@ -73,6 +74,7 @@ class JobRunner:
                                  cancelled=job.is_cancelled)
                 audio = out.audio if plan is None else postprocess(out.audio, sample_rate, plan)
                 sentences = len(out.sentences)
+                captions = out.captions.scaled(audio.size / out.audio.size if out.audio.size else 1.0)
             else:
                 job.stream.start(StreamInfo(sample_rate=sample_rate, engine=engine.name,
                                             model_id=engine.model_id,
@@ -82,7 +84,8 @@ class JobRunner:
                                                     "skipped": resolved.skipped,
                                                     "transcript": resolved.transcript_report(),
                                                     "clone_mode": resolved.clone_mode}))
-                audio, sentences, engine_notes = self._stream(job, job.stream, engine, resolved, progress)
+                audio, sentences, engine_notes, captions = self._stream(job, job.stream, engine, resolved,
+                                                                        progress)
             if job.is_cancelled():  # cancelled during the last sentence: do not answer as done
                 raise CancelledError("cancelled")
             similarity = choice.similarity
@@ -98,16 +101,19 @@ class JobRunner:
                                instruct=instruct_report(plan),
                                sentences=sentences, seconds=time.monotonic() - started,
                                notes=[*resolved.notes, *engine_notes], skipped=resolved.skipped,
-                               transcript=resolved.transcript_report(), clone_mode=resolved.clone_mode)
+                               transcript=resolved.transcript_report(), clone_mode=resolved.clone_mode,
+                               captions=captions)
         if prepared.request.keep_file:
             result.path = self.outputs.write(job.id, result.audio, result.sample_rate)
+            result.caption_files = self.outputs.write_captions(job.id, captions)
             self.outputs.record_history(result, prepared.request.text)
         return result
 
     def _stream(self, job: Job, stream: AudioStream, engine: Engine, resolved: ResolvedRequest,
-                progress: Callable[[int, int], None]) -> tuple[np.ndarray, int, list[str]]:
+                progress: Callable[[int, int], None]) -> tuple[np.ndarray, int, list[str], Captions]:
         """Synthesize, putting each joined piece on the stream as soon as it is made; returns the
-        audio, the sentence count and the engine's notes on its chunks (AudioChunk.notes).
+        audio, the sentence count, the engine's notes on its chunks (AudioChunk.notes) and the
+        captions of the pieces as streamed.
 
         Pitch and gain effects (``resolved.plan``) run on each piece here rather than on the whole
         audio, so what is streamed is final; the result (and file) is exactly the streamed pieces
@@ -116,6 +122,7 @@ class JobRunner:
         pieces: list[np.ndarray] = []
         plan = resolved.plan
         sentences, notes = 0, []
+        track = CaptionTrack(engine.capabilities.sample_rate)
         # stream=True: an engine that can (CosyVoice) yields hops within a sentence as they are made.
         options = dataclasses.replace(resolved.options, stream=True)
         for chunk, piece in stream_pieces(engine, resolved.analysis, resolved.choice.voice,
@@ -123,26 +130,30 @@ class JobRunner:
                                           progress=progress, cancelled=job.is_cancelled):
             if job.is_cancelled():  # cancelled while this chunk was made: stream nothing more
                 raise CancelledError("cancelled")
+            made = piece
             if plan is not None and piece.size:
                 piece = postprocess(piece, engine.capabilities.sample_rate, plan)
+            track.add(chunk, made, piece.size)
             stream.put(piece)
             pieces.append(piece)
             sentences += not chunk.continues
             notes.extend(chunk.notes)
         audio = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
         stream.share(audio)  # one copy of the audio, not two, while the job's result is kept
-        return audio, sentences, notes
+        return audio, sentences, notes, track.captions()
 
     def run_lesson(self, job: Job, prepared: PreparedRequest, lesson: Lesson,
                    per_paragraph: bool) -> LessonResult:
         """A lesson in the prepared request's voice and options, appended paragraph by paragraph to
-        ``outputs/<job-id>.wav`` (and with ``per_paragraph`` the zip of one WAV per paragraph)."""
+        ``outputs/<job-id>.wav`` with its captions (``.srt``, ``.vtt``; with ``per_paragraph`` the zip of
+        one WAV and its captions per paragraph)."""
         started = time.monotonic()
         outputs = self._settings().outputs_path.resolve()
         outputs.mkdir(parents=True, exist_ok=True)
         wav = outputs / f"{job.id}.wav"
         archive = outputs / f"{job.id}.zip" if per_paragraph else None
-        files = [p for p in (wav, archive) if p is not None]
+        caption_files = {fmt: outputs / f"{job.id}.{fmt}" for fmt in FORMATS}
+        files = [p for p in (wav, archive, *caption_files.values()) if p is not None]
         writing = files + [p.with_name(TEMP_PREFIX + p.name) for p in files]
         with self.holder.use(on_loading=lambda: job.set_phase(PHASE_LOADING)) as engine:
             if job.is_cancelled():
@@ -151,15 +162,18 @@ class JobRunner:
             rate, plan = engine.capabilities.sample_rate, resolved.plan
             effects = None if plan is None else (lambda piece: postprocess(piece, rate, plan))
             with self.outputs.writing(writing):
-                frames, sentences, skipped = synthesize_lesson(
+                run = synthesize_lesson(
                     engine, lesson, LessonPlan(resolved.choice.voice, resolved.options, effects), wav,
                     archive, first=resolved.analysis, phase=job.set_phase, report=job.report,
-                    cancelled=job.is_cancelled, check_room=lambda: self._check_room("the rest of the lesson"))
+                    cancelled=job.is_cancelled, check_room=lambda: self._check_room("the rest of the lesson"),
+                    caption_paths=caption_files.values())
                 for path in files:
                     self.outputs.lease(path)
             choice = resolved.choice
-            return LessonResult(job_id=job.id, path=wav, zip_path=archive, paragraphs=len(lesson.paragraphs),
-                                sentences=sentences, frames=frames, sample_rate=rate,
+            return LessonResult(job_id=job.id, path=wav, zip_path=archive, paragraphs=run.paragraphs,
+                                sentences=run.sentences, frames=run.frames, sample_rate=rate,
                                 seconds=time.monotonic() - started, engine=engine.name,
                                 model_id=engine.model_id, voice=choice.name, voice_match=choice.match,
-                                instruct=instruct_report(plan), notes=resolved.notes, skipped=skipped)
+                                instruct=instruct_report(plan), notes=[*resolved.notes, *run.notes],
+                                skipped=run.skipped, captions=run.captions, caption_files=caption_files,
+                                lesson_paragraphs=len(lesson.paragraphs))

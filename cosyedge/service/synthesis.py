@@ -2,16 +2,18 @@
 
 :func:`check_text` is the one check of a request's text (the service runs it when a request is
 prepared). :func:`stream` hands out each joined piece as soon as its chunk is made (for streaming
-clients); :func:`synthesize` is the same run collected into one waveform (``SynthesisResult``). Both
-take the raw text (checked here, then run through the engine's sentence loop and join,
-:mod:`cosyedge.engines.render`) or the engine's :class:`~cosyedge.engines.base.TextAnalysis` of a
-checked text, so the engine's text pass is not repeated. Queues, files and HTTP are the caller's.
+clients); :func:`synthesize` is the same run collected into one waveform with its captions
+(``Synthesized``, :mod:`cosyedge.service.captions`). Both take the raw text (checked here, then run
+through the engine's sentence loop and join, :mod:`cosyedge.engines.render`) or the engine's
+:class:`~cosyedge.engines.base.TextAnalysis` of a checked text, so the engine's text pass is not
+repeated. Queues, files and HTTP are the caller's.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -20,6 +22,7 @@ from cosyedge.engines import render
 from cosyedge.engines.base import (AudioChunk, CancelFn, Engine, ProgressFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
 from cosyedge.engines.render import SynthesisResult
+from cosyedge.service.captions import Captions, CaptionTrack
 from cosyedge.errors import TextError
 
 logger = logging.getLogger(__name__)
@@ -54,10 +57,21 @@ def stream(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
     yield from render.pieces(engine, text, voice, options, progress, cancelled)
 
 
+@dataclass
+class Synthesized(SynthesisResult):
+    """A run's waveform with its captions (one cue per sentence, at the joined audio's offsets)."""
+
+    captions: Captions = field(default_factory=Captions)
+
+
 def synthesize(engine: Engine, text: str | TextAnalysis, voice: str | VoicePrompt,
                options: SynthesisOptions, max_chars: int, progress: ProgressFn | None = None,
-               cancelled: CancelFn | None = None) -> SynthesisResult:
-    """Run the engine over every sentence and join the result; a raw text is checked first."""
+               cancelled: CancelFn | None = None) -> Synthesized:
+    """Run the engine over every sentence and join the result, with its captions; a raw text is
+    checked first."""
     if not isinstance(text, TextAnalysis):
         text = check_text(text, max_chars)
-    return render.render(engine, text, voice, options, progress, cancelled)
+    track = CaptionTrack(engine.capabilities.sample_rate)
+    out = render.render(engine, text, voice, options, progress, cancelled, on_piece=track.add)
+    return Synthesized(audio=out.audio, sample_rate=out.sample_rate, sentences=out.sentences,
+                       captions=track.captions())

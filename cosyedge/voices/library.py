@@ -2,9 +2,13 @@
 
 ``PromptCache`` (``prompts/cache/``): conditioned prompt audio + transcript + engine + model id ->
 the engine's encoded :class:`VoicePrompt`, keyed by a sha256 of those four, stored as one versioned
-file per entry, bounded by count and bytes with least-recently-used eviction. A corrupt or stale
-entry is rebuilt (with a warning); a directory that cannot be written turns the cache into a memory
-cache (with a warning) instead of failing requests.
+file per entry, bounded by count and bytes with least-recently-used eviction. One rule says which
+transcript an encoding reads and is keyed by (:func:`key_transcript`: none on an engine that cannot
+clone, which encodes from the sound alone), so an encoding made at save time is the one found at use
+time. A corrupt or stale entry is rebuilt (with a warning), and so is an entry the engine no longer
+makes (``engine.is_current``: the embedded engine's closest built-in voice replaced its voice match;
+the rebuilt voice carries ``changed_from`` once); a directory that cannot be written turns the cache
+into a memory cache (with a warning) instead of failing requests.
 
 ``VoiceLibrary`` (``prompts/library/<id>/``): a saved voice is the conditioned prompt WAV, its
 transcript and ``meta.json`` (which also says where the transcript came from: typed by a person, or
@@ -59,6 +63,15 @@ def prompt_key(pcm: bytes, transcript: str | None, engine: str, model_id: str) -
     return h.hexdigest()
 
 
+def key_transcript(engine: Any, transcript: str | None) -> str | None:
+    """The transcript an engine's encoding reads and the cache keys it by: the stripped transcript on
+    an engine that clones natively, None (no transcript, whatever was typed) on one that cannot."""
+    capabilities = getattr(engine, "capabilities", None)
+    if capabilities is not None and not capabilities.native_clone:
+        return None
+    return (transcript or "").strip() or None
+
+
 def _touch(path: Path) -> None:
     """mtime is the LRU clock; set it from time_ns() because file-system timestamps are coarse."""
     now = time.time_ns()
@@ -75,6 +88,7 @@ class PromptCache:
         self.hits = 0
         self.misses = 0
         self.rebuilds = 0
+        self.refreshed = 0
         self._memory: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
@@ -103,20 +117,32 @@ class PromptCache:
     def get_or_encode(self, engine: Any, prompt: ConditionedPrompt, transcript: str | None, *,
                       cancelled: Callable[[], bool] | None = None) -> VoicePrompt:
         """The cached encoding of ``prompt`` for ``engine``, encoding (once) on a miss; ``cancelled``
-        goes to the engine (an encoding it stops is not cached)."""
+        goes to the engine (an encoding it stops is not cached). ``transcript`` is read through
+        :func:`key_transcript`. An entry the engine no longer makes (``engine.is_current`` false) is
+        encoded again and stored; when it sounds different (``engine.sounded``) it is returned with
+        ``meta["changed_from"]`` naming what it was (for this answer only: stored without)."""
+        transcript = key_transcript(engine, transcript)
         key = prompt_key(prompt.pcm_bytes(), transcript, engine.name, engine.model_id)
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         try:
             with key_lock:  # two requests for the same new prompt encode it once
                 cached = self._load(key, engine.name, engine.model_id)
-                if cached is not None:
+                is_current = getattr(engine, "is_current", None)
+                if cached is not None and (not callable(is_current) or is_current(cached)):
                     self.hits += 1
                     return cached
                 self.misses += 1
                 encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript,
                                                cancelled=cancelled)
                 self._store(key, encoded.to_bytes())
+                if cached is not None:  # an older encoding, made again
+                    self.refreshed += 1
+                    logger.info("prompt cache entry %s (%s) was made again", key[:12], cached.meta.get("method"))
+                    sounded = getattr(engine, "sounded", None)
+                    before = sounded(cached) if callable(sounded) else None
+                    if before is not None and before != sounded(encoded):
+                        encoded = replace(encoded, meta={**encoded.meta, "changed_from": before})
                 return encoded
         finally:
             with self._lock:
@@ -204,6 +230,9 @@ LIBRARY_FORMAT = 1
 WAV_NAME, TRANSCRIPT_NAME, META_NAME = "voice.wav", "transcript.txt", "meta.json"
 MAX_TRANSCRIPT_CHARS = 2000
 _MAX_META_BYTES = 64 * 1024
+#: What :meth:`VoiceLibrary.record_encoding` says a voice sounded like on a model it was encoded for
+#: before its sound was recorded.
+EARLIER_ENCODING = "an earlier encoding"
 #: What ``zipfile`` raises opening a damaged or foreign zip or reading its members: a bad CRC or header
 #: (BadZipFile), corrupt deflate data (zlib.error), a password (RuntimeError), an unknown compression
 #: method or zip version (NotImplementedError), a cut-off or absurd offset (EOFError, ValueError, OSError).
@@ -241,6 +270,10 @@ class VoiceInfo:
     #: :meth:`VoiceLibrary.record_encoding` when a job uses it (the prompt cache may evict the
     #: encoding itself; this record stays with the voice).
     encoded_for: tuple[str, ...] = ()
+    #: What the voice sounds like on each of those models where that is a named voice, as
+    #: ``(engine/model_id, name)`` pairs: the closest built-in voice an engine that cannot clone
+    #: chose (``engine.sounded``), recorded with the encoding, so a later choice that differs is told.
+    sounds: tuple[tuple[str, str], ...] = ()
     #: Where ``transcript.txt`` came from: "user" (typed or edited), "asr" (heard offline, with the
     #: recognizer's ``transcript_confidence``), None when there is none.
     transcript_source: str | None = None
@@ -455,17 +488,25 @@ class VoiceLibrary:
         logger.info("voice %s: transcript set (%s)", voice_id, source or "none")
         return info
 
-    def record_encoding(self, voice_id: str, engine: str, model_id: str) -> VoiceInfo:
-        """Add ``engine/model_id`` to the voice's ``encoded_for`` (no write when it is there)."""
+    def record_encoding(self, voice_id: str, engine: str, model_id: str, sounds: str | None = None) -> str | None:
+        """Add ``engine/model_id`` to the voice's ``encoded_for`` and, given, what it ``sounds`` like
+        there (no write when both are recorded). Returns what it sounded like there before when that
+        differs: the name recorded earlier, or EARLIER_ENCODING when it was encoded there without a
+        name recorded (by an older version); None otherwise."""
         model = f"{engine}/{model_id}"
         with self._meta_lock:  # two jobs on the same voice must not drop each other's model
             path = self._existing(voice_id)
             info = self._read_meta(path)
-            if model in info.encoded_for:
-                return info
-            info = replace(info, encoded_for=(*info.encoded_for, model))
-            write_atomic(path / META_NAME, _meta_bytes(info))
-            return info
+            known = dict(info.sounds)
+            before = known.get(model, EARLIER_ENCODING if model in info.encoded_for else None)
+            if model in info.encoded_for and (sounds is None or known.get(model) == sounds):
+                return None
+            if sounds is not None:
+                known[model] = sounds
+            encoded_for = info.encoded_for if model in info.encoded_for else (*info.encoded_for, model)
+            write_atomic(path / META_NAME, _meta_bytes(replace(info, encoded_for=encoded_for,
+                                                               sounds=tuple(sorted(known.items())))))
+            return before if sounds is not None and before is not None and before != sounds else None
 
     def _id_for(self, display: str, voice_id: str) -> str:
         """``voice_id``, or the first free ``voice_id-2``, ``-3``... when a voice with another name
@@ -492,7 +533,8 @@ class VoiceLibrary:
                          code="voice_names_exhausted", name=display)
 
     def delete(self, voice_id: str) -> None:
-        shutil.rmtree(self._existing(voice_id))
+        with self._meta_lock:  # not under a meta write in flight (a transcript heard, an encoding recorded)
+            shutil.rmtree(self._existing(voice_id))
         logger.info("deleted voice %s", voice_id)
 
     def export(self, voice_id: str) -> bytes:
@@ -560,8 +602,16 @@ class VoiceLibrary:
                          created=float(meta["created"]), notes=tuple(meta.get("notes", ())),
                          consent=ConsentRecord.from_meta(meta.get("consent")),
                          encoded_for=tuple(str(m) for m in meta.get("encoded_for", ())),
+                         sounds=_meta_sounds(meta.get("sounds")),
                          **dict(zip(("transcript_source", "transcript_confidence"),
                                     _meta_transcript_origin(meta))))
+
+
+def _meta_sounds(value: Any) -> tuple[tuple[str, str], ...]:
+    """``sounds`` from a meta.json: absent (older voices) or malformed reads as none recorded."""
+    if not isinstance(value, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in value.items() if isinstance(v, str)))
 
 
 def _float_wav(prompt: ConditionedPrompt) -> bytes:
@@ -577,7 +627,7 @@ def _float_wav(prompt: ConditionedPrompt) -> bytes:
 def _meta_bytes(info: VoiceInfo) -> bytes:
     meta = {"format": LIBRARY_FORMAT, **asdict(info), "notes": list(info.notes),
             "consent": info.consent.to_meta() if info.consent is not None else None,
-            "encoded_for": list(info.encoded_for)}
+            "encoded_for": list(info.encoded_for), "sounds": dict(info.sounds)}
     return json.dumps(meta, ensure_ascii=False, indent=2).encode("utf-8")
 
 

@@ -6,7 +6,8 @@
   With ``"stream_format": "audio"`` and wav or pcm, the audio is streamed: the first bytes leave as
   soon as the first chunk is made. Errors before that are the usual JSON; after it the stream just
   ends early and the failure is logged (see docs/web.md).
-* ``GET /models``, ``POST /models/switch`` (``{"model": id}``; 409 while jobs run or wait).
+* ``GET /models``, ``POST /models/switch`` (``{"model": id}``; 409 while jobs run or wait); the
+  speed-mode check, ``POST|GET|DELETE /models/{id}/check``: :mod:`cosyedge.web.mode_check_api`.
 * ``GET /health``, ``GET /voices``, ``GET /jobs``, ``GET /jobs/{id}``, ``DELETE /jobs/{id}`` (cancel).
 * ``GET /jobs/{id}/audio?token=...``: a streaming job's audio as a WAV stream from its start (the
   page's live player; the token is the stream's own, never listed).
@@ -48,10 +49,12 @@ from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeErro
                              ParameterError, PayloadTooLargeError)
 from cosyedge.service.jobs import Job
 from cosyedge.service.facade import Service
-from cosyedge.service.requests import TTSRequest, TTSResult
+from cosyedge.service.requests import QUALITY_NAMES, TTSRequest, TTSResult
 from cosyedge.service.streaming import AudioStream
 from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_model, voice_fields
 from cosyedge.web.lesson_api import lesson_router
+from cosyedge.web.pronunciation_api import pronunciation_router
+from cosyedge.web.mode_check_api import mode_check_router
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +80,14 @@ class ErrorResponse(BaseModel):
 
 
 #: The ``flow_steps`` field's description, the same in both synthesis bodies.
-FLOW_STEPS_HELP = ("CosyVoice flow-matching steps, 1-10 (default: the model's, upstream's 10; fewer are "
-                   "faster and not validated on real weights); the answer's notes state the steps used")
+FLOW_STEPS_HELP = ("CosyVoice flow-matching steps, 1-10 (default: the quality mode's; in exact mode the model's, "
+                   "upstream's 10; fewer are faster and not validated on real weights); wins over the quality "
+                   "mode's steps; the answer's notes state the steps used")
+#: The ``quality`` field's description, the same in both synthesis bodies.
+QUALITY_HELP = (f"CosyVoice speed mode, one of {', '.join(QUALITY_NAMES)} (default: the server's, COSYEDGE_QUALITY; "
+                "exact = upstream's semantics); the others trade fidelity to upstream for speed and memory, "
+                "are not validated on real weights, and the answer's notes name the levers they set "
+                "(docs/models.md, \"Quality modes\"). Ignored, with a note, by engines without modes")
 
 
 class TTSBody(BaseModel):
@@ -98,6 +107,10 @@ class TTSBody(BaseModel):
     language: Literal["auto", "zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"] = "auto"  # ko..ru: CosyVoice3
     job_id: str | None = Field(None, description="Your id for this job, so DELETE /jobs/{id} can cancel it")
     flow_steps: int | None = Field(None, description=FLOW_STEPS_HELP)
+    captions: Literal["srt", "vtt"] | None = Field(
+        None, description='"vtt" or "srt": also answer the captions (one cue per sentence at the audio\'s '
+                          "offsets; WebVTT with word timings where the engine knows them) and the cues as JSON")
+    quality: str | None = Field(None, description=QUALITY_HELP)
 
 
 class TTSResponse(BaseModel):
@@ -120,6 +133,11 @@ class TTSResponse(BaseModel):
         None, description="A native clone's prompt transcript: text, source (user: prompt_text or the saved "
                           "voice's; asr: heard offline), confidence, language, trusted (used for zero-shot)")
     clone_mode: str | None = Field(None, description="A native clone's mode: zero_shot, cross_lingual or instruct")
+    captions: str | None = Field(None, description="The captions file's text, in the format asked for")
+    caption_format: str | None = Field(None, description="srt or vtt, when captions were asked for")
+    cues: list[dict[str, Any]] | None = Field(
+        None, description="The captions as JSON, when asked for: start, end (seconds), text, words "
+                          "(each with start, end, text; empty where the engine does not time its words)")
 
 
 class TranscribeBody(BaseModel):
@@ -156,6 +174,7 @@ class SpeechBody(BaseModel):
     stream_format: Literal["audio"] | None = Field(
         None, description='"audio": stream wav/pcm as it is made (other formats come whole)')
     flow_steps: int | None = Field(None, strict=True, description=FLOW_STEPS_HELP)
+    quality: str | None = Field(None, strict=True, description=QUALITY_HELP)
 
 
 #: The error answers every route documents (OpenAPI).
@@ -411,7 +430,7 @@ def build_router(service: Service) -> APIRouter:
         req = TTSRequest(text=body.text, speaker=body.speaker, voice_id=body.voice_id,
                          prompt_audio=prompt, prompt_text=body.prompt_text, instruct=body.instruct,
                          speed=body.speed, language=body.language, consent=body.consent,
-                         flow_steps=body.flow_steps)
+                         flow_steps=body.flow_steps, quality=body.quality)
         result = await run_job(service, request, req, body.job_id)
         wav = await asyncio.to_thread(wav_bytes, result.audio, result.sample_rate)
         return TTSResponse(audio=base64.b64encode(wav).decode("ascii"),
@@ -420,7 +439,10 @@ def build_router(service: Service) -> APIRouter:
                            voice=result.voice, voice_match=result.voice_match,
                            similarity=result.similarity, instruct=result.instruct,
                            notes=result.notes, skipped=result.skipped, transcript=result.transcript,
-                           clone_mode=result.clone_mode)
+                           clone_mode=result.clone_mode,
+                           captions=result.captions.render(body.captions) if body.captions else None,
+                           caption_format=body.captions,
+                           cues=result.captions.as_dicts() if body.captions else None)
 
     @router.post("/transcribe", responses=errors, tags=["tts"])
     async def transcribe(body: TranscribeBody, request: Request) -> dict[str, Any]:
@@ -445,7 +467,7 @@ def build_router(service: Service) -> APIRouter:
         """OpenAI-compatible speech; the audio bytes come back in the requested format."""
         check_model(service, body.model)
         req = TTSRequest(text=body.input, **voice_fields(service, body.voice), speed=body.speed,
-                         instruct=body.instructions, flow_steps=body.flow_steps)
+                         instruct=body.instructions, flow_steps=body.flow_steps, quality=body.quality)
         if body.stream_format == "audio" and body.response_format in STREAM_FORMATS:
             return await stream_job(service, request, req, body.response_format)
         result = await run_job(service, request, req)
@@ -754,7 +776,9 @@ def create_api(service: Service) -> FastAPI:
                   docs_url=None, redoc_url=None)  # Swagger/ReDoc pages load from a CDN: offline, no
     install_error_handlers(app)
     router = build_router(service)
-    router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip
+    router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip|captions
+    router.include_router(pronunciation_router(service))  # /pronunciations: list, add, delete, import, export
+    router.include_router(mode_check_router(service, ERROR_RESPONSES))  # /models/{id}/check
     routers = (router, build_openai_router(service, ERROR_RESPONSES))
     for router in routers:
         app.include_router(router)

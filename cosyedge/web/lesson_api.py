@@ -7,7 +7,10 @@
   does not wait: ``GET /jobs/{id}`` tells its phase (``paragraph 3/12, about 4 min 10 s left``) and
   ``DELETE /jobs/{id}`` cancels it.
 * ``GET /lessons/{id}/audio`` and ``GET /lessons/{id}/zip``: the finished WAV, or the zip of one WAV
-  per paragraph; 202 with the job's state while it runs; the job's own error once it failed.
+  (and its captions) per paragraph; 202 with the job's state while it runs; the job's own error once
+  it failed.
+* ``GET /lessons/{id}/captions?format=vtt`` (or ``srt``): the whole lesson's captions, one cue per
+  sentence at the WAV's offsets.
 
 A lesson in a cloned voice uses a saved voice (``voice_id``): prompt audio is not taken here.
 """
@@ -22,11 +25,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from cosyedge.errors import NotFoundError
+from cosyedge.service.captions import caption_format
 from cosyedge.service.lessons import LessonResult, check_lesson_size
 from cosyedge.service.facade import Service
 from cosyedge.service.requests import TTSRequest
 
 logger = logging.getLogger(__name__)
+
+#: The media types of the caption files.
+CAPTION_TYPES = {"vtt": "text/vtt; charset=utf-8", "srt": "application/x-subrip; charset=utf-8"}
 
 
 def lesson_router(service: Service) -> APIRouter:
@@ -48,6 +55,7 @@ def lesson_router(service: Service) -> APIRouter:
         job = await asyncio.to_thread(service.submit_lesson, lesson, tts, None, per_paragraph)
         return {"job_id": job.id, "paragraphs": len(lesson.paragraphs), "characters": lesson.chars,
                 "status": f"/jobs/{job.id}", "audio": f"/lessons/{job.id}/audio",
+                "captions": f"/lessons/{job.id}/captions?format=vtt",
                 "zip": f"/lessons/{job.id}/zip" if per_paragraph else None}
 
     async def finished(job_id: str) -> LessonResult | JSONResponse:
@@ -82,5 +90,16 @@ def lesson_router(service: Service) -> APIRouter:
                                 code="lesson_unknown", job_id=job_id)
         service.lease(result.zip_path)
         return FileResponse(result.zip_path, media_type="application/zip", filename=f"{job_id}.zip")
+
+    @router.get("/lessons/{job_id}/captions", response_model=None)
+    async def lesson_captions(job_id: str, format: str = "vtt") -> Any:  # noqa: A002 - the query's name
+        """The finished lesson's captions as WebVTT (``format=vtt``) or SubRip (``format=srt``)."""
+        fmt = caption_format(format)
+        result = await finished(job_id)
+        if isinstance(result, JSONResponse):
+            return result
+        path = result.caption_files[fmt]
+        service.lease(path)
+        return FileResponse(path, media_type=CAPTION_TYPES[fmt], filename=f"{job_id}.{fmt}")
 
     return router

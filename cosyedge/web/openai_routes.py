@@ -85,9 +85,15 @@ def _model_entries(service: Service) -> list[dict[str, Any]]:
             for name in (loaded, *OPENAI_MODEL_ALIASES)]
 
 
+def _saved_name(service: Service, info: Any) -> str:
+    """"NAME (saved)", and on an engine that cannot clone what it is spoken as (the closest built-in voice)."""
+    label = service.saved_voice_label(info)
+    return f"{info.name} (saved; {label})" if label else f"{info.name} (saved)"
+
+
 def _voice_entries(service: Service) -> list[dict[str, Any]]:
     presets = [{"id": p, "name": p, "type": "preset"} for p in service.presets()]
-    saved = [{"id": v.id, "name": f"{v.name} (saved)", "type": "saved", "created_at": int(v.created)}
+    saved = [{"id": v.id, "name": _saved_name(service, v), "type": "saved", "created_at": int(v.created)}
              for v in service.library.list()]
     return presets + saved
 

@@ -90,6 +90,33 @@ REASONS_ZH = {
     "model_file_corrupt": "模型文件夹 {folder} 有问题：请重新完整复制",
     "model_folder_invalid": "{folder} 不是 cosyedge 写出的模型文件夹",
     "model_missing": "模型文件缺失或损坏：请运行安装命令（见 README）",
+    "voice_needs_recording": "模型 {model} 没有预置音色：请提供 3-10 秒的参考音频，或使用已保存的音色",
+    # the Models tab's speed-mode check (cosyedge.service.mode_check)
+    "mode_check_needs_voice": "模型 {model} 没有预置音色：请选一个已保存的音色来检查速度模式",
+    "mode_check_no_modes": "{engine} 引擎没有可检查的速度模式",
+    "mode_check_not_served": "模型 {model} 不是正在使用的模型（{current}）：请先切换到它",
+    "mode_check_running": "{model} 的速度模式检查正在进行",
+    # the pronunciation dictionary (cosyedge.lexicon): each names the entry's word
+    "reading_word_empty": "词语为空：请输入要读的词",
+    "reading_word_too_long": "词条“{word}”有 {length} 个字符，上限为 {limit} 个",
+    "reading_word_script": "词条“{word}”：该语言的词须用其文字书写（中文用汉字，英文用拉丁字母，日文用假名和汉字）",
+    "reading_language_unknown": "词条“{word}”：不支持的语言 {language}（可选 zh、en、ja）",
+    "reading_empty": "词条“{word}”：读音为空",
+    "reading_too_long": "词条“{word}”的读音有 {length} 个字符，上限为 {limit} 个",
+    "reading_control_chars": "词条“{word}”含有不可见字符或控制字符（{character}），请删除后重新输入",
+    "reading_punctuation": "词条“{word}”含有标点“{mark}”，会断开句子，请删除",
+    "reading_tone_missing": "词条“{word}”缺少声调：请用数字（yin2 hang2，轻声用 5）或声调符号（yín háng）",
+    "reading_tone_out_of_range": "词条“{word}”：“{syllable}”的声调超出范围（1-4，轻声为 5 或 0）",
+    "reading_pinyin_unknown": "词条“{word}”：“{syllable}”不是普通话音节",
+    "reading_syllable_count": "词条“{word}”：读音有 {syllables} 个音节，但词有 {characters} 个字，须一字一音节",
+    "reading_ipa_unknown": "词条“{word}”：英语读音中的 IPA 符号“{symbol}”无法识别，请用 IPA 或 ARPAbet",
+    "reading_arpabet_unknown": "词条“{word}”：“{phone}”不是 ARPAbet 音素（元音须带重音数字，如 AY1）",
+    "reading_kana_only": "词条“{word}”：日语读音只能用假名，“{character}”不是假名",
+    "reading_tsv_not_utf8": "TSV 文件不是 UTF-8 编码：请另存为 UTF-8 后重新导入",
+    "reading_tsv_too_large": "TSV 文件太大（{size} 字节，上限 {limit} 字节）",
+    "reading_book_full": "读音词典已有 {limit} 个词条，达到上限：请先删除一些",
+    "reading_entry_unknown": "读音词典中没有 {language} 词条“{word}”",
+    "captions_format_unknown": "字幕格式只能是 srt 或 vtt",
 }
 #: Codes whose message already carries its Chinese (the page shows the message alone).
 ZH_IN_MESSAGE = frozenset({"audio_not_recognised", "audio_unreadable", "prompt_too_short"})
@@ -126,8 +153,8 @@ PAGE_NOTES = {
     "prompt_text_ignored_no_prompt":
         "the prompt transcript ignored: it is the transcript of the prompt audio, and no prompt audio was sent",
     "prompt_text_ignored_no_clone":
-        "the prompt transcript ignored: the {engine} engine cannot clone; it matches the voice from the "
-        "sound of the prompt audio alone, without its transcript",
+        "the prompt transcript ignored: the {engine} engine cannot clone; it chooses the closest built-in "
+        "voice from the sound of the prompt audio alone",
 }
 
 
@@ -181,9 +208,28 @@ def _derived(params: Any) -> dict[str, str]:
                       + "）") if left else ""
     if "style" in params:
         out["style_zh"] = _style_zh(params["style"])
-    if "reason" in params:  # voice_match_adaptation_skipped
-        out["reason_zh"] = {"no_gain": "它没有提高检查句上的相似度",
-                            "reads_worse": "离线听写检查听出它读某种语言更不清楚"}.get(params["reason"], "")
+    if "paragraph" in params:  # lesson_paragraph_failed
+        out["previous"] = str(params["paragraph"] - 1)
+    if "cfg_steps" in params:  # quality_levers
+        steps, guided = params.get("flow_steps"), params["cfg_steps"]
+        cfg = "每步都用 CFG" if guided == steps else "不用 CFG" if guided == 0 else f"前 {guided} 步用 CFG"
+        left, hop = params.get("left_chunks"), params.get("first_hop_tokens")
+        out["levers_zh"] = "，".join([f"{steps} 步流匹配", cfg,
+                                     f"左侧上下文 {left} 块" if left else "全部左侧上下文",
+                                     f"首跳 {hop} 个 token" if hop else "官方的首跳"])
+    if "stale" in params:  # quality_not_checked
+        out["why_zh"] = ("检查针对的是较早的转换" if params["stale"]
+                         else "请在“模型”标签页运行速度模式检查")
+    if "recommended" in params:  # quality_checked
+        delta = params.get("intelligibility_delta")
+        out["heard_zh"] = f"可懂度 {delta:+.1f} 分" if delta is not None else "未评可懂度"
+        out["outcome_zh"] = "在此模型上推荐" if params["recommended"] else "在此模型上不推荐"
+    if "entries" in params:  # reading_applied
+        out["applied_zh"] = "，".join(f"{e['word']} → {e['reading']}" + (f"（×{e['count']}）" if e.get("count", 1) > 1
+                                                                        else "") for e in params["entries"][:5])
+    if "lines" in params:  # reading_book_damaged
+        out["count"] = str(len(params["lines"]))
+        out["lines_zh"] = "、".join(str(line) for line in params["lines"][:10])
     if "instead_of" in params:
         out["instead_zh"] = "你的录音的音色" if params.get("recording") else str(params["instead_of"])
     if "styles" in params:  # instruct_native_reading: how the app reads an instruction
@@ -235,13 +281,25 @@ NOTES_ZH = {
     "voice_preset": "预置音色",
     "voice_native_clone": "原生克隆",
     "voice_instruct_preset": "按指令使用预置音色 {voice}（代替 {instead_of}）",
-    "voice_match_approx": "近似音色匹配：相似度 {before:.2f}（最接近的预置音色 {nearest}）→ {after:.2f}",
-    "voice_match_method": "近似音色匹配",
-    "voice_match_stages": "检查句上的相似度：最佳预置音色 {preset} {preset_similarity:.2f}，风格搜索 "
-                          "{search_similarity:.2f}；采用：{kept}",
-    "voice_match_adaptation_skipped": "未使用共振峰/音高调整：{reason_zh}",
-    "voice_match_reads_badly": "匹配出的音色读{language_zh}不够清楚（离线听写检查中错误率 {error_rate:.0%}）；"
-                               "预置音色读得更清楚",
+    "closest_voice_outside_band": "没有内置音色的音高在参考音频（{prompt_f0_hz:.0f} Hz）的 1.5 倍以内："
+                                  "{voice}（{voice_f0_hz:.0f} Hz）的音高最接近",
+    "closest_voice_no_pitch": "参考音频中测不出音高：{voice} 只凭声音的特点选出",
+    "voice_sound_changed": "这个音色听起来和以前不同：以前是 {before}，现在是最接近的内置音色 {voice}",
+    "instruct_as_controls": "指令按本应用的控制执行：{model_name}（{model}）没有指令模式（只有 "
+                            "CosyVoice-300M-Instruct 能听懂指令）；执行了什么列在指令一栏",
+    # the quality modes (cosyedge.service.reports, .mode_notes)
+    "quality_ignored": "已忽略音质设置：{engine} 引擎没有音质模式（它们调节 CosyVoice 的流匹配参数）",
+    "quality_levers": "音质 {quality}：{levers_zh}；未在真实权重上验证",
+    "quality_not_checked": "音质 {quality}：尚未在此模型上检查（{why_zh}）",
+    "quality_checked": "音质 {quality}：已于 {date} 在此模型上检查：相似度 {similarity:.2f}，{heard_zh}；{outcome_zh}",
+    # the pronunciation dictionary (cosyedge.lexicon)
+    "reading_applied": "已使用读音词典：{applied_zh}",
+    "reading_book_damaged": "读音词典有 {count} 行无法读取（第 {lines_zh} 行），已跳过",
+    "reading_not_supported": "“{word}”的读音（{reading}）未使用：此引擎做不到",
+    "reading_other_language": "“{word}”（{language_zh}）的读音未使用：它周围的文本按{read_as_zh}朗读",
+    # a lesson that stopped at a paragraph (cosyedge.service.lessons)
+    "lesson_paragraph_failed": "第 {paragraph}/{total} 段无法朗读（{reason}）；课文在第 {previous} 段后结束，"
+                               "这部分的音频和字幕是完整的",
     # a native clone's prompt transcript (cosyedge.voices.transcripts)
     "transcript_heard": "离线识别出参考音频文本（置信度 {confidence:.2f}）：“{heard}”；用它做零样本克隆",
     "transcript_unsure": "离线识别参考音频文本的置信度为 {confidence:.2f}，低于零样本克隆所需的 {threshold:.2f}"
@@ -273,6 +331,10 @@ NOTES_ZH = {
     "prompt_text_ignored_no_prompt": "已忽略参考音频文本：它是参考音频的文本，但没有参考音频",
     "prompt_text_ignored_no_clone": "已忽略参考音频文本：{engine} 引擎不能克隆，只凭参考音频的声音选择音色",
 }
+
+
+#: Notes whose own text already carries its Chinese ("closest built-in voice / 最接近的内置音色: ...").
+NOTES_IN_BOTH = frozenset({"voice_closest_builtin"})
 
 
 def chinese_note(note: str) -> str | None:

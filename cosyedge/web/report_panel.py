@@ -1,5 +1,5 @@
-"""The "what the engine did" panel of a generate tab, as Markdown: engine, voice and how it was
-matched, the measured similarity, the instruction applied and not, text not read aloud, a clone's
+"""The "what the engine did" panel of a generate tab, as Markdown: engine, voice and what it is
+(a preset, a native clone, the closest built-in voice with its notes), the measured similarity, the instruction applied and not, text not read aloud, a clone's
 mode and prompt transcript, the fields ignored (in the page's words, :mod:`cosyedge.web.page_words`),
 the audio's length. Everything that can carry user text goes through :func:`plain`."""
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from cosyedge.notes import code_of
+from cosyedge.service.captions import Captions
+from cosyedge.service.pronunciations import READING_NOTES
 from cosyedge.service.requests import TTSResult
 from cosyedge.web.page_words import bilingual_note, page_note
 
@@ -44,10 +46,9 @@ def describe(result: TTSResult) -> str:
     names, the instruction) goes through :func:`plain`."""
     instruct = result.instruct
     voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(bilingual_note(result.voice_match))}"
-    if code_of(result.voice_match) == "voice_match_approx":  # the voice search's figures, before synthesis
-        voice += (" (the voice search's estimate on its own test sentences, not this audio / "
-                  "音色搜索在其测试句上的估计，并非本次音频)")
     lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
+    lines += [f"**Voice note / 音色说明**: {plain(bilingual_note(note))}" for note in result.notes
+              if code_of(note) in VOICE_NOTES]
     if result.similarity is not None:
         lines.append(f"**Similarity of this audio to the prompt (measured) / 本次音频与参考音频的相似度"
                      f"（实测）**: {result.similarity:.2f} ({SIMILARITY_SCALE})")
@@ -64,8 +65,12 @@ def describe(result: TTSResult) -> str:
     for note in result.notes:
         if code_of(note) == "stream_cache_limit":  # what the stream did, not a field ignored
             lines.append(f"**Streaming / 流式**: {plain(bilingual_note(note))}")
+        elif code_of(note) in READING_NOTES:  # what the pronunciation dictionary did
+            lines.append(f"**Pronunciation / 读音**: {plain(bilingual_note(note))}")
+        elif code_of(note) == "lesson_paragraph_failed":
+            lines.append(f"**Lesson stopped / 课文中断**: {plain(bilingual_note(note))}")
     ignored = [note for note in result.notes
-               if code_of(note) not in TRANSCRIPT_NOTES and code_of(note) != "stream_cache_limit"]
+               if code_of(note) not in TRANSCRIPT_NOTES | VOICE_NOTES | OWN_LINE_NOTES]
     if ignored:
         notes = "; ".join(bilingual_note(note, page_note(note)) for note in ignored)
         lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
@@ -73,6 +78,35 @@ def describe(result: TTSResult) -> str:
                  f"{result.sentences} sentence(s), made in {result.seconds:.1f} s / {result.sentences} 句，"
                  f"用时 {result.seconds:.1f} 秒")
     return "\n\n".join(f"- {line}" for line in lines)
+
+
+#: Notes on how a prompt's closest built-in voice was chosen (cosyedge/engines/kokoro/closest_voice.py):
+#: the panel shows them with the voice, not among the ignored fields.
+VOICE_NOTES = frozenset({"closest_voice_outside_band", "closest_voice_no_pitch", "voice_sound_changed"})
+#: Notes with a line of their own, not among the ignored fields.
+OWN_LINE_NOTES = READING_NOTES | {"stream_cache_limit", "lesson_paragraph_failed"}
+#: At most this many cues are listed in the panel; the files hold them all.
+SHOWN_CUES = 40
+
+
+def caption_lines(captions: Captions) -> str:
+    """The panel's captions: each sentence with its time in the audio (the first :data:`SHOWN_CUES`),
+    and whether the WebVTT file carries word timings."""
+    if not captions.cues:
+        return ""
+    words = ("word timings in the WebVTT file / WebVTT 文件含逐词时间" if captions.has_words
+             else "one cue per sentence / 每句一条")
+    lines = [f"\n\n**Captions / 字幕** ({len(captions.cues)} cue(s), {words}; download below / 可在下方下载):"]
+    for cue in captions.cues[:SHOWN_CUES]:
+        lines.append(f"- `{_clock(cue.start)} → {_clock(cue.end)}` {plain(cue.text)}")
+    if len(captions.cues) > SHOWN_CUES:
+        lines.append(f"- … {len(captions.cues) - SHOWN_CUES} more in the files / 其余见字幕文件")
+    return "\n".join(lines)
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(max(0.0, seconds), 60)
+    return f"{int(minutes):02d}:{rest:05.2f}"
 
 
 #: The notes that say how a clone's prompt transcript was found (cosyedge.voices.transcripts): shown with

@@ -27,15 +27,16 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from cosyedge.errors import BusyError, CancelledError, CosyedgeError
 from cosyedge.service.jobs import PHASE_STARTING, Job
 from cosyedge.service.facade import Service
-from cosyedge.service.requests import (PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING, PHASE_SYNTHESIZING,
-                                       PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
+from cosyedge.service.requests import (DEFAULT_QUALITY, PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING,
+                                       PHASE_SYNTHESIZING, PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, download_name,
                                     follow_lesson, lesson_controls, lesson_line, named_download)
 from cosyedge.web.live_player import LIVE_LESSON, LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
+from cosyedge.web.mode_check_panel import label_verdict
 from cosyedge.web.page_words import chinese_reason
-from cosyedge.web.report_panel import describe, plain
+from cosyedge.web.report_panel import caption_lines, describe, plain
 
 if TYPE_CHECKING:  # gradio is heavy; import it only when the page is built
     import gradio as gr
@@ -125,7 +126,7 @@ def _ui_error(exc: CosyedgeError, title: str = CANNOT_GENERATE) -> "gr.Error":
 
 
 #: The page's bilingual words for service phases that take long enough to be read (a new prompt's
-#: voice match on an engine that cannot clone: ~13 s, see docs/benchmarks.md); others show as they are.
+#: encoding on CosyVoice; on Kokoro, about a second); others show as they are.
 PREPARING_VOICE = "preparing the voice (a new prompt takes longer the first time) / 正在准备音色（新的参考音频首次较慢）"
 PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading the model… / 正在加载模型…",
                 PHASE_STARTING: "starting / 正在开始", PHASE_SYNTHESIZING: "synthesizing / 正在合成",
@@ -134,8 +135,8 @@ PHASE_LABELS = {PHASE_PREPARING_VOICE: PREPARING_VOICE, PHASE_LOADING: "loading 
 
 
 async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
-                      progress: Any) -> tuple[str | None, str]:
-    """Submit one request, report position/progress while it runs, return (wav path, panel)."""
+                      progress: Any) -> tuple[str | None, str, list[str] | None]:
+    """Submit one request, report position/progress while it runs, return (wav path, panel, caption files)."""
     job = await _submit(service, tts, request, stream=False)
     return await _follow(service, job, progress)
 
@@ -143,27 +144,40 @@ async def run_request(service: Service, tts: TTSRequest, request: "gr.Request | 
 async def stream_request(service: Service, tts: TTSRequest, request: "gr.Request | None",
                          progress: Any) -> AsyncIterator[tuple[Any, Any, Any]]:
     """Like :func:`run_request` for a generate button with a live player: yields (download player,
-    panel, live player) twice: at once with the player reading the job's stream, then the result."""
+    panel, caption files, live player) twice: at once with the player reading the job's stream, then
+    the result."""
     import gradio as gr
 
     if not (tts.text or "").strip():  # the commonest mistake gets the page's own bilingual words
         raise ui_error(EMPTY_TEXT)
     job = await _submit(service, tts, request, stream=True)
-    yield None, "", live_player(job, tts.text or "")
-    path, panel = await _follow(service, job, progress)
-    yield path, panel, gr.skip()  # the live player keeps playing what it has
+    yield None, "", None, live_player(job, tts.text or "")
+    path, panel, captions = await _follow(service, job, progress)
+    yield path, panel, captions, gr.skip()  # the live player keeps playing what it has
 
 
-#: CosyVoice flow steps offered on the page: upstream's 10, and a fast choice said to be what it is.
-STANDARD_STEPS, FAST_STEPS = 10, 5
-QUALITY_CHOICES = [("standard (10) / 标准 (10)", STANDARD_STEPS),
-                   (f"fast ({FAST_STEPS}): fewer flow steps than upstream's 10, not validated on real weights / "
-                    f"快速 ({FAST_STEPS})：少于官方的 10 步，未在真实权重上验证", FAST_STEPS)]
+#: The page's words for the ``quality`` modes (docs/models.md, "Quality modes"), by mode name; a mode
+#: not listed is shown by its name.
+QUALITY_LABELS = {
+    "exact": "exact: as upstream / 精确（与官方一致）",
+    "balanced": "balanced: faster, not validated on real weights / 均衡：更快，未在真实权重上验证",
+    "live": "live: speaks while it thinks, not validated on real weights / 实时：边想边说，未在真实权重上验证",
+}
 
 
-def flow_steps(quality: int | None) -> int | None:
-    """The request's ``flow_steps`` for the quality choice (None: the model's own, upstream's 10)."""
-    return None if quality in (None, STANDARD_STEPS) else int(quality)
+def quality_choices(service: Service) -> list[tuple[str, str]]:
+    """(label, mode) pairs of the served engine's quality modes (none: the control is hidden); each
+    mode but exact says what the speed-mode check found of it on the served model."""
+    modes = service.quality_modes()
+    verdicts = service.mode_verdicts() if modes else {}
+    return [(QUALITY_LABELS.get(mode, mode) if mode == DEFAULT_QUALITY
+             else label_verdict(QUALITY_LABELS.get(mode, mode), verdicts.get(mode)), mode) for mode in modes]
+
+
+def quality_field(service: Service, quality: str | None) -> str | None:
+    """The request's ``quality`` for the page's choice: None where the served engine has no modes
+    (the hidden control's value must not earn every Kokoro answer an "ignored" note)."""
+    return quality if quality and quality in service.quality_modes() else None
 
 
 async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None", stream: bool) -> Job:
@@ -173,8 +187,9 @@ async def _submit(service: Service, tts: TTSRequest, request: "gr.Request | None
         raise _ui_error(exc) from exc
 
 
-async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str]:
-    """Wait for ``job``, reporting position/progress; (wav path, panel), or raise a gr.Error."""
+async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None, str, list[str] | None]:
+    """Wait for ``job``, reporting position/progress; (wav path, panel with the captions, caption
+    files), or raise a gr.Error."""
     import gradio as gr
 
     def report(job: Job) -> None:
@@ -195,10 +210,17 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
         result: TTSResult = await wait_reporting(service, job, report)
     except CancelledError:
         gr.Info(CANCELLED)
-        return None, CANCELLED
+        return None, CANCELLED, None
     except CosyedgeError as exc:
         raise _ui_error(exc) from exc
-    return (str(result.path) if result.path else None), describe(result)
+    return ((str(result.path) if result.path else None), describe(result) + caption_lines(result.captions),
+            caption_paths(result))
+
+
+def caption_paths(result: Any) -> list[str] | None:
+    """A result's caption files for the page's download box (WebVTT first), None without."""
+    files = getattr(result, "caption_files", None) or {}
+    return [str(files[fmt]) for fmt in ("vtt", "srt") if fmt in files] or None
 
 
 #: Dropdown values of saved voices carry this prefix; presets are plain names (never prefixed).
@@ -239,8 +261,10 @@ def _read_prompt(path: str | None, title: str = CANNOT_GENERATE) -> bytes | None
 
 
 async def lesson_request(service: Service, lesson_path: str | None, per_paragraph: bool, tts: TTSRequest,
-                         request: "gr.Request | None", progress: Any) -> tuple[str | None, str, str | None]:
-    """A tab's "read the lesson": the lesson in ``tts``'s voice and options; (wav, panel, zip)."""
+                         request: "gr.Request | None",
+                         progress: Any) -> tuple[str | None, str, str | None, list[str] | None]:
+    """A tab's "read the lesson": the lesson in ``tts``'s voice and options; (wav, panel, zip,
+    caption files)."""
     import gradio as gr
 
     if not lesson_path:
@@ -252,7 +276,7 @@ async def lesson_request(service: Service, lesson_path: str | None, per_paragrap
         result = await follow_lesson(service, job, progress, PHASE_LABELS)
     except CancelledError:
         gr.Info(CANCELLED)
-        return None, CANCELLED, None
+        return None, CANCELLED, None, None
     except CosyedgeError as exc:
         raise _ui_error(exc, title=CANNOT_READ_LESSON) from exc
     except OSError as exc:  # the upload left the page's cache in between
@@ -264,7 +288,13 @@ async def lesson_request(service: Service, lesson_path: str | None, per_paragrap
 
         archive = await asyncio.to_thread(named_download, result.zip_path,
                                           download_name(lesson_path, "-paragraphs.zip"), get_upload_folder())
-    return str(result.path), describe(result) + lesson_line(result), archive  # type: ignore[arg-type]
+    return (str(result.path), describe(result) + lesson_line(result)  # type: ignore[arg-type]
+            + caption_lines(result.captions), archive, caption_paths(result))
+
+
+#: The clone tab's one line on how to get true cloning, under an engine that cannot clone.
+TRUE_CLONING = ("For true cloning, add a CosyVoice model in the Models tab (docs/models.md) / "
+                "如需真正的声音克隆，请在“模型”标签页添加 CosyVoice 模型（见 docs/models.md）")
 
 
 def capability_notes(service: Service) -> tuple[str, str]:
@@ -280,10 +310,8 @@ def capability_notes(service: Service) -> tuple[str, str]:
     if clone:
         clone_note = f"**{engine}** clones the prompt's voice / 该引擎可克隆参考音频的音色"
     else:
-        clone_note = (f"**{engine}** cannot clone a voice: the prompt is matched to the closest mix of "
-                      "its bundled voices (approximate), and the first use of a new prompt takes "
-                      "longer / 该引擎不能真正克隆：参考音频只会匹配到最接近的内置音色组合（近似），"
-                      "新的参考音频首次使用较慢")
+        clone_note = (f"**{engine}** cannot clone a voice: a prompt picks its closest built-in voice / "
+                      f"该引擎不能克隆：参考音频只会选出最接近的内置音色。{TRUE_CLONING}")
     if instruct:
         instruct_note = f"**{engine}** follows instructions itself / 该引擎可直接理解指令"
         if service.instruct_note():
@@ -352,7 +380,7 @@ def build_ui(service: Service) -> "gr.Blocks":
     """The Blocks for mounting with ``gr.mount_gradio_app`` (see app.py)."""
     import gradio as gr
 
-    from cosyedge.web import history_tab, models_tab, voices_tab
+    from cosyedge.web import history_tab, models_tab, pronunciation_tab, voices_tab
 
     presets = service.presets()
     low, high = SPEED_RANGE
@@ -362,7 +390,7 @@ def build_ui(service: Service) -> "gr.Blocks":
         return (line, line, line) + capability_notes(service)
 
     async def clone(prompt: str | None, prompt_text: str, text: str, saved: str | None, speed: float,
-                    language: str, consent: bool, quality: int | None, request: gr.Request,
+                    language: str, consent: bool, quality: str | None, request: gr.Request,
                     progress: gr.Progress = gr.Progress()):
         prompt_bytes = await asyncio.to_thread(_read_prompt, prompt)
         if prompt:  # the janitor keeps the prompt in the upload cache while the page may reuse it
@@ -374,21 +402,22 @@ def build_ui(service: Service) -> "gr.Blocks":
         tts = TTSRequest(text=text or "", prompt_audio=prompt_bytes, **voice,
                          prompt_text=(prompt_text or "").strip() or None, speed=float(speed),
                          language=language, keep_file=True, consent=bool(consent),
-                         flow_steps=flow_steps(quality))
+                         quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
     async def instruct(instruction: str, voice: str, text: str, speed: float, language: str,
-                       quality: int | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
+                       quality: str | None, request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), instruct=(instruction or "").strip() or None,
-                         speed=float(speed), language=language, keep_file=True, flow_steps=flow_steps(quality))
+                         speed=float(speed), language=language, keep_file=True,
+                         quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
-    async def preset(voice: str, text: str, speed: float, language: str, quality: int | None,
+    async def preset(voice: str, text: str, speed: float, language: str, quality: str | None,
                      request: gr.Request, progress: gr.Progress = gr.Progress()):
         tts = TTSRequest(text=text or "", **voice_fields(voice), speed=float(speed), language=language,
-                         keep_file=True, flow_steps=flow_steps(quality))
+                         keep_file=True, quality=quality_field(service, quality))
         async for update in stream_request(service, tts, request, progress):
             yield update
 
@@ -421,12 +450,12 @@ def build_ui(service: Service) -> "gr.Blocks":
         return await lesson_request(service, lesson, per_paragraph, tts, request, progress)
 
     def wire_lesson(box: Any, fn: Callable, inputs: list, audio: gr.Audio, panel: gr.Markdown,
-                    live: gr.HTML) -> Any:
+                    captions: gr.File, live: gr.HTML) -> Any:
         # The live player first: it silences what it still had scheduled and says that a lesson
         # plays only once it is whole (the line under it said "playing while it is made").
         return box.go.click(lambda: f"{LIVE_LESSON}{time.monotonic_ns()}", inputs=None, outputs=[live],
                             queue=False).then(
-            fn, inputs=[box.file, box.per_paragraph] + inputs, outputs=[audio, panel, box.archive],
+            fn, inputs=[box.file, box.per_paragraph] + inputs, outputs=[audio, panel, box.archive, captions],
             concurrency_id="synthesis", show_progress_on=[panel])
 
     def cancel(request: gr.Request) -> tuple[Any, Any]:
@@ -445,11 +474,12 @@ def build_ui(service: Service) -> "gr.Blocks":
                               elem_id=f"{prefix}-speed")
             language = gr.Dropdown(language_choices(service), value="auto", label="Language / 语言",
                                    elem_id=f"{prefix}-language")
-            quality = gr.Radio(QUALITY_CHOICES, value=STANDARD_STEPS, label="Quality (CosyVoice) / 音质",
-                               elem_id=f"{prefix}-quality")
+            modes = quality_choices(service)
+            quality = gr.Radio(modes, value=service.default_quality if modes else None,
+                               label="Quality (CosyVoice) / 音质", visible=bool(modes), elem_id=f"{prefix}-quality")
         return speed, language, quality
 
-    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML]:
+    def outputs(prefix: str) -> tuple[gr.Button, gr.Button, gr.Audio, gr.Markdown, gr.HTML, gr.File]:
         with gr.Row():
             go = gr.Button("Generate / 生成", variant="primary", elem_id=f"{prefix}-generate")
             stop = gr.Button("Cancel / 取消", variant="stop", elem_id=f"{prefix}-cancel")
@@ -459,11 +489,13 @@ def build_ui(service: Service) -> "gr.Blocks":
                          interactive=False, buttons=["download"], elem_id=f"{prefix}-output")
         panel = gr.Markdown("", label="What the engine did / 引擎实际做了什么",
                             elem_id=f"{prefix}-panel")
-        return go, stop, audio, panel, live
+        captions = gr.File(label="Captions / 字幕 (WebVTT, SRT)", file_count="multiple", interactive=False,
+                           elem_id=f"{prefix}-captions")
+        return go, stop, audio, panel, live, captions
 
     def wire(go: gr.Button, stop: gr.Button, fn: Callable, inputs: list, out: list) -> Any:
-        """``out``: download player, panel, live player (last; Cancel gives it a stop value).
-        Returns the generate event."""
+        """``out``: download player, panel, caption files, live player (last; Cancel gives it a stop
+        value). Returns the generate event."""
         # Progress (and a failed event's "Error" mark) on the panel alone: a refused Generate put a
         # red "Error" badge over the player still holding the last good result, and over the live
         # player's line.
@@ -504,13 +536,14 @@ def build_ui(service: Service) -> "gr.Blocks":
                     save_btn = gr.Button("Save voice / 保存音色", scale=1, elem_id="clone-save")
                 speed_c, lang_c, quality_c = common_inputs("clone")
                 lesson_c = lesson_controls("clone", service.max_lesson_chars)
-                go_c, stop_c, audio_c, panel_c, live_c = outputs("clone")
+                go_c, stop_c, audio_c, panel_c, live_c, captions_c = outputs("clone")
                 generated.append(wire_lesson(lesson_c, clone_lesson, [prompt, prompt_text, saved_c, speed_c, lang_c,
-                                                                     consent], audio_c, panel_c, live_c))
+                                                                     consent], audio_c, panel_c, captions_c,
+                                             live_c))
                 generated.append(wire(go_c, stop_c, clone,
                                       [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c,
                                        consent, quality_c],
-                                      [audio_c, panel_c, live_c]))
+                                      [audio_c, panel_c, captions_c, live_c]))
 
             with gr.Tab("natural-language instruct / 自然语言控制", id="instruct"):
                 status_instruct = gr.Markdown(elem_id="instruct-status")
@@ -524,12 +557,12 @@ def build_ui(service: Service) -> "gr.Blocks":
                                            elem_id="instruct-text")
                 speed_i, lang_i, quality_i = common_inputs("instruct")
                 lesson_i = lesson_controls("instruct", service.max_lesson_chars)
-                go_i, stop_i, audio_i, panel_i, live_i = outputs("instruct")
+                go_i, stop_i, audio_i, panel_i, live_i, captions_i = outputs("instruct")
                 generated.append(wire_lesson(lesson_i, instruct_lesson, [instruction, voice_i, speed_i, lang_i],
-                                             audio_i, panel_i, live_i))
+                                             audio_i, panel_i, captions_i, live_i))
                 generated.append(wire(go_i, stop_i, instruct,
                                       [instruction, voice_i, text_instruct, speed_i, lang_i, quality_i],
-                                      [audio_i, panel_i, live_i]))
+                                      [audio_i, panel_i, captions_i, live_i]))
 
             with gr.Tab("preset voices / 预置音色", id="preset"):
                 status_preset = gr.Markdown(elem_id="preset-status")
@@ -538,15 +571,17 @@ def build_ui(service: Service) -> "gr.Blocks":
                 text_preset = gr.Textbox(label="Text to read / 合成文本", lines=4, elem_id="preset-text")
                 speed_p, lang_p, quality_p = common_inputs("preset")
                 lesson_p = lesson_controls("preset", service.max_lesson_chars)
-                go_p, stop_p, audio_p, panel_p, live_p = outputs("preset")
+                go_p, stop_p, audio_p, panel_p, live_p, captions_p = outputs("preset")
                 generated.append(wire_lesson(lesson_p, preset_lesson, [voice_p, speed_p, lang_p], audio_p, panel_p,
-                                             live_p))
+                                             captions_p, live_p))
                 generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p, quality_p],
-                                      [audio_p, panel_p, live_p]))
+                                      [audio_p, panel_p, captions_p, live_p]))
 
             models = models_tab.build(service, explain=_ui_error)
             my_voices = voices_tab.build(service, explain=_ui_error)
             history_tab.build(service)
+            pronunciation_tab.build(service, explain=_ui_error, voice_choices=lambda: voice_choices(service),
+                                    voice_fields=voice_fields, session=_session)
 
         statuses = [status_clone, status_instruct, status_preset, ability_clone, ability_instruct]
         for event in generated:  # the status line says at once that the job has ended, not up to 2 s later
@@ -581,11 +616,22 @@ def build_ui(service: Service) -> "gr.Blocks":
             codes = {code for _, code in choices}
             return tuple(gr.update(choices=choices, value=c if c in codes else "auto") for c in chosen)
 
-        langs = [lang_c, lang_i, lang_p]
+        def qualities(*chosen: str | None) -> tuple[dict, ...]:
+            """The served engine's quality modes on the three tabs, shown only when it has some."""
+            choices = quality_choices(service)
+            modes = {mode for _, mode in choices}
+            return tuple(gr.update(choices=choices, visible=bool(choices),
+                                   value=c if c in modes else (service.default_quality if choices else None))
+                         for c in chosen)
+
+        langs, qualities_in = [lang_c, lang_i, lang_p], [quality_c, quality_i, quality_p]
         demo.load(languages, inputs=langs, outputs=langs, queue=False)
+        demo.load(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         models.switched.then(languages, inputs=langs, outputs=langs, queue=False)
+        models.switched.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         for event in generated:  # the first job loads the engine: its languages are known from then on
             event.then(languages, inputs=langs, outputs=langs, queue=False, show_progress="hidden")
+            event.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False, show_progress="hidden")
         # the studio tabs: a new model has its own presets; the voice list changed; a saved voice to clone
         models.switched.then(voices, inputs=None, outputs=[saved_c, voice_i, voice_p], queue=False).then(
             status, inputs=None, outputs=statuses, queue=False, show_progress="hidden")

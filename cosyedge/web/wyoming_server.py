@@ -84,6 +84,13 @@ def allowed(peer: str, networks: tuple[Network, ...]) -> bool:
     return address.is_loopback or any(address in net for net in networks)
 
 
+def _saved_description(service: Service, info: Any) -> str:
+    """"saved voice NAME", and on an engine that cannot clone what it is spoken as (the closest
+    built-in voice)."""
+    label = service.saved_voice_label(info)
+    return f"saved voice {info.name}" + (f" ({label})" if label else "")
+
+
 def describe_info(service: Service) -> Info:
     """The ``info`` event: presets then saved voices, each with the engine's languages."""
     languages = [lang for lang in service.languages() if lang != "auto"]
@@ -91,7 +98,7 @@ def describe_info(service: Service) -> Info:
     voices = [TtsVoice(name=p, description=f"preset {p} ({model})", attribution=_ATTRIBUTION,
                        installed=True, version=None, languages=languages)
               for p in service.presets()]
-    voices += [TtsVoice(name=v.id, description=f"saved voice {v.name}", attribution=_ATTRIBUTION,
+    voices += [TtsVoice(name=v.id, description=_saved_description(service, v), attribution=_ATTRIBUTION,
                         installed=True, version=None, languages=languages)
                for v in service.library.list()]
     program = TtsProgram(name="cosyedge", description=f"cosyedge offline speech ({model})",

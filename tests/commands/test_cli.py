@@ -64,6 +64,7 @@ def test_voices_lists_presets(kokoro_models_dir):
     (["speak", "!!!", "-o", "x.wav"], "nothing"),
     (["speak", "hi", "--voice", "nobody", "-o", "x.wav"], "choose one of female_1"),
     (["speak", "hi", "--speed", "3", "-o", "x.wav"], "speed 3.0 is out of range"),
+    (["speak", "hi", "--quality", "fastest", "-o", "x.wav"], "must be one of exact, balanced, live"),
     (["speak", "hi", "--speed", "0.1", "-o", "x.wav"], "speed 0.1 is out of range"),
     (["speak", "-o", "x.wav"], "no text"),
     (["speak", "-f", "/nonexistent.txt", "-o", "x.wav"], "cannot read text file"),

@@ -44,6 +44,8 @@ def test_speak_reports_what_a_model_cannot_do(tiny_cosyvoice_models, tmp_path):
                  "用四川话说，慢一点", "-o", str(tmp_path / "sft.wav"))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "not applied" in run.stdout + run.stderr and (tmp_path / "sft.wav").is_file()
+    assert "instruction read as app controls: CosyVoice-300M-SFT (cosyvoice1-sft-tiny) has no instruct mode" \
+        in run.stdout
     run = _speak(tiny_cosyvoice_models, "cosyvoice1-tiny", "你好。", "--voice", "中文女", "-o", str(tmp_path / "b.wav"))
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "sft mode" in run.stderr and "cosyvoice1-tiny" in run.stderr and not (tmp_path / "b.wav").exists()

@@ -18,7 +18,9 @@ def test_import_then_list(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("  cosyvoice2-int8\tcosyvoice2\tclones a voice; follows instructions")
     assert "weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)" in lines[0]
-    assert lines[1].startswith("* kokoro-int8\tkokoro\tapproximate voice match only")
+    # its manifest has no streaming graphs: what converting it again brings, under its line
+    assert lines[1].startswith("    convert again? converted before streaming: it answers each sentence whole")
+    assert lines[2].startswith("* kokoro-int8\tkokoro\tclosest built-in voice only")
 
 
 def test_a_wrong_sha256_is_one_line_exit_2_and_nothing_appears(tmp_path, capsys):

@@ -41,6 +41,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hift": {"base_channels": 24, "cond_channels": 20},
     },
 }
+#: "unequal": "tiny" with every pair of sizes that upstream lets differ made different: the LLM's
+#: inputs (``llm_input_size``) narrower than its layers, the flow encoder's layers narrower than the
+#: token embedding that feeds them.
+PRESETS["unequal"] = {**PRESETS["tiny"], "llm": {**PRESETS["tiny"]["llm"], "input": 40},
+                      "flow": {**PRESETS["tiny"]["flow"], "encoder_size": 36}}
+#: "blocks": "tiny" with the LLM's widths multiples of 16, so that its step graph stores every product
+#: as MatMulNBits (block 16) at 8 and at 4 bits (the odd "tiny" widths fall back to float products).
+PRESETS["blocks"] = {**PRESETS["tiny"], "llm": {**PRESETS["tiny"]["llm"], "hidden": 48, "units": 64}}
 TEXT_VOCAB = 51866
 SPEECH_VOCAB = 4096
 EOS = SPEECH_VOCAB
@@ -67,12 +75,12 @@ def build_llm(size: str = "tiny", seed: int = 0, eos_bias: float = 0.0):
         selfattention_layer_type="rel_selfattn", use_cnn_module=False, macaron_style=False,
         use_dynamic_chunk=False, use_dynamic_left_chunk=False, static_chunk_size=1)
     llm = TransformerEncoder(
-        input_size=p["hidden"], output_size=p["hidden"], attention_heads=p["heads"], linear_units=p["units"],
+        input_size=p.get("input", p["hidden"]), output_size=p["hidden"], attention_heads=p["heads"], linear_units=p["units"],
         num_blocks=p["blocks"], dropout_rate=0.1, positional_dropout_rate=0.1, attention_dropout_rate=0.0,
         input_layer="linear_legacy", pos_enc_layer_type="rel_pos_espnet", selfattention_layer_type="rel_selfattn",
         static_chunk_size=1)
     model = TransformerLM(
-        text_encoder_input_size=p["text_input"], llm_input_size=p["hidden"], llm_output_size=p["hidden"],
+        text_encoder_input_size=p["text_input"], llm_input_size=p.get("input", p["hidden"]), llm_output_size=p["hidden"],
         text_token_size=TEXT_VOCAB, speech_token_size=SPEECH_VOCAB, length_normalized_loss=True, lsm_weight=0,
         spk_embed_dim=192, text_encoder=text_encoder, llm=llm,
         sampling=functools.partial(ras_sampling, top_p=0.8, top_k=25, win_size=10, tau_r=0.1))
@@ -96,7 +104,7 @@ def build_flow(size: str = "tiny", seed: int = 0):
     p, e = PRESETS[size]["flow"], PRESETS[size]["estimator"]
     torch.manual_seed(seed)
     encoder = ConformerEncoder(
-        input_size=p["input_size"], output_size=p["input_size"], attention_heads=p["heads"], linear_units=p["units"],
+        input_size=p["input_size"], output_size=p.get("encoder_size", p["input_size"]), attention_heads=p["heads"], linear_units=p["units"],
         num_blocks=p["blocks"], dropout_rate=0.1, positional_dropout_rate=0.1, attention_dropout_rate=0.1,
         normalize_before=True, input_layer="linear", pos_enc_layer_type="rel_pos_espnet",
         selfattention_layer_type="rel_selfattn", use_cnn_module=False, macaron_style=False)
@@ -134,7 +142,7 @@ def yaml_text(size: str = "tiny") -> str:
 __set_seed1: !apply:random.seed [1986]
 sample_rate: 22050
 text_encoder_input_size: {llm["text_input"]}
-llm_input_size: {llm["hidden"]}
+llm_input_size: {llm.get("input", llm["hidden"])}
 llm_output_size: {llm["hidden"]}
 spk_embed_dim: 192
 
@@ -187,8 +195,8 @@ flow: !new:cosyvoice.flow.flow.MaskedDiffWithXvec
     vocab_size: 4096
     input_frame_rate: 50
     only_mask_loss: True
-{upstream_yaml.conformer_encoder("encoder.ConformerEncoder", flow["input_size"], flow["heads"], flow["units"],
-                                 flow["blocks"])}\
+{upstream_yaml.conformer_encoder("encoder.ConformerEncoder", flow.get("encoder_size", flow["input_size"]),
+                                 flow["heads"], flow["units"], flow["blocks"], input_size=flow["input_size"])}\
     length_regulator: !new:cosyvoice.flow.length_regulator.InterpolateRegulator
         channels: 80
         sampling_ratios: [1, 1, 1, 1]

@@ -130,6 +130,9 @@ def build_cache(out: Path) -> Path:
     def fill(work: Path) -> dict:
         source = write_tiny_checkpoint(work / "src" / "CosyVoice2-0.5B")["dir"]
         convert(source, tiny_models.models_dir(work) / tiny_models.MODEL_ID, quantize="int8")
+        from tests.helpers.legacy_flow_stream import write_packed_copy  # a model converted before issue 31
+        write_packed_copy(tiny_models.models_dir(work) / tiny_models.MODEL_ID,
+                          tiny_models.legacy_models_dir(work) / tiny_models.PACKED_STREAM_MODEL_ID, source)
         from tests.helpers.cosyvoice1_tiny import convert_all as convert_v1  # the CosyVoice-300M variants
         convert_v1(work / "src" / "v1", tiny_models.models_dir(work))
         return tiny_models.stamp(tiny_models.repo_sources(list(sys.modules.values())))

@@ -37,10 +37,11 @@ class FakeEngine:
 
     def __init__(self, delay: float = 0.0, ballast_mb: int = 0, native_clone: bool = False,
                  native_instruct: bool = False, encode_delay: float = 0.0,
-                 languages: tuple[str, ...] = ("auto", "zh", "en", "ja")) -> None:
+                 languages: tuple[str, ...] = ("auto", "zh", "en", "ja"),
+                 quality_modes: tuple[str, ...] = ()) -> None:
         self.capabilities = Capabilities(native_clone=native_clone, native_instruct=native_instruct,
                                          languages=languages,
-                                         sample_rate=SAMPLE_RATE)
+                                         sample_rate=SAMPLE_RATE, quality_modes=quality_modes)
         self.delay = delay
         self.encode_delay = encode_delay
         # Memory the engine "holds" (like ONNX weights), so unload tests can watch RSS fall.

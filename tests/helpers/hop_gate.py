@@ -11,6 +11,15 @@ from __future__ import annotations
 
 import threading
 
+#: One sentence of 73 text tokens for the tiny CosyVoice-300M models: their LLM stops soon after 2
+#: speech tokens per text token (146), so a streamed request gets one 120-token hop (100 + 20
+#: overlap, upstream's v1 schedule) before the rest.
+LONG_V1_SENTENCE = ("The quick brown fox jumps over the lazy dog while the tiny tokenizer reads this long "
+                    "sentence and then it reads another long clause so that the speech runs for more than "
+                    "one hop of tokens because the small model stops soon after twice as many speech tokens "
+                    "as text tokens in its input so here are a few more plain words to make the sentence "
+                    "long enough for two hops")
+
 
 class HopGate:
     def __init__(self, timeout_s: float = 20.0) -> None:
@@ -24,6 +33,7 @@ class HopGate:
 
     def install(self, monkeypatch) -> "HopGate":  # noqa: ANN001 - pytest's fixture
         from cosyedge.engines.cosyvoice.common import engine as engine_module
+        from cosyedge.engines.cosyvoice.v1 import engine as engine_v1
 
         real = engine_module.stream_hops
 
@@ -34,5 +44,6 @@ class HopGate:
                     self.released_in_time = self._release.wait(self.timeout_s)
                 yield item
 
-        monkeypatch.setattr(engine_module, "stream_hops", gated)
+        for module in (engine_module, engine_v1):  # CosyVoice2/3's engine and CosyVoice-300M's
+            monkeypatch.setattr(module, "stream_hops", gated)
         return self

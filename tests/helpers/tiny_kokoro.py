@@ -2,7 +2,9 @@
 
 audio[t] = (0.1 + |mean(style)|) * sin(0.05 t) for t < 600 * n_tokens / speed: duration grows with the
 token count and shrinks with speed, and the style changes the level, so the engine's plumbing
-(ids, style row, speed, trimming, joining) is observable without the real 92 MB model.
+(ids, style row, speed, trimming, joining) is observable without the real 92 MB model. Built with
+``durations=True`` it also has the runtime graph's ``durations`` output: one 600-sample frame per
+token (true at speed 1), as setup's derived graph has.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class Sentence:
     language: str = "en"
 
 
-def build(path: Path) -> Path:
+def build(path: Path, durations: bool = False) -> Path:
     const = lambda name, value, dtype=np.float32: helper.make_node(  # noqa: E731
         "Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, dtype=dtype), name))
     nodes = [
@@ -59,12 +61,18 @@ def build(path: Path) -> Path:
         helper.make_node("Add", ["style_abs", "base"], ["gain"]),
         helper.make_node("Mul", ["wave", "gain"], ["audio"]),
     ]
+    outputs = [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["audio_length"])]
+    if durations:
+        nodes.append(helper.make_node("Shape", ["tokens"], ["tokens_shape"]))
+        nodes.append(helper.make_node("ConstantOfShape", ["tokens_shape"], ["durations"],
+                                      value=onnx.numpy_helper.from_array(np.array([1], np.int64))))
+        outputs.append(helper.make_tensor_value_info("durations", TensorProto.INT64, [1, "sequence_length"]))
     graph = helper.make_graph(
         nodes, "tiny_kokoro",
         [helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, "sequence_length"]),
          helper.make_tensor_value_info("style", TensorProto.FLOAT, [1, 256]),
          helper.make_tensor_value_info("speed", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["audio_length"])])
+        outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -72,10 +80,11 @@ def build(path: Path) -> Path:
     return path
 
 
-def engine(directory: Path, frontend: object, seed: int = 0, **kwargs) -> KokoroEngine:
-    """A KokoroEngine on the tiny model (built in ``directory``) with random packs from ``seed`` and
-    the test's fake ``frontend``; ``kwargs`` go to KokoroEngine."""
+def engine(directory: Path, frontend: object, seed: int = 0, durations: bool = False, **kwargs) -> KokoroEngine:
+    """A KokoroEngine on the tiny model (built in ``directory``, with the durations output when
+    ``durations``) with random packs from ``seed`` and the test's ``frontend``; ``kwargs`` go to
+    KokoroEngine."""
     rng = np.random.default_rng(seed)
     packs = {name: rng.normal(0, 0.2, (510, 1, 256)).astype(np.float32) for name in PACKS}
-    return KokoroEngine(session=make_session(build(directory / "tiny.onnx"), 1), packs=packs,
+    return KokoroEngine(session=make_session(build(directory / "tiny.onnx", durations), 1), packs=packs,
                         frontend=frontend, **kwargs)

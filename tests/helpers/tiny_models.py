@@ -25,6 +25,10 @@ from tests.helpers import REPO
 
 DEFAULT_OUT = REPO / "test-artifacts" / "tiny-models"
 MODEL_ID = "cosyvoice2-tiny"
+#: The same model with the streamed estimator graph of the first streaming converter (one packed
+#: key/value input, tests/helpers/legacy_flow_stream.py), under ``legacy-models/`` so that nothing
+#: listing ``models/`` sees it.
+PACKED_STREAM_MODEL_ID = "cosyvoice2-tiny-packed-stream"
 #: The tiny checkpoint's two SFT speakers (spk2info.pt), as the presets of the converted model.
 PRESET_NAMES = ("中文女", "英文男")
 STAMP_NAME = "stamp.json"
@@ -41,6 +45,11 @@ class TinyModelsMissing(RuntimeError):
 def models_dir(out: Path = DEFAULT_OUT) -> Path:
     """The ``models/`` directory of a cache (the model is ``models/<MODEL_ID>``)."""
     return Path(out) / "models"
+
+
+def legacy_models_dir(out: Path = DEFAULT_OUT) -> Path:
+    """The cache's ``legacy-models/`` directory (``legacy-models/<PACKED_STREAM_MODEL_ID>``)."""
+    return Path(out) / "legacy-models"
 
 
 def repo_sources(modules: Iterable[object]) -> list[str]:

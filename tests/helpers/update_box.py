@@ -141,7 +141,8 @@ class Box:
         # user data the update must never touch (git-ignored, like on a real box)
         self.data = {"prompts/teacher.wav": b"RIFF-voice", "prompts/library/ms-lee/voice.wav": b"RIFF-lee",
                      "outputs/job1.wav": b"RIFF-out", "outputs/job1.json": b"{}",
-                     "models/kokoro-int8/model.onnx": b"weights", "models/cosyvoice2/llm.onnx": b"llm"}
+                     "models/kokoro-int8/model.onnx": b"weights", "models/cosyvoice2/llm.onnx": b"llm",
+                     "prompts/pronunciations.tsv": "zh\t银行\tyin2 hang2\n".encode()}
         for rel, content in self.data.items():
             (self.app / rel).parent.mkdir(parents=True, exist_ok=True)
             (self.app / rel).write_bytes(content)

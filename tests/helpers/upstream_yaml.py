@@ -67,9 +67,11 @@ flow: !new:cosyvoice.flow.flow.{flow_class}
 """
 
 
-def conformer_encoder(encoder_class: str, size: int, heads: int, units: int, blocks: int) -> str:
+def conformer_encoder(encoder_class: str, size: int, heads: int, units: int, blocks: int,
+                      input_size: int | None = None) -> str:
     """``encoder:`` under ``flow:``: v1's ``encoder.ConformerEncoder`` and v2's
-    ``upsample_encoder.UpsampleConformerEncoder`` (v2 adds its chunk size after these lines)."""
+    ``upsample_encoder.UpsampleConformerEncoder`` (v2 adds its chunk size after these lines);
+    ``size`` wide, reading ``input_size`` (default: ``size``)."""
     return f"""\
     encoder: !new:cosyvoice.transformer.{encoder_class}
         output_size: {size}
@@ -83,7 +85,7 @@ def conformer_encoder(encoder_class: str, size: int, heads: int, units: int, blo
         input_layer: 'linear'
         pos_enc_layer_type: 'rel_pos_espnet'
         selfattention_layer_type: 'rel_selfattn'
-        input_size: {size}
+        input_size: {size if input_size is None else input_size}
         use_cnn_module: False
         macaron_style: False
 """

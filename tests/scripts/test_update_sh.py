@@ -178,6 +178,14 @@ def test_update_touching_user_data_dirs_is_refused(box):
     box.assert_data_untouched()
 
 
+def test_an_update_shipping_a_pronunciation_dictionary_is_refused(box):
+    box.commit("v2", extra={"prompts/pronunciations.tsv": "zh\t银行\tyin2 xing2\n"})
+    result = box.update()
+    assert result.returncode == 5 and "prompts/pronunciations.tsv" in result.stderr
+    assert box.head() == box.v1
+    box.assert_data_untouched()  # the teacher's dictionary among the data
+
+
 def test_nothing_new_is_a_quiet_success(box):
     before = box.serving()
     result = box.update()

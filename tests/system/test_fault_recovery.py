@@ -78,7 +78,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
         client = Client(url, verbose=False, download_files=str(tmp_path / "dl"),
                         analytics_enabled=False)
         text = " ".join(f"Sentence {i}." for i in range(20))
-        job = client.submit("female_1", text, 1.0, "auto", 10, api_name="/preset")  # writes outputs/
+        job = client.submit("female_1", text, 1.0, "auto", None, api_name="/preset")  # writes outputs/
         rest = threading.Thread(target=lambda: _swallow(lambda: httpx.post(
             f"{url}/tts", json={"text": text, "job_id": "rest-1"}, timeout=60)), daemon=True)
         rest.start()
@@ -268,7 +268,7 @@ def test_disk_full_reaches_the_page_as_a_message(make_service, web_settings, liv
                     analytics_enabled=False)
     try:
         with pytest.raises(Exception, match="is full"):
-            client.predict("female_1", "Hello.", 1.0, "auto", 10, api_name="/preset")
+            client.predict("female_1", "Hello.", 1.0, "auto", None, api_name="/preset")
     finally:
         client.close()
     assert httpx.get(server.url + "/health").json()["status"] == "ok"

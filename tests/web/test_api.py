@@ -40,7 +40,7 @@ def test_tts_extensions_are_reported_honestly(server):
                    timeout=30)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["voice"] == "prompt audio" and body["voice_match"] == "approximate voice match"
+    assert body["voice"] == "prompt audio" and body["voice_match"] == "closest built-in voice / 最接近的内置音色"
     assert -1.0 <= body["similarity"] <= 1.0
     assert body["instruct"]["applied"] == ["emotion 'happy' ('开心') approximated by speed ×1.08, "
                                            "pitch +1.0 st"]

@@ -32,13 +32,13 @@ def steps_seen(monkeypatch) -> list[int | None]:
     seen: list[int | None] = []
     whole, stream = FlowDecoder.__call__, FlowDecoder.stream
 
-    def spy_whole(self, tokens, prompt_tokens, prompt_mel, embedding, n_timesteps=None):  # noqa: ANN001
+    def spy_whole(self, tokens, prompt_tokens, prompt_mel, embedding, n_timesteps=None, **levers):  # noqa: ANN001
         seen.append(n_timesteps)
-        return whole(self, tokens, prompt_tokens, prompt_mel, embedding, n_timesteps)
+        return whole(self, tokens, prompt_tokens, prompt_mel, embedding, n_timesteps, **levers)
 
-    def spy_stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps=None):  # noqa: ANN001
+    def spy_stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps=None, **levers):  # noqa: ANN001
         seen.append(n_timesteps)
-        return stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps)
+        return stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps, **levers)
 
     monkeypatch.setattr(FlowDecoder, "__call__", spy_whole)
     monkeypatch.setattr(FlowDecoder, "stream", spy_stream)

@@ -113,7 +113,7 @@ def test_bad_uploads_through_the_page_give_an_error_message(real_server, name, t
                     analytics_enabled=False)
     try:
         with pytest.raises(Exception) as info:
-            client.predict(handle_file(str(path)), "", "Hello.", None, 1.0, "auto", True, 10,
+            client.predict(handle_file(str(path)), "", "Hello.", None, 1.0, "auto", True, None,
                            api_name="/clone")
     finally:
         client.close()

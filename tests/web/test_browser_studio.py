@@ -22,7 +22,7 @@ from cosyedge.service.requests import TTSRequest
 from tests.helpers.fake_engine import FakeEngine
 from tests.helpers.model_folders import COSYVOICE_LICENCE, make_model
 from tests.helpers.waiting import wait_until
-from tests.web.test_browser import ARTIFACTS, TABS, browser, generate, open_page, toast_texts  # noqa: F401
+from tests.web.test_browser import ARTIFACTS, TABS, browser, generate, open_page, open_tab, toast_texts  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -229,7 +229,7 @@ def test_replay_and_download_a_history_item(browser, make_service, live_server, 
     context, page, _ = open_page(browser, server.url)
     try:
         made, _ = generate(page, "preset", "The history of the moon. Second sentence.")
-        page.get_by_role("tab", name=STUDIO_TABS["history"]).click()
+        open_tab(page, STUDIO_TABS["history"])  # with the Pronunciation tab, History may be under "More tabs"
         notice = page.locator("#history-notice")
         expect(notice).to_contain_text("Shared by everyone on this box", timeout=15_000)
         expect(notice).to_contain_text("stored on the box")

@@ -27,7 +27,14 @@ def test_a_lesson_is_queued_and_its_wav_and_zip_fetched(server):
         samples, rate = sf.read(io.BytesIO(audio.content))
         assert rate == 24000 and len(samples) > rate
         with zipfile.ZipFile(io.BytesIO(client.get(body["zip"]).content)) as archive:
-            assert len(archive.namelist()) == 3
+            assert sorted(n.rsplit(".", 1)[1] for n in archive.namelist()) == ["srt"] * 3 + ["vtt"] * 3 + ["wav"] * 3
+        vtt = client.get(body["captions"])
+        assert vtt.status_code == 200 and vtt.headers["content-type"].startswith("text/vtt")
+        assert vtt.text.startswith("WEBVTT") and "They carry water." in vtt.text
+        srt = client.get(f"/lessons/{body['job_id']}/captions", params={"format": "srt"})
+        assert srt.text.count(" --> ") == vtt.text.count(" --> ") == 4  # one cue per sentence (the heading too)
+        bad = client.get(f"/lessons/{body['job_id']}/captions", params={"format": "ass"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "captions_format_unknown"
 
 
 def test_a_running_lesson_answers_202_with_its_progress(server, fake_factory):

@@ -33,10 +33,13 @@ def test_the_handler_returns_the_wav_the_panel_and_the_zip(make_service, fake_fa
     lesson = tmp_path / "l.txt"
     lesson.write_text("One. Two. Three.\n\nFour. Five. Six.\n\nSeven. Eight. Nine.", encoding="utf-8")
     progress = Progress()
-    wav, panel, archive = asyncio.run(lesson_request(service, str(lesson), True,
-                                                     TTSRequest(text="", speaker="child"), SESSION, progress))
+    wav, panel, archive, captions = asyncio.run(lesson_request(service, str(lesson), True,
+                                                               TTSRequest(text="", speaker="child"), SESSION,
+                                                               progress))
     assert Path(wav).is_file() and Path(archive).suffix == ".zip"
     assert "3 paragraph(s)" in panel and "child" in panel
+    assert "(9 cue(s)" in panel and [Path(p).suffix for p in captions] == [".vtt", ".srt"]
+    assert Path(captions[0]).read_text("utf-8").count(" --> ") == 9
     descs = [desc for _, desc in progress.calls if desc]
     assert {d.split(",")[0] for d in descs if d.startswith("paragraph")} >= {"paragraph 2/3", "paragraph 3/3"}, descs
 

@@ -12,7 +12,7 @@ from cosyedge.engines.base import Capabilities, SynthesisOptions
 from cosyedge.errors import error_codes
 from cosyedge.instruct.plan import apply_plan, plan
 from cosyedge.notes import NOTE_CODES, Note
-from cosyedge.web.page_words import NOTES_ZH, REASONS_ZH, ZH_IN_MESSAGE, bilingual_note, chinese_note
+from cosyedge.web.page_words import NOTES_IN_BOTH, NOTES_ZH, REASONS_ZH, ZH_IN_MESSAGE, bilingual_note, chinese_note
 
 #: Refusals no page shows: REST/OpenAI body checks, Wyoming events, job routes, the converter, the
 #: base kinds (raised without a finer code only where a page never calls), cancellations (the page
@@ -26,7 +26,8 @@ NOT_ON_PAGE = {
     "prompt_not_base64", "text_not_string", "speed_not_number", "instruct_not_string", "job_id_invalid",
     "job_id_in_use", "job_unknown", "job_stream_unknown", "job_stream_released", "lesson_unknown",
     "response_format_unknown", "model_not_loaded", "voice_type_unsupported", "consent_reference_invalid",
-    "request_body_over_limit", "request_body_too_large", "model_version_unknown",
+    "request_body_over_limit", "request_body_too_large", "model_version_unknown", "quality_unknown",
+    "quality_lever_out_of_range", "invalid_reading",
     # the page's controls: a slider, a radio, a dropdown of known languages
     "speed_out_of_range", "flow_steps_out_of_range", "language_unknown", "instruct_too_long",
     # cancellations, the converter (a shell command), Wyoming
@@ -58,7 +59,7 @@ def test_every_refusal_a_page_can_meet_has_chinese():
 
 def test_every_note_the_panel_shows_has_chinese():
     assert set(NOTES_ZH) <= set(NOTE_CODES), sorted(set(NOTES_ZH) - set(NOTE_CODES))
-    assert set(NOTE_CODES) - OWN_WORDS - set(NOTES_ZH) == set()
+    assert set(NOTE_CODES) - OWN_WORDS - NOTES_IN_BOTH - set(NOTES_ZH) == set()
 
 
 def test_the_instructions_below_reach_every_instruct_note():
@@ -70,7 +71,57 @@ def test_the_instructions_below_reach_every_instruct_note():
                        apply_plan(embedded, SynthesisOptions(), "male_1").plan,
                        plan(instruction, NATIVE, native_format=lambda text: text)):
             seen |= {note.code for note in (result.message, *result.applied, *result.not_supported)}
-    assert {code for code in NOTE_CODES if code.startswith("instruct_")} - seen == set()
+    planned = {code for code in NOTE_CODES if code.startswith("instruct_")} - {"instruct_as_controls"}  # v1's own
+    assert planned - seen == set()
+
+
+#: Params as each other note's site passes them (its English is not needed: the page never reads it).
+SITE_PARAMS = {
+    "voice_preset": {}, "voice_native_clone": {},
+    "voice_instruct_preset": {"voice": "male_1", "instead_of": "female_1"},
+    "closest_voice_outside_band": {"voice": "jm_kumo", "prompt_f0_hz": 60.0, "voice_f0_hz": 95.0},
+    "closest_voice_no_pitch": {"voice": "jf_alpha"},
+    "voice_sound_changed": {"before": "female_2", "voice": "female_1"},
+    "instruct_as_controls": {"mode": "instruct", "model": "cosyvoice-300m", "model_name": "CosyVoice-300M"},
+    "quality_ignored": {"engine": "kokoro", "quality": "fast"},
+    "quality_levers": {"quality": "fast", "levers": ("flow_steps", "cfg_steps"), "flow_steps": 5, "cfg_steps": 0,
+                       "left_chunks": 4, "first_hop_tokens": None},
+    "quality_not_checked": {"quality": "fast", "stale": True},
+    "quality_checked": {"quality": "fast", "date": "2026-12-05", "similarity": 0.91, "intelligibility_delta": -1.5,
+                        "recommended": True, "voice": "female_1", "same_voice": True},
+    "reading_applied": {"entries": [{"word": "银行", "reading": "yin2 hang2", "count": 2, "inline": False}],
+                        "engine": "kokoro"},
+    "reading_book_damaged": {"lines": [3, 7]},
+    "reading_not_supported": {"word": "GIF", "language": "en", "reading": "JH IH1 F", "engine": "fake",
+                              "why": "no phonemes"},
+    "reading_other_language": {"word": "行", "language": "zh", "read_as": "ja"},
+    "lesson_paragraph_failed": {"paragraph": 3, "total": 9, "reason": "job_failed"},
+    "transcript_heard": {"heard": "你好", "confidence": 0.9},
+    "transcript_unsure": {"heard": "你好", "confidence": 0.5, "threshold": 0.8},
+    "transcript_not_heard": {}, "transcript_unavailable": {"reason": "no recognizer"},
+    "tag_not_read": {"tag": "[fr]"}, "emoji_not_read": {"count": 2, "shown": "😀, 🎉"},
+    "symbols_not_read": {"count": 1, "shown": "§"}, "script_not_read": {"count": 5, "script": "Hangul", "shown": "안녕"},
+    "language_not_applied": {"language": "ja", "count": 3, "read_as": "en"},
+    "flow_steps_standard": {"steps": 10}, "flow_steps_fast": {"steps": 5}, "flow_steps_ignored": {"engine": "kokoro"},
+    "stream_cache_limit": {"sentence": 2, "budget_mb": 64.0},
+    "prompt_clipping": {}, "prompt_silence_trimmed": {"seconds": 1.2},
+    "prompt_cut": {"kept": 10.0, "seconds": 25.0, "maximum": 20.0}, "prompt_low_level": {"dbfs": -41.0},
+    "prompt_channels_cancel": {},
+    "prompt_audio_ignored": {"voice_id": "ms-lee"},
+    "speaker_ignored_saved_voice": {"speaker": "male_1", "voice_id": "ms-lee"},
+    "speaker_ignored_prompt_audio": {"speaker": "male_1"}, "prompt_text_ignored_saved_voice": {},
+    "prompt_text_ignored_no_prompt": {}, "prompt_text_ignored_no_clone": {"engine": "kokoro"},
+}
+
+
+def test_every_other_note_fills_its_chinese_from_its_sites_params(caplog):
+    caplog.set_level(logging.WARNING)
+    others = {code for code in NOTES_ZH if code not in SITE_PARAMS and code.startswith("instruct_")}
+    assert set(NOTES_ZH) - set(SITE_PARAMS) == others  # every note outside the plans has params here
+    for code, params in SITE_PARAMS.items():
+        chinese = chinese_note(Note("english", code=code, **params))
+        assert chinese and "{" not in chinese, code
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
 
 
 @pytest.mark.parametrize("instruction", INSTRUCTIONS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -45,7 +46,7 @@ def test_progress_reports_position_then_sentences(make_service, web_settings, fa
     service.submit(TTSRequest(text="One. Two."))
     progress = Progress()
     tts = TTSRequest(text="Three. Four. Five.", keep_file=True)
-    path, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="a"), progress))
+    path, panel, captions = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="a"), progress))
     descs = [d for _, d in progress.calls if d]
     assert any("position 1" in d for d in descs), descs
     sentences = [d for d in descs if "sentence" in d]
@@ -53,6 +54,9 @@ def test_progress_reports_position_then_sentences(make_service, web_settings, fa
     assert sentences[-1] == "sentence 3/3 / 第 3/3 句", sentences  # the one being made, never 4/3
     assert path and path.endswith(".wav")
     assert "3 sentence(s)" in panel and "female_1" in panel
+    # the captions: listed in the panel with their times, and both files offered for download
+    assert "**Captions / 字幕** (3 cue(s)" in panel and "` Four.\n" in panel + "\n"
+    assert [Path(p).suffix for p in captions] == [".vtt", ".srt"] and Path(captions[0]).stem == Path(path).stem
 
 
 def test_page_builds_and_queue_agrees_with_jobqueue(make_service):
@@ -201,19 +205,24 @@ def _user_part(panel: str) -> str:
     return re.sub(r"\*\*[^*<>\[\]]+\*\*", "", panel)
 
 
-def test_panel_says_which_similarity_was_measured_on_this_audio():
+def test_panel_names_the_closest_built_in_voice_and_the_similarity_measured_on_this_audio():
+    from cosyedge.engines.base import closest_builtin
     from cosyedge.notes import Note
     from cosyedge.web.report_panel import describe
 
-    match = Note("approximate voice match: similarity 0.31 (nearest preset female_1) -> 0.50",
-                 code="voice_match_approx", method="approximate voice match", before=0.31,
-                 nearest="female_1", after=0.50)
-    panel = describe(result_with(voice="prompt audio", similarity=0.49, voice_match=match))
+    changed = Note("this voice sounds different from before: it was made by the approximate voice match, which "
+                   "is gone; it is now the closest built-in voice female_2", code="voice_sound_changed",
+                   before="approximate voice match", voice="female_2")
+    panel = describe(result_with(voice="prompt audio", similarity=0.49, voice_match=closest_builtin("female_2"),
+                                 notes=[changed]))
     voice_line = next(line for line in panel.split("\n\n") if "Voice / 音色" in line)
     measured = next(line for line in panel.split("\n\n") if "0.49" in line)
-    assert "estimate" in voice_line and "not this audio" in voice_line
+    assert "closest built-in voice / 最接近的内置音色: female&#95;2" in voice_line or \
+        "closest built-in voice / 最接近的内置音色: female_2" in voice_line
     assert "measured" in measured and "this audio" in measured and "0.88-0.93" in measured
-    assert "estimate" not in describe(result_with())  # a preset has no search figures
+    assert "sounds different from before" in next(line for line in panel.split("\n\n") if "Voice note" in line)
+    assert "Ignored" not in panel  # a voice note is no field ignored
+    assert "estimate" not in panel
 
 
 def test_panel_lists_text_not_read_and_fields_ignored():
@@ -221,15 +230,15 @@ def test_panel_lists_text_not_read_and_fields_ignored():
     from cosyedge.web.report_panel import describe
 
     skipped = ["5 Hangul characters not read (<b>안녕하세요</b>)"]
-    notes = [Note("prompt_text ignored: the kokoro engine cannot clone; it matches the voice from the sound "
-                  "of prompt_audio alone, without its transcript", code="prompt_text_ignored_no_clone",
+    notes = [Note("prompt_text ignored: the kokoro engine cannot clone; it chooses the closest built-in voice "
+                  "from the sound of prompt_audio alone", code="prompt_text_ignored_no_clone",
                   engine="kokoro")]
     panel = describe(result_with(skipped=skipped, notes=notes))
     not_read = next(line for line in panel.split("\n\n") if "Not read aloud / 未朗读" in line)
     ignored = next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line)
     assert "<b>" not in not_read and "안녕하세요" in not_read  # user text, shown as text
     # in the page's words, not the REST field names
-    assert "the prompt transcript ignored: the kokoro engine cannot clone; it matches the voice" in ignored
+    assert "the prompt transcript ignored: the kokoro engine cannot clone; it chooses the closest" in ignored
     assert "from the sound of the prompt audio alone" in ignored
     assert "prompt_text" not in ignored and "prompt_audio" not in ignored
     plain_panel = describe(result_with())
@@ -359,7 +368,7 @@ def test_a_prompt_gone_from_gradios_cache_is_a_clear_error(make_service, live_se
         served = httpx.post(server.url + "/gradio_api/upload", files={"files": upload}).json()[0]
 
     def generate() -> str:
-        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, 10]
+        data = [{"path": served, "meta": {"_type": "gradio.FileData"}}, "", "Hello.", None, 1.0, "auto", True, None]
         event = httpx.post(server.url + "/gradio_api/call/clone", json={"data": data}).json()["event_id"]
         return httpx.get(f"{server.url}/gradio_api/call/clone/{event}", timeout=60).text
 
@@ -581,7 +590,7 @@ def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
     saved = service.save_voice("Ms Lee", prompt, "hello", consent=True)
 
     def ignored(tts: TTSRequest) -> str:
-        _, panel = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="n"), Progress()))
+        _, panel, _ = asyncio.run(run_request(service, tts, SimpleNamespace(session_hash="n"), Progress()))
         return html.unescape(next(line for line in panel.split("\n\n") if "Ignored / 已忽略" in line))
 
     assert ignored(TTSRequest(text="Hi.", voice_id=saved.id, consent=True, prompt_audio=prompt,
@@ -593,9 +602,9 @@ def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
     assert ignored(TTSRequest(text="Hi.", consent=True, prompt_audio=prompt, speaker="male_1",
                               prompt_text="hello")).endswith(
         "the voice 'male_1' ignored: the voice comes from the prompt audio / 已忽略音色“male_1”：音色来自参考"
-        "音频; the prompt transcript ignored: the fake engine cannot clone; it matches the voice from the "
-        "sound of the prompt audio alone, without its transcript / 已忽略参考音频文本：fake 引擎不能克隆，只凭"
-        "参考音频的声音选择音色")
+        "音频; the prompt transcript ignored: the fake engine cannot clone; it chooses the closest built-in "
+        "voice from the sound of the prompt audio alone / 已忽略参考音频文本：fake 引擎不能克隆，只凭参考音频的"
+        "声音选择音色")
 
 
 def test_the_language_dropdowns_offer_the_loaded_engines_languages(make_service, fake_factory):
@@ -628,3 +637,31 @@ def test_the_language_dropdowns_offer_the_loaded_engines_languages(make_service,
     kokoro = languages.fn("ko", "ja", "auto")
     assert all(offered(u) == ["auto", "zh", "en", "ja"] for u in kokoro)
     assert [u["value"] for u in kokoro] == ["auto", "ja", "auto"]
+
+
+def test_the_quality_control_shows_only_while_the_served_engine_has_modes(make_service, fake_factory):
+    """One quality control per generate tab: hidden on an engine without modes (Kokoro), showing the
+    modes with the server's default once a CosyVoice-like engine has loaded; the request carries the
+    choice only where it means something."""
+    from cosyedge.service.requests import QUALITY_NAMES
+    from cosyedge.web.ui import quality_field
+
+    service = make_service()
+    demo = build_ui(service)
+    events = [f for f in demo.fns.values() if getattr(f.fn, "__name__", None) == "qualities"]
+    assert events, "no event refreshes the quality controls"
+    assert [getattr(o, "elem_id", None) for o in events[0].outputs] == [
+        "clone-quality", "instruct-quality", "preset-quality"]
+    qualities = events[0]
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    hidden = qualities.fn(None, None, None)
+    assert all(u["visible"] is False and u["choices"] == [] for u in hidden)
+    assert quality_field(service, "live") is None  # a hidden control's value never reaches the request
+
+    fake_factory.engine_kwargs["quality_modes"] = QUALITY_NAMES
+    service.holder.unload()
+    assert service.submit(TTSRequest(text="Hi.")).wait(10)
+    shown = qualities.fn("live", None, "nonsense")
+    assert all(u["visible"] is True and [m for _, m in u["choices"]] == list(QUALITY_NAMES) for u in shown)
+    assert [u["value"] for u in shown] == ["live", "exact", "exact"]  # exact: the server's default
+    assert quality_field(service, "live") == "live"

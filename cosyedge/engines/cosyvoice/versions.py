@@ -36,6 +36,10 @@ class VersionDescription(Protocol):
     def format_instruction(self, text: str) -> str:
         """A cleaned instruction (no special tokens) in the prompt format this version's LLM reads."""
 
+    def spell_reading(self, entry: Any) -> tuple[str | None, str]:
+        """What the LLM reads in place of a pronunciation entry's word (``lexicon.entries.Entry``),
+        or None and why this version cannot honour it (``common.readings``)."""
+
 
 class Cosy2FormDescription(VersionDescription, Protocol):
     """What a version run by the CosyVoice2-form engine adds (v2 is the form; v3 follows it)."""

@@ -3,7 +3,7 @@
 Responsible for turning phoneme ids + a 256-d style vector into audio; language handling lives in
 the frontend, voice packs in ``presets``, and the calls in flight (an engine-wide limit on runs at
 once, chunks in order) in ``pipeline``. It cannot clone or follow instructions natively and its
-Capabilities say so; ``encode_prompt`` delegates to the approximate voice match.
+Capabilities say so; ``encode_prompt`` chooses the closest built-in voice (``closest_voice``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import numpy as np
 
 from cosyedge.config import Settings
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
-                                   TextAnalysis, VoicePrompt)
-from cosyedge.engines.kokoro import adapt, crop, fused_runtime, model_files, presets
+                                   TextAnalysis, VoicePrompt, WordTiming)
+from cosyedge.engines.kokoro import closest_voice, crop, fused_runtime, model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
 from cosyedge.engines.kokoro.sessions import Session, make_session
-from cosyedge.engines.kokoro.silence import trim_silence
+from cosyedge.engines.kokoro.silence import speech_bounds
 from cosyedge.errors import EngineError, ModelMissingError, ParameterError
 from cosyedge.catalog.manifest import manifest_identity, read_manifest, verify_files
 from cosyedge.text import langid
@@ -110,6 +110,33 @@ def call_cost(n_phonemes: int, speed: float) -> float:
     return n_phonemes / speed if speed > 0 else float(n_phonemes)
 
 
+def output_names(session: Any) -> list[str]:
+    """A session's output names (a fused runner's or onnxruntime's); [] when it does not say."""
+    names = getattr(session, "output_names", None)
+    if names:
+        return list(names)
+    outputs = getattr(session, "get_outputs", None)
+    return [o.name for o in outputs()] if callable(outputs) else []
+
+
+def word_timings(words: Sequence[tuple[str, int, int]], durations: np.ndarray, first: int, length: int,
+                 sample_rate: int) -> tuple[WordTiming, ...]:
+    """When each word of a call is heard in the chunk: ``words`` are (text, first symbol, end symbol)
+    in the call's phonemes, ``durations`` the model's frames per token (pad, symbols..., pad),
+    ``first`` the sample of the uncropped call where the chunk starts (crop offset + trimmed
+    silence), ``length`` the chunk's samples. Words wholly outside the chunk are left out."""
+    edges = np.concatenate([[0], np.cumsum(durations.astype(np.int64))]) * model_files.SAMPLES_PER_FRAME
+    timed = []
+    for text, start, end in words:
+        if end > len(durations) - 2 or start >= end:
+            continue
+        a = min(max(int(edges[start + 1]) - first, 0), length)  # +1: the leading pad token
+        b = min(max(int(edges[end + 1]) - first, 0), length)
+        if b > a:
+            timed.append(WordTiming(text, a / sample_rate, b / sample_rate))
+    return tuple(timed)
+
+
 @dataclass
 class KokoroEngine:
     """Kokoro-82M behind the Engine protocol; build it with :meth:`load`."""
@@ -125,11 +152,6 @@ class KokoroEngine:
     parallel_runs: int = MAX_PARALLEL_RUNS
     overlap: Overlap = DEFAULT_OVERLAP
     look_ahead_budget: float = LOOK_AHEAD_BUDGET
-    #: Run the listening check on every approximate match (seconds; off in tests of other things).
-    check_reading: bool = True
-    #: The listener of that check, ``transcribe(audio, sample_rate, language)``: the service hands
-    #: its one recognizer's in (:meth:`listen_with`); without one the check is not run.
-    transcribe: Callable[..., Any] | None = None
     runs: RunSlots = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -170,34 +192,48 @@ class KokoroEngine:
 
     def style_pack(self, voice: str | VoicePrompt, language: str | None = None) -> np.ndarray:
         """[510, 1, 256] style pack for a preset name (its recipe for ``language``, see ``presets``)
-        or an encoded (approximate-match) prompt."""
+        or an encoded prompt: its closest built-in voice (``closest_voice``), read as that preset; a
+        prompt that carries a style of its own (``arrays["style"]``: the benches' blends) reads that."""
         if isinstance(voice, VoicePrompt):
-            if voice.engine != self.name or "style" not in voice.arrays:
-                raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, "
-                                     f"not for {self.name}; encode the prompt again")
-            if voice.meta.get("preset_voice") in presets.PRESETS:  # the match kept a preset
+            if voice.engine == self.name and voice.meta.get("preset_voice") in presets.PRESETS:
                 return presets.preset_pack(self.packs, voice.meta["preset_voice"], language)
-            return voice.arrays["style"].astype(np.float32)
+            if voice.engine == self.name and "style" in voice.arrays:
+                return voice.arrays["style"].astype(np.float32)
+            raise ParameterError(f"this voice was encoded for {voice.engine}/{voice.model_id}, not for "
+                                 f"{self.name}; encode the prompt again")
         return presets.preset_pack(self.packs, voice, language)
 
     def infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
         """One model call: ids (≤ 510) + the pack row for that length -> float32 audio. It counts
-        against the engine's run limit like a job's next sentence (voice match calls this)."""
+        against the engine's run limit like a job's next sentence."""
         with self.runs.hold(Ticket(cost=call_cost(len(token_ids), speed), urgent=True)):
             return self._infer(token_ids, pack, speed)
 
     def _infer(self, token_ids: Sequence[int], pack: np.ndarray, speed: float) -> np.ndarray:
         """The model call itself; the caller holds a run slot."""
+        return self._infer_timed(token_ids, pack, speed)[0]
+
+    def _infer_timed(self, token_ids: Sequence[int], pack: np.ndarray,
+                     speed: float) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """The model call: audio, the per-token durations when the runtime graph gives them (with
+        the two pads), and where the returned audio starts in the uncropped call (the generator input
+        crop's offset; 0 without it)."""
         if not token_ids:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.float32), None, 0
         if len(token_ids) > MAX_PHONEMES:
             raise EngineError(f"sentence has {len(token_ids)} phonemes; the model takes at most {MAX_PHONEMES}")
         style = pack[min(len(token_ids), len(pack)) - 1].reshape(1, 256)
         feeds = {"tokens": np.array([[0, *token_ids, 0]], dtype=np.int64),
                  "style": np.ascontiguousarray(style, dtype=np.float32),
                  "speed": np.array([speed], dtype=np.float32)}
-        audio = self.session.run(None, feeds)[0]
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        names = output_names(self.session)
+        wanted = [name for name in (model_files.DURATIONS_OUTPUT, crop.OFFSET_OUTPUT) if name in names]
+        values = self.session.run([names[0], *wanted] if names else None, feeds)
+        got = dict(zip(wanted, values[1:]))
+        durations = got.get(model_files.DURATIONS_OUTPUT)
+        offset = int(np.asarray(got.get(crop.OFFSET_OUTPUT, 0)).reshape(-1)[0])
+        return (np.asarray(values[0], dtype=np.float32).reshape(-1),
+                None if durations is None else np.asarray(durations).reshape(-1), offset)
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """The frontend's one pass: the sentences :meth:`synthesize` reads, what it will not read
@@ -215,10 +251,6 @@ class KokoroEngine:
         sentences = (text.sentences if isinstance(text, TextAnalysis)
                      else self.frontend.sentences(text, options.language))
         total = len(sentences)
-        # A matched voice's formant/pitch-range adaptation (voice_match), applied to each chunk alike.
-        adaptation = None
-        if isinstance(voice, VoicePrompt):
-            adaptation = adapt.Adaptation.from_meta(voice.meta.get("adaptation"))
         calls = []
         packs: dict[str, np.ndarray] = {}  # a preset may read each language with its own recipe
         for index, sentence in enumerate(sentences):
@@ -228,68 +260,59 @@ class KokoroEngine:
             pack = packs[language]
             ids = self.frontend.token_ids(sentence.phonemes)
             calls.append(Call(cost=call_cost(len(ids), options.speed),
-                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed,
-                                          adaptation)))
+                              run=partial(self._chunk, sentence, ids, index, total, pack, options.speed)))
         for chunk in in_order(calls, self.runs, self.parallel_runs, self.overlap, cancelled):
             yield chunk
             if progress is not None:
                 progress(chunk.index + 1, total)
 
     def _chunk(self, sentence: Any, ids: list[int], index: int, total: int, pack: np.ndarray,
-               speed: float, adaptation: adapt.Adaptation | None = None) -> AudioChunk:
+               speed: float) -> AudioChunk:
         """One sentence's call and its chunk (run by the pipeline, holding a run slot)."""
-        audio = self._infer(ids, pack, speed)
+        audio, durations, offset = self._infer_timed(ids, pack, speed)
         pause = None
-        if not getattr(sentence, "ends_sentence", True):
+        ends = getattr(sentence, "ends_sentence", True)
+        if not ends:
             pause = CLAUSE_PAUSE_S.get(getattr(sentence, "language", "en"), CLAUSE_PAUSE_S["en"])
         sr = self.capabilities.sample_rate
-        audio = adapt.apply(trim_silence(audio, sr), sr, adaptation)
-        return AudioChunk(audio=np.clip(audio, -1.0, 1.0), sample_rate=sr,
-                          text=sentence.text, index=index, total=total, pause_after_s=pause)
+        start, end = speech_bounds(audio, sr)
+        audio = audio[start:end]
+        words = ()
+        if durations is not None:
+            words = word_timings(getattr(sentence, "words", ()), durations, offset + start, audio.size, sr)
+        return AudioChunk(audio=np.clip(audio, -1.0, 1.0), sample_rate=sr, text=sentence.text, index=index,
+                          total=total, pause_after_s=pause, ends_sentence=ends, words=words)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
-        """Approximate voice match (Kokoro cannot clone): pick/blend packs closest to the prompt;
-        then, when ``check_reading``, the listening check of how clearly the match reads each language
-        (``meta["reading_errors"]``: error rate per language; the service notes the bad ones)."""
-        from cosyedge.engines.kokoro import voice_match
+        """The closest built-in voice (Kokoro cannot clone): a preset chosen by the prompt's pitch and
+        d-vector (:func:`closest_voice.closest_voice`, well under a second). ``transcript`` plays no
+        part: the choice is made from the sound alone."""
+        return closest_voice.closest_voice(self, audio, sample_rate)
 
-        prompt = voice_match.match_voice(self, audio, sample_rate, transcript, cancelled=cancelled)
-        if self.check_reading:
-            prompt.meta["reading_errors"] = self.reading_errors(prompt, cancelled)
-            prompt = voice_match.guard_reading(self, prompt, cancelled)  # an adaptation that reads worse is dropped
-        return prompt
+    def is_current(self, voice: VoicePrompt) -> bool:
+        """Whether an encoded prompt (a cached one) is this engine's current choice; the prompt cache
+        makes an older one (the approximate voice match, an older table) again."""
+        return closest_voice.is_current(voice.meta)
+
+    def sounded(self, voice: VoicePrompt) -> str:
+        """What an encoded prompt sounds like, in one name (:func:`closest_voice.sounded`): compared
+        with an older encoding's to tell the answer that a voice's sound changed."""
+        return closest_voice.sounded(voice.meta)
+
+    def describe_voice(self, voice: VoicePrompt) -> Any:
+        """What the answer calls a prompt's voice: "closest built-in voice / 最接近的内置音色: <preset>"."""
+        return closest_voice.label(voice.meta.get("preset_voice", "?"))
 
     def voice_notes(self, voice: VoicePrompt) -> list[Any]:
-        """Notes for a matched voice: its similarity at each stage of the match, and an adaptation
-        not applied and why (:func:`voice_match.stage_notes`)."""
-        from cosyedge.engines.kokoro import voice_match
+        """Notes on a prompt's voice: chosen outside the pitch band or without a pitch, and its sound
+        changed since an older encoding (:func:`closest_voice.notes`)."""
+        return closest_voice.notes(voice.meta)
 
-        return voice_match.stage_notes(voice.meta)
-
-    def listen_with(self, transcribe: Callable[..., Any] | None) -> None:
-        """Hear the listening check with ``transcribe`` (the service's recognizer)."""
-        self.transcribe = transcribe
-
-    def reading_errors(self, voice: VoicePrompt | str, cancelled: CancelFn | None = None) -> dict[str, float]:
-        """Error rate per language of ``voice`` on the guard lines (``cosyedge.listening.intelligibility``),
-        heard by :attr:`transcribe`; {} when there is no listener or its model is not installed."""
-        if self.transcribe is None:
-            logger.info("matched voice not checked for intelligibility: no speech recognizer was given")
-            return {}
-        from cosyedge.engines.render import render
-        from cosyedge.listening import intelligibility
-
-        def speak(text: str, language: str) -> tuple[np.ndarray, int]:
-            out = render(self, text, voice, SynthesisOptions(language=language))
-            return out.audio, out.sample_rate
-
-        try:
-            return intelligibility.check_voice(speak, self.capabilities.languages, transcribe=self.transcribe,
-                                               cancelled=cancelled)
-        except ModelMissingError as exc:
-            logger.warning("matched voice not checked for intelligibility: %s", exc)
-            return {}
+    def pronounce_with(self, readings: Callable[[], Any] | None) -> None:
+        """Read every text with the pronunciation dictionary ``readings()`` returns at that moment
+        (a :class:`cosyedge.lexicon.matching.Lexicon`; the service hands its book's in)."""
+        self.frontend.readings = readings
 
     def close(self) -> None:
         """Stop the frontend's helper process, close and drop the session (it frees its arena)."""

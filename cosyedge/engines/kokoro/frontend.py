@@ -33,10 +33,12 @@ from typing import Callable, Mapping
 
 from cosyedge.engines.base import TextAnalysis
 from cosyedge.errors import ParameterError, TextError
+from cosyedge.lexicon.matching import Lexicon
 from cosyedge.text import cleanup, langid, split
 from cosyedge.text.normalize import normalize
 
 from .g2p import KokoroG2P, jieba_cut
+from .readings import ReadingPass
 
 logger = logging.getLogger(__name__)
 
@@ -53,15 +55,24 @@ _PRESPLIT_CHARS = {"zh": 100, "ja": 120, "en": 400}
 FIRST_CHUNK_PHONEMES = 40
 
 
+#: A word of a call: its text and where its symbols start and end in the call's phonemes.
+WordSpan = tuple[str, int, int]
+#: Symbols that end a phoneme word without being part of it (Kokoro's punctuation marks).
+_MARKS = set(",.!?;:—…\"“”()")
+
+
 @dataclass(frozen=True)
 class Sentence:
     """One model call: display text, Kokoro phonemes (all in the vocabulary, at most 510) and the
-    language that covers most of its phonemes (for a per-language voice choice)."""
+    language that covers most of its phonemes (for a per-language voice choice). ``words`` place
+    each word of the text on the phonemes (for word captions: exact where the G2P's words and the
+    text's words pair up, else spread over the clause's phonemes by length)."""
 
     text: str
     phonemes: str
     language: str
     ends_sentence: bool = True  # False: cut inside a sentence (clause pause follows, not a sentence pause)
+    words: tuple[WordSpan, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class _Part:
     text: str
     phonemes: str
     clause_end: bool = False  # ends at a clause mark: the only place the first sentence is cut
+    words: tuple[WordSpan, ...] = ()
 
 
 def _joined_length(parts: list[_Part]) -> int:
@@ -93,7 +105,8 @@ class KokoroFrontend:
 
     def __init__(self, vocab: Mapping[str, int] | None = None, g2p: KokoroG2P | None = None,
                  default_language: str = "zh", max_phonemes: int = MAX_PHONEMES,
-                 first_chunk_phonemes: int = FIRST_CHUNK_PHONEMES) -> None:
+                 first_chunk_phonemes: int = FIRST_CHUNK_PHONEMES,
+                 readings: Callable[[], Lexicon] | None = None) -> None:
         if default_language not in langid.LANGUAGES:
             raise ParameterError(f"default_language must be one of {', '.join(langid.LANGUAGES)}")
         self.vocab = dict(vocab) if vocab is not None else load_vocab()
@@ -101,6 +114,9 @@ class KokoroFrontend:
         self.default_language = default_language
         self.max_phonemes = max_phonemes
         self.first_chunk_phonemes = first_chunk_phonemes
+        #: The pronunciation dictionary now (read at each text), None for none; inline readings
+        #: ``{word|reading}`` are applied either way.
+        self.readings = readings
 
     def close(self) -> None:
         """Stop helper processes (the espeak-ng worker)."""
@@ -110,7 +126,7 @@ class KokoroFrontend:
 
     def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
         """Split ``text`` into sentences ready for the model; raises TextError if nothing to say."""
-        return self._read(text, language)
+        return self._read(text, language)[0]
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """:meth:`sentences`, with what they leave out, from the same one pass over the text:
@@ -119,9 +135,10 @@ class KokoroFrontend:
         other than auto was not applied (see :class:`cosyedge.text.langid.Unapplied`)."""
         unread = langid.Unread()
         unapplied = langid.Unapplied(self._check_language(language))
-        sentences = self._read(text, language, unread, unapplied)
+        sentences, readings = self._read(text, language, unread, unapplied)
+        notes = [*unapplied.notes(), *readings.report.notes(readings.lexicon)]
         return TextAnalysis(text=text, language=language, sentences=tuple(sentences),
-                            skipped=tuple(unread.notes()), notes=tuple(unapplied.notes()))
+                            skipped=tuple(unread.notes()), notes=tuple(notes))
 
     def token_ids(self, phonemes: str) -> list[int]:
         """Model ids for ``phonemes`` (unknown symbols dropped, at most ``max_phonemes`` kept).
@@ -139,22 +156,24 @@ class KokoroFrontend:
     # -- steps --------------------------------------------------------------------------------
 
     def _read(self, text: str, language: str, unread: langid.Unread | None = None,
-              unapplied: langid.Unapplied | None = None) -> list[Sentence]:
-        """The one pass: cleanup, language runs (recording what is not read and where the setting
-        was not applied, when asked), normalization, clause splitting, G2P, packing into calls."""
+              unapplied: langid.Unapplied | None = None) -> tuple[list[Sentence], ReadingPass]:
+        """The one pass: cleanup, inline readings, language runs (recording what is not read and
+        where the setting was not applied, when asked), dictionary entries, normalization, clause
+        splitting, G2P, packing into calls. Also returns what was done with the readings."""
         if not isinstance(text, str):
             raise TextError(f"text must be a string, not {type(text).__name__}", code="text_not_string",
                             type=type(text).__name__)
         language = self._check_language(language)
-        cleaned = cleanup.clean(text)
+        readings = ReadingPass(self.readings() if self.readings is not None else Lexicon(), self.g2p.reading)
+        cleaned = readings.mark_inline(cleanup.clean(text))
         if not cleaned:
             raise TextError("text is empty")
         out: list[Sentence] = []
-        for group in self._sentence_groups(cleaned, language, unread, unapplied):
-            out.extend(self._pack(group, first=not out))
+        for group in self._sentence_groups(cleaned, language, readings, unread, unapplied):
+            out.extend(self._pack(group, readings, first=not out))
         if not out:
             raise self._nothing_to_read(cleaned)
-        return out
+        return out, readings
 
     @staticmethod
     def _check_language(language: str) -> str:
@@ -166,9 +185,10 @@ class KokoroFrontend:
                                  f"{', '.join(LANGUAGE_CHOICES)}")
         return lang
 
-    def _sentence_groups(self, text: str, language: str, unread: langid.Unread | None = None,
+    def _sentence_groups(self, text: str, language: str, readings: ReadingPass, unread: langid.Unread | None = None,
                          unapplied: langid.Unapplied | None = None) -> list[list[tuple[str, split.Clause]]]:
-        """Normalized clauses, tagged with their language, grouped into sentences."""
+        """Normalized clauses, tagged with their language, grouped into sentences; each occurrence
+        with a reading is one atom in them (:mod:`cosyedge.engines.kokoro.readings`)."""
         groups: list[list[tuple[str, split.Clause]]] = []
         current: list[tuple[str, split.Clause]] = []
         runs = langid.segment(text, language, self.default_language, unread, unapplied)
@@ -177,7 +197,7 @@ class KokoroFrontend:
             if run.new_block and current:
                 groups.append(current)
                 current = []
-            for clause in split.split_clauses(normalize(run.text, run.language)):
+            for clause in split.split_clauses(normalize(readings.atomize(run.text, run.language), run.language)):
                 current.append((run.language, clause))
                 if clause.ends_sentence:
                     groups.append(current)
@@ -186,21 +206,22 @@ class KokoroFrontend:
             groups.append(current)
         return groups
 
-    def _pack(self, group: list[tuple[str, split.Clause]], first: bool = False) -> list[Sentence]:
+    def _pack(self, group: list[tuple[str, split.Clause]], readings: ReadingPass,
+              first: bool = False) -> list[Sentence]:
         """Phonemize one sentence's clauses; cut into calls of at most ``max_phonemes`` symbols.
 
         ``first``: this is the text's first sentence, which is cut at a clause for a short first call.
         """
         parts: list[_Part] = []
         for language, clause in group:
-            pieces = self._phonemize_clause(clause.text, language, self.max_phonemes - 1)
+            pieces = self._phonemize_clause(clause.text, language, self.max_phonemes - 1, readings)
             if not pieces:
                 continue
             last = pieces[-1]
             mark = clause.mark if clause.mark in self.vocab else ""
             # a clause without punctuation is a language run inside a clause: no place to cut
-            pieces[-1] = _Part(language, last.text + clause.punct, last.phonemes + mark,
-                               clause_end=bool(clause.punct))
+            pieces[-1] = dataclasses.replace(last, text=last.text + clause.punct, phonemes=last.phonemes + mark,
+                                             clause_end=bool(clause.punct))
             parts.extend(pieces)
         head = self._first_cut(parts) if first else 0
         sentences = self._batch(parts[:head]) + self._batch(parts[head:])
@@ -240,31 +261,52 @@ class KokoroFrontend:
             sentences.append(self._sentence(batch))
         return sentences
 
-    def _phonemize_clause(self, text: str, language: str, limit: int) -> list[_Part]:
+    def _phonemize_clause(self, text: str, language: str, limit: int, readings: ReadingPass) -> list[_Part]:
         tokenize = self._tokenizer(language)
         parts: list[_Part] = []
         for piece in split.split_words(text, _PRESPLIT_CHARS[language], tokenize):
-            parts.extend(self._bounded(piece, language, limit, tokenize))
+            parts.extend(self._bounded(piece, language, limit, tokenize, readings))
         return parts
 
-    def _bounded(self, text: str, language: str, limit: int,
-                 tokenize: Callable[[str], list[str]]) -> list[_Part]:
+    def _bounded(self, text: str, language: str, limit: int, tokenize: Callable[[str], list[str]],
+                 readings: ReadingPass) -> list[_Part]:
         """G2P of ``text``; halve at a word boundary while the result is over ``limit``."""
         if not text.strip():
             return []
-        phonemes = self.g2p.phonemize(text, language)
+        phonemes, words = self._phonemize(text, language, tokenize, readings)
         if not phonemes:
             return []
         if len(phonemes) <= limit:
-            return [_Part(language, text, phonemes)]
-        words = [w for w in tokenize(text) if w]
-        if len(words) < 2:
+            return [_Part(language, readings.surface(text), phonemes, words=words)]
+        pieces = [w for w in tokenize(text) if w]
+        if len(pieces) < 2:
             logger.warning("a %d-character word gives %d phonemes; cut to %d",
                            len(text), len(phonemes), limit)
-            return [_Part(language, text, phonemes[:limit].rstrip())]
-        half = len(words) // 2
-        return (self._bounded("".join(words[:half]).strip(), language, limit, tokenize)
-                + self._bounded("".join(words[half:]).strip(), language, limit, tokenize))
+            cut = phonemes[:limit].rstrip()
+            return [_Part(language, readings.surface(text), cut, words=_clip_words(words, len(cut)))]
+        half = len(pieces) // 2
+        return (self._bounded("".join(pieces[:half]).strip(), language, limit, tokenize, readings)
+                + self._bounded("".join(pieces[half:]).strip(), language, limit, tokenize, readings))
+
+    def _phonemize(self, text: str, language: str, tokenize: Callable[[str], list[str]],
+                   readings: ReadingPass) -> tuple[str, tuple[WordSpan, ...]]:
+        """Symbols of ``text`` (its atoms read as their readings, the rest by the G2P) and its words
+        placed on them."""
+        phonemes, words = "", []
+        for piece, atom in readings.split(text):
+            if atom is not None:
+                symbols, placed = atom.phonemes, [(atom.surface, 0, len(atom.phonemes))]
+            elif piece.strip():
+                symbols = self.g2p.phonemize(piece, language)
+                placed = list(place_words(piece, symbols, tokenize))
+            else:
+                continue
+            if not symbols:
+                continue
+            offset = len(phonemes) + (1 if phonemes else 0)
+            phonemes = f"{phonemes} {symbols}" if phonemes else symbols
+            words.extend((word, start + offset, end + offset) for word, start, end in placed)
+        return phonemes, tuple(words)
 
     @staticmethod
     def _tokenizer(language: str) -> Callable[[str], list[str]]:
@@ -280,11 +322,15 @@ class KokoroFrontend:
         for part in batch:
             weight[part.language] += len(part.phonemes)
         text = ""
+        words: list[WordSpan] = []
+        offset = 0
         for part in batch:
             cjk_join = text and not text[-1].isascii() and not part.text[0].isascii()
             text += part.text if (not text or cjk_join) else " " + part.text
+            words.extend((word, start + offset, end + offset) for word, start, end in part.words)
+            offset += len(part.phonemes) + 1
         return Sentence(text=text, phonemes=" ".join(p.phonemes for p in batch),
-                        language=weight.most_common(1)[0][0])
+                        language=weight.most_common(1)[0][0], words=tuple(words))
 
     @staticmethod
     def _log_foreign_latin(runs: list[langid.Run]) -> None:
@@ -306,3 +352,34 @@ class KokoroFrontend:
         return TextError("nothing speakable in the text: it has no Chinese, English or Japanese words or "
                          "numbers (only emoji, symbols or unsupported scripts)",
                          code="text_no_supported_script")
+
+
+def place_words(text: str, phonemes: str, tokenize: Callable[[str], list[str]]) -> tuple[WordSpan, ...]:
+    """The words of ``text`` placed on its ``phonemes``: one phoneme word each when the G2P gave as
+    many words as the text has (a marks-only tail left out), else spread over the phonemes in
+    proportion to the words' lengths (espeak may join "for the" into one word)."""
+    spans = []
+    for found in re.finditer(r"\S+", phonemes):
+        start, end = found.span()
+        while end > start and phonemes[end - 1] in _MARKS:
+            end -= 1
+        if end > start:
+            spans.append((start, end))
+    tokens = [t.strip() for t in tokenize(text) if any(ch.isalnum() for ch in t)]
+    if not spans or not tokens:
+        return ()
+    if len(tokens) == len(spans):
+        return tuple((token, start, end) for token, (start, end) in zip(tokens, spans))
+    first, last = spans[0][0], spans[-1][1]
+    total = sum(len(t) for t in tokens)
+    placed, done = [], 0
+    for token in tokens:
+        start = first + (last - first) * done // total
+        done += len(token)
+        placed.append((token, start, max(start + 1, first + (last - first) * done // total)))
+    return tuple(placed)
+
+
+def _clip_words(words: tuple[WordSpan, ...], length: int) -> tuple[WordSpan, ...]:
+    """The words that start within ``length`` symbols, cut to it."""
+    return tuple((word, start, min(end, length)) for word, start, end in words if start < length)

@@ -22,10 +22,12 @@ import functools
 import logging
 import re
 import threading
+import unicodedata
 import warnings
 from typing import Callable, Mapping
 
 from cosyedge.errors import CosyedgeError
+from cosyedge.lexicon.readings import Reading
 from cosyedge.text import zh_sandhi
 from cosyedge.text.espeak import EspeakClient
 
@@ -163,6 +165,56 @@ class JapaneseG2P:
         return result[0] if isinstance(result, tuple) else (result or "")
 
 
+#: English IPA as a dictionary reading writes it -> Kokoro v1.0's symbols (applied in order; the
+#: tie bars and length marks go, the diphthongs and affricates become Kokoro's single symbols).
+_IPA_KOKORO = (("\u0361", ""), ("\u035c", ""), ("tʃ", "ʧ"), ("dʒ", "ʤ"), ("eɪ", "A"), ("aɪ", "I"), ("aʊ", "W"),
+               ("ɔɪ", "Y"), ("oʊ", "O"), ("əʊ", "O"), ("ɜːɹ", "ɜɹ"), ("ɜː", "ɜɹ"), ("ɝ", "ɜɹ"), ("ɚ", "əɹ"),
+               ("ː", ""), ("ˑ", ""), ("r", "ɹ"), ("g", "ɡ"), ("ɫ", "l"), ("e", "ɛ"), ("ɾ", "T"), ("ʔ", "t"),
+               ("ɨ", "ᵻ"), ("ɹɹ", "ɹ"))
+_KOKORO_VOWELS = set("AIOWYQaeiouæɑɒɔəɛɜɪʊʌᵻ")
+#: ARPAbet phone (without stress) -> Kokoro symbol; AH and ER unstressed are ə and əɹ.
+_ARPABET_KOKORO = {
+    "AA": "ɑ", "AE": "æ", "AH": "ʌ", "AO": "ɔ", "AW": "W", "AY": "I", "EH": "ɛ", "ER": "ɜɹ", "EY": "A",
+    "IH": "ɪ", "IY": "i", "OW": "O", "OY": "Y", "UH": "ʊ", "UW": "u", "B": "b", "CH": "ʧ", "D": "d",
+    "DH": "ð", "F": "f", "G": "ɡ", "HH": "h", "JH": "ʤ", "K": "k", "L": "l", "M": "m", "N": "n", "NG": "ŋ",
+    "P": "p", "R": "ɹ", "S": "s", "SH": "ʃ", "T": "t", "TH": "θ", "V": "v", "W": "w", "Y": "j", "Z": "z",
+    "ZH": "ʒ"}
+
+
+def english_reading_symbols(ipa: str, phones: tuple[str, ...]) -> str:
+    """Kokoro symbols of an English dictionary reading: its IPA rewritten like espeak's, else its
+    ARPAbet phones (stress 1 and 2 as ˈ and ˌ before the vowel, unstressed AH/ER as ə/əɹ)."""
+    if ipa:
+        out = unicodedata.normalize("NFD", ipa)
+        for old, new in _IPA_KOKORO:
+            out = out.replace(old, new)
+        out = unicodedata.normalize("NFC", _SYLLABIC.sub(r"ᵊ\1", out).replace("\u0329", ""))
+        if "ˈ" not in out:  # unmarked: stressed like a word of one syllable
+            out = "ˈ" + out
+        return _stress_on_vowels(out)
+    symbols = []
+    for phone in phones:
+        name, stress = phone.rstrip("012"), phone[len(phone.rstrip("012")):]
+        symbol = {"AH": "ə", "ER": "əɹ"}.get(name, _ARPABET_KOKORO[name]) if stress == "0" else _ARPABET_KOKORO[name]
+        symbols.append({"1": "ˈ", "2": "ˌ"}.get(stress, "") + symbol)
+    return "".join(symbols)
+
+
+def _stress_on_vowels(symbols: str) -> str:
+    """IPA puts a stress mark before the syllable; Kokoro (as espeak) right before its vowel."""
+    out: list[str] = []
+    pending = ""
+    for ch in symbols:
+        if ch in "ˈˌ":
+            pending = ch
+            continue
+        if pending and ch in _KOKORO_VOWELS:
+            out.append(pending)
+            pending = ""
+        out.append(ch)
+    return "".join(out)
+
+
 class KokoroG2P:
     """Dispatches a clause to its language's G2P and keeps only symbols in Kokoro's vocabulary."""
 
@@ -196,6 +248,20 @@ class KokoroG2P:
             unknown = sorted({ch for ch in raw if ch not in self.vocab})
             logger.debug("dropped symbols outside the Kokoro vocabulary: %s", unknown)
         return re.sub(r" {2,}", " ", "".join(kept)).strip()
+
+    def reading(self, reading: Reading) -> tuple[str, list[str]]:
+        """Kokoro symbols for a dictionary reading (instead of the G2P's own), and the symbols of it
+        outside the vocabulary (left out): Mandarin syllables through the same pinyin -> IPA table as
+        the G2P (as written: no sandhi), English IPA or ARPAbet rewritten, Japanese kana through JAG2P."""
+        if reading.language == "zh":
+            raw = "".join(_syllable_ipa(syllable) for syllable in reading.syllables)
+        elif reading.language == "en":
+            raw = english_reading_symbols(reading.ipa, reading.phones)
+        else:
+            raw = self._g2p["ja"](reading.kana)
+        unknown = sorted({ch for ch in raw if ch not in self.vocab and not ch.isspace()})
+        kept = "".join(ch for ch in raw if ch in self.vocab)
+        return re.sub(r" {2,}", " ", kept).strip(), unknown
 
     def _english_with_pinyin(self, text: str) -> str:
         """Latin text with tone-marked pinyin in it ("你好（nǐ hǎo）" in a lesson): each pinyin

@@ -12,10 +12,16 @@ SILENCE_THRESHOLD = 0.003
 EDGE_PAD_S = 0.04
 
 
-def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Cut the model's leading/trailing near-silence, keeping a short pad so consonants survive."""
+def speech_bounds(audio: np.ndarray, sample_rate: int) -> tuple[int, int]:
+    """The first and last sample (exclusive) that :func:`trim_silence` keeps."""
     loud = np.flatnonzero(np.abs(audio) > SILENCE_THRESHOLD)
     if loud.size == 0:
-        return audio
+        return 0, int(audio.size)
     pad = int(EDGE_PAD_S * sample_rate)
-    return audio[max(0, loud[0] - pad): loud[-1] + pad]
+    return max(0, int(loud[0]) - pad), min(int(audio.size), int(loud[-1]) + pad)
+
+
+def trim_silence(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Cut the model's leading/trailing near-silence, keeping a short pad so consonants survive."""
+    start, end = speech_bounds(audio, sample_rate)
+    return audio[start:end]

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 class Converter:
     """One registry line: the command's family name, the manifest version it writes, its module, the
     ``--quantize`` it uses when none is given, and whether it takes the LLM options (``llm_bits``,
-    ``speech_tokenizer_int8``: the shared Qwen2 LLM step's) or a ``--variant`` (v1's)."""
+    ``speech_tokenizer_int8``) and a ``--variant`` (v1's)."""
 
     family: str
     version: int
@@ -36,7 +36,7 @@ class Converter:
 CONVERTERS: dict[str, Converter] = {c.family: c for c in (
     Converter("cosyvoice2", 2, "cosyedge.export.cosyvoice.v2.convert", "none"),
     Converter("cosyvoice3", 3, "cosyedge.export.cosyvoice.v3.convert", "int8"),
-    Converter("cosyvoice1", 1, "cosyedge.export.cosyvoice.v1.convert", "int8", llm_options=False, variants=True),
+    Converter("cosyvoice1", 1, "cosyedge.export.cosyvoice.v1.convert", "int8", variants=True),
 )}
 
 
@@ -47,9 +47,6 @@ def convert(family: str, src: Path, out: Path, *, quantize: str | None = None, s
     with the LLM options only, as the command's help says."""
     entry = CONVERTERS[family]
     quantize = quantize or entry.default_quantize
-    module = importlib.import_module(entry.module)
-    if entry.variants:
-        return module.convert(src, out, quantize=quantize, variant=variant, force=force, steps=steps)
     chosen: dict[str, Any] = {}
     if entry.llm_options:
         from cosyedge.export.cosyvoice.common.llm import check_options
@@ -57,4 +54,6 @@ def convert(family: str, src: Path, out: Path, *, quantize: str | None = None, s
         options = dict(options or {})
         check_options(quantize, options)  # before minutes of flow/HiFT export
         chosen = {k: v for k, v in options.items() if v}
-    return module.convert(src, out, quantize=quantize, steps=steps, force=force, options=chosen)
+    module = importlib.import_module(entry.module)
+    extra = {"variant": variant} if entry.variants else {}
+    return module.convert(src, out, quantize=quantize, steps=steps, force=force, options=chosen, **extra)

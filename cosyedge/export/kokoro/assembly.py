@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyedge.engines.kokoro import crop, fused_runtime
+from cosyedge.engines.kokoro import crop, fused_runtime, model_files
 from cosyedge.engines.kokoro.model_files import FIX_HINT, MODEL_ID, ONNX_NAME, SAMPLE_RATE, VOCAB_NAME, VOICES_NAME
 from cosyedge.errors import ModelMissingError
 from cosyedge.export.kokoro import checks, optimize
@@ -55,8 +55,9 @@ RUNTIME_NAME = "kokoro-v1.0.int8.conv-as-matmul.onnx"
 EXACT_PASSES = ("conv_as_matmul", "square")
 APPROX_PASSES = ("float_tail", "instance_norm")
 RUNTIME_PASSES = EXACT_PASSES + APPROX_PASSES
-# Bump when the passes or the runner change, so `setup-model` re-derives and re-checks (6: int8 upsamplers).
-RUNTIME_VERSION = 6
+# Bump when the passes or the runner change, so `setup-model` re-derives and re-checks (6: int8 upsamplers,
+# 7: the durations output for word captions).
+RUNTIME_VERSION = 7
 
 
 def _package_file(package: str, name: str) -> Path:
@@ -156,7 +157,8 @@ def derive_runtime_graph(staging: Path) -> dict | None:
         graph["runner"] = runner if cropped is None else runner | {"crop": cropped}
     # Loaded with graph optimizations off: the shipped file is already optimized offline, and
     # onnxruntime's transpose/layout passes would only reorder float rounding (and cost load time).
-    return graph | {"graph_optimization": "disable", "version": RUNTIME_VERSION}
+    outputs = ["audio", model_files.DURATIONS_OUTPUT] if counts.get("durations_output") else ["audio"]
+    return graph | {"graph_optimization": "disable", "version": RUNTIME_VERSION, "outputs": outputs}
 
 
 def check_fused_runner(graph: Path, reference: np.ndarray, voices: Path) -> dict | None:
@@ -185,7 +187,7 @@ def check_crop(graph: Path, reference: np.ndarray, voices: Path) -> dict | None:
     try:
         session = fused_runtime.FusedSession(graph, threads=1, crop=True)
         try:
-            audio, offset = session.run(None, checks.check_feeds(voices))
+            audio, offset = session.run(["audio", crop.OFFSET_OUTPUT], checks.check_feeds(voices))
         finally:
             session.close()
         distance = checks.check_cropped_audio(reference, audio.reshape(-1), int(offset))

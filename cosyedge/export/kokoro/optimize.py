@@ -18,6 +18,10 @@ and onnxruntime runs them as a u8u8 GEMM over weights it never prepacks. The pas
 ``instance_norm`` (approximate, decoder only)
     AdaIN's seven-op instance norm -> one ``InstanceNormalization``.
 
+Every derived graph also gets the prosody predictor's per-token durations as a second output,
+``durations`` (:func:`expose_durations`; the audio is unchanged), which the engine turns into word
+times for captions.
+
 The approximate passes leave the text encoder and prosody predictor alone (``DECODER_PREFIX``), so
 the durations stay the shipped ones; ``checks.check_same_output`` / ``check_close_output`` verify a
 derived graph on the installing machine. Passes that were measured and not kept (float
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 import numpy as np
 
 from cosyedge.engines.kokoro.graph_index import GraphIndex
+from cosyedge.engines.kokoro.model_files import DURATIONS_OUTPUT
 
 if TYPE_CHECKING:  # onnx is imported where a graph is read or written
     import onnx
@@ -353,6 +358,28 @@ def prune(graph: "onnx.GraphProto") -> None:
     graph.value_info.extend(infos)
 
 
+def expose_durations(graph: "onnx.GraphProto") -> int:
+    """Add the prosody predictor's per-token durations as the graph output ``durations`` (int64
+    [1, N+2], frames of ``model_files.SAMPLES_PER_FRAME`` samples), for word captions: the
+    ``Round -> Clip -> Cast`` that the length regulator reads. Changes no other output; 0 when the
+    graph has no such chain (or has the output already), else 1."""
+    from onnx import TensorProto, helper
+
+    if any(o.name == DURATIONS_OUTPUT for o in graph.output):
+        return 0
+    producer = {out: node for node in graph.node for out in node.output}
+    for node in graph.node:
+        clip = producer.get(node.input[0]) if node.op_type == "Cast" and node.input else None
+        rounded = producer.get(clip.input[0]) if clip is not None and clip.op_type == "Clip" else None
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if rounded is not None and rounded.op_type == "Round" and to == TensorProto.INT64:
+            graph.node.append(helper.make_node("Identity", [node.output[0]], [DURATIONS_OUTPUT],
+                                               name="durations/expose"))
+            graph.output.append(helper.make_tensor_value_info(DURATIONS_OUTPUT, TensorProto.INT64, [1, None]))
+            return 1
+    return 0
+
+
 def rewrite(model: "onnx.ModelProto", passes: Iterable[str], funcs: Mapping[str, Pass] = PASS_FUNCS) -> dict[str, int]:
     """Apply ``passes`` to ``model`` in place (in the order of ``funcs``, the passes by name);
     return how many nodes each changed."""
@@ -377,12 +404,13 @@ def rewrite(model: "onnx.ModelProto", passes: Iterable[str], funcs: Mapping[str,
 
 def derive(source: Path, target: Path, passes: Iterable[str] = ("conv_as_matmul",),
            funcs: Mapping[str, Pass] = PASS_FUNCS) -> dict[str, int]:
-    """Load ``source``, rewrite it (:func:`rewrite`), save it to ``target`` as one file; return the
-    pass counts."""
+    """Load ``source``, rewrite it (:func:`rewrite`), expose its durations (:func:`expose_durations`),
+    save it to ``target`` as one file; return the pass counts (``durations_output``: 1 when exposed)."""
     import onnx
 
     model = onnx.load(str(source))
     counts = rewrite(model, passes, funcs)
+    counts["durations_output"] = expose_durations(model.graph)
     onnx.save_model(model, str(target))
     logger.info("derived %s from %s: %s", Path(target).name, Path(source).name, counts)
     return counts

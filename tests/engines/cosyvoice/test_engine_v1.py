@@ -138,3 +138,29 @@ def test_the_page_offers_the_sft_speakers_once_the_model_loaded(tiny_cosyvoice_m
         assert service.voices()["native_instruct"] is False
     finally:
         service.close()
+
+
+def test_an_instruction_to_a_model_without_instruct_mode_says_it_became_app_controls(tiny_cosyvoice_models,
+                                                                                    tmp_path):
+    """The SFT model reads an instruction as the embedded engine does (app controls, not refused) and
+    its answer's notes say why, with a code; the Instruct model's answer has no such note."""
+    from cosyedge.service.facade import Service, TTSRequest
+
+    results = {}
+    for model in ("cosyvoice1-sft-tiny", "cosyvoice1-instruct-tiny"):
+        service = Service(Settings(models_dir=tiny_cosyvoice_models, model=model, onnx_threads=1,
+                                   outputs_dir=tmp_path / model, prompts_dir=tmp_path / "prompts"))
+        try:
+            job = service.submit(TTSRequest(text="你好。", speaker="中文女", instruct="read it slowly"))
+            assert job.wait(120) and job.error is None, job.error
+            results[model] = job.result
+        finally:
+            service.close()
+    sft = results["cosyvoice1-sft-tiny"]
+    notes = [n for n in sft.notes if getattr(n, "code", None) == "instruct_as_controls"]
+    assert len(notes) == 1 and notes[0].params == {"mode": "instruct", "model": "cosyvoice1-sft-tiny",
+                                                   "model_name": "CosyVoice-300M-SFT"}
+    assert "app controls" in notes[0] and sft.instruct["controls"]["speed"] < 1.0  # the controls did apply
+    instruct = results["cosyvoice1-instruct-tiny"]
+    assert instruct.instruct["controls"]["native"] is True
+    assert not any(getattr(n, "code", None) == "instruct_as_controls" for n in instruct.notes)

@@ -57,8 +57,16 @@ class Recording:
     def run(self, names, feeds):
         if "x" in feeds:
             self.frames.append(feeds["x"].shape[2])
-            self.past.append(feeds["kv"].shape[0])
+            self.past.append(past_frames(feeds))
         return self.session.run(names, feeds)
+
+
+def past_frames(feeds) -> int:
+    """The cached frames an estimator-step call attends to: chunks x frames per layer input
+    (``key_0 [C, B, heads, F, D]``), or the first converter's packed ``kv [frames, ...]``."""
+    if "kv" in feeds:
+        return feeds["kv"].shape[0]
+    return feeds["key_0"].shape[0] * feeds["key_0"].shape[3]
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +250,51 @@ def test_int8_stream_with_float16_cache_stays_close_to_fp32(model_dir, t2w):
     snr = snr_db(mels[0], mels[1])
     print(f"streamed int8 + float16 cache vs fp32 (tiny random weights): mel SNR {snr:.1f} dB")
     assert snr > 15.0
+
+
+@pytest.mark.parametrize("n_prompt,first_hop", [(30, 10), (50, 6), (0, 12)])
+def test_a_short_first_hop_is_upstreams_partial_chunk(upstream, t2w, n_prompt, first_hop):
+    """The quality modes' short first hop (``first_hop_tokens``): upstream's flow on the tokens so far
+    (``finalize=False``, the 3 look-ahead tokens after the hop), the hop's frames; the next hop's frames
+    then come from the whole chunk, as upstream's next call gives them."""
+    flow, _ = upstream
+    inputs = _inputs(n_prompt, 80, seed=7 + first_hop)
+    n = first_hop + LOOKAHEAD
+    with torch.no_grad():
+        partial, _ = flow.inference(token=inputs["tokens"][:, :n], token_len=_i32(n),
+                                    prompt_token=inputs["prompt_tokens"], prompt_token_len=_i32(n_prompt),
+                                    prompt_feat=inputs["prompt_feat"], prompt_feat_len=_i32(2 * n_prompt),
+                                    embedding=inputs["embedding"], streaming=True, finalize=False)
+    stream = t2w.flow.stream(inputs["prompt_tokens"][0].numpy(), inputs["prompt_feat"][0].numpy(),
+                             inputs["embedding"][0].numpy())
+    tokens = inputs["tokens"][0].numpy()
+    assert stream.push(tokens[:n]).shape[1] == 0  # no whole chunk yet
+    np.testing.assert_allclose(stream.preview(n_prompt + first_hop), partial[0].numpy()[:, :2 * first_hop],
+                               atol=1e-4, rtol=0)
+    later = np.concatenate([stream.push(tokens[n:]), stream.finish()], axis=1)  # the preview left no trace
+    expected = np.concatenate(upstream_stream_mels(flow, inputs), axis=1)
+    np.testing.assert_allclose(later, expected, atol=1e-4, rtol=0)
+
+
+def test_no_cfg_is_upstream_with_a_zero_guidance_rate(upstream, t2w):
+    """``cfg_steps=0`` (the live mode's CFG schedule): upstream's solver with ``inference_cfg_rate`` 0,
+    whose mix is the conditional velocity alone, whole sentence and streamed."""
+    flow, _ = upstream
+    inputs = _inputs(30, 60, seed=8)
+    args = (inputs["prompt_tokens"][0].numpy(), inputs["prompt_feat"][0].numpy(), inputs["embedding"][0].numpy())
+    rate = flow.decoder.inference_cfg_rate
+    flow.decoder.inference_cfg_rate = 0.0
+    try:
+        expected_stream = np.concatenate(upstream_stream_mels(flow, inputs), axis=1)
+        with torch.no_grad():
+            whole, _ = flow.inference(token=inputs["tokens"], token_len=_i32(60), prompt_token=inputs["prompt_tokens"],
+                                      prompt_token_len=_i32(30), prompt_feat=inputs["prompt_feat"],
+                                      prompt_feat_len=_i32(60), embedding=inputs["embedding"], streaming=False,
+                                      finalize=True)
+    finally:
+        flow.decoder.inference_cfg_rate = rate
+    np.testing.assert_allclose(t2w.flow(inputs["tokens"][0].numpy(), *args, cfg_steps=0), whole[0].numpy(),
+                               atol=1e-4, rtol=0)
+    stream = t2w.flow.stream(*args, cfg_steps=0)
+    got = np.concatenate([stream.push(inputs["tokens"][0].numpy()), stream.finish()], axis=1)
+    np.testing.assert_allclose(got, expected_stream, atol=1e-4, rtol=0)

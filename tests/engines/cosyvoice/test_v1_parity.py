@@ -1,7 +1,9 @@
 """CosyVoice-300M (v1) parity: our converted ONNX + numpy runtime against the upstream PyTorch modules.
 
 Shrunken upstream modules with odd widths and random weights (tests/helpers/cosyvoice1_reference.py),
-written in the official layout and converted in fp32, then driven side by side:
+written in the official layout and converted in fp32, then driven side by side, at two sets of sizes:
+"tiny", and "unequal" where every pair of sizes upstream lets differ does (``llm_input_size`` against
+the LLM's width, the flow encoder's ``output_size`` against its ``input_size``):
 
 * LLM: teacher-forced per-step log-probs within 1e-4 and identical greedy tokens, for the sft
   (speaker embedding), zero-shot (prompt text + speech + embedding) and instruct (prompt text, no
@@ -33,14 +35,17 @@ from tests.helpers import cosyvoice1_reference as reference  # noqa: E402
 EOS = reference.EOS
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """(upstream llm, flow, hift; our converted fp32 model dir)."""
+@pytest.fixture(scope="module", params=["tiny", "unequal"])
+def pair(request, tmp_path_factory):
+    """(upstream llm, flow, hift; our converted fp32 model dir), at the "tiny" sizes and at the
+    "unequal" ones (LLM inputs narrower than its layers, flow encoder narrower than its input)."""
     from cosyedge.export.cosyvoice.v1.convert import convert
 
-    root = tmp_path_factory.mktemp("v1parity")
-    llm, flow, hift = reference.build_llm(seed=5), reference.build_flow(seed=6), reference.build_hift(seed=7)
-    src = reference.write_checkpoint(root / "CosyVoice-300M-SFT", llm=llm, flow=flow, hift=hift,
+    size = request.param
+    root = tmp_path_factory.mktemp(f"v1parity-{size}")
+    llm, flow = reference.build_llm(size, seed=5), reference.build_flow(size, seed=6)
+    hift = reference.build_hift(size, seed=7)
+    src = reference.write_checkpoint(root / "CosyVoice-300M-SFT", llm=llm, flow=flow, hift=hift, size=size,
                                      speakers=reference.SFT_SPEAKERS)
     convert(src, root / "models" / "v1", quantize="none")
     return llm, flow, hift, ModelDir.load(root / "models" / "v1")

@@ -128,7 +128,20 @@ def test_voice_prompt_for_another_engine_is_refused(engine):
         run(engine, "abc", voice=prompt)
 
 
-def test_encoded_style_prompt_is_used(engine):
+def test_an_encoded_prompt_reads_as_its_closest_built_in_voice(engine):
+    from cosyedge.engines.kokoro import closest_voice
+
+    chosen = VoicePrompt(engine="kokoro", model_id="kokoro-int8",
+                         meta={"method": closest_voice.METHOD, "version": closest_voice.VERSION,
+                               "preset_voice": "female_2"})
+    np.testing.assert_array_equal(run(engine, "abcd", voice=chosen)[0].audio,
+                                  run(engine, "abcd", voice="female_2")[0].audio)
+    with pytest.raises(ParameterError, match="encode the prompt again"):
+        run(engine, "abcd", voice=VoicePrompt(engine="kokoro", model_id="kokoro-int8", meta={"method": "x"}))
+
+
+def test_a_prompt_with_a_style_of_its_own_reads_that_style(engine):
+    """The benches' blends (bench/intelligibility.py) are prompts with a style pack."""
     style = np.full((510, 1, 256), 0.5, dtype=np.float32)
     prompt = VoicePrompt(engine="kokoro", model_id="kokoro-int8", arrays={"style": style})
     loud = run(engine, "abcd", voice=prompt)[0].audio
@@ -185,3 +198,60 @@ def test_runtime_graph_missing_from_manifest_names_the_fix(tmp_path):
         {"engine": "kokoro", "files": {}, "runtime_graph": {"file": "elsewhere.onnx"}}))
     with pytest.raises(ModelMissingError, match="elsewhere.onnx.*setup-model"):
         KokoroEngine.load(tmp_path, from_env({}, onnx_threads=1))
+
+
+@dataclass
+class WordSentence(Sentence):
+    """A fake sentence whose words are given as (text, first symbol, end symbol)."""
+
+    words: tuple = ()
+
+
+class WordsFrontend(SplitOnPeriodFrontend):
+    """Each space-separated word is one word of the sentence; every character one token."""
+
+    def sentences(self, text: str, language: str = "auto") -> list[Sentence]:
+        out = []
+        for piece in (p.strip() for p in text.split(".") if p.strip()):
+            words, pos = [], 0
+            for word in piece.split(" "):
+                words.append((word, pos, pos + len(word)))
+                pos += len(word) + 1
+            out.append(WordSentence(piece, piece, words=tuple(words)))
+        return out
+
+
+def test_words_are_timed_from_the_durations_in_the_chunks_own_audio(tmp_path):
+    engine = tiny_kokoro.engine(tmp_path, WordsFrontend(), durations=True)
+    chunk = run(engine, "ab cde f.")[0]
+    sr, frame = engine.capabilities.sample_rate, 600
+    # 10 tokens (pad, 8 symbols, pad) of 600 samples each; the chunk starts where the trim keeps it
+    first = max(0, int(np.flatnonzero(np.abs(tiny_kokoro_audio(engine, "ab cde f")) > 0.003)[0]) - int(0.04 * sr))
+    expected = [("ab", 1, 3), ("cde", 4, 7), ("f", 8, 9)]
+    assert [w.text for w in chunk.words] == ["ab", "cde", "f"]
+    for word, (_, start, end) in zip(chunk.words, expected):
+        assert word.start == pytest.approx((start * frame - first) / sr)
+        assert word.end == pytest.approx((end * frame - first) / sr)
+    assert all(0 <= w.start < w.end <= chunk.audio.size / sr for w in chunk.words)
+
+
+def test_a_graph_without_durations_gives_no_word_timings(engine):
+    assert run(engine, "ab cde.")[0].words == ()
+
+
+def tiny_kokoro_audio(engine: KokoroEngine, phonemes: str) -> np.ndarray:
+    """The tiny model's raw output for ``phonemes`` (before the engine trims it)."""
+    pack = engine.style_pack("female_1")
+    return engine.infer(engine.frontend.token_ids(phonemes), pack, 1.0)
+
+
+def test_word_timings_follow_the_crop_and_trim_offset_and_stay_inside_the_chunk():
+    from cosyedge.engines.kokoro.engine import word_timings
+
+    durations = np.array([10, 2, 3, 1, 4, 10])  # pad, 4 symbols, pad: frames of 600 samples
+    words = [("a", 0, 2), ("b", 3, 4), ("beyond", 4, 6)]
+    timed = word_timings(words, durations, first=6000, length=7200, sample_rate=24000)
+    # "a": symbols 0-1 = frames 10..15 -> samples 6000..9000, minus the 6000 cut before the chunk
+    assert [(w.text, w.start, w.end) for w in timed] == [("a", 0.0, 3000 / 24000), ("b", 3600 / 24000, 6000 / 24000)]
+    late = word_timings([("b", 3, 4)], durations, first=6000, length=5000, sample_rate=24000)
+    assert late[0].end == 5000 / 24000  # clamped to the chunk's end

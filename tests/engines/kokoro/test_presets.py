@@ -37,7 +37,7 @@ class TaggedFrontend:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> KokoroEngine:
-    return tiny_kokoro.engine(tmp_path_factory.mktemp("tiny"), TaggedFrontend(), seed=1, check_reading=False)
+    return tiny_kokoro.engine(tmp_path_factory.mktemp("tiny"), TaggedFrontend(), seed=1)
 
 
 def chunks(engine, text, voice):

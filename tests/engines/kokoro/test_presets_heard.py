@@ -62,22 +62,3 @@ def test_the_worst_preset_still_reads_as_the_committed_figure_says(kokoro_engine
             total += intelligibility.score(s["text"], heard.text, language)
     recognizer.release()
     assert total.rate == pytest.approx(after[name][language]["report"], abs=0.03), (name, language)
-
-
-def test_the_voice_match_guard_hears_every_language_of_a_voice(kokoro_engine):
-    """The guard the approximate match runs (``KokoroEngine.reading_errors``) on a preset-like encoded
-    voice: a rate per language, and none "read badly" for a voice the check passed."""
-    from cosyedge.listening.asr import Recognizer
-
-    voice = VoicePrompt(engine=kokoro_engine.name, model_id=kokoro_engine.model_id,
-                        arrays={"style": presets.build(kokoro_engine.packs, presets.recipe("male_2", "ja"))})
-    recognizer = Recognizer(threads=2, idle_seconds=0)
-    kokoro_engine.listen_with(recognizer.transcribe)
-    try:
-        rates = kokoro_engine.reading_errors(voice)
-    finally:
-        kokoro_engine.listen_with(None)  # the engine is shared by other tests
-        recognizer.release()
-    assert sorted(rates) == ["en", "ja", "zh"]
-    assert all(0.0 <= r <= 1.0 for r in rates.values())
-    assert intelligibility.badly_read(rates) == [], rates

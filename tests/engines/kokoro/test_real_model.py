@@ -8,6 +8,7 @@ import pytest
 from cosyedge.service import synthesis
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.errors import TextError
+from tests.helpers.shared_engine import SharedEngine
 
 pytestmark = pytest.mark.slow
 
@@ -84,24 +85,11 @@ def test_text_over_the_limit_is_refused_before_synthesis(kokoro_engine):
         synthesis.synthesize(kokoro_engine, "a" * 100_000, "female_1", SynthesisOptions(), max_chars=5000)
 
 
-class _Shared:
-    """The session's engine behind a Service, which must not close it at teardown."""
-
-    def __init__(self, engine) -> None:
-        self.inner = engine
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def close(self) -> None:
-        pass
-
-
 def test_long_first_sentence_streams_a_short_clause_first_and_the_same_audio(kokoro_engine, make_service):
     from cosyedge.engines.kokoro.engine import CLAUSE_PAUSE_S
     from cosyedge.service.requests import TTSRequest
 
-    service = make_service(factory=lambda: _Shared(kokoro_engine))
+    service = make_service(factory=lambda: SharedEngine(kokoro_engine))
     text = "Every spring, the school organizes a trip to the mountains. The children walk along the river."
     job = service.submit(TTSRequest(text=text), stream=True)
     pieces = list(job.stream.pieces(timeout=120))

@@ -82,3 +82,54 @@ def test_refusals_name_the_problem(sources, tmp_path):
     with pytest.raises(InputError, match="does not match the sizes"):
         convert(wrong, tmp_path / "out", quantize="none")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_true_size_mismatch_names_both_values(sources, tmp_path):
+    """Sizes that upstream lets differ convert (tests/engines/cosyvoice/test_v1_parity.py, "unequal");
+    sizes upstream needs equal, or a yaml the checkpoint contradicts, are refused with both numbers."""
+    text = reference.yaml_text()
+    cases = {
+        # the flow encoder reads the token embedding: its input_size must be flow.input_size (44)
+        "flow.encoder.input_size is 40 but flow.input_size is 44":
+            text.replace("        input_size: 44\n        use_cnn_module", "        input_size: 40\n        use_cnn_module"),
+        # the yaml says 50 LLM units, llm.pt's feed-forward has 50: say 51 and the tensor contradicts it
+        "llm.llm.linear_units is 51, the checkpoint's llm.encoders.0.feed_forward.w_1.weight dimension 0 is 50":
+            text.replace("linear_units: 50", "linear_units: 51"),
+        "flow.length_regulator.out_channels is 81 but the mel bins upstream's CFM is written for is 80":
+            text.replace("sampling_ratios: [1, 1, 1, 1]", "sampling_ratios: [1, 1, 1, 1]\n        out_channels: 81"),
+    }
+    for expected, yaml in cases.items():
+        wrong = shutil.copytree(sources["CosyVoice-300M"], tmp_path / "src", dirs_exist_ok=True)
+        assert yaml != text
+        (wrong / "cosyvoice.yaml").write_text(yaml, encoding="utf-8")
+        with pytest.raises(InputError) as caught:
+            convert(wrong, tmp_path / "out", quantize="none", steps=["llm", "flow"])
+        assert expected in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_llm_options_are_honoured_or_refused_before_any_step(tmp_path, capsys):
+    """``--llm-bits`` and ``--speech-tokenizer-int8`` act on a v1 model as on CosyVoice2's, and need int8:
+    with ``--quantize none`` the command exits 2 and writes nothing (it once ignored them, exit 0)."""
+    from cosyedge.cli import main
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.common.sampling import greedy
+    from cosyedge.engines.cosyvoice.v1.llm import SpeechLMv1
+
+    src = reference.write_checkpoint(tmp_path / "CosyVoice-300M", llm=reference.build_llm("blocks"), size="blocks")
+    for option in (["--llm-bits", "4"], ["--speech-tokenizer-int8"]):
+        out = tmp_path / "refused"
+        assert main(["convert", "cosyvoice1", "--src", str(src), "--out", str(out), "--quantize", "none",
+                     *option]) == 2
+        assert "needs --quantize int8" in capsys.readouterr().err and not out.exists()
+    manifest = convert(src, tmp_path / "int4", steps=["llm", "frontend"],
+                       options={"llm_bits": 4, "speech_tokenizer_int8": True})
+    step = manifest["graphs"]["llm_step.onnx"]
+    assert step["precision"] == "int4-weight-only-block32" and step["weights"]["decoder_bits"] == 8
+    # widths 48 (a block of 16 fits) and 64 (the feed-forward's second product, K = 64: 32 fits)
+    assert step["matmuls"] == {"int4-block16": 2 * 3 + 1, "int4-block32": 2, "int8-block16": 1}  # + the head
+    assert manifest["graphs"]["speech_tokenizer_v1.onnx"]["precision"] == "int8"
+    default = convert(src, tmp_path / "int8", steps=["llm"])["graphs"]["llm_step.onnx"]
+    assert default["matmuls"] == {"int8-block16": 2 * 3 + 2, "int8-block64": 2}
+    lm = SpeechLMv1.load(ModelDir.load(tmp_path / "int4"))
+    assert len(lm.generate([50260, 1000, 2000], greedy(reference.EOS), max_ratio=4)) >= 6

@@ -10,10 +10,13 @@ runs once to warm them, then times:
 
 * decode: :data:`DECODE_STEPS` LLM steps after a short prefill (forced tokens), per step;
 * render: one 25-token hop of the streamed flow (its Euler steps at the model's count) and its HiFT,
-  after a first chunk, per token (a whole 25-token sentence for a model without streaming graphs). A mid-sentence chunk attends to more frames than this one; the
-  attention is about a tenth of a chunk's work, so this is a slight underestimate.
+  per token (a whole 25-token sentence for a model without streaming graphs). As in a real sentence a
+  voice prompt comes first (:data:`PROMPT_TOKENS`, 4 s) and the timed hop is the second, so its chunk
+  attends to 250 earlier frames: each chunk's attention grows with the frames before it (about 45 %
+  of an estimator call at 300 earlier frames with the chunk-blocked cache, docs/benchmarks.md), so a
+  hop at the start of an empty stream would understate a sentence's rendering by a third or more.
 
-At full size this takes about 10-20 s on a 2-core box; the tiny test model a fraction of a second.
+At full size this takes about 15-25 s on a 2-core box; the tiny test model a fraction of a second.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ logger = logging.getLogger(__name__)
 DECODE_STEPS = 12
 #: Speech tokens for the render measurement: a first (warm-up) chunk with its look-ahead, then a hop.
 HOP = 25
+#: The voice prompt ahead of the render measurement's tokens (speech tokens, 25 a second).
+PROMPT_TOKENS = 100
 
 
 def thread_counts(cpus: int) -> list[int]:
@@ -65,10 +70,12 @@ def render_seconds(token2wav) -> float:
         t0 = time.perf_counter()
         token2wav(tokens, empty, None, embedding, rng=rng)
         return (time.perf_counter() - t0) / HOP
-    stream = token2wav.stream(empty, None, embedding, rng=rng)
+    prompt = rng.integers(0, 6561, PROMPT_TOKENS)
+    prompt_mel = (rng.standard_normal((2 * PROMPT_TOKENS, 80)) - 4).astype(np.float32)
+    stream = token2wav.stream(prompt, prompt_mel, embedding, rng=rng)
     lookahead = stream.flow.lookahead
     tokens = rng.integers(0, 6561, 2 * HOP + lookahead)
-    stream.push(tokens[:HOP + lookahead])  # the first chunk warms the sessions up
+    stream.push(tokens[:HOP + lookahead])  # the prompt's chunks and the first hop warm the sessions up
     t0 = time.perf_counter()
     hops = stream.push(tokens[HOP + lookahead:])
     seconds = time.perf_counter() - t0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -37,11 +38,14 @@ from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDet
 from cosyedge.engines.cosyvoice import versions
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
-from cosyedge.engines.cosyvoice.common.llm import SpeechLM
+from cosyedge.engines.cosyvoice.common.llm import MAX_TOKEN_TEXT_RATIO, SpeechLM
+from cosyedge.engines.cosyvoice.common.readings import CosyReadingPass, shown
+from cosyedge.engines.cosyvoice.common.quality import QUALITY_NAMES, Levers, levers_for
 from cosyedge.engines.cosyvoice.common.sampling import Chooser, RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.common.tokenizer import END_OF_PROMPT, TextTokenizer
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError, TextError
+from cosyedge.lexicon.matching import Lexicon
 from cosyedge.host.heap import trim_heap
 from cosyedge.catalog.manifest import engine_name
 from cosyedge.notes import Note
@@ -81,6 +85,16 @@ def prompt_encoder_factory(model, threads: int, mel_per_token: int | None = 2) -
     return open_encoder
 
 
+def campplus_factory(model, threads: int) -> Callable[[], object]:
+    """Opens the model's campplus alone, as a judge of finished audio (the speed-mode check)."""
+    def open_judge():  # noqa: ANN202
+        from cosyedge.engines.cosyvoice.common.prompt_encoders import CampplusJudge
+
+        return CampplusJudge(model.session(model.config("frontend")["campplus"], threads))
+
+    return open_judge
+
+
 def prompt_arrays(voice: VoicePrompt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An encoded voice's (embedding [192], speech tokens, flow mel [T, 80]); a coded refusal when
     the encoding lacks one (made by another version of the encoder)."""
@@ -100,11 +114,13 @@ class CosyVoiceEngine:
                  normalizer: TextNormalizer, prompt_encoder_factory, presets: dict[str, np.ndarray] | None = None,
                  sample_rate: int = SAMPLE_RATE, keep_prompt_encoder: bool = False,
                  lm_loader: Callable[[], SpeechLM] | None = None, version: int = 2,
-                 stream_cache_mb: float = 0.0) -> None:
+                 stream_cache_mb: float = 0.0, judge_factory: Callable[[], object] | None = None) -> None:
         self.model_id = model_id
         self.version = version
         #: What this version does its own way (a module of the registry's description form).
         self.described = versions.description(version)
+        #: The pronunciation dictionary now, read at each text (:meth:`pronounce_with`); None: none.
+        self.readings: Callable[[], Lexicon] | None = None
         self.name = engine_name("cosyvoice", version)
         self._lm: SpeechLM | None = lm
         self.lm_config = lm.config
@@ -121,6 +137,8 @@ class CosyVoiceEngine:
         self.normalizer = normalizer
         self._presets = dict(presets or {})
         self._prompt_encoder_factory = prompt_encoder_factory
+        # campplus alone (no speech tokenizer), opened for whoever judges finished audio by speaker
+        self._judge_factory = judge_factory
         self._prompt_encoder = None
         # campplus + the speech tokenizer (~0.5 GB as upstream ships it) are needed only for a new voice
         # (the prompt cache keeps encodings); released after each use they never sit in memory next to
@@ -132,7 +150,8 @@ class CosyVoiceEngine:
         details = tuple(PresetDetail(name, {lang: {"speaker": name} for lang in languages if lang != "auto"})
                         for name in self.presets())
         self.capabilities = Capabilities(native_clone=True, native_instruct=True, languages=languages,
-                                         sample_rate=sample_rate, preset_details=details)
+                                         sample_rate=sample_rate, preset_details=details,
+                                         quality_modes=QUALITY_NAMES)
 
     @classmethod
     def load(cls, model_dir: Path, settings) -> "CosyVoiceEngine":
@@ -170,7 +189,8 @@ class CosyVoiceEngine:
         return cls(identity.model_id, lm, token2wav, tokenizer, TextNormalizer(tokenizer.encode),
                    prompt_encoder, presets, sample_rate=int(token2wav.sample_rate),
                    lm_loader=lambda: SpeechLM.load(model.path, threads=lm_threads), version=identity.version,
-                   stream_cache_mb=float(getattr(settings, "stream_cache_max_mb", 0.0) or 0.0))
+                   stream_cache_mb=float(getattr(settings, "stream_cache_max_mb", 0.0) or 0.0),
+                   judge_factory=campplus_factory(model, threads))
 
     # -- voices and instructions -----------------------------------------------------------------
     def presets(self) -> list[str]:
@@ -241,6 +261,14 @@ class CosyVoiceEngine:
             self._prompt_encoder = None
         trim_heap()
 
+    def speaker_judge(self) -> Callable[[np.ndarray, int], np.ndarray] | None:
+        """The model's own speaker encoder (campplus) as ``embed(audio, sample_rate)``, opened for
+        the caller and dropped with the function (the speed-mode check); None when the model was
+        built without one."""
+        if self._judge_factory is None:
+            return None
+        return self._judge_factory().embed
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
                       cancelled: CancelFn | None = None) -> VoicePrompt:
         """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
@@ -292,14 +320,37 @@ class CosyVoiceEngine:
             return instruct_ids, [], empty_tokens, empty_mel, self._presets[voice], "sft"
         raise ParameterError("CosyVoice needs a voice: upload or record a prompt, or pick a preset")
 
+    def pronounce_with(self, readings: Callable[[], Lexicon] | None) -> None:
+        """Read every text with the pronunciation dictionary ``readings()`` returns at that moment
+        (the service hands its book's in); inline readings are read either way."""
+        self.readings = readings
+
+    def quality_levers(self, quality: str | None, flow_steps: int | None = None) -> Levers:
+        """The levers this model applies for mode ``quality`` (None: exact) and an explicit
+        ``flow_steps`` (which wins over the mode's): a streamed answer's left context and first hop
+        only where the model streams, the left context only where its streamed cache can drop chunks
+        (models converted before the chunk-blocked cache keep all of it)."""
+        levers = levers_for(quality, flow_steps)
+        flow = getattr(self.token2wav, "flow", None)
+        if not getattr(self.token2wav, "can_stream", False):
+            return replace(levers, left_chunks=0, first_hop_tokens=0)
+        if not flow.stream_layout.can_bound_context:
+            return replace(levers, left_chunks=0)
+        return levers
+
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """The normalized pieces :meth:`synthesize` reads, one LLM call each (upstream's
-        normalization and split lengths). CosyVoice reads every script and picks the normalization
-        from the text itself, so nothing is skipped and the language setting needs no note."""
-        sentences = tuple(self.normalizer.split(text))
+        normalization and split lengths), with the pronunciation dictionary's and the inline
+        readings spelled in as this version takes them (:mod:`.readings`; the notes say which).
+        CosyVoice reads every script and picks the normalization from the text itself, so nothing
+        is skipped and the language setting needs no note."""
+        lexicon = self.readings() if self.readings is not None else Lexicon()
+        readings = CosyReadingPass(lexicon, self.described.spell_reading, self.name)
+        sentences = tuple(readings.apply(piece) for piece in self.normalizer.split(readings.mark_inline(text)))
         if not sentences:
             raise TextError("the text has nothing to speak (only punctuation or markup)")
-        return TextAnalysis(text=text, language=language, sentences=sentences)
+        return TextAnalysis(text=text, language=language, sentences=sentences,
+                            notes=tuple(readings.report.notes(lexicon)))
 
     def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
@@ -312,7 +363,8 @@ class CosyVoiceEngine:
         chooser: Chooser = RasSampler(eos=self.lm_config.masked_id, seed=int(rng.integers(2 ** 31)))
         # CosyVoice3 reads <|endofprompt|> in every input: cross-lingual and preset sentences carry it.
         add_prompt = self.described.EVERY_INPUT_ENDS_PROMPT and self.tokenizer.end_of_prompt_id not in prompt_text
-        logger.debug("synthesize: mode %s, %d sentences, seed %d", mode, len(sentences), seed)
+        levers = self.quality_levers(options.quality, options.n_timesteps)
+        logger.debug("synthesize: mode %s, %d sentences, seed %d, levers %s", mode, len(sentences), seed, levers)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
@@ -321,43 +373,49 @@ class CosyVoiceEngine:
             if self._streams(options):
                 yield from self._sentence_hops(sentence, index, total, text_ids, chooser,
                                                (prompt_text, prompt_speech, flow_tokens, flow_mel, embedding),
-                                               options, rng, progress, cancelled)
+                                               levers, rng, progress, cancelled)
                 continue
             with self.using_lm() as lm:
                 tokens = lm.generate(text_ids, chooser, prompt_text, prompt_speech, cancelled=cancelled)
             tokens = self.described.speech_tokens(tokens)
             if tokens:
                 audio = self.token2wav(tokens, flow_tokens, flow_mel, embedding, speed=options.speed, rng=rng,
-                                       n_timesteps=options.n_timesteps)
+                                       n_timesteps=levers.flow_steps, cfg_steps=levers.cfg_steps)
             else:
                 audio = np.zeros(0, dtype=np.float32)
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
-                             text=sentence, index=index, total=total)
+                             text=shown(sentence), index=index, total=total)
 
     def _streams(self, options: SynthesisOptions) -> bool:
         """Hop-by-hop for a streamed request, where the model has the streaming graphs; upstream
         streams at speed 1 only (a speed change resamples the whole sentence's mel)."""
         return bool(options.stream and getattr(self.token2wav, "can_stream", False) and options.speed == 1.0)
 
-    def _sentence_hops(self, sentence, index, total, text_ids, chooser, conditioning, options, rng,
+    def _sentence_hops(self, sentence, index, total, text_ids, chooser, conditioning, levers: Levers, rng,
                        progress, cancelled) -> Iterator[AudioChunk]:  # noqa: ANN001 - synthesize's locals
         """One sentence as hops (LLM decoding overlapped with flow + HiFT, :mod:`hops`)."""
         prompt_text, prompt_speech, flow_tokens, flow_mel, embedding = conditioning
-        renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=options.n_timesteps,
-                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20))
+        renderer = self.token2wav.stream(flow_tokens, flow_mel, embedding, n_timesteps=levers.flow_steps,
+                                         rng=rng, cache_budget=int(self.stream_cache_mb * 2 ** 20),
+                                         expected_tokens=int(MAX_TOKEN_TEXT_RATIO * len(text_ids)),
+                                         cfg_steps=levers.cfg_steps, left_chunks=levers.left_chunks,
+                                         first_hop_tokens=levers.first_hop_tokens)
         sr = self.capabilities.sample_rate
-        with self.using_lm() as lm:
-            def decode(stop):  # noqa: ANN001, ANN202
-                return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
+        try:
+            with self.using_lm() as lm:
+                def decode(stop):  # noqa: ANN001, ANN202
+                    return lm.iter_tokens(text_ids, chooser, prompt_text, prompt_speech, cancelled=stop)
 
-            for audio, last in stream_hops(decode, renderer, cancelled):
-                if last and progress is not None:
-                    progress(index + 1, total)
-                notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
-                yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=sentence,
-                                 index=index, total=total, continues=not last, notes=notes)
+                for audio, last in stream_hops(decode, renderer, cancelled):
+                    if last and progress is not None:
+                        progress(index + 1, total)
+                    notes = (stream_cache_note(index, self.stream_cache_mb),) if last and renderer.limited else ()
+                    yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=shown(sentence),
+                                     index=index, total=total, continues=not last, notes=notes)
+        finally:  # a cancel, an error or a client gone: the flow's caches go now, not when collected
+            renderer.close()
 
     def close(self) -> None:
         with self._lm_lock:

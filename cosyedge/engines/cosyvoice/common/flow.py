@@ -28,11 +28,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from cosyedge.engines.cosyvoice.common.flow_cache import BlockedStepCache, GrowingRows, PackedStepCache
 from cosyedge.errors import ParameterError
 
 logger = logging.getLogger(__name__)
@@ -63,7 +65,12 @@ def cosine_schedule(n_timesteps: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StreamLayout:
-    """Chunk size and cache shapes of the chunk-step graphs (the manifest's ``flow.stream``)."""
+    """Chunk size and cache shapes of the chunk-step graphs (the manifest's ``flow.stream``).
+
+    ``kv_layout`` is how the estimator step takes its key/value cache: ``chunk_blocked`` (per layer, in
+    the layout its attention reads: :class:`~cosyedge.engines.cosyvoice.common.flow_cache.BlockedStepCache`)
+    or, in models converted before that existed (no ``kv_layout`` in the manifest), ``frame_packed``.
+    """
 
     chunk_tokens: int = 25
     conv_tail: int = 2
@@ -75,16 +82,49 @@ class StreamLayout:
     conv_layers: int = 31
     conv_channels: int = 512
     kv_dtype: str = "float32"   # the estimator's key/value cache (float16 in int8 models)
+    kv_layout: str = "frame_packed"
+    heads: int = 8
+    head_dim: int = 64
+    chunk_frames: int = 50
 
     @classmethod
     def from_dict(cls, values: dict) -> "StreamLayout":
-        return cls(**{k: (str(values[k]) if k == "kv_dtype" else int(values[k]))
+        return cls(**{k: (str(values[k]) if k in ("kv_dtype", "kv_layout") else int(values[k]))
                       for k in cls.__dataclass_fields__ if k in values})
 
-    def cache_bytes_per_frame(self, n_timesteps: int) -> int:
-        """Estimator key/value bytes one mel frame adds (every step, both CFG rows): the memory a
-        streamed sentence grows by, since every chunk attends to all earlier ones."""
-        return self.attention_layers * 2 * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * n_timesteps
+    @property
+    def blocked(self) -> bool:
+        return self.kv_layout == "chunk_blocked"
+
+    def cache_bytes_per_frame(self, n_timesteps: int, cfg_steps: int | None = None) -> int:
+        """Estimator key/value bytes one mel frame adds (every step; both CFG rows on a guided step,
+        one on the others, see :func:`cfg_rows`): the memory a streamed sentence grows by, since every
+        chunk attends to all earlier ones (unless its left context is bounded)."""
+        rows = sum(cfg_rows(step, cfg_steps) for step in range(n_timesteps))
+        return self.attention_layers * 2 * self.inner * np.dtype(self.kv_dtype).itemsize * rows
+
+    def step_cache(self, frames: int = 0, batch: int = 2, ring: int = 0):
+        """An empty key/value cache for one Euler step (``batch`` rows: 2 with CFG, 1 without), with
+        room for ``frames`` frames; ``ring`` > 0 (chunk-blocked only): a ring of that many chunks
+        (:meth:`~cosyedge.engines.cosyvoice.common.flow_cache.BlockedStepCache.ring_of`)."""
+        if self.blocked:
+            return BlockedStepCache(self.attention_layers, self.heads, self.head_dim, self.chunk_frames,
+                                    self.kv_dtype, capacity_chunks=-(-frames // self.chunk_frames), batch=batch,
+                                    ring=ring)
+        return PackedStepCache(self.attention_layers, self.inner, self.kv_dtype, capacity_frames=frames,
+                               batch=batch)
+
+    @property
+    def can_bound_context(self) -> bool:
+        """True when a stream's left context can be bounded (the chunk-blocked cache drops its oldest
+        chunks; the first converter's packed cache keeps every frame)."""
+        return self.blocked
+
+
+def cfg_rows(step: int, cfg_steps: int | None) -> int:
+    """The estimator's batch at Euler step ``step`` (0-based): 2 (conditional and unconditional rows,
+    classifier-free guidance) on the first ``cfg_steps`` steps (None: every step), else 1."""
+    return 2 if cfg_steps is None or step < cfg_steps else 1
 
 
 class FlowDecoder:
@@ -104,6 +144,13 @@ class FlowDecoder:
         self.stream_sessions = stream_sessions
         self.stream_layout = stream_layout if stream_sessions else None
         self.prompt_states = PromptStates()
+        self._streams: weakref.WeakSet = weakref.WeakSet()
+
+    @property
+    def stream_cache_bytes(self) -> int:
+        """Bytes the caches of the streams still open hold now (the voice prompt states aside): what
+        streaming holds beyond the models; 0 once every stream has finished or been closed."""
+        return sum(stream.cache_bytes for stream in list(self._streams))
 
     @property
     def can_stream(self) -> bool:
@@ -129,10 +176,13 @@ class FlowDecoder:
         return self.estimator_session.run(None, feeds)[0]
 
     def solve(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray, n_timesteps: int,
-              cfg_rate: float | None = None, noise: np.ndarray | None = None) -> np.ndarray:
+              cfg_rate: float | None = None, noise: np.ndarray | None = None,
+              cfg_steps: int | None = None) -> np.ndarray:
         """Euler CFM from the fixed noise: mu/cond [80, T], spks [80] -> mel [80, T].
 
-        ``noise`` [80, T] starts from there instead (CosyVoice-300M draws fresh noise per call)."""
+        ``noise`` [80, T] starts from there instead (CosyVoice-300M draws fresh noise per call).
+        ``cfg_steps``: guidance on the first that many steps only (None: every step, upstream); the
+        others run the conditional row alone (:func:`cfg_rows`)."""
         n_frames = mu.shape[1]
         rate = np.float32(self.params.inference_cfg_rate if cfg_rate is None else cfg_rate)
         x = (self.noise[:, :n_frames] if noise is None else np.asarray(noise, dtype=np.float32)).copy()
@@ -145,9 +195,13 @@ class FlowDecoder:
         t_span = cosine_schedule(n_timesteps)
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(1, n_timesteps + 1):
-            x_in = np.stack([x, x])
-            v = self.estimate(x_in, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
-            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            if cfg_rows(step - 1, cfg_steps) == 2:
+                x_in = np.stack([x, x])
+                v = self.estimate(x_in, mu_in, np.full(2, t, dtype=np.float32), spks_in, cond_in)
+                x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            else:
+                v = self.estimate(x[None], mu_in[:1], np.full(1, t, dtype=np.float32), spks_in[:1], cond_in[:1])
+                x = x + dt * v[0]
             t = np.float32(t + dt)
             if step < n_timesteps:
                 dt = t_span[step + 1] - t
@@ -173,18 +227,30 @@ class FlowDecoder:
         n_prompt = min(prompt_tokens.shape[0], prompt_mel.shape[0] // p.token_mel_ratio)
         return prompt_tokens[:n_prompt], prompt_mel[:n_prompt * p.token_mel_ratio], embedding, steps
 
-    def stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None = None) -> "FlowStream":
-        """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs)."""
+    def stream(self, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None = None, *,
+               cfg_steps: int | None = None, left_chunks: int = 0) -> "FlowStream":
+        """A :class:`FlowStream` for one utterance with this prompt (needs the chunk-step graphs).
+
+        ``cfg_steps`` as in :meth:`solve`; ``left_chunks`` > 0 bounds how many earlier chunks each
+        chunk's estimator attention sees (0: all, upstream), where the layout can
+        (:attr:`StreamLayout.can_bound_context`; elsewhere it is ignored)."""
         if not self.can_stream:
             raise ParameterError("this model directory has no streaming flow graphs; convert it again")
         prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps)
-        key = PromptStates.key(prompt_tokens, prompt_mel, embedding, steps)
-        return FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
-                          cached=self.prompt_states.take(key), cache_key=key)
+        left_chunks = left_chunks if self.stream_layout.can_bound_context else 0
+        # the levers change every cached state: a prompt state is kept per setting of them
+        variant = f"{steps}" if cfg_steps is None and not left_chunks else f"{steps}/{cfg_steps}/{left_chunks}"
+        key = PromptStates.key(prompt_tokens, prompt_mel, embedding, variant)
+        stream = FlowStream(self, prompt_tokens, prompt_mel, embedding, steps,
+                            cached=self.prompt_states.take(key), cache_key=key, cfg_steps=cfg_steps,
+                            left_chunks=left_chunks)
+        self._streams.add(stream)
+        return stream
 
     def __call__(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
-                 embedding: np.ndarray, n_timesteps: int | None = None) -> np.ndarray:
-        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]."""
+                 embedding: np.ndarray, n_timesteps: int | None = None, cfg_steps: int | None = None) -> np.ndarray:
+        """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]; ``cfg_steps``
+        as in :meth:`solve`."""
         p = self.params
         tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
         prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding,
@@ -196,46 +262,12 @@ class FlowDecoder:
         mu, spks = self.encode(np.concatenate([prompt_tokens, tokens]), embedding)
         cond = np.zeros_like(mu)
         cond[:, :prompt_mel.shape[0]] = prompt_mel.T
-        mel = self.solve(mu, spks, cond, steps)
+        mel = self.solve(mu, spks, cond, steps, cfg_steps=cfg_steps)
         return mel[:, prompt_mel.shape[0]:]
 
 
-#: How much a full :class:`_Growing` buffer grows by: the key/value cache is most of a streamed
-#: sentence's memory (2.2 MiB per frame at 10 steps in float16), so doubling would leave up to half
-#: of it unused (a 650-frame sentence in 1024 frames' room); a quarter costs a few more copies.
-GROWTH = 1.25
-
-
-class _Growing:
-    """A time-first buffer that appends in place (capacity grows by :data:`GROWTH`) and hands out
-    its prefix."""
-
-    def __init__(self, tail_shape: tuple[int, ...], capacity: int = 64, dtype: str = "float32") -> None:
-        self._data = np.zeros((capacity, *tail_shape), dtype=dtype)
-        self.length = 0
-
-    def append(self, rows: np.ndarray) -> None:
-        end = self.length + rows.shape[0]
-        if end > self._data.shape[0]:
-            grown = np.zeros((max(end, int(GROWTH * self._data.shape[0]) + 1), *self._data.shape[1:]),
-                             dtype=self._data.dtype)
-            grown[:self.length] = self._data[:self.length]
-            self._data = grown
-        self._data[self.length:end] = rows
-        self.length = end
-
-    def view(self) -> np.ndarray:
-        return self._data[:self.length]
-
-    def compact(self, length: int, spare: int) -> "_Growing":
-        """The first ``length`` rows in a buffer of their own with room for ``spare`` more."""
-        out = _Growing(self._data.shape[1:], capacity=length + spare, dtype=str(self._data.dtype))
-        out.append(self._data[:length])
-        return out
-
-    @property
-    def nbytes(self) -> int:
-        return self._data.nbytes
+#: The time-first buffer of the encoder's caches (and of the first converter's packed estimator cache).
+_Growing = GrowingRows
 
 
 @dataclass
@@ -245,9 +277,9 @@ class _PromptState:
     done: int
     pre_tail: np.ndarray
     up_tail: np.ndarray
-    kv_down: _Growing
-    kv_up: _Growing
-    kv: list[_Growing]
+    kv_down: GrowingRows
+    kv_up: GrowingRows
+    kv: list            # one step cache per Euler step (flow_cache)
     conv: list[np.ndarray]
 
     @property
@@ -266,7 +298,7 @@ class PromptStates:
         self._lock = threading.Lock()
 
     @staticmethod
-    def key(prompt_tokens: np.ndarray, prompt_mel: np.ndarray, embedding: np.ndarray, steps: int) -> str:
+    def key(prompt_tokens: np.ndarray, prompt_mel: np.ndarray, embedding: np.ndarray, steps: int | str) -> str:
         digest = hashlib.sha1()
         for part in (prompt_tokens.astype(np.int64), prompt_mel.astype(np.float32), embedding.astype(np.float32)):
             digest.update(np.ascontiguousarray(part).tobytes())
@@ -303,11 +335,14 @@ class FlowStream:
     (``finalize=False`` with the 3 look-ahead tokens, ``finalize=True`` at the end); each chunk's work
     is done once. Chunks are counted from the first prompt token, so the first one that holds target
     tokens may also hold the prompt's last tokens (their frames are not returned).
+
+    Its caches (:mod:`~cosyedge.engines.cosyvoice.common.flow_cache`) are freed when it finishes or is
+    closed, however long the object itself is kept (a traceback may hold it).
     """
 
     def __init__(self, decoder: FlowDecoder, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
                  embedding: np.ndarray, n_timesteps: int, cached: _PromptState | None = None,
-                 cache_key: str | None = None) -> None:
+                 cache_key: str | None = None, cfg_steps: int | None = None, left_chunks: int = 0) -> None:
         self.decoder = decoder
         layout = decoder.stream_layout
         self.layout = layout
@@ -317,17 +352,19 @@ class FlowStream:
         self.prompt_mel = prompt_mel                                   # [2P, 80]
         self.n_prompt = int(prompt_tokens.shape[0])
         self.n_timesteps = n_timesteps
+        self.cfg_steps = cfg_steps                                     # CFG on the first cfg_steps steps (None: all)
+        self.left_chunks = left_chunks                                 # earlier chunks attended (0: all)
         self._tokens = [int(t) for t in prompt_tokens]                  # every token so far, prompt first
         self._done = 0                                                 # tokens whose chunk is computed
         d = layout.model_dim
         self._pre_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
         self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
-        self._kv_down = _Growing((layout.down_layers, 2, 1, d))
-        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=128)
-        self._kv = [_Growing((layout.attention_layers, 2, 2, layout.inner), capacity=128, dtype=layout.kv_dtype)
-                    for _ in range(n_timesteps)]
-        self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
-                      for _ in range(n_timesteps)]
+        self._kv_down = GrowingRows((layout.down_layers, 2, 1, d))
+        self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=128)
+        self._kv = [layout.step_cache((self.n_prompt + layout.chunk_tokens) * self.ratio, batch=self._rows(step),
+                                      ring=left_chunks) for step in range(n_timesteps)]
+        self._conv = [np.zeros((layout.conv_layers, self._rows(step), layout.conv_tail, layout.conv_channels),
+                               dtype=np.float32) for step in range(n_timesteps)]
         self._finished = False
         # The prompt's chunks whose look-ahead is still prompt: the state after them is the voice's.
         chunk = layout.chunk_tokens
@@ -339,6 +376,12 @@ class FlowStream:
             self._done, self._pre_tail, self._up_tail = cached.done, cached.pre_tail, cached.up_tail
             self._kv_down, self._kv_up, self._kv, self._conv = cached.kv_down, cached.kv_up, cached.kv, cached.conv
             self._take_snapshot()
+            if left_chunks:  # the snapshot keeps the state's rings; this stream writes over copies
+                self._kv = [kv.ring_of(left_chunks) for kv in self._kv]
+
+    def _rows(self, step: int) -> int:
+        """The estimator's batch at Euler step ``step``: 2 with CFG, 1 without (:func:`cfg_rows`)."""
+        return cfg_rows(step, self.cfg_steps)
 
     @property
     def tokens_pushed(self) -> int:
@@ -350,6 +393,15 @@ class FlowStream:
         return (self._kv_down.nbytes + self._kv_up.nbytes + sum(kv.nbytes for kv in self._kv)
                 + sum(c.nbytes for c in self._conv))
 
+    def reserve(self, tokens: int) -> None:
+        """Room in the caches for the prompt and ``tokens`` target tokens, made now (one resize per
+        sentence; pages never written stay free, see flow_cache)."""
+        total = self.n_prompt + max(0, int(tokens))
+        self._kv_down.reserve(total)
+        self._kv_up.reserve(total * self.ratio)
+        for kv in self._kv:
+            kv.reserve(total * self.ratio)
+
     def push(self, tokens) -> np.ndarray:
         """Add target tokens; returns the mel [80, frames] of the chunks now complete (may be empty)."""
         if self._finished:
@@ -359,42 +411,46 @@ class FlowStream:
         return self._run(final=False)
 
     def finish(self) -> np.ndarray:
-        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends
-        and gives the voice's prompt state back to its decoder."""
-        mel = self._run(final=True)
-        self._finished = True
-        self._give_back_prompt_state()
-        return mel
+        """The mel of the remaining tokens (upstream's ``finalize=True`` call); the stream then ends,
+        gives the voice's prompt state back to its decoder and frees its caches."""
+        try:
+            return self._run(final=True)
+        finally:
+            self.close()
 
     @property
     def prompt_tokens(self) -> np.ndarray:
         return np.asarray(self._tokens[:self.n_prompt], dtype=np.int64)
 
-    def abandon(self) -> None:
-        """End the stream without computing the rest: the voice's prompt state goes back to its
-        decoder and the caches are freed (the sentence is then rendered whole, see
-        :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2WavStream`)."""
+    def close(self) -> None:
+        """End the stream without computing the rest (a cancel, or the sentence rendered whole, see
+        :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2WavStream`): the voice's prompt
+        state goes back to its decoder and the caches are freed. Closing twice does nothing."""
         self._finished = True
         self._give_back_prompt_state()
         layout, d = self.layout, self.layout.model_dim
-        self._kv_down = _Growing((layout.down_layers, 2, 1, d), capacity=0)
-        self._kv_up = _Growing((layout.up_layers, 2, 1, d), capacity=0)
-        self._kv, self._conv = [], []
+        self._kv_down = GrowingRows((layout.down_layers, 2, 1, d), capacity=0)
+        self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=0)
+        self._kv, self._conv = [layout.step_cache(0) for _ in self._kv], []
 
     def _take_snapshot(self) -> None:
         """Note the caches' lengths and copy the small tails once the prompt's own chunks are done
-        (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone)."""
+        (the big buffers are cut back to these lengths at the end: appends leave earlier rows alone).
+        A bounded stream's rings are overwritten as it goes: they are copied now."""
+        kv = [ring.ring_of(self.left_chunks) for ring in self._kv] if self.left_chunks else \
+            [cache.length for cache in self._kv]
         self._snapshot = (self._done, self._pre_tail.copy(), self._up_tail.copy(), self._kv_down.length,
-                          self._kv_up.length, [kv.length for kv in self._kv], [c.copy() for c in self._conv])
+                          self._kv_up.length, kv, [c.copy() for c in self._conv])
 
     def _give_back_prompt_state(self) -> None:
         if self._cache_key is None or self._snapshot is None:
             return
-        done, pre_tail, up_tail, down_len, up_len, kv_lens, conv = self._snapshot
+        done, pre_tail, up_tail, down_len, up_len, kv, conv = self._snapshot
         chunk, frames = self.layout.chunk_tokens, self.layout.chunk_tokens * self.ratio
+        if not self.left_chunks:
+            kv = [cache.compact(n, frames) for cache, n in zip(self._kv, kv)]
         state = _PromptState(done, pre_tail, up_tail, self._kv_down.compact(down_len, chunk),
-                             self._kv_up.compact(up_len, frames),
-                             [kv.compact(n, frames) for kv, n in zip(self._kv, kv_lens)], conv)
+                             self._kv_up.compact(up_len, frames), kv, conv)
         self._snapshot = None
         self.decoder.prompt_states.put(self._cache_key, state)
 
@@ -418,20 +474,38 @@ class FlowStream:
             return np.zeros((self.decoder.params.mel_bins, 0), dtype=np.float32)
         return np.concatenate(out, axis=1)
 
-    def _chunk(self, start: int, end: int) -> np.ndarray:
-        """Encoder step then the Euler steps for tokens [start, end); returns all its frames [80, 2L]."""
+    def preview(self, end: int) -> np.ndarray:
+        """The mel [80, frames] of the target tokens before token ``end`` (counted from the first prompt
+        token) that no chunk has given yet, rendered from the partial chunk up to ``end`` and left out
+        of the caches: what upstream's flow gives for a hop that ends inside a chunk. The chunk is
+        rendered again, whole, when its tokens and look-ahead are in. Needs the look-ahead tokens
+        after ``end`` (or the end of the sentence) and ``end`` within the chunk after the last one done."""
+        if self._finished:
+            raise ParameterError("this flow stream is finished")
+        chunk = self.layout.chunk_tokens
+        if not self._done < end <= min(self._done + chunk, len(self._tokens)):
+            raise ValueError(f"a preview ends inside the next chunk ({self._done}, {self._done + chunk}]; "
+                             f"got {end} with {len(self._tokens)} tokens")
+        mel = self._chunk(self._done, end, keep=False)
+        return mel[:, max(0, (self.n_prompt - self._done) * self.ratio):]
+
+    def _chunk(self, start: int, end: int, keep: bool = True) -> np.ndarray:
+        """Encoder step then the Euler steps for tokens [start, end); returns all its frames [80, 2L].
+        ``keep=False`` leaves every cache as it was (a :meth:`preview`)."""
         encoder, estimator = self.decoder.stream_sessions
         context = self._tokens[end:end + self.lookahead]
         n_context = len(context)
         context = context + [0] * (self.lookahead - n_context)
-        mu, spks, self._pre_tail, kv_down, self._up_tail, kv_up = encoder.run(None, {
+        mu, spks, pre_tail, kv_down, up_tail, kv_up = encoder.run(None, {
             "tokens": np.asarray(self._tokens[start:end], dtype=np.int64)[None],
             "context": np.asarray(context, dtype=np.int64)[None],
             "n_context": np.asarray([n_context], dtype=np.int64), "embedding": self.embedding,
             "pre_tail": self._pre_tail, "kv_down": self._kv_down.view(), "up_tail": self._up_tail,
             "kv_up": self._kv_up.view()})
-        self._kv_down.append(kv_down)
-        self._kv_up.append(kv_up)
+        if keep:
+            self._pre_tail, self._up_tail = pre_tail, up_tail
+            self._kv_down.append(kv_down)
+            self._kv_up.append(kv_up)
         f0, frames = start * self.ratio, mu.shape[2]
         mu_in = np.zeros((2, mu.shape[1], frames), dtype=np.float32)
         mu_in[0] = mu[0]
@@ -445,11 +519,15 @@ class FlowStream:
         t_span = cosine_schedule(self.n_timesteps)
         t, dt = t_span[0], t_span[1] - t_span[0]
         for step in range(self.n_timesteps):
-            v, kv, self._conv[step] = estimator.run(None, {
-                "x": np.stack([x, x]), "mu": mu_in, "t": np.full(2, t, dtype=np.float32), "spks": spks_in,
-                "cond": cond_in, "kv": self._kv[step].view(), "conv": self._conv[step]})
-            self._kv[step].append(kv)
-            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1])
+            rows = self._rows(step)  # 1: the conditional row alone, no CFG at this step
+            v, *kv, conv = estimator.run(None, {
+                "x": np.stack([x] * rows), "mu": mu_in[:rows], "t": np.full(rows, t, dtype=np.float32),
+                "spks": spks_in[:rows], "cond": cond_in[:rows], "conv": self._conv[step],
+                **self._kv[step].feeds()})
+            if keep:
+                self._conv[step] = conv
+                self._kv[step].append(kv)
+            x = x + dt * ((np.float32(1.0) + rate) * v[0] - rate * v[1] if rows == 2 else v[0])
             t = np.float32(t + dt)
             if step + 1 < self.n_timesteps:
                 dt = t_span[step + 2] - t

@@ -46,6 +46,24 @@ class EncodedPrompt:
     mel: np.ndarray         # [2n, 80] float32 flow mel
 
 
+class CampplusJudge:
+    """The model's own speaker encoder as a judge of finished audio (the speed-mode check compares
+    a mode's output with exact's through it): mono audio at any rate -> campplus embedding [192]."""
+
+    def __init__(self, campplus) -> None:
+        self.campplus = campplus
+
+    def embed(self, audio: np.ndarray, sample_rate: int) -> np.ndarray:
+        from cosyedge.engines.cosyvoice.common.features import campplus_features
+
+        wav16k = resample(audio, sample_rate, TOKENIZER_RATE)
+        if wav16k.size < TOKENIZER_RATE // 10:  # fbank needs whole 25 ms frames; a silent render is short
+            wav16k = np.pad(wav16k, (0, TOKENIZER_RATE // 10 - wav16k.size))
+        feats = campplus_features(wav16k)[None].astype(np.float32)
+        name = self.campplus.get_inputs()[0].name
+        return np.asarray(self.campplus.run(None, {name: feats})[0], dtype=np.float32).reshape(-1)
+
+
 class PromptEncoder:
     """campplus + speech tokenizer sessions and the flow-mel settings of one model directory."""
 

@@ -73,7 +73,7 @@ class Token2WavStream:
     """
 
     def __init__(self, flow: FlowStream, vocoder: HiftStream, hop_tokens: int = HOP_TOKENS,
-                 cache_budget: int = 0) -> None:
+                 cache_budget: int = 0, first_hop_tokens: int = 0) -> None:
         self.flow, self.vocoder = flow, vocoder
         self.hop_tokens = hop_tokens
         self.cache_budget = cache_budget
@@ -82,18 +82,37 @@ class Token2WavStream:
         self._sent = 0                        # samples handed out so far
         self.ratio = flow.ratio
         self._pad = -flow.n_prompt % hop_tokens
+        # A first hop shorter than upstream's (the quality lever): it ends inside a chunk.
+        self.first_hop = first_hop_tokens if 0 < first_hop_tokens < hop_tokens + self._pad else 0
         self._offset = 0                      # target tokens already vocoded
         self._mel = np.zeros((flow.decoder.params.mel_bins, 0), dtype=np.float32)  # computed, not vocoded
+        self._previewed = 0                   # frames the flow will give again that a preview vocoded
         self.hops = 0
 
-    def _hop_len(self) -> int:
-        return self.hop_tokens + (self._pad if self._offset == 0 else 0)
+    def _hop_end(self) -> int:
+        """The target token the next hop ends before: upstream's 25 + pad, then every 25 more; a
+        shorter first hop adds one end before upstream's first."""
+        upstream_first = self.hop_tokens + self._pad
+        if self._offset == 0 and self.first_hop:
+            return self.first_hop
+        if self._offset < upstream_first:
+            return upstream_first
+        return self._offset + self.hop_tokens
 
     def _over_budget(self, new_tokens: int) -> bool:
         if not self.cache_budget:
             return False
-        frames = (self.flow.n_prompt + self.flow.tokens_pushed + new_tokens) * self.ratio
-        return frames * self.flow.layout.cache_bytes_per_frame(self.flow.n_timesteps) > self.cache_budget
+        flow = self.flow
+        frames = (flow.n_prompt + flow.tokens_pushed + new_tokens) * self.ratio
+        if flow.left_chunks:  # a bounded stream's estimator cache stops growing
+            frames = min(frames, flow.left_chunks * flow.layout.chunk_tokens * self.ratio)
+        return frames * flow.layout.cache_bytes_per_frame(flow.n_timesteps, flow.cfg_steps) > self.cache_budget
+
+    def _flow_mel(self, mel: np.ndarray) -> np.ndarray:
+        """The flow's new mel without the frames a preview has vocoded already."""
+        drop = min(self._previewed, mel.shape[1])
+        self._previewed -= drop
+        return mel[:, drop:]
 
     def push(self, tokens) -> list[np.ndarray]:
         """Add target tokens; returns the audio of every hop now complete (often none)."""
@@ -102,31 +121,41 @@ class Token2WavStream:
             logger.info("streamed flow cache would pass %.0f MB after %d tokens: rendering the sentence whole",
                         self.cache_budget / 2 ** 20, self.flow.tokens_pushed)
             self.limited = True
-            self.flow.abandon()
+            self.flow.close()
             self._mel = self._mel[:, :0]
         if self.limited:
             self._target.extend(int(t) for t in new)
             return []
-        self._mel = np.concatenate([self._mel, self.flow.push(new)], axis=1)
+        self._mel = np.concatenate([self._mel, self._flow_mel(self.flow.push(new))], axis=1)
         self._target.extend(int(t) for t in new)
         out = []
-        while self.flow.tokens_pushed - self._offset >= self._hop_len() + self.flow.lookahead:
-            frames = self._hop_len() * self.ratio
-            if self._mel.shape[1] < frames:  # hops end on chunk ends, which the flow has computed by now
+        while self.flow.tokens_pushed >= self._hop_end() + self.flow.lookahead:
+            end = self._hop_end()
+            frames = (end - self._offset) * self.ratio
+            if self._mel.shape[1] >= frames:
+                hop, self._mel = self._mel[:, :frames], self._mel[:, frames:]
+            elif self._offset == 0 and self.first_hop:  # the short first hop ends inside a chunk
+                preview = self.flow.preview(self.flow.n_prompt + end)
+                hop, self._mel = np.concatenate([self._mel, preview], axis=1), self._mel[:, :0]
+                self._previewed = preview.shape[1]
+            else:  # other hops end on chunk ends, which the flow has computed by now
                 raise RuntimeError(f"hop needs {frames} mel frames, the flow has {self._mel.shape[1]}")
-            hop, self._mel = self._mel[:, :frames], self._mel[:, frames:]
-            self._offset += self._hop_len()
+            self._offset = end
             self.hops += 1
             out.append(self.vocoder.push(hop))
             self._sent += out[-1].shape[0]
         return out
+
+    def close(self) -> None:
+        """Stop without the rest (a cancel or an error): the flow's caches are freed now."""
+        self.flow.close()
 
     def finish(self) -> np.ndarray:
         """The audio of the remaining tokens and the held-back tail."""
         if self.limited:
             self.hops += 1
             return self._finish_whole()
-        mel = np.concatenate([self._mel, self.flow.finish()], axis=1)
+        mel = np.concatenate([self._mel, self._flow_mel(self.flow.finish())], axis=1)
         self._mel = mel[:, :0]
         self.hops += 1
         return self.vocoder.push(mel, final=True)
@@ -136,7 +165,8 @@ class Token2WavStream:
         if not self._target:
             return np.zeros(0, dtype=np.float32)
         flow, hift = self.flow, self.vocoder
-        mel = flow.decoder(self._target, flow.prompt_tokens, flow.prompt_mel, flow.embedding, flow.n_timesteps)
+        mel = flow.decoder(self._target, flow.prompt_tokens, flow.prompt_mel, flow.embedding, flow.n_timesteps,
+                           cfg_steps=flow.cfg_steps)
         audio = hift.vocoder(mel, rng=hift.rng)[self._sent:]
         held = hift.held_back()
         if held is not None:  # the streamed tail not yet sent: fade into the whole render over it
@@ -170,25 +200,42 @@ class Token2Wav:
         return self.flow.can_stream
 
     def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
-               rng: np.random.Generator | None = None, cache_budget: int = 0) -> Token2WavStream:
+               rng: np.random.Generator | None = None, cache_budget: int = 0,
+               expected_tokens: int = 0, *, cfg_steps: int | None = None, left_chunks: int = 0,
+               first_hop_tokens: int = 0) -> Token2WavStream:
         """A hop-by-hop stream for one utterance (speed 1 only, as upstream's streaming); past
-        ``cache_budget`` bytes of flow cache (0 = no limit) it finishes the sentence whole."""
-        return Token2WavStream(self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps),
-                               HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng), cache_budget=cache_budget)
+        ``cache_budget`` bytes of flow cache (0 = no limit) it finishes the sentence whole.
+
+        ``expected_tokens``: the most target tokens the sentence can have (the LLM's limit), so that
+        the flow's caches are sized once, within the budget (0: they grow as tokens come).
+        ``cfg_steps``, ``left_chunks`` and ``first_hop_tokens``: the quality levers
+        (:mod:`~cosyedge.engines.cosyvoice.common.quality`; the defaults are upstream's)."""
+        flow = self.flow.stream(prompt_tokens, prompt_mel, speaker_embedding, n_timesteps, cfg_steps=cfg_steps,
+                                left_chunks=left_chunks)
+        if expected_tokens > 0:
+            tokens = expected_tokens
+            if cache_budget:
+                per_token = flow.ratio * flow.layout.cache_bytes_per_frame(flow.n_timesteps, cfg_steps)
+                tokens = min(tokens, max(0, cache_budget // per_token - flow.n_prompt))
+            flow.reserve(tokens)
+        return Token2WavStream(flow, HiftStream(self.vocoder, MEL_CACHE_FRAMES, rng=rng), cache_budget=cache_budget,
+                               first_hop_tokens=first_hop_tokens)
 
     @property
     def sample_rate(self) -> int:
         return self.vocoder.params.sampling_rate
 
     def mel(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
-            n_timesteps: int | None = None) -> np.ndarray:
+            n_timesteps: int | None = None, cfg_steps: int | None = None) -> np.ndarray:
         """The mel [80, frames] that :meth:`__call__` vocodes (after the speed change)."""
         speed = check_speed(speed)
-        mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps)
+        mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps, cfg_steps=cfg_steps)
         return resample_mel(mel, speed) if speed != 1.0 else mel
 
     def __call__(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
-                 n_timesteps: int | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
-        """float32 audio at :attr:`sample_rate`, 480 samples per mel frame, within +-0.99."""
-        mel = self.mel(tokens, prompt_tokens, prompt_mel, speaker_embedding, speed, n_timesteps)
+                 n_timesteps: int | None = None, rng: np.random.Generator | None = None,
+                 cfg_steps: int | None = None) -> np.ndarray:
+        """float32 audio at :attr:`sample_rate`, 480 samples per mel frame, within +-0.99; ``cfg_steps``:
+        guidance on the first that many flow steps only (None: every step, upstream)."""
+        mel = self.mel(tokens, prompt_tokens, prompt_mel, speaker_embedding, speed, n_timesteps, cfg_steps)
         return self.vocoder(mel, rng=rng)

@@ -1,4 +1,5 @@
-"""The CosyVoice-300M engine (base, SFT, Instruct): text + voice -> 22.05 kHz audio, one chunk per sentence.
+"""The CosyVoice-300M engine (base, SFT, Instruct): text + voice -> 22.05 kHz audio, one chunk per sentence,
+or hop by hop as upstream streams v1 when the request streams (at speed 1).
 
 The CosyVoice2 engine's frame (LLM release while a voice is encoded, the prompt encoders opened on
 demand, the text normalizer, the sampler) with v1's parts (``llm``, ``token2wav``,
@@ -31,12 +32,16 @@ import numpy as np
 
 from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
-from cosyedge.engines.cosyvoice.common.engine import CosyVoiceEngine, prompt_arrays, prompt_encoder_factory, read_presets
+from cosyedge.engines.cosyvoice.common.engine import (CosyVoiceEngine, campplus_factory, prompt_arrays,
+                                                    prompt_encoder_factory, read_presets)
+from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import V1_END, format_instruction
+from cosyedge.engines.cosyvoice.common.readings import shown
 from cosyedge.engines.cosyvoice.common.sampling import RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
 from cosyedge.engines.cosyvoice.v1.version import LANGUAGES
 from cosyedge.errors import CancelledError, NotFoundError, ParameterError
+from cosyedge.notes import Note
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +80,15 @@ class CosyVoice1Engine(CosyVoiceEngine):
         from cosyedge.engines.cosyvoice.common.manifest import ModelDir
         from cosyedge.engines.cosyvoice.v1.tiktoken_bpe import TiktokenBPE
         from cosyedge.engines.cosyvoice.v1.token2wav import Token2WavV1
+        from cosyedge.host.cpus import usable_cpus
         from cosyedge.host.heap import trim_heap
 
         model = ModelDir.load(model_dir)
-        threads = int(getattr(settings, "threads", 0) or 0)
+        threads = int(getattr(settings, "threads", 0) or 0) or usable_cpus()
         frontend, about = model.config("frontend"), model.config("model")
-        lm_threads = max(1, (threads or 1) // 2)  # as CosyVoice2: decode is memory-bound
+        # A v1 sentence decodes, then renders: the LLM runs alone, so it gets every thread (two
+        # jobs at once share the session's threads, as flow and HiFT do).
+        lm_threads = threads
         tokenizer = TiktokenBPE.load(model.path / frontend.get("tokenizer", "tokenizer"))
         presets = read_presets(model)
         prompt_encoder = prompt_encoder_factory(model, threads, mel_per_token=None)
@@ -92,7 +100,8 @@ class CosyVoice1Engine(CosyVoiceEngine):
                    TextNormalizer(tokenizer.encode), prompt_encoder, presets, sample_rate=token2wav.sample_rate,
                    lm_loader=lambda: SpeechLMv1.load(model, threads=lm_threads),
                    variant=str(about.get("variant", "base")), variant_name=str(about.get("name", "CosyVoice-300M")),
-                   modes=tuple(about.get("modes", ("zero_shot", "cross_lingual"))))
+                   modes=tuple(about.get("modes", ("zero_shot", "cross_lingual"))),
+                   judge_factory=campplus_factory(model, threads))
 
     @property
     def aliases(self) -> dict[str, str]:
@@ -105,6 +114,18 @@ class CosyVoice1Engine(CosyVoiceEngine):
 
     def format_instruction(self, instruction: str) -> str:
         return format_instruction(instruction, 1)
+
+    def instruct_notes(self) -> tuple[Note, ...]:
+        """What the answer says when this model is given an instruction it cannot follow: the service
+        then reads it as app controls (speed, volume, pitch, voice), as for the embedded engine. Only
+        the Instruct model follows instructions; the others say so instead of refusing, because the
+        controls do apply."""
+        if "instruct" in self.modes:
+            return ()
+        return (Note(f"instruction read as app controls: {self.variant_name} ({self.model_id}) has no instruct "
+                     "mode (only CosyVoice-300M-Instruct follows instructions); what the app applied is "
+                     "listed with the instruction", code="instruct_as_controls", mode="instruct",
+                     model=self.model_id, model_name=self.variant_name),)
 
     def _refuse(self, mode: str, why: str) -> ParameterError:
         return ParameterError(f"{self.variant_name} ({self.model_id}) does not offer {mode} mode: {why}",
@@ -158,7 +179,8 @@ class CosyVoice1Engine(CosyVoiceEngine):
 
     def synthesize(self, text: str | TextAnalysis, voice: str | VoicePrompt, options: SynthesisOptions,
                    progress: ProgressFn | None = None, cancelled: CancelFn | None = None) -> Iterator[AudioChunk]:
-        """Yield one :class:`AudioChunk` per sentence; raises :class:`CancelledError` when asked to stop."""
+        """Yield one :class:`AudioChunk` per sentence, or per hop when ``options.stream`` (at speed 1; every
+        hop but a sentence's last ``continues``); raises :class:`CancelledError` when asked to stop."""
         cond = self.conditioning(voice, (options.instruct or "").strip() or None)
         sentences = (text if isinstance(text, TextAnalysis) else self.analyze(text, options.language)).sentences
         seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
@@ -169,6 +191,9 @@ class CosyVoice1Engine(CosyVoiceEngine):
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
+            if self._streams(options):
+                yield from self._hops(sentence, index, total, chooser, cond, rng, progress, cancelled)
+                continue
             with self.using_lm() as lm:
                 tokens = lm.generate(self.tokenizer.encode(sentence), chooser, cond["prompt_text"],
                                      cond["prompt_speech"], cond["llm_embedding"], cancelled=cancelled)
@@ -177,4 +202,22 @@ class CosyVoice1Engine(CosyVoiceEngine):
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
-                             text=sentence, index=index, total=total)
+                             text=shown(sentence), index=index, total=total)
+
+    def _hops(self, sentence: str, index: int, total: int, chooser, cond: dict, rng: np.random.Generator,
+              progress: ProgressFn | None, cancelled: CancelFn | None) -> Iterator[AudioChunk]:
+        """One sentence as upstream streams v1 (``Token2WavV1Stream``): the LLM decodes in its own
+        thread while flow and HiFT render the hop before (:func:`stream_hops`)."""
+        renderer = self.token2wav.stream(cond["flow_tokens"], cond["flow_mel"], cond["flow_embedding"], rng=rng)
+        text_ids = self.tokenizer.encode(sentence)
+        sr = self.capabilities.sample_rate
+        with self.using_lm() as lm:
+            def decode(stop):  # noqa: ANN001, ANN202
+                return lm.iter_tokens(text_ids, chooser, cond["prompt_text"], cond["prompt_speech"],
+                                      cond["llm_embedding"], cancelled=stop)
+
+            for audio, last in stream_hops(decode, renderer, cancelled):
+                if last and progress is not None:
+                    progress(index + 1, total)
+                yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=sr, text=shown(sentence),
+                                 index=index, total=total, continues=not last)

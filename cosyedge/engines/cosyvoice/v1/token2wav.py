@@ -12,6 +12,12 @@ What v1 does differently from CosyVoice2 lives here, step for step as upstream @
 * at 22050 Hz the harmonic source is ``SineGen``: the phase is the running sum of ``f0 * k / sr`` over
   samples (accumulated in double, as torch does on the CPU), plus a random start phase per overtone;
   256 samples per mel frame. The STFT, decoder graph and inverse STFT are CosyVoice2's.
+
+Streaming (:class:`Token2WavV1Stream`) follows upstream ``CosyVoiceModel.tts(stream=True)``: the flow
+runs on each hop's tokens plus the overlap (with the prompt, non-causal as always), replays the
+previous hop's noise and ``mu`` over the overlap (upstream's ``flow_cache``), cross-fades the mel
+over the overlap, and HiFT continues from its mel/source cache with a speech cross-fade
+(:class:`~cosyedge.engines.cosyvoice.common.hift.HiftStream`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams, resample_mel
-from cosyedge.engines.cosyvoice.common.hift import HiftParams, HiftVocoder, _nearest_index
+from cosyedge.engines.cosyvoice.common.hift import HiftParams, HiftStream, HiftVocoder, _nearest_index
 from cosyedge.engines.cosyvoice.common.manifest import ModelDir
 from cosyedge.engines.cosyvoice.common.token2wav import check_speed, load_vocoder
 from cosyedge.errors import ParameterError
@@ -33,6 +39,13 @@ logger = logging.getLogger(__name__)
 MEL_RATE = 22050 / 256
 EDGE_TOKENS = 20
 MAX_FRAMES = 30000
+#: ``CosyVoiceModel``'s stream settings at 46dfe04 (token rate 50): hops of 100 tokens growing by
+#: ``STREAM_SCALE`` up to 200, 20 overlap tokens = 34 mel frames (mel cross-fade, and the frames of
+#: noise and ``mu`` the CFM replays, hard-coded 34 upstream), HiFT's cache of 20 mel frames.
+TOKEN_OVERLAP = 20
+MEL_OVERLAP = 34
+HIFT_CACHE_FRAMES = 20
+STREAM_SCALE = 1.0
 
 
 def target_frames(n_tokens: int, token_rate: int = 50) -> int:
@@ -97,6 +110,14 @@ class FlowV1:
         """Target tokens [N] (+ prompt tokens [P], prompt mel [F, 80]) -> mel [80, int(N/50*22050/256)].
 
         ``noise`` [80, F + frames] is the CFM's start (default: drawn from ``rng``)."""
+        return self.hop(tokens, prompt_tokens, prompt_mel, embedding, None, noise, rng, n_timesteps)[0]
+
+    def hop(self, tokens, prompt_tokens, prompt_mel, embedding, cache: tuple[np.ndarray, np.ndarray] | None,
+            noise: np.ndarray | None = None, rng: np.random.Generator | None = None,
+            n_timesteps: int | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """:meth:`__call__` for one streamed hop: ``cache`` (noise, mu) [80, n] from the previous hop
+        replaces the first n frames of both (the prompt's and the overlap's), as upstream's
+        ``flow_cache``; returns the mel and this hop's cache (its prompt frames and last 34)."""
         p = self.params
         tokens = _tokens(tokens, p.vocab_size, allow_empty=False)
         prompt_tokens = _tokens(prompt_tokens, p.vocab_size, allow_empty=True)
@@ -121,8 +142,14 @@ class FlowV1:
             noise = rng.standard_normal(mu.shape, dtype=np.float32)
         elif noise.shape != mu.shape:
             raise ValueError(f"noise must have shape {mu.shape}, got {noise.shape}")
+        frames = prompt_mel.shape[0]
+        if cache is not None:
+            noise, n = noise.copy(), cache[0].shape[1]
+            noise[:, :n], mu[:, :n] = cache
+        kept = (np.concatenate([noise[:, :frames], noise[:, -MEL_OVERLAP:]], axis=1),
+                np.concatenate([mu[:, :frames], mu[:, -MEL_OVERLAP:]], axis=1))
         mel = self.cfm.solve(mu, spks, cond, steps, noise=noise)
-        return mel[:, prompt_mel.shape[0]:]
+        return mel[:, frames:], kept
 
 
 def _tokens(values, vocab: int, allow_empty: bool) -> np.ndarray:
@@ -203,3 +230,66 @@ class Token2WavV1:
         if speed != 1.0:
             mel = resample_mel(mel, speed)
         return self.vocoder(mel, rng=rng)
+
+    #: Every converted v1 model streams: the hops run the same graphs as a whole sentence.
+    can_stream = True
+
+    def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
+               rng: np.random.Generator | None = None) -> "Token2WavV1Stream":
+        """One sentence hop by hop (:class:`Token2WavV1Stream`), at speed 1 as upstream streams."""
+        return Token2WavV1Stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps,
+                                 rng if rng is not None else np.random.default_rng())
+
+
+class Token2WavV1Stream:
+    """Upstream's v1 hop schedule (``CosyVoiceModel.tts(stream=True)`` and ``token2wav`` at 46dfe04).
+
+    ``push(tokens)`` collects target tokens; once ``hop + TOKEN_OVERLAP`` are waiting, the first
+    ``hop + TOKEN_OVERLAP`` go through the flow (with the prompt and the previous hop's flow cache),
+    the mel is faded in over the previous hop's last ``MEL_OVERLAP`` frames, those frames of this hop
+    are held back, the rest is vocoded through the HiFT cache, and ``hop`` tokens are dropped (the
+    overlap stays for the next hop). ``hop`` starts at 2 s of tokens and grows by ``STREAM_SCALE`` to
+    4 s. :meth:`finish` runs the tokens left (``finalize``) and flushes HiFT's held-back tail.
+    """
+
+    def __init__(self, token2wav: Token2WavV1, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None,
+                 rng: np.random.Generator) -> None:
+        self.flow = token2wav.flow
+        self.prompt = (prompt_tokens, prompt_mel, embedding)
+        self.n_timesteps, self.rng = n_timesteps, rng
+        rate = token2wav.flow.token_rate
+        self.hop_tokens, self.max_hop_tokens = 2 * rate, 4 * rate
+        self.vocoder = HiftStream(token2wav.vocoder, mel_cache_frames=HIFT_CACHE_FRAMES, rng=rng)
+        self.window = np.hamming(2 * MEL_OVERLAP)
+        self._tokens: list[int] = []
+        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+        self._overlap: np.ndarray | None = None  # the last hop's held-back mel frames
+        self.hops = 0
+
+    def push(self, tokens) -> list[np.ndarray]:
+        """Add target tokens; returns the audio of every hop now complete (often none)."""
+        self._tokens.extend(int(t) for t in np.asarray(tokens if tokens is not None else [], np.int64).reshape(-1))
+        out = []
+        while len(self._tokens) >= self.hop_tokens + TOKEN_OVERLAP:
+            out.append(self._render(self._tokens[:self.hop_tokens + TOKEN_OVERLAP], final=False))
+            del self._tokens[:self.hop_tokens]
+            self.hop_tokens = min(self.max_hop_tokens, int(self.hop_tokens * STREAM_SCALE))
+        return out
+
+    def finish(self) -> np.ndarray:
+        """The audio of the tokens left and of the vocoder's held-back tail."""
+        if not self._tokens:
+            return self.vocoder.push(np.zeros((self.flow.params.mel_bins, 0), np.float32), final=True)
+        return self._render(self._tokens, final=True)
+
+    def _render(self, tokens: list[int], final: bool) -> np.ndarray:
+        prompt_tokens, prompt_mel, embedding = self.prompt
+        mel, self._cache = self.flow.hop(np.asarray(tokens, np.int64), prompt_tokens, prompt_mel, embedding,
+                                         self._cache, rng=self.rng, n_timesteps=self.n_timesteps)
+        if self._overlap is not None:
+            w = self.window
+            mel[:, :MEL_OVERLAP] = (mel[:, :MEL_OVERLAP] * w[:MEL_OVERLAP] + self._overlap * w[MEL_OVERLAP:]).astype(np.float32)
+        if not final:
+            self._overlap, mel = mel[:, -MEL_OVERLAP:], mel[:, :-MEL_OVERLAP]
+        self.hops += 1
+        return self.vocoder.push(mel, final=final)

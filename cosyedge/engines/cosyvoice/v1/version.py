@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 from cosyedge.engines.cosyvoice.common.instruct_format import V1_END
+from cosyedge.engines.cosyvoice.common.readings import homophone_spelling
+from cosyedge.lexicon.entries import Entry
 
 logger = logging.getLogger(__name__)
 
@@ -20,3 +22,9 @@ LANGUAGES = ("auto", "zh", "en", "ja")
 def format_instruction(text: str) -> str:
     """A cleaned instruction followed by v1's plain-text end mark."""
     return f"{text}{V1_END}"
+
+
+def spell_reading(entry: Entry) -> tuple[str | None, str]:
+    """CosyVoice-300M takes no phones: unambiguous homophones for Mandarin, kana for Japanese,
+    English not at all (:func:`cosyedge.engines.cosyvoice.common.readings.homophone_spelling`)."""
+    return homophone_spelling(entry)

@@ -12,6 +12,8 @@ import logging
 from typing import Sequence
 
 from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT
+from cosyedge.engines.cosyvoice.common.readings import homophone_spelling
+from cosyedge.lexicon.entries import Entry
 
 logger = logging.getLogger(__name__)
 
@@ -46,3 +48,9 @@ def load_token2wav(model, threads: int = 0):  # noqa: ANN001, ANN201 - a ModelDi
     from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
     return Token2Wav.load(model, threads=threads)
+
+
+def spell_reading(entry: Entry) -> tuple[str | None, str]:
+    """CosyVoice2 takes no phones: unambiguous homophones for Mandarin, kana for Japanese, English
+    not at all (:func:`cosyedge.engines.cosyvoice.common.readings.homophone_spelling`)."""
+    return homophone_spelling(entry)

@@ -24,6 +24,8 @@ import numpy as np
 
 from cosyedge.engines.base import KNOWN_LANGUAGES
 from cosyedge.engines.cosyvoice.common.tokenizer import COSYVOICE2_SPECIALS, END_OF_PROMPT
+from cosyedge.engines.cosyvoice.common.readings import phone_spelling
+from cosyedge.lexicon.entries import Entry
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ COSYVOICE3_SPECIALS = COSYVOICE2_SPECIALS + ("<|endofsystem|>",) + tuple(_arpabe
 
 
 SPECIALS = COSYVOICE3_SPECIALS
+_PHONE_TOKENS = frozenset(SPECIALS)
 #: Every LLM input carries ``<|endofprompt|>``: a sentence without a prompt text gets the system prompt.
 EVERY_INPUT_ENDS_PROMPT = True
 
@@ -113,3 +116,9 @@ def load_token2wav(model, threads: int = 0):
                                 HiftParams.from_dict(hc))
     return Token2Wav(flow, vocoder)
 
+
+def spell_reading(entry: Entry) -> tuple[str | None, str]:
+    """Fun-CosyVoice3's pronunciation inpainting: pinyin initials and tone-marked finals or ARPAbet
+    phones as its phone tokens, kana as katakana
+    (:func:`cosyedge.engines.cosyvoice.common.readings.phone_spelling`)."""
+    return phone_spelling(entry, _PHONE_TOKENS)

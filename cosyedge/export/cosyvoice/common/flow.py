@@ -12,7 +12,7 @@ Files written:
 * ``flow_encoder_stream.onnx`` / ``flow_estimator_stream.onnx`` - the same weights as one chunk of
   upstream's chunk-causal ``streaming=True`` flow, with the earlier chunks' state as cache inputs and
   the new chunk's share as outputs (see ``flow_stream_nets``); the manifest's ``flow.stream`` section
-  gives the chunk sizes and cache shapes.
+  gives the chunk sizes, cache shapes and the estimator's cache layout (``kv_layout``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ ESTIMATOR_FILE = "flow_estimator.onnx"
 NOISE_FILE = "flow_noise.npy"
 NOISE_FRAMES = 15000
 OPSET = 17
+#: The streamed estimator's cache inputs (manifest ``flow.stream.kv_layout``): per attention layer, the
+#: earlier chunks' keys and values in the layout the attention reads. Models converted before it have
+#: no ``kv_layout`` (one packed ``kv`` input); the runtime still streams them.
+KV_LAYOUT = "chunk_blocked"
 
 
 @contextlib.contextmanager
@@ -204,25 +208,29 @@ def export_stream_graphs(front, estimator, cfg, ctx) -> dict[str, Any]:
     # int8 graphs are approximate already (~20 dB SNR); a float16 key/value cache halves the memory
     # that grows with the utterance at no audible cost. fp32 graphs keep a float32 cache (parity).
     kv_dtype = torch.float16 if ctx.quantize == "int8" else torch.float32
+    chunk_frames = chunk_tokens * cfg.token_mel_ratio
     path = ctx.add_file(ESTIMATOR_STREAM_FILE, "flow CFM estimator, one chunk with per-step caches")
     t = 6
     example = (torch.randn(2, 80, t), torch.randn(2, 80, t), torch.rand(2), torch.randn(2, 80),
-               torch.randn(2, 80, t),
-               torch.randn(4, layout["attention_layers"], 2, 2, layout["inner"]).to(kv_dtype),
-               torch.randn(layout["conv_layers"], 2, CONV_TAIL, layout["conv_channels"]))
+               torch.randn(2, 80, t), torch.randn(layout["conv_layers"], 2, CONV_TAIL, layout["conv_channels"]))
+    names, shares = EstimatorStep.cache_names(layout["attention_layers"])
+    # One earlier chunk to trace with; the chunk count is dynamic (0 at a stream's first chunk).
+    past = [torch.randn(1, 2, layout["heads"], chunk_frames, layout["head_dim"]).to(kv_dtype) for _ in names]
     seq = {0: "batch", 2: "n_frames"}
     with torch.no_grad(), quiet_export():
         torch.onnx.export(
-            EstimatorStep(estimator, kv_dtype).eval(), example, str(path),
-            input_names=["x", "mu", "t", "spks", "cond", "kv", "conv"],
-            output_names=["estimator_out", "kv_out", "conv_out"],
+            EstimatorStep(estimator, kv_dtype).eval(), (*example, *past), str(path),
+            input_names=["x", "mu", "t", "spks", "cond", "conv", *names],
+            output_names=["estimator_out", *shares, "conv_out"],
             dynamic_axes={"x": seq, "mu": seq, "cond": seq, "t": {0: "batch"}, "spks": {0: "batch"},
-                          "kv": {0: "past_frames", 3: "batch"}, "conv": {1: "batch"}, "estimator_out": seq,
-                          "kv_out": {0: "n_frames", 3: "batch"}, "conv_out": {1: "batch"}},
+                          "conv": {1: "batch"}, "estimator_out": seq, "conv_out": {1: "batch"},
+                          **{name: {0: "past_chunks", 1: "batch"} for name in names},
+                          **{name: {1: "batch", 3: "n_frames"} for name in shares}},
             opset_version=OPSET, custom_opsets={"com.microsoft": 1}, dynamo=False)
     return {"encoder": ENCODER_STREAM_FILE, "estimator": ESTIMATOR_STREAM_FILE, "chunk_tokens": chunk_tokens,
             "conv_tail": CONV_TAIL, "model_dim": d, "down_layers": downs, "up_layers": ups,
-            "kv_dtype": "float16" if kv_dtype == torch.float16 else "float32", **layout}
+            "kv_dtype": "float16" if kv_dtype == torch.float16 else "float32", "kv_layout": KV_LAYOUT,
+            "chunk_frames": chunk_frames, **layout}
 
 
 def _chunk_tokens(config: dict[str, Any]) -> int:

@@ -14,12 +14,18 @@ never recomputes a prefix. They reuse the weights of :mod:`cosyedge.export.cosyv
 same ``flow.pt`` keys), and one step call covers exactly one chunk (no attention mask is needed: every
 cached position is visible, and attention is two-way inside a chunk).
 
-Cache layouts (time first, so the runtime's prefix of a preallocated buffer is one contiguous slice):
+Cache layouts (the earlier positions first, so the runtime's prefix of a preallocated buffer is one
+contiguous slice that onnxruntime reads in place):
 
 * encoder: ``kv_down [P, down_layers, 2, 1, D]`` (token positions), ``kv_up [2P, up_layers, 2, 1, D]``
   (frame positions), ``pre_tail [1, 2, D]`` (the pre-lookahead's second conv input),
   ``up_tail [1, 2, D]`` (the two tokens before the chunk, ahead of the x2 upsampling conv);
-* estimator: ``kv [P, attention_layers, 2, B, inner]``, ``conv [conv_layers, B, 2, max_channels]``.
+* estimator: per attention layer ``key_i`` / ``value_i [C, B, heads, F, head_dim]`` (C earlier chunks
+  of F = 50 frames: chunk-major, so a prefix is contiguous, and heads-major inside a chunk, the layout
+  the products read: :func:`chunk_attention`), ``conv [conv_layers, B, 2, max_channels]``. The
+  estimator's cache is ~99 % of a stream's memory and is read by every call: it is the one read
+  without a gather, transpose or concatenation (the first streaming converter's single packed
+  ``kv [P, layers, 2, B, inner]`` input was unpacked in every layer: 52-60 % of a call).
 
 This module imports torch at the top: only ``cosyedge.export.cosyvoice.common.flow`` imports it, inside functions.
 """
@@ -132,34 +138,16 @@ def _cached_conformer(layer, x, k_cache, v_cache):  # noqa: ANN001, ANN202 - mir
     return x + layer.feed_forward(layer.norm_ff(x)), k_new, v_new
 
 
-class FusedAttention(torch.autograd.Function):
-    """Unmasked multi-head attention of a query chunk [B, Lq, H*D] over keys/values [B, Lk, H*D], as
-    one ``com.microsoft.MultiHeadAttention`` node (the streamed form of ``flow_nets.FusedSelfAttention``)."""
+class StepCaches:
+    """Hands an estimator step's modules their cache inputs in order and collects what they add.
 
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
-        b, lq, inner = q.shape
-        d = inner // heads
+    The causal convolutions' tails are the same in every layout; how an attention layer reads its
+    keys/values is the subclass's (:class:`ChunkCaches` here; the first streaming converter's
+    frame-packed form is kept in the tests, for models converted with it).
+    """
 
-        def split(y: torch.Tensor) -> torch.Tensor:
-            return y.reshape(b, y.shape[1], heads, d).transpose(1, 2)
-
-        scores = torch.matmul(split(q), split(k).transpose(-2, -1)) * (d ** -0.5)
-        out = torch.matmul(torch.softmax(scores, dim=-1), split(v))
-        return out.transpose(1, 2).reshape(b, lq, inner)
-
-    @staticmethod
-    def symbolic(g, q, k, v, heads: int):  # torch.onnx symbolic signature: g is the graph context
-        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, num_heads_i=heads)
-        out.setType(q.type())
-        return out
-
-
-class _Caches:
-    """Hands the step's modules their cache slices in order and collects what they add."""
-
-    def __init__(self, kv: torch.Tensor, conv: torch.Tensor) -> None:
-        self.kv, self.conv = kv, conv
+    def __init__(self, conv: torch.Tensor) -> None:
+        self.conv = conv
         self.kv_new: list[torch.Tensor] = []
         self.conv_new: list[torch.Tensor] = []
 
@@ -173,24 +161,66 @@ class _Caches:
         return F.linear(cols, weight, conv.bias)
 
     def attention_step(self, attn, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        raise NotImplementedError
+
+
+def chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_past: torch.Tensor,
+                    v_past: torch.Tensor) -> torch.Tensor:
+    """Softmax attention of the chunk's queries over the earlier chunks' keys/values and its own.
+
+    ``q``/``k``/``v`` [B, H, L, D] (``q`` already scaled), ``k_past``/``v_past`` [C, B, H, F, D]: C earlier
+    chunks of F frames each, as the runtime stores them (a prefix of its buffer, never copied). The
+    softmax over all C*F + L keys is taken in parts, with one maximum and one sum over both, so no
+    score or key is rearranged; with C = 0 the past terms are empty (their max is -inf, their sums 0).
+    """
+    s_past = torch.matmul(q.unsqueeze(0), k_past.transpose(-2, -1))                   # [C, B, H, L, F]
+    s_new = torch.matmul(q, k.transpose(-2, -1))                                      # [B, H, L, L]
+    top = torch.maximum(s_past.amax(dim=-1, keepdim=True).amax(dim=0), s_new.amax(dim=-1, keepdim=True))
+    e_past, e_new = torch.exp(s_past - top), torch.exp(s_new - top)
+    total = e_past.sum(dim=-1, keepdim=True).sum(dim=0) + e_new.sum(dim=-1, keepdim=True)
+    weighted = torch.matmul(e_past, v_past)                                           # [C, B, H, L, D]
+    # The sum over the C chunks as one product with a row of ones: onnxruntime's ReduceSum over a
+    # leading axis took ~13 % of the attention's time, the product a third of that (docs/benchmarks.md).
+    # (Flatten, not a reshape to [C, -1]: that has no answer for C = 0.)
+    past = torch.matmul(torch.ones(1, weighted.shape[0], dtype=weighted.dtype), torch.flatten(weighted, 1))
+    return (past.reshape(q.shape) + torch.matmul(e_new, v)) / total
+
+
+class ChunkCaches(StepCaches):
+    """Per attention layer a key and a value input ``[C, B, heads, F, head_dim]``: the C earlier
+    chunks (F frames each) in the layout the products read, in the cache's dtype (float16 in int8
+    models: one cast per layer and call is the only copy). A chunk's share goes out per layer,
+    ``kv_out_i [2, B, heads, L, head_dim]`` (one output for all layers was a 11.5 MB concatenation
+    and cast per call at full size)."""
+
+    def __init__(self, keys, values, conv: torch.Tensor) -> None:  # noqa: ANN001 - tuples of tensors
+        super().__init__(conv)
+        self.keys, self.values = keys, values
+
+    def attention_step(self, attn, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
         index = len(self.kv_new)
-        q, k_new, v_new = attn.to_q(x), attn.to_k(x), attn.to_v(x)
-        k = torch.cat([self.kv[:, index, 0].transpose(0, 1), k_new], dim=1)
-        v = torch.cat([self.kv[:, index, 1].transpose(0, 1), v_new], dim=1)
-        self.kv_new.append(torch.stack([k_new, v_new]))                               # [2, B, L, inner]
-        return attn.to_out[0](FusedAttention.apply(q, k, v, attn.heads))
+        b, length = x.shape[0], x.shape[1]
+
+        def heads(y: torch.Tensor) -> torch.Tensor:
+            return y.reshape(b, length, attn.heads, attn.head_dim).transpose(1, 2)
+
+        q = heads(attn.to_q(x)) * (attn.head_dim ** -0.5)
+        k, v = heads(attn.to_k(x)), heads(attn.to_v(x))
+        self.kv_new.append(torch.stack([k, v]))                                       # [2, B, H, L, D]
+        out = chunk_attention(q, k, v, self.keys[index].to(torch.float32), self.values[index].to(torch.float32))
+        return attn.to_out[0](out.transpose(1, 2).reshape(b, length, attn.heads * attn.head_dim))
 
 
-def _block(caches: _Caches, block: CausalBlock, x: torch.Tensor) -> torch.Tensor:
+def _block(caches: StepCaches, block: CausalBlock, x: torch.Tensor) -> torch.Tensor:
     return mish(block.block["2"](caches.conv_step(block.block["0"], x)))
 
 
-def _resnet(caches: _Caches, resnet: CausalResnet, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+def _resnet(caches: StepCaches, resnet: CausalResnet, x: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
     h = _block(caches, resnet.block1, x) + resnet.mlp["1"](mish(temb)).unsqueeze(1)
     return _block(caches, resnet.block2, h) + pointwise(resnet.res_conv, x)
 
 
-def _stage(caches: _Caches, stage: Stage, x: torch.Tensor, temb: torch.Tensor, conv: bool = True) -> torch.Tensor:
+def _stage(caches: StepCaches, stage: Stage, x: torch.Tensor, temb: torch.Tensor, conv: bool = True) -> torch.Tensor:
     x = _resnet(caches, stage[0], x, temb)
     for block in stage[1]:
         x = x + caches.attention_step(block.attn1, block.norm1(x))
@@ -200,12 +230,25 @@ def _stage(caches: _Caches, stage: Stage, x: torch.Tensor, temb: torch.Tensor, c
     return x
 
 
-class EstimatorStep(nn.Module):
-    """One estimator chunk: (x, mu, t, spks, cond, kv, conv) -> (velocity [B, 80, L], kv share, conv tails).
+def estimator_step(caches: StepCaches, est: Estimator, x, mu, t, spks, cond) -> torch.Tensor:  # noqa: ANN001
+    """The estimator's forward pass over one chunk, reading and filling ``caches``: velocity [B, 80, L]."""
+    temb = est.time_mlp(timestep_features(t, est.in_channels))
+    h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1).transpose(1, 2)
+    skip = _stage(caches, est.down_blocks[0], h, temb, conv=False)
+    h = caches.conv_step(est.down_blocks[0][2], skip)
+    for stage in est.mid_blocks:
+        h = _stage(caches, stage, h, temb)
+    h = _stage(caches, est.up_blocks[0], torch.cat([h, skip], dim=-1), temb)
+    return pointwise(est.final_proj, _block(caches, est.final_block, h)).transpose(1, 2)
 
-    ``kv_dtype`` float16 stores the key/value cache at half size (it is 4.6 MB per mel frame in float32
-    at CosyVoice2's size: 56 layers x keys and values x 2 CFG rows x 512 x 10 steps); the graph
-    computes in float32 either way.
+
+class EstimatorStep(nn.Module):
+    """One estimator chunk: (x, mu, t, spks, cond, conv, key_0, value_0, key_1, ...) -> (velocity
+    [B, 80, L], kv_out_0, kv_out_1, ... [2, B, heads, L, head_dim], conv tails).
+
+    ``kv_dtype`` float16 stores the key/value cache at half size (4.6 MB per mel frame in float32 at
+    CosyVoice2's size: 56 layers x keys and values x 2 CFG rows x 512 x 10 steps); the graph computes in
+    float32 either way.
     """
 
     def __init__(self, estimator: Estimator, kv_dtype: torch.dtype = torch.float32) -> None:
@@ -220,19 +263,18 @@ class EstimatorStep(nn.Module):
         attention = sum(len(stage[1]) for stage in stages)
         convs = sum(2 + (1 if len(stage) > 2 else 0) for stage in stages) + 1
         first = stages[0][1][0].attn1
-        return {"attention_layers": attention, "inner": first.heads * first.head_dim, "conv_layers": convs,
+        return {"attention_layers": attention, "inner": first.heads * first.head_dim, "heads": first.heads,
+                "head_dim": first.head_dim, "conv_layers": convs,
                 "conv_channels": max(estimator.in_channels, 2 * estimator.final_block.block["0"].out_channels)}
 
-    def forward(self, x, mu, t, spks, cond, kv, conv):  # noqa: ANN001 - ONNX graph signature
-        est = self.estimator
-        caches = _Caches(kv.to(torch.float32), conv)
-        temb = est.time_mlp(timestep_features(t, est.in_channels))
-        h = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, x.shape[-1]), cond], dim=1).transpose(1, 2)
-        skip = _stage(caches, est.down_blocks[0], h, temb, conv=False)
-        h = caches.conv_step(est.down_blocks[0][2], skip)
-        for stage in est.mid_blocks:
-            h = _stage(caches, stage, h, temb)
-        h = _stage(caches, est.up_blocks[0], torch.cat([h, skip], dim=-1), temb)
-        out = pointwise(est.final_proj, _block(caches, est.final_block, h)).transpose(1, 2)
-        kv_new = torch.stack(caches.kv_new).permute(3, 0, 1, 2, 4)                    # [L, layers, 2, B, inner]
-        return out, kv_new.to(self.kv_dtype), torch.stack(caches.conv_new)
+    @staticmethod
+    def cache_names(attention_layers: int) -> tuple[list[str], list[str]]:
+        """The key/value input names in the order :meth:`forward` takes them, and the output names of
+        each layer's share in the order it returns them."""
+        return ([f"{kind}_{i}" for i in range(attention_layers) for kind in ("key", "value")],
+                [f"kv_out_{i}" for i in range(attention_layers)])
+
+    def forward(self, x, mu, t, spks, cond, conv, *kv):  # noqa: ANN001 - ONNX graph signature
+        caches = ChunkCaches(kv[0::2], kv[1::2], conv)
+        out = estimator_step(caches, self.estimator, x, mu, t, spks, cond)
+        return (out, *(share.to(self.kv_dtype) for share in caches.kv_new), torch.stack(caches.conv_new))

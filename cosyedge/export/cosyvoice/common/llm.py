@@ -220,7 +220,7 @@ DEFAULT_PLAN = WeightPlan(bits=8, block=128, decoder_bits=8, speech_embedding="i
 INT4_PLAN = WeightPlan(bits=4, block=32, decoder_bits=8, speech_embedding="int8")
 
 
-class _Graph:
+class GraphBuilder:
     """A tiny helper that names nodes and collects initializers for ``onnx.helper``."""
 
     def __init__(self) -> None:
@@ -252,8 +252,8 @@ class _Graph:
         return outs[0] if n_out == 1 else outs
 
 
-def _linear(g: _Graph, x: str, w_out_in: np.ndarray, name: str, bits: int, block: int = INT8_BLOCK,
-            bias: np.ndarray | None = None) -> str:
+def linear(g: GraphBuilder, x: str, w_out_in: np.ndarray, name: str, bits: int, block: int = INT8_BLOCK,
+           bias: np.ndarray | None = None) -> str:
     """``x @ W.T (+ b)`` for a torch-layout ``[out, in]`` weight; ``MatMulNBits`` when ``bits`` is 4 or 8."""
     n, k = w_out_in.shape
     while bits and k % block and block > BLOCKS[0]:  # small test models: the largest block that fits K
@@ -269,14 +269,14 @@ def _linear(g: _Graph, x: str, w_out_in: np.ndarray, name: str, bits: int, block
     return y
 
 
-def _rms_norm(g: _Graph, x: str, weight: np.ndarray, eps: float, name: str) -> str:
+def _rms_norm(g: GraphBuilder, x: str, weight: np.ndarray, eps: float, name: str) -> str:
     sq = g.op("Mul", [x, x])
     mean = g.op("ReduceMean", [sq], axes=[-1], keepdims=1)
     inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [mean, g.init(name + ".eps", np.float32(eps))])])])
     return g.op("Mul", [g.op("Mul", [x, inv]), g.init(name + ".w", weight.astype(np.float32))], hint=name)
 
 
-def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, head_dim: int) -> str:
+def _rope(g: GraphBuilder, x: str, cos: str, sin: str, half: int, head_dim: int) -> str:
     """Qwen2/Llama rotary embedding on ``x [1, heads, L, D]``: x·cos + rotate_half(x)·sin."""
     x1, x2 = g.op("Split", [x, g.const_i64([half, head_dim - half])], n_out=2, axis=-1)
     rotated = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
@@ -287,7 +287,7 @@ def build_llm_model(weights: Mapping[str, np.ndarray], dims: QwenDims, plan: Wei
     """The ONNX step graph (see module docstring) as an ``onnx.ModelProto``, weights stored per ``plan``."""
     from onnx import TensorProto, helper
 
-    g = _Graph()
+    g = GraphBuilder()
     d, hd, half = dims.hidden, dims.head_dim, dims.head_dim // 2
     groups = dims.heads // dims.kv_heads
     speech_vocab = int(weights["llm_decoder.weight"].shape[0])
@@ -339,7 +339,7 @@ def build_llm_model(weights: Mapping[str, np.ndarray], dims: QwenDims, plan: Wei
                                 w("self_attn.v_proj.weight")], axis=0)
         qkv_b = np.concatenate([w("self_attn.q_proj.bias"), w("self_attn.k_proj.bias"),
                                 w("self_attn.v_proj.bias")], axis=0)
-        qkv = _linear(g, h, qkv_w, f"l{i}.qkv", plan.bits, plan.block, qkv_b)
+        qkv = linear(g, h, qkv_w, f"l{i}.qkv", plan.bits, plan.block, qkv_b)
         kvd = dims.kv_heads * hd
         q, k, v = g.op("Split", [qkv, g.const_i64([d, kvd, kvd])], n_out=3, axis=-1)
         q = g.op("Transpose", [g.op("Reshape", [q, q_shape])], perm=[0, 2, 1, 3])
@@ -358,18 +358,18 @@ def build_llm_model(weights: Mapping[str, np.ndarray], dims: QwenDims, plan: Wei
         ctx = g.op("MatMul", [probs, f"present_value_{i}"])                   # [1, KV, G*L, D]
         ctx = g.op("Reshape", [ctx, heads_back])                              # [1, H, L, D]
         ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), hidden_shape])
-        x = g.op("Add", [x, _linear(g, ctx, w("self_attn.o_proj.weight"), f"l{i}.o", plan.bits, plan.block)])
+        x = g.op("Add", [x, linear(g, ctx, w("self_attn.o_proj.weight"), f"l{i}.o", plan.bits, plan.block)])
         h = _rms_norm(g, x, w("post_attention_layernorm.weight"), dims.rms_eps, f"l{i}.ln2")
-        gate_up = _linear(g, h, np.concatenate([w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")], axis=0),
+        gate_up = linear(g, h, np.concatenate([w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")], axis=0),
                           f"l{i}.gate_up", plan.bits, plan.block)
         gate, up = g.op("Split", [gate_up, g.const_i64([dims.intermediate, dims.intermediate])],
                         n_out=2, axis=-1)
         act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-        x = g.op("Add", [x, _linear(g, act, w("mlp.down_proj.weight"), f"l{i}.down", plan.bits, plan.block)])
+        x = g.op("Add", [x, linear(g, act, w("mlp.down_proj.weight"), f"l{i}.down", plan.bits, plan.block)])
 
     x = _rms_norm(g, x, weights[PREFIX + "norm.weight"], dims.rms_eps, "final_norm")
     last = g.op("Gather", [x, g.op("Sub", [seq, one])], axis=1)             # [1, H]
-    logits = _linear(g, last, weights["llm_decoder.weight"], "llm_decoder", plan.decoder_bits, plan.block,
+    logits = linear(g, last, weights["llm_decoder.weight"], "llm_decoder", plan.decoder_bits, plan.block,
                      weights.get("llm_decoder.bias"))  # CosyVoice3's head has no bias
     g.nodes.append(helper.make_node("LogSoftmax", [logits], ["logp"], axis=-1, name="logp"))
 

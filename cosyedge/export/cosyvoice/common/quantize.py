@@ -41,7 +41,6 @@ PLAN: dict[str, dict[str, Any]] = {
     "hift_f0.onnx": {"ops": [], "why": "pitch output; tiny graph"},
     # CosyVoice-300M (cosyedge.export.cosyvoice.v1.convert): its LLM graphs and the length regulator.
     "llm_text_encoder.onnx": {"ops": ["MatMul", "Gemm"]},
-    "llm_step.onnx": {"ops": ["MatMul", "Gemm"]},
     "flow_regulator.onnx": {"ops": [], "why": "conv-only, 80 channels; tiny graph"},
     "hift_decoder.onnx": {"ops": [], "why": "conv-only; exp() magnitude output amplifies weight error"},
 }

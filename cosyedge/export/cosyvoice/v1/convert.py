@@ -41,7 +41,7 @@ LICENCE = {"weights": "Apache-2.0 (FunAudioLLM/CosyVoice-300M family; see its mo
            "tokenizer": "MIT (openai/whisper multilingual.tiktoken)"}
 
 TEXT_ENCODER_FILE = "llm_text_encoder.onnx"
-LM_FILE = "llm_step.onnx"
+LM_FILE = "llm_step.onnx"  # + llm_step.onnx.data
 FLOW_ENCODER_FILE = "flow_encoder.onnx"
 REGULATOR_FILE = "flow_regulator.onnx"
 ESTIMATOR_FILE = "flow_estimator.onnx"
@@ -80,7 +80,51 @@ def modes_of(variant: str, has_presets: bool) -> list[str]:
 # Config
 # ----------------------------------------------------------------------------------------------
 
-def lm_config(config: dict[str, Any]):
+#: The mel bins upstream's v1 CFM hard-codes (``ConditionalCFM.forward_estimator``'s 80-channel buffers).
+MEL_BINS = 80
+
+
+def _same(what: str, value: int, other_what: str, other: int) -> None:
+    """Refuse two sizes that upstream's classes need equal, naming both (a checkpoint upstream cannot run)."""
+    if value != other:
+        raise InputError(f"{CONFIG_NAME}: {what} is {value} but {other_what} is {other}; upstream's classes "
+                         "need them equal, so this checkpoint cannot run as written")
+
+
+class _Sizes:
+    """One yaml section's sizes, each checked against the checkpoint's tensors where they show it.
+
+    A size comes from the yaml when it is written there (else upstream's default for the class); when
+    the state dict shows it too (a tensor's dimension, or how many layers there are) the two must
+    agree, and a disagreement names both values. Without a state dict (``None``) only the yaml counts.
+    """
+
+    def __init__(self, part: dict[str, Any], where: str, state: dict | None, source: str) -> None:
+        self.part, self.where, self.state, self.source = part, where, state, source
+
+    def get(self, key: str, default: int, tensor: str | None = None, axis: int = 0) -> int:
+        """``key`` of the section; ``tensor`` (a state-dict key) and ``axis`` show the same size,
+        ``axis=None`` the count of numbered layers under ``tensor`` (a prefix ending in ``.``)."""
+        value = int(self.part.get(key, default))
+        if self.state is None or tensor is None:
+            return value
+        if axis is None:
+            found = {k[len(tensor):].split(".", 1)[0] for k in self.state if k.startswith(tensor)}
+            shown, what = len({n for n in found if n.isdigit()}), f"layers under {tensor}*"
+        elif tensor in self.state:
+            shown, what = int(self.state[tensor].shape[axis]), f"{tensor} dimension {axis}"
+        else:
+            return value  # a missing tensor: the strict load names it
+        if shown != value:
+            written = "" if key in self.part else " (upstream's default: not written there)"
+            raise InputError(f"{self.source} does not match the sizes in {CONFIG_NAME}: {self.where}.{key} is "
+                             f"{value}{written}, the checkpoint's {what} is {shown}")
+        return value
+
+
+def lm_config(config: dict[str, Any], state: dict | None = None):
+    """The LLM's sizes from the yaml's ``llm`` section, each read on its own (none assumed equal) and
+    checked against ``llm.pt``'s tensors when ``state`` is given."""
     from cosyedge.export.cosyvoice.v1.nets import LMConfig
     from cosyedge.export.cosyvoice.common.upstream_config import section
 
@@ -94,18 +138,34 @@ def lm_config(config: dict[str, Any]):
             raise InputError(f"llm.{name}: only relative positions (rel_pos_espnet) are supported")
         if part.get("use_cnn_module") or part.get("macaron_style"):
             raise InputError(f"llm.{name}: conv module / macaron FFN are not CosyVoice-300M's; unsupported")
-    if int(llm.get("llm_input_size", 1024)) != int(lm.get("output_size", 1024)):
-        raise InputError("llm_input_size must equal the LLM's output_size")
+    top = _Sizes(llm, "llm", state, "llm.pt")
+    te, tr = _Sizes(text, "llm.text_encoder", state, "llm.pt"), _Sizes(lm, "llm.llm", state, "llm.pt")
+    text_input = top.get("text_encoder_input_size", 512, "text_embedding.weight", 1)
+    input_size = top.get("llm_input_size", 1024, "llm_embedding.weight", 1)
+    hidden = tr.get("output_size", 256, "llm.after_norm.weight")
+    # TransformerLM builds its embeddings and head from its own arguments and the encoders from
+    # theirs: where one feeds the other, upstream needs the two numbers equal.
+    _same("llm.text_encoder.input_size", te.get("input_size", text_input),
+          "llm.text_encoder_input_size (the text embedding's width)", text_input)
+    _same("llm.llm.input_size", tr.get("input_size", input_size), "llm.llm_input_size", input_size)
+    _same("llm.llm_output_size (the decoder head's input)", top.get("llm_output_size", hidden, "llm_decoder.weight", 1),
+          "llm.llm.output_size", hidden)
     return LMConfig(
-        text_vocab=int(llm.get("text_token_size", 51866)), text_input=int(llm.get("text_encoder_input_size", 512)),
-        text_hidden=int(text.get("output_size", 1024)), text_heads=int(text.get("attention_heads", 16)),
-        text_units=int(text.get("linear_units", 4096)), text_blocks=int(text.get("num_blocks", 6)),
-        hidden=int(lm.get("output_size", 1024)), heads=int(lm.get("attention_heads", 16)),
-        units=int(lm.get("linear_units", 4096)), blocks=int(lm.get("num_blocks", 14)),
-        speech_vocab=int(llm.get("speech_token_size", 4096)), spk_embed_dim=int(llm.get("spk_embed_dim", 192)))
+        text_vocab=top.get("text_token_size", 51866, "text_embedding.weight"), text_input=text_input,
+        text_hidden=te.get("output_size", 256, "text_encoder.after_norm.weight"),
+        text_heads=te.get("attention_heads", 4, "text_encoder.encoders.0.self_attn.pos_bias_u"),
+        text_units=te.get("linear_units", 2048, "text_encoder.encoders.0.feed_forward.w_1.weight"),
+        text_blocks=te.get("num_blocks", 6, "text_encoder.encoders.", None),
+        input_size=input_size, hidden=hidden, heads=tr.get("attention_heads", 4, "llm.encoders.0.self_attn.pos_bias_u"),
+        units=tr.get("linear_units", 2048, "llm.encoders.0.feed_forward.w_1.weight"),
+        blocks=tr.get("num_blocks", 6, "llm.encoders.", None),
+        speech_vocab=top.get("speech_token_size", 4096, "speech_embedding.weight"),
+        spk_embed_dim=top.get("spk_embed_dim", 192, "spk_embed_affine_layer.weight", 1))
 
 
-def flow_config(config: dict[str, Any]):
+def flow_config(config: dict[str, Any], state: dict | None = None):
+    """The flow's sizes from the yaml's ``flow`` section, each read on its own (none assumed equal) and
+    checked against ``flow.pt``'s tensors when ``state`` is given."""
     from cosyedge.export.cosyvoice.v1.nets import FlowConfigV1
     from cosyedge.export.cosyvoice.common.upstream_config import section
 
@@ -117,20 +177,38 @@ def flow_config(config: dict[str, Any]):
     est = section(config, "flow", "decoder", "estimator")
     if enc.get("use_cnn_module") or enc.get("macaron_style"):
         raise InputError("flow encoder with conv module or macaron FFN is not CosyVoice-300M's; unsupported")
-    if int(enc.get("output_size", 512)) != int(flow.get("input_size", 512)):
-        raise InputError("flow encoder output_size must equal flow input_size")
-    if int(reg.get("channels", 80)) != int(flow.get("output_size", 80)) or reg.get("out_channels") not in (None, 80):
-        raise InputError("length regulator channels must be the 80 mel bins")
+    if str(est.get("act_fn", "snake")) != "gelu":
+        raise InputError(f"flow.decoder.estimator.act_fn is {est.get('act_fn', 'snake (the default)')!r}; "
+                         "CosyVoice-300M's is 'gelu', the only one supported")
+    top, en = _Sizes(flow, "flow", state, "flow.pt"), _Sizes(enc, "flow.encoder", state, "flow.pt")
+    rg, es = _Sizes(reg, "flow.length_regulator", state, "flow.pt"), _Sizes(est, "flow.decoder.estimator", state, "flow.pt")
+    input_size = top.get("input_size", 512, "input_embedding.weight", 1)
+    output_size = top.get("output_size", MEL_BINS, "encoder_proj.weight")
+    # MaskedDiffWithXvec embeds the tokens at its input_size and projects from encoder.output_size():
+    # the encoder's own input_size must be the first; its output_size is its own.
+    _same("flow.encoder.input_size", en.get("input_size", input_size), "flow.input_size", input_size)
+    _same("flow.output_size", output_size, "the mel bins upstream's CFM is written for", MEL_BINS)
+    channels = rg.get("channels", output_size, "length_regulator.model.0.weight", 1)
+    _same("flow.length_regulator.channels", channels, "flow.output_size", output_size)
+    _same("flow.length_regulator.out_channels", int(reg.get("out_channels") or channels),
+          "the mel bins upstream's CFM is written for", MEL_BINS)
+    _same("flow.decoder.estimator.in_channels", es.get("in_channels", 4 * MEL_BINS),
+          "4 x the mel bins (noise, mu, speaker, prompt)", 4 * MEL_BINS)
+    _same("flow.decoder.estimator.out_channels", es.get("out_channels", MEL_BINS, "decoder.estimator.final_proj.weight"),
+          "the mel bins", MEL_BINS)
     return FlowConfigV1(
-        vocab_size=int(flow.get("vocab_size", 4096)), input_size=int(flow.get("input_size", 512)),
-        output_size=int(flow.get("output_size", 80)), spk_embed_dim=int(flow.get("spk_embed_dim", 192)),
-        input_frame_rate=int(flow.get("input_frame_rate", 50)),
-        attention_heads=int(enc.get("attention_heads", 8)), linear_units=int(enc.get("linear_units", 2048)),
-        num_blocks=int(enc.get("num_blocks", 6)), regulator_stages=len(reg.get("sampling_ratios", [1, 1, 1, 1])),
-        est_in_channels=int(est.get("in_channels", 320)), est_out_channels=int(est.get("out_channels", 80)),
+        vocab_size=top.get("vocab_size", 4096, "input_embedding.weight"), input_size=input_size,
+        encoder_size=en.get("output_size", 256, "encoder.after_norm.weight"), output_size=output_size,
+        spk_embed_dim=top.get("spk_embed_dim", 192, "spk_embed_affine_layer.weight", 1),
+        input_frame_rate=top.get("input_frame_rate", 50),
+        attention_heads=en.get("attention_heads", 4, "encoder.encoders.0.self_attn.pos_bias_u"),
+        linear_units=en.get("linear_units", 2048, "encoder.encoders.0.feed_forward.w_1.weight"),
+        num_blocks=en.get("num_blocks", 6, "encoder.encoders.", None),
+        regulator_stages=len(reg.get("sampling_ratios", [1, 1, 1, 1])), regulator_groups=rg.get("groups", 1),
+        est_in_channels=es.get("in_channels", 4 * MEL_BINS), est_out_channels=es.get("out_channels", MEL_BINS),
         est_channels=tuple(int(c) for c in est.get("channels", [256, 256])),
-        est_attention_head_dim=int(est.get("attention_head_dim", 64)), est_n_blocks=int(est.get("n_blocks", 4)),
-        est_num_mid_blocks=int(est.get("num_mid_blocks", 12)), est_num_heads=int(est.get("num_heads", 8)))
+        est_attention_head_dim=es.get("attention_head_dim", 64), est_n_blocks=es.get("n_blocks", 1),
+        est_num_mid_blocks=es.get("num_mid_blocks", 2), est_num_heads=es.get("num_heads", 4))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,41 +251,36 @@ def export_lm(ctx: ExportContext) -> None:
     """Step "llm": ``llm.pt`` -> text-encoder graph, step graph with KV cache, host-side tables."""
     import torch
 
-    from cosyedge.export.cosyvoice.v1.nets import LMStep, TextEncoder, positional_weights
     from cosyedge.export.cosyvoice.common.flow import quiet_export
+    from cosyedge.export.cosyvoice.common.llm import plan_for
     from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
+    from cosyedge.export.cosyvoice.v1.nets import TextEncoder, positional_weights
+    from cosyedge.export.cosyvoice.v1.step_graph import STEP_FORMAT, cache_head_dim, check_step_state
 
-    cfg = lm_config(ctx.config)
     state = _load_state(ctx.source_file("llm.pt"))
+    cfg = lm_config(ctx.config, state)
+    plan = plan_for(ctx.quantize, ctx.options.get("llm_bits"))
     text = {k: v for k, v in state.items() if k.startswith(("text_encoder.", "text_encoder_affine_layer."))}
-    step = {k: v for k, v in state.items() if k.startswith(("llm.", "llm_decoder."))}
+    step = {k: v.detach().float().numpy() for k, v in state.items() if k.startswith(("llm.", "llm_decoder."))}
     tables = {"text_embedding.weight", "speech_embedding.weight", "llm_embedding.weight",
               "spk_embed_affine_layer.weight", "spk_embed_affine_layer.bias"}
     stray = sorted(set(state) - set(text) - set(step) - tables)
     missing = sorted(tables - set(state))
     if stray or missing:
         raise InputError(f"llm.pt is not a CosyVoice-300M TransformerLM (unexpected {stray[:3]}, missing {missing[:3]})")
-    encoder, lm = TextEncoder(cfg).eval(), LMStep(cfg).eval()
+    encoder = TextEncoder(cfg).eval()
     _strict(encoder, text, "llm.pt (text encoder)")
-    _strict(lm, step, "llm.pt (LLM)")
+    problem = check_step_state(step, cfg)
+    if problem:
+        raise InputError(f"llm.pt (LLM) does not match the sizes in {CONFIG_NAME}: {problem}")
 
     with torch.no_grad(), quiet_export():
         torch.onnx.export(encoder, (torch.randn(1, 7, cfg.text_input),), str(ctx.add_file(TEXT_ENCODER_FILE,
                           "llm text encoder (causal Conformer + affine)")),
                           input_names=["embeds"], output_names=["encoded"],
                           dynamic_axes={"embeds": {1: "n"}, "encoded": {1: "n"}}, opset_version=OPSET, dynamo=False)
-        names, example, axes = ["inputs_embeds"], [torch.randn(1, 2, cfg.hidden)], {"inputs_embeds": {1: "L"}}
-        outputs = ["logp"]
-        for i in range(cfg.blocks):
-            names += [f"past_key_{i}", f"past_value_{i}", f"pos_proj_{i}"]
-            example += [torch.randn(1, cfg.heads, 3, cfg.head_dim), torch.randn(1, cfg.heads, 3, cfg.head_dim),
-                        torch.randn(5, cfg.hidden)]
-            axes.update({f"past_key_{i}": {2: "P"}, f"past_value_{i}": {2: "P"}, f"pos_proj_{i}": {0: "T"},
-                         f"present_key_{i}": {2: "T"}, f"present_value_{i}": {2: "T"}})
-            outputs += [f"present_key_{i}", f"present_value_{i}"]
-        torch.onnx.export(lm, tuple(example), str(ctx.add_file(LM_FILE, "llm step (KV cache)")),
-                          input_names=names, output_names=outputs, dynamic_axes=axes, opset_version=OPSET,
-                          dynamo=False)
+    pos = positional_weights(state, cfg).float().numpy()
+    export_step_graph(ctx, step, cfg, plan, pos)
     files = {"text_encoder": TEXT_ENCODER_FILE, "step": LM_FILE}
     f32 = {k: v.detach().float().numpy() for k, v in state.items() if k in tables}
     files.update(_store_table(ctx, "text_embedding", f32["text_embedding.weight"], "llm.text_embedding"))
@@ -216,81 +289,44 @@ def export_lm(ctx: ExportContext) -> None:
             f32["llm_embedding.weight"])
     np.savez(ctx.add_file("llm_speaker_affine.npz", "llm.speaker_affine"),
              weight=f32["spk_embed_affine_layer.weight"], bias=f32["spk_embed_affine_layer.bias"])
-    pos = positional_weights(state, cfg).float().numpy()
     np.save(ctx.add_file("llm_pos_weight.npy", "llm.positional projections (linear_pos per layer)"),
             pos.astype(np.float16 if ctx.quantize == "int8" else np.float32))
     files.update({"special_embedding": "llm_special_embedding.npy", "speaker_affine": "llm_speaker_affine.npz",
                   "pos_weight": "llm_pos_weight.npy"})
     if ctx.quantize == "int8":
         quantize_in_place(ctx, TEXT_ENCODER_FILE)
-        weight_only_int8(ctx, LM_FILE)
-    ctx.runtime["llm"] = {"files": files, "hidden": cfg.hidden, "heads": cfg.heads, "head_dim": cfg.head_dim,
-                          "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
+    ctx.runtime["llm"] = {"files": files, "step_format": STEP_FORMAT, "hidden": cfg.hidden,
+                          "input_size": cfg.input_size, "heads": cfg.heads, "head_dim": cfg.head_dim,
+                          "cache_head_dim": cache_head_dim(cfg.head_dim), "layers": cfg.blocks, "text_input": cfg.text_input, "speech_vocab": cfg.speech_vocab,
                           "eos": cfg.speech_vocab, "text_vocab": cfg.text_vocab}
 
 
-def weight_only_int8(ctx: ExportContext, name: str, block: int = 128) -> None:
-    """Every MatMul / Gemm with a constant weight in graph ``name`` -> weight-only int8 ``MatMulNBits``.
-
-    The LLM step runs one position at a time, where reading the weights is the cost: onnxruntime's
-    ``MatMulNBits`` (block-wise int8 weights, float activations; what the CosyVoice2 LLM uses) does that
-    GEMV faster than dynamic int8 (docs/bench-log/cosyvoice1.md, "CosyVoice-300M"). Block scales as
-    :func:`cosyedge.export.cosyvoice.common.llm.quantize_blocks`; the SNR of the outputs against fp32 is recorded.
-    """
+def export_step_graph(ctx: ExportContext, step: dict[str, np.ndarray], cfg, plan, pos: np.ndarray) -> None:
+    """Write the LLM step graph (:mod:`~cosyedge.export.cosyvoice.v1.step_graph`) with its weights in
+    ``llm_step.onnx.data`` (onnxruntime maps them and drops them once ``MatMulNBits`` has packed
+    them); with a quantized plan, record the log-prob SNR against the float32 graph."""
     import onnx
-    from onnx import helper, numpy_helper
 
-    from cosyedge.export.cosyvoice.common.llm import BLOCKS, quantize_blocks
-    from cosyedge.export.cosyvoice.common.quantize import output_snr
+    from cosyedge.export.cosyvoice.common.llm import FP32, move_weights_to_external_data
+    from cosyedge.export.cosyvoice.v1.step_graph import build_step_model, step_snr
 
-    path = ctx.out / name
-    model = onnx.load(str(path))
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    nodes, used, converted = [], set(), 0
-    for node in graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight = node.input[1] if len(node.input) > 1 else ""
-        gemm = node.op_type == "Gemm" and attrs.get("transB") == 1 and attrs.get("alpha", 1.0) == 1.0 \
-            and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA")
-        if weight in inits and (node.op_type == "MatMul" or gemm):
-            w = numpy_helper.to_array(inits[weight]).astype(np.float32)
-            w = w.T if gemm else w                                          # [K, N]
-            k, n = w.shape
-            size = next((b for b in sorted(BLOCKS, reverse=True) if b <= block and k % b == 0), 0)
-            if w.ndim == 2 and size:
-                codes, scale = quantize_blocks(w, 8, size)
-                graph.initializer.extend([numpy_helper.from_array(codes, weight + ".q8"),
-                                          numpy_helper.from_array(scale.reshape(-1), weight + ".scale")])
-                out = node.output[0] if not gemm or len(node.input) < 3 else node.output[0] + ".nobias"
-                nodes.append(helper.make_node("MatMulNBits", [node.input[0], weight + ".q8", weight + ".scale"],
-                                              [out], name=node.name + ".nbits", domain="com.microsoft", K=k, N=n,
-                                              bits=8, block_size=size, accuracy_level=4))
-                if out != node.output[0]:
-                    nodes.append(helper.make_node("Add", [out, node.input[2]], [node.output[0]], name=node.name + ".bias"))
-                    used.add(node.input[2])
-                converted += 1
-                continue
-        nodes.append(node)
-        used.update(node.input)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used.update(n for node in nodes for n in node.input)
-    keep = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
-    if not any(op.domain == "com.microsoft" for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    tmp = path.with_suffix(".nbits.onnx")
-    before = path.stat().st_size
-    onnx.save_model(model, str(tmp))
-    snr = output_snr(path, tmp)
-    tmp.replace(path)
-    ctx.quantization[name] = {"precision": f"int8-weight-only-block{block}", "ops": ["MatMulNBits"],
-                              "matmuls": converted, "snr_db_vs_fp32": {"logp": snr.get("logp")},
-                              "bytes_fp32": before, "bytes_int8": path.stat().st_size}
-    logger.info("%s: %d MatMuls as weight-only int8, %d -> %d bytes, logp SNR %s dB", name, converted, before,
-                path.stat().st_size, snr.get("logp"))
+    path = ctx.add_file(LM_FILE, "llm step (KV cache written in place)")
+    onnx.save_model(build_step_model(step, cfg, plan), str(path))
+    ctx.add_file(move_weights_to_external_data(path).name, "llm step weights")
+    record = {"precision": plan.label, "ops": ["MatMulNBits"] if plan.bits else ["MatMul"],
+              "weights": {"bits": plan.bits, "block": plan.block, "decoder_bits": plan.decoder_bits},
+              "matmuls": matmul_kinds(path)}
+    if plan.bits:
+        reference = ctx.out / "llm_step.fp32.onnx"
+        onnx.save_model(build_step_model(step, cfg, FP32), str(reference), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=reference.name + ".data", size_threshold=1024)
+        try:
+            record["snr_db_vs_fp32"] = {"logp": step_snr(reference, path, cfg, pos)}
+        finally:
+            reference.unlink()
+            (ctx.out / (reference.name + ".data")).unlink(missing_ok=True)
+    ctx.quantization[LM_FILE] = record
+    logger.info("%s: %s, logp SNR %s dB", LM_FILE, plan.label, record.get("snr_db_vs_fp32", {}).get("logp"))
 
 
 def export_flow_v1(ctx: ExportContext) -> None:
@@ -301,13 +337,13 @@ def export_flow_v1(ctx: ExportContext) -> None:
     from cosyedge.export.cosyvoice.common.flow import _cfg_rate, _mel_features, export_estimator, quiet_export
     from cosyedge.export.cosyvoice.common.quantize import quantize_in_place
 
-    cfg = flow_config(ctx.config)
     state = _load_state(ctx.source_file("flow.pt"))
+    cfg = flow_config(ctx.config, state)
     front_state = {k: v for k, v in state.items() if not k.startswith(("decoder.", "length_regulator."))}
     reg_state = {k[len("length_regulator."):]: v for k, v in state.items() if k.startswith("length_regulator.")}
     est_state = {k[len("decoder.estimator."):]: v for k, v in state.items() if k.startswith("decoder.estimator.")}
-    front, regulator, estimator = FlowFrontV1(cfg).eval(), RegulatorConvs(80, cfg.regulator_stages).eval(), \
-        EstimatorV1(cfg).eval()
+    front, estimator = FlowFrontV1(cfg).eval(), EstimatorV1(cfg).eval()
+    regulator = RegulatorConvs(cfg.output_size, cfg.regulator_stages, cfg.regulator_groups).eval()
     _strict(front, front_state, "flow.pt (encoder)")
     _strict(regulator, reg_state, "flow.pt (length regulator)")
     _strict(estimator, est_state, "flow.pt (estimator)")
@@ -333,6 +369,27 @@ def export_flow_v1(ctx: ExportContext) -> None:
         "inference_cfg_rate": _cfg_rate(ctx.config), "noise": "drawn per call (upstream randn_like)",
     }
     ctx.runtime["features"] = _mel_features(ctx.config)
+
+
+def matmul_kinds(path: Path) -> dict[str, int]:
+    """How many products graph ``path`` has of each kind: ``int8-block128``, ``int4-block32``, ...
+    (``MatMulNBits``), ``fp32`` (``MatMul`` with a stored weight; a small model's widths may not
+    split into blocks)."""
+    import collections
+
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path), load_external_data=False)
+    stored = {init.name for init in model.graph.initializer}
+    kinds: collections.Counter = collections.Counter()
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "MatMulNBits":
+            kinds[f"int{attrs['bits']}-block{attrs['block_size']}"] += 1
+        elif node.op_type == "MatMul" and node.input[1] in stored:
+            kinds["fp32"] += 1
+    return dict(sorted(kinds.items()))
 
 
 def whisper_vocabulary() -> tuple[Path, dict[str, Any]]:
@@ -368,7 +425,8 @@ WHISPER_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}
 
 def export_frontend_v1(ctx: ExportContext) -> None:
     """Step "frontend": the tiktoken vocabulary (+ its specials), campplus, the speech tokenizer, presets."""
-    from cosyedge.export.cosyvoice.common.llm import _parsed_onnx, move_weights_to_external_data, save_presets
+    from cosyedge.export.cosyvoice.common.llm import (_parsed_onnx, int8_speech_tokenizer, move_weights_to_external_data,
+                                                      save_presets)
     from cosyedge.catalog.manifest import sha256_file
 
     vocab, origin = whisper_vocabulary()
@@ -394,6 +452,8 @@ def export_frontend_v1(ctx: ExportContext) -> None:
     for name in ("campplus.onnx", SPEECH_TOKENIZER):
         source = read_source(ctx.source_file(name), _parsed_onnx)
         shutil.copyfile(source, ctx.add_file(name, "frontend." + name.split(".")[0]))
+    if ctx.options.get("speech_tokenizer_int8"):
+        ctx.quantization[SPEECH_TOKENIZER] = int8_speech_tokenizer(ctx.out / SPEECH_TOKENIZER)
     data = move_weights_to_external_data(ctx.out / SPEECH_TOKENIZER)
     ctx.add_file(data.name, "frontend.speech_tokenizer_weights")
     runtime = {"tokenizer": TOKENIZER_DIR, "campplus": "campplus.onnx", "speech_tokenizer": SPEECH_TOKENIZER,
@@ -413,14 +473,20 @@ SPEC = ModelSpec(version=VERSION, label="CosyVoice-300M", config_name=CONFIG_NAM
 # ----------------------------------------------------------------------------------------------
 
 def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = None, force: bool = False,
-            steps: list[str] | None = None) -> dict[str, Any]:
-    """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there."""
+            steps: list[str] | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the v1 export steps from ``src`` into ``out``; returns the manifest written there.
+
+    ``options``: ``llm_bits`` (8 or 4: the LLM step graph's weights) and ``speech_tokenizer_int8``, as for
+    CosyVoice2; both need ``quantize="int8"`` and are refused before any step otherwise."""
     from cosyedge import __version__
     from cosyedge.export import require_torch
+    from cosyedge.export.cosyvoice.common.llm import check_options
     from cosyedge.export.cosyvoice.common.upstream_config import read_config
 
     require_torch()
     src, out = Path(src), Path(out)
+    options = {k: v for k, v in (options or {}).items() if v}
+    check_options(quantize, options)
     check_arguments(src, quantize, "CosyVoice-300M")
     if not (src / CONFIG_NAME).is_file():
         hint = " (it holds cosyvoice2.yaml: use `convert cosyvoice2`)" if (src / "cosyvoice2.yaml").is_file() else ""
@@ -450,5 +516,6 @@ def convert(src: Path, out: Path, quantize: str = "int8", variant: str | None = 
                                                encoding="utf-8")
         return manifest
 
-    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, spec=SPEC, quantize=quantize),
+    return export_into(out, lambda tmp: ExportContext(src=src, out=tmp, config=config, spec=SPEC, quantize=quantize,
+                                                      options=options),
                        EXPORT_STEPS, chosen, finish)

@@ -2,12 +2,11 @@
 
 What v1 has of its own, each in one place here:
 
-* the speech LLM (``TransformerLM``): a causal Conformer text encoder (:class:`TextEncoder`) and a
-  14-layer Transformer with relative positions run one step at a time on a KV cache
-  (:class:`LMStep`). Both use :class:`CausalRelPosAttention`, which takes the positional projections
-  ``linear_pos(pe(r))`` for the offsets ``r = 0 .. T-1`` as an input: they depend on nothing but the
-  offset, so the run time computes each row once and keeps it, instead of projecting ``2T - 1``
-  positions in every step as upstream does;
+* the speech LLM's causal Conformer text encoder (:class:`TextEncoder`), with
+  :class:`CausalRelPosAttention`, which takes the positional projections ``linear_pos(pe(r))`` for the
+  offsets ``r = 0 .. T-1`` as an input (they depend on nothing but the offset). The LLM's step graph
+  itself is written directly with ``onnx.helper`` (:mod:`cosyedge.export.cosyvoice.v1.step_graph`),
+  so that its cache is written in place; :func:`positional_weights` gives it the ``linear_pos`` rows;
 * the flow front (``MaskedDiffWithXvec``): a non-causal Conformer encoder without upsampling
   (:class:`FlowFrontV1`) and the length regulator's convolutions (:class:`RegulatorConvs`; its
   interpolation to 22050 / 256 frames per second runs on the host, where the lengths are);
@@ -44,7 +43,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LMConfig:
-    """The v1 LLM's sizes (``llm`` section of ``cosyvoice.yaml``)."""
+    """The v1 LLM's sizes (``llm`` section of ``cosyvoice.yaml``).
+
+    ``input_size`` is ``llm_input_size`` (the width of the LLM's inputs: text affine, speaker affine,
+    sos/task and speech embeddings), ``hidden`` the Transformer's ``output_size`` (its layers and
+    the decoder head); upstream's ``linear_legacy`` input layer maps one to the other.
+    """
 
     text_vocab: int = 51866
     text_input: int = 512
@@ -52,6 +56,7 @@ class LMConfig:
     text_heads: int = 16
     text_units: int = 4096
     text_blocks: int = 6
+    input_size: int = 1024
     hidden: int = 1024
     heads: int = 16
     units: int = 4096
@@ -115,7 +120,8 @@ class FeedForward(nn.Module):
 
 class CausalLayer(nn.Module):
     """Pre-norm block: causal rel-pos attention, then FFN. Conformer (text encoder: ``norm_mha``/
-    ``norm_ff``, SiLU) and Transformer (LLM: ``norm1``/``norm2``, ReLU) differ only in names and activation."""
+    ``norm_ff``, SiLU) and Transformer (the LLM's layers, as the format-1 step graph ran them:
+    ``norm1``/``norm2``, ReLU) differ only in names and activation."""
 
     def __init__(self, dim: int, heads: int, hidden: int, conformer: bool) -> None:
         super().__init__()
@@ -135,7 +141,8 @@ class CausalLayer(nn.Module):
 
 
 class TextEncoder(nn.Module):
-    """Text embeddings [1, N, 512] -> LLM inputs [1, N, 1024]: causal Conformer (chunk size 1) + affine.
+    """Text embeddings [1, N, text_input] -> LLM inputs [1, N, input_size]: causal Conformer (chunk size 1)
+    + affine.
 
     Holds the ``text_encoder.*`` and ``text_encoder_affine_layer.*`` keys of ``llm.pt`` (the text
     embedding table is gathered on the host).
@@ -149,7 +156,7 @@ class TextEncoder(nn.Module):
             [CausalLayer(cfg.text_hidden, cfg.text_heads, cfg.text_units, conformer=True)
              for _ in range(cfg.text_blocks)])
         self.text_encoder.after_norm = nn.LayerNorm(cfg.text_hidden, eps=1e-5)
-        self.text_encoder_affine_layer = nn.Linear(cfg.text_hidden, cfg.hidden)
+        self.text_encoder_affine_layer = nn.Linear(cfg.text_hidden, cfg.input_size)
         self.cfg = cfg
 
     def forward(self, embeds: torch.Tensor) -> torch.Tensor:
@@ -160,45 +167,6 @@ class TextEncoder(nn.Module):
         for layer in self.text_encoder.encoders:
             x, _, _ = layer(x, empty, empty, layer.self_attn.linear_pos(pe))
         return self.text_encoder_affine_layer(self.text_encoder.after_norm(x))
-
-
-class LegacyLinearEmbed(nn.Module):
-    """``linear_legacy`` input layer: Linear, LayerNorm, ReLU, then the ``sqrt(d)`` scale."""
-
-    def __init__(self, idim: int, odim: int) -> None:
-        super().__init__()
-        self.out = nn.ModuleDict({"0": nn.Linear(idim, odim), "1": nn.LayerNorm(odim, eps=1e-5)})
-        self.scale = math.sqrt(odim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.out["1"](self.out["0"](x))) * self.scale
-
-
-class LMStep(nn.Module):
-    """One LLM call: inputs [1, L, 1024] after a KV cache -> log-probs of the next token + the new cache.
-
-    Inputs per layer i: ``past_key_i`` / ``past_value_i`` [1, H, P, D] and ``pos_proj_i`` [P+L, H*D]
-    (see :class:`CausalRelPosAttention`). Holds the ``llm.*`` and ``llm_decoder.*`` keys of ``llm.pt``.
-    """
-
-    def __init__(self, cfg: LMConfig) -> None:
-        super().__init__()
-        self.llm = nn.Module()
-        self.llm.embed = LegacyLinearEmbed(cfg.hidden, cfg.hidden)
-        self.llm.encoders = nn.ModuleList([CausalLayer(cfg.hidden, cfg.heads, cfg.units, conformer=False)
-                                           for _ in range(cfg.blocks)])
-        self.llm.after_norm = nn.LayerNorm(cfg.hidden, eps=1e-5)
-        self.llm_decoder = nn.Linear(cfg.hidden, cfg.speech_vocab + 1)
-
-    def forward(self, inputs_embeds: torch.Tensor, *cache: torch.Tensor):
-        x = self.llm.embed(inputs_embeds)
-        presents = []
-        for i, layer in enumerate(self.llm.encoders):
-            past_k, past_v, pos_proj = cache[3 * i:3 * i + 3]
-            x, k, v = layer(x, past_k, past_v, pos_proj)
-            presents += [k, v]
-        last = self.llm.after_norm(x[:, -1])
-        return (torch.log_softmax(self.llm_decoder(last), dim=-1), *presents)
 
 
 def positional_weights(state: dict, cfg: LMConfig) -> "torch.Tensor":
@@ -212,10 +180,15 @@ def positional_weights(state: dict, cfg: LMConfig) -> "torch.Tensor":
 
 @dataclass(frozen=True)
 class FlowConfigV1:
-    """The v1 flow's sizes (``flow`` section of ``cosyvoice.yaml``)."""
+    """The v1 flow's sizes (``flow`` section of ``cosyvoice.yaml``).
+
+    ``input_size`` is the token embedding's width (the encoder's input), ``encoder_size`` the
+    encoder's ``output_size`` (its layers; ``encoder_proj`` maps it to ``output_size``, the mel bins).
+    """
 
     vocab_size: int = 4096
     input_size: int = 512
+    encoder_size: int = 512
     output_size: int = 80
     spk_embed_dim: int = 192
     input_frame_rate: int = 50
@@ -223,6 +196,7 @@ class FlowConfigV1:
     linear_units: int = 2048
     num_blocks: int = 6
     regulator_stages: int = 4
+    regulator_groups: int = 1
     est_in_channels: int = 320
     est_out_channels: int = 80
     est_channels: tuple[int, ...] = (256, 256)
@@ -235,17 +209,18 @@ class FlowConfigV1:
 class FlowFrontV1(nn.Module):
     """tokens [1, N] + speaker embedding [1, 192] -> h [1, N, 80] per token, spks [1, 80].
 
-    Non-causal Conformer encoder (full attention), projection to 80 channels, and the L2-normalised
-    speaker projection. Holds every non-estimator, non-regulator key of ``flow.pt``.
+    Non-causal Conformer encoder (full attention; ``input_size`` in, ``encoder_size`` wide), projection
+    to the 80 mel channels, and the L2-normalised speaker projection. Holds every non-estimator,
+    non-regulator key of ``flow.pt``.
     """
 
     def __init__(self, cfg: FlowConfigV1) -> None:
         super().__init__()
-        d = cfg.input_size
-        self.input_embedding = nn.Embedding(cfg.vocab_size, d)
+        d = cfg.encoder_size
+        self.input_embedding = nn.Embedding(cfg.vocab_size, cfg.input_size)
         self.spk_embed_affine_layer = nn.Linear(cfg.spk_embed_dim, cfg.output_size)
         self.encoder = nn.Module()
-        self.encoder.embed = LinearEmbed(d, d)
+        self.encoder.embed = LinearEmbed(cfg.input_size, d)
         self.encoder.encoders = nn.ModuleList([ConformerLayer(d, cfg.attention_heads, cfg.linear_units)
                                                for _ in range(cfg.num_blocks)])
         self.encoder.after_norm = nn.LayerNorm(d, eps=1e-5)
@@ -263,17 +238,17 @@ class FlowFrontV1(nn.Module):
 
 
 class RegulatorConvs(nn.Module):
-    """The length regulator after its interpolation: [Conv1d k3, GroupNorm(1), Mish] x n, Conv1d 1x1.
+    """The length regulator after its interpolation: [Conv1d k3, GroupNorm, Mish] x n, Conv1d 1x1.
 
     Holds the ``length_regulator.model.*`` keys (indices 0, 1 | 3, 4 | ... | 3n).
     """
 
-    def __init__(self, channels: int = 80, stages: int = 4) -> None:
+    def __init__(self, channels: int = 80, stages: int = 4, groups: int = 1) -> None:
         super().__init__()
         layers: dict[str, nn.Module] = {}
         for s in range(stages):
             layers[str(3 * s)] = nn.Conv1d(channels, channels, 3, 1, 1)
-            layers[str(3 * s + 1)] = nn.GroupNorm(1, channels)
+            layers[str(3 * s + 1)] = nn.GroupNorm(groups, channels)
         layers[str(3 * stages)] = nn.Conv1d(channels, channels, 1)
         self.model = nn.ModuleDict(layers)
         self.stages = stages
