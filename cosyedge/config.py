@@ -102,7 +102,9 @@ class Settings:
     def validate(self) -> "Settings":
         """Check every field; return self so callers can chain."""
         def fail(name: str, why: str, flag: bool = True) -> None:
-            where = f"{ENV_PREFIX}{name.upper()}" + (f" or --{name.replace('_', '-')}" if flag else "")
+            # a flag is named only where app.py and the CLI both take it (there is no --auth)
+            shown = flag and name in shared_flags()
+            where = f"{ENV_PREFIX}{name.upper()}" + (f" or --{name.replace('_', '-')}" if shown else "")
             raise SettingsError(f"{name}: {why} (set {where})")
 
         if not 1 <= self.port <= 65535:
@@ -216,6 +218,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="accepted for compatibility: only 'edge' (CPU)")
     parser.add_argument("--quantized", action="store_true", default=None,
                         help="accepted for compatibility: models are int8 already")
+
+
+def shared_flags() -> frozenset[str]:
+    """The settings that :func:`add_arguments` gives a flag (by field name)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return frozenset(vars(parser.parse_args([])))
 
 
 def from_args(args: argparse.Namespace | Sequence[str] | None = None,

@@ -8,7 +8,8 @@
     │   ├── AudioError            prompt audio unusable (format, rate, length, level)
     │   ├── ParameterError        a number or option out of range / wrong type
     │   ├── ReadingError          a pronunciation entry or its reading that cannot be used
-    │   └── NameError_            a voice or file name that is not allowed
+    │   ├── NameError_            a voice or file name that is not allowed
+    │   └── ProtocolError         a Wyoming event the server cannot take (framing, fields, order)
     ├── NotFoundError (404)       unknown voice, job or model
     ├── ConflictError (409)       not now: e.g. switching models while jobs run or wait
     ├── PayloadTooLargeError (413)
@@ -99,6 +100,16 @@ class NameError_(InputError):  # noqa: N801 - trailing underscore avoids shadowi
              "voice_name_slash", "voice_name_too_long", "voice_name_not_allowed", "voice_name_no_id",
              "voice_id_invalid", "voice_id_taken", "voice_name_taken", "voice_names_exhausted",
              "voice_name_preset")
+
+
+class ProtocolError(InputError):
+    """A client's Wyoming event that is malformed or out of order; the server answers it with an
+    ``error`` event (no HTTP status is ever sent for it)."""
+
+    kind = "invalid_event"
+    codes = ("event_header_too_long", "event_header_invalid", "event_length_invalid", "event_too_large",
+             "event_data_invalid", "event_truncated", "event_unknown", "event_field_invalid",
+             "stream_not_started", "stream_already_started")
 
 
 class NotFoundError(CosyedgeError):

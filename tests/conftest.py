@@ -17,6 +17,18 @@ from tests.helpers import REPO
 from tests.helpers.live_server import LiveServer
 
 
+#: Fixtures built by scripts/test.sh's step 0 (in .venv-ref): a test that uses one is slow, so the quick
+#: loop (`scripts/test.sh --fast`, which skips step 0) never needs them.
+NEEDS_TINY_MODELS = frozenset({"tiny_cosyvoice_models", "tiny_cosyvoice3_models"})
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    """Mark every test that uses a tiny converted CosyVoice model ``slow`` (see NEEDS_TINY_MODELS)."""
+    for item in items:
+        if NEEDS_TINY_MODELS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def kokoro_models_dir(tmp_path_factory) -> Path:
     """A models/ directory holding the real embedded model (assembled from the PyPI packages)."""

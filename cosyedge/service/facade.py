@@ -499,7 +499,8 @@ class Service:
         return self.submissions.queue_checked(
             lambda: self.prepare(request), owner,
             lambda prepared: functools.partial(self._runner.run_lesson, prepared=prepared, lesson=lesson,
-                                               per_paragraph=per_paragraph))
+                                               per_paragraph=per_paragraph),
+            size=sum(len(paragraph) for paragraph in lesson.paragraphs))
 
     # --- the request path (cosyedge.service.request_path, .runner) -------------------------
     def prepare(self, request: TTSRequest) -> PreparedRequest:

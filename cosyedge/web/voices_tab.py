@@ -251,13 +251,21 @@ def build(service: Service, explain: Explain) -> VoicesTab:
 
     tab.select(view, inputs=[choice], outputs=[table, choice], queue=False)
     choice.change(pick, inputs=[choice], outputs=[recording, new_name, confirm, transcript_box, transcript_info])
-    save_transcript_btn.click(save_transcript, inputs=[choice, transcript_box], outputs=[transcript_info, message])
-    transcribe_btn.click(transcribe_again, inputs=[choice], outputs=[transcript_box, transcript_info, message])
+
+    def then_clear(button: Any) -> Any:
+        """``button``'s click, after the last action's message is cleared: a refused action must not
+        leave the line of an earlier one that succeeded ("Imported" beside an import's error)."""
+        return button.click(lambda: "", inputs=None, outputs=[message], queue=False)
+
+    then_clear(save_transcript_btn).then(save_transcript, inputs=[choice, transcript_box],
+                                         outputs=[transcript_info, message])
+    then_clear(transcribe_btn).then(transcribe_again, inputs=[choice],
+                                    outputs=[transcript_box, transcript_info, message])
     # Queued events (the default): only a queued event shows a gr.Error as a toast.
-    renamed = rename_btn.click(rename, inputs=[choice, new_name], outputs=[table, choice, message])
+    renamed = then_clear(rename_btn).then(rename, inputs=[choice, new_name], outputs=[table, choice, message])
     delete_btn.click(ask_delete, inputs=[choice], outputs=[confirm, question])
     no.click(lambda: gr.update(visible=False), inputs=None, outputs=[confirm], queue=False)
-    deleted = yes.click(delete, inputs=[choice], outputs=[table, choice, confirm, recording, message])
-    export_btn.click(export, inputs=[choice], outputs=[exported, message])
-    imported = import_btn.click(import_zip, inputs=[upload, import_name], outputs=[table, choice, message])
+    deleted = then_clear(yes).then(delete, inputs=[choice], outputs=[table, choice, confirm, recording, message])
+    then_clear(export_btn).then(export, inputs=[choice], outputs=[exported, message])
+    imported = then_clear(import_btn).then(import_zip, inputs=[upload, import_name], outputs=[table, choice, message])
     return VoicesTab(use=use, choice=choice, changed=[renamed, deleted, imported])
