@@ -178,10 +178,11 @@ class ModeCheckRunner:
             with self.holder.use() as engine:
                 voice, check_voice = self._resolve_voice(engine, voice_id)
                 status.voice = check_voice.as_dict()
-                judge = judge_of(engine, settings.threads)
-                record = run_check(engine, voice, check_voice, judge=judge, hear=self._hear, gate=gate,
-                                   progress=status.progress, per_language=self.per_language,
+                record = run_check(engine, voice, check_voice, judge=judge_of(engine), hear=self._hear,
+                                   gate=gate, progress=status.progress, per_language=self.per_language,
                                    languages=self.languages)
+            if cancel.is_set():  # a cancel that came with the last score still leaves the previous record
+                raise CancelledError("the speed-mode check was cancelled")
             write_record(settings.models_path / status.model, record)
             status.state = "done"
         except CancelledError as exc:
