@@ -44,6 +44,8 @@ def test_an_answer_says_not_checked_without_a_current_record(tmp_path):
     record(folder)
     assert check_note(folder, "m", "balanced", None).code == "quality_not_checked"  # that mode was not checked
     make_cosyvoice_folder(tmp_path, converter="cosyedge 0.2.0")  # converted again
+    summary = read_record(folder).summary()
+    assert summary["stale"] and not summary["modes"]["live"]["recommended"], "a stale record vouches for nothing"
     stale = check_note(folder, "m", "live", None)
     assert stale.code == "quality_not_checked" and "earlier conversion" in str(stale) and stale.params["stale"]
 
