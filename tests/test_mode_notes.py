@@ -74,3 +74,17 @@ def test_models_list_prints_the_verdicts(tmp_path, capsys):
     args = argparse.Namespace(models_dir=tmp_path / "models", model=folder.name)
     assert run_list(args) == 0
     assert "speed modes: live recommended" in capsys.readouterr().out
+
+
+def test_a_write_cut_off_midway_leaves_the_record_whole_and_the_next_write_tidies(tmp_path):
+    from cosyedge.catalog.mode_verdicts import PARTIAL_SUFFIX, RESULT_NAME
+    from cosyedge.files import TEMP_PREFIX
+
+    folder = make_cosyvoice_folder(tmp_path)
+    before = record(folder).data
+    half = folder / f"{TEMP_PREFIX}killed{PARTIAL_SUFFIX}"
+    half.write_text('{"format": 1, "modes": {"li')  # what a process killed while writing leaves
+    assert read_record(folder).data == before
+    record(folder, recommended=False)
+    assert not half.exists() and [p.name for p in folder.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
+    assert (folder / RESULT_NAME).is_file()
