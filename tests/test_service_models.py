@@ -180,7 +180,7 @@ def test_a_saved_voice_records_the_models_it_was_encoded_for(studio):
     exported = studio.export_voice(renamed.id)
     studio.delete_voice(renamed.id)
     assert studio.saved_voices() == []
-    back = studio.import_voice(exported)
+    back = studio.import_voice(exported).info
     # on an import the voice is new to this box's models: encoded for none yet; its consent came along
     assert (back.name, back.encoded_for) == ("Ms Lee senior", ())
     assert back.consent is not None and back.consent == renamed.consent == info.consent

@@ -191,10 +191,13 @@ def test_engine_loads_with_fewer_threads_while_warm(make_service, web_settings):
 
     settings = dataclasses.replace(web_settings, onnx_threads=4)
     dial = Dial(50.0)
-    governor = ThermalGovernor(dial, settings, 2, settings.threads, min_interval_s=0)
+    now = [0.0]
+    governor = ThermalGovernor(dial, settings, 2, settings.threads, min_interval_s=0, clock=lambda: now[0])
     service = make_service(settings, thermal=governor)
     assert service.engine_settings().threads == 4
     dial.temp = 75.0
     assert service.engine_settings().threads == 2
-    dial.temp = None  # sensor gone: unknown, no limit
+    dial.temp = None  # sensor gone: the last warm reading holds a while, then unknown means no limit
+    assert service.engine_settings().threads == 2
+    now[0] = governor.stale_hold_s + 1
     assert service.engine_settings().threads == 4

@@ -262,7 +262,7 @@ def test_real_crop_renders_less_and_keeps_the_speech_within_tolerance(runtime_gr
                  "speed": np.array([1.0], np.float32)}
         reference = full.run(None, feeds)[0].reshape(-1)
         for session in (cropped, exact):
-            audio, offset = session.run(None, feeds)
+            audio, offset = session.run(["audio", crop.OFFSET_OUTPUT], feeds)
             audio, offset = audio.reshape(-1), int(offset)
             assert audio.size < reference.size - 0.3 * 24_000  # at least 0.3 s less rendered audio
             assert checks.check_cropped_audio(reference, audio, offset) < 1.6
@@ -288,7 +288,7 @@ def test_real_crop_that_cuts_speech_renders_the_call_whole(runtime_graph, monkey
              "speed": np.array([1.0], np.float32)}
     reference = full.run(None, feeds)[0].reshape(-1)
     with caplog.at_level(logging.INFO, logger="cosyedge.engines.kokoro.fused_runtime"):
-        audio, offset = cropped.run(None, feeds)
+        audio, offset = cropped.run(["audio", crop.OFFSET_OUTPUT], feeds)
     assert "rendering this call whole" in caplog.text
     audio = audio.reshape(-1)
     assert int(offset) == 0 and audio.size == reference.size
