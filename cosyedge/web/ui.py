@@ -63,6 +63,11 @@ SANS = ["system-ui", "-apple-system", "Segoe UI", "Noto Sans", "Noto Sans CJK SC
 MONO = ["ui-monospace", "DejaVu Sans Mono", "Consolas", "monospace"]
 
 
+#: The page's own CSS: a tab bar a little more compact than Gradio's, so the eight tabs fit a
+#: 1280-pixel screen (Gradio moves the tabs that do not fit under "More tabs").
+PAGE_CSS = ".tab-container button { padding: 0 var(--size-2); }"
+
+
 def theme() -> "gr.themes.Base":
     """The default look with system fonts (no Google or CDN requests)."""
     import gradio as gr
