@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import LOG_DIR, ROOT, add_write_option, load_average, measured_header, record_round  # noqa: E402
 
 LOG = LOG_DIR / "service-and-web.md"
-CURRENT_ROWS = "'captions: cost against synthesis' and 'captions: a 60,000-character lesson, last cue against the audio'"
+CURRENT_ROWS = ("'captions: cost against synthesis' and "
+                "'captions: a 60,000-character lesson, last cue against the audio'")
 TEXTS = {
     "zh": ("我们今天学习河流。河流从高山上开始，雨水和融化的雪水汇成小溪。小溪汇合在一起，越流越宽，"
            "一直流向山谷。在中游，河流左右弯曲，带着沙子和石头。靠近大海的地方，水流变慢，泥沙沉积下来，"

@@ -64,10 +64,12 @@ MONO = ["ui-monospace", "DejaVu Sans Mono", "Consolas", "monospace"]
 
 
 #: The page's own CSS. Toasts: Gradio stacks them at the top right, where a few errors in a row
-#: covered the tab bar (Models, My voices, History could not be reached until each was closed);
-#: they go to the bottom right instead, and a pile of them scrolls within 40 % of the window.
+#: covered the tab bar; they go to the bottom right instead, and a pile of them scrolls within 40 %
+#: of the window. The tab bar is a little more compact than Gradio's, so the eight tabs fit a
+#: 1280-pixel screen (Gradio moves the tabs that do not fit under "More tabs").
 PAGE_CSS = """
 .toast-wrap { top: auto !important; bottom: 12px !important; max-height: 40vh; overflow-y: auto; }
+.tab-container button { padding: 0 var(--size-2); }
 """
 
 

@@ -49,6 +49,8 @@ def test_the_pronunciation_tab_adds_edits_listens_deletes_imports_and_exports(br
     server = live_server(service, with_ui=True)
     context, page, _ = open_page(browser, server.url)
     try:
+        page.get_by_role("tab").first.wait_for(timeout=30_000)
+        assert page.get_by_role("button", name="More tabs").count() == 0  # all tabs fit at 1280 px (PAGE_CSS)
         open_tab(page, "Pronunciation / 读音")
         page.locator("#pron-word textarea, #pron-word input").first.fill("银行")
         page.locator("#pron-reading textarea, #pron-reading input").first.fill("yin2 hang9")

@@ -67,7 +67,7 @@ def test_pick_a_model_and_be_told_why_not_while_a_job_runs(browser, make_service
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     context, page, _ = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=STUDIO_TABS["models"]).click()
+        open_tab(page, STUDIO_TABS["models"])
         table = page.locator("#models-table")
         expect(table).to_contain_text("cosyvoice2-int8", timeout=15_000)
         expect(table).to_contain_text("weights: Apache-2.0 (FunAudioLLM/CosyVoice2-0.5B)")
@@ -118,7 +118,7 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         page.locator("#clone-save").click()
         page.locator(".toast-body", has_text="Saved / 已保存: Ms Lee").wait_for(timeout=15_000)
 
-        page.get_by_role("tab", name=STUDIO_TABS["voices"]).click()
+        open_tab(page, STUDIO_TABS["voices"])
         table = page.locator("#voices-table")
         expect(table).to_contain_text("Ms Lee", timeout=15_000)
         expect(table).to_contain_text("5.0 s")
@@ -154,7 +154,7 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         _, panel = generate(page, "clone", "Good morning, class.")  # the prompt was cleared: the saved voice speaks
         assert "saved voice Teacher Lee" in panel
 
-        page.get_by_role("tab", name=STUDIO_TABS["voices"]).click()
+        open_tab(page, STUDIO_TABS["voices"])
         expect(table).to_contain_text("fake/fake-sine", timeout=15_000)  # now encoded for the model used
         page.locator("#voices-delete").click()
         expect(page.locator("#voices-confirm")).to_contain_text("cannot be undone", timeout=10_000)
@@ -198,7 +198,7 @@ def test_a_voice_zip_with_a_path_outside_its_folder_is_refused(browser, make_ser
     evil.write_bytes(buf.getvalue())
     context, page, _ = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=STUDIO_TABS["voices"]).click()
+        open_tab(page, STUDIO_TABS["voices"])
         good = tmp_path / "lee.voice.zip"  # first a voice that comes in, so the message line says so
         good.write_bytes(service.export_voice(service.save_voice("Ms Lee", wav.getvalue(), "hello",
                                                                  consent=True).id))

@@ -12,7 +12,7 @@ import soundfile as sf
 from tests.helpers.fake_engine import FakeFactory
 from tests.helpers.fake_recognizer import FakeRecognizer
 from tests.helpers.waiting import wait_until
-from tests.web.test_browser import ARTIFACTS, browser, generate, open_page  # noqa: F401
+from tests.web.test_browser import ARTIFACTS, browser, generate, open_page, open_tab  # noqa: F401
 from tests.web.test_browser_studio import STUDIO_TABS, choose
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -64,7 +64,7 @@ def test_my_voices_edits_a_saved_voices_transcript(browser, make_service, live_s
     server = live_server(service, with_ui=True)
     context, page, _ = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=STUDIO_TABS["voices"]).click()
+        open_tab(page, STUDIO_TABS["voices"])
         choose(page, "voices-choice", "Ms Lee (ms-lee)")
         box = page.locator("#voices-transcript textarea, #voices-transcript input").first
         expect(box).to_have_value("Good morning, class.", timeout=15_000)
