@@ -67,7 +67,7 @@ def open_tab(page, label: str) -> None:
 
 def generate_preset(page, text: str) -> None:
     """Open the preset tab, type ``text`` and press generate."""
-    page.get_by_role("tab", name=TABS["preset"]).click()
+    open_tab(page, TABS["preset"])
     page.locator("#preset-text textarea").fill(text)
     page.locator("#preset-generate").click()
 
@@ -109,7 +109,7 @@ def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, f
     context, page, requests = open_page(browser, server.url)
     try:
         for tab, label in TABS.items():
-            page.get_by_role("tab", name=label).click()
+            open_tab(page, label)
             page.locator(f"#{tab}-generate").wait_for(state="visible", timeout=20_000)
             page.screenshot(path=str(ARTIFACTS / f"{tab}.png"), full_page=True)
         assert "not loaded" in page.locator("#preset-status").inner_text() or \
@@ -120,7 +120,7 @@ def test_page_tabs_generate_and_stay_local(browser, make_service, live_server, f
         assert "female_1" in panel and "2 sentence" in panel
         page.screenshot(path=str(ARTIFACTS / "preset-result.png"), full_page=True)
 
-        page.get_by_role("tab", name=TABS["instruct"]).click()
+        open_tab(page, TABS["instruct"])
         from playwright.sync_api import expect
 
         page.get_by_role("button", name="用开心的语气说").first.click()  # a clickable example
@@ -207,7 +207,7 @@ def test_audio_still_scheduled_is_silenced(browser, make_service, live_server, s
         if silence_with == "cancel":
             page.locator("#preset-cancel").click()
         elif silence_with == "cancel on other tab":  # that tab's player is empty: no value change
-            page.get_by_role("tab", name=TABS["instruct"]).click()
+            open_tab(page, TABS["instruct"])
             page.locator("#instruct-cancel").click()
         else:
             tab = "preset" if silence_with == "new job" else "instruct"
@@ -264,7 +264,7 @@ def test_real_engine_clone_tab_says_what_it_did(browser, web_settings, live_serv
     sf.write(prompt, 0.2 * np.sin(2 * np.pi * 180 * t), 16000)
     context, page, requests = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=TABS["clone"]).click()
+        open_tab(page, TABS["clone"])
         page.locator("#clone-prompt input[type=file]").set_input_files(str(prompt))
         page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
         page.locator("#clone-consent input[type=checkbox]").check()
@@ -434,7 +434,7 @@ def test_panel_shows_instruction_as_text_and_cancel_confirms(browser, make_servi
     context, page, _ = open_page(browser, server.url)
     hostile = "<img src=x onerror=alert(1)> **bold** [click](http://example.com)"
     try:
-        page.get_by_role("tab", name=TABS["instruct"]).click()
+        open_tab(page, TABS["instruct"])
         page.locator("#instruct-instruction textarea").fill(hostile)
         _, panel = generate(page, "instruct", "Hello.")
         assert hostile in panel and "nothing applied" in panel

@@ -10,7 +10,8 @@ import zipfile
 import pytest
 import soundfile as sf
 
-from tests.web.test_browser import ARTIFACTS, TABS, assert_all_local, browser, open_page, toast_texts  # noqa: F401
+from tests.web.test_browser import (  # noqa: F401
+    ARTIFACTS, TABS, assert_all_local, browser, open_page, open_tab, toast_texts)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -32,7 +33,7 @@ def test_a_lesson_file_comes_back_as_one_wav_and_a_zip_of_paragraphs(browser, ma
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     context, page, requests = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=TABS["preset"]).click()
+        open_tab(page, TABS["preset"])
         page.locator("#preset-lesson").get_by_text("Long lesson from a file").first.click()  # unfold
         assert "60,000 characters" in page.locator("#preset-lesson-limit").inner_text()
         page.locator("#preset-lesson-file input[type=file]").set_input_files(str(lesson))
@@ -80,7 +81,7 @@ def test_a_lesson_that_is_not_utf8_is_refused_in_words(browser, make_service, li
         page.locator("#clone-lesson-file").get_by_text("old.txt").first.wait_for(timeout=30_000)
         page.locator("#clone-lesson-generate").click()
         page.locator(".toast-body", has_text="Record or upload").wait_for(timeout=15_000)
-        page.get_by_role("tab", name=TABS["instruct"]).click()
+        open_tab(page, TABS["instruct"])
         page.locator("#instruct-lesson").get_by_text("Long lesson from a file").first.click()
         page.locator("#instruct-lesson-file input[type=file]").set_input_files(str(lesson))
         page.locator("#instruct-lesson-file").get_by_text("old.txt").first.wait_for(timeout=30_000)

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from tests.web.test_browser import ARTIFACTS, TABS, browser, generate, open_page  # noqa: F401
+from tests.web.test_browser import ARTIFACTS, TABS, browser, generate, open_page, open_tab  # noqa: F401
 from tests.web.test_browser_studio import STUDIO_TABS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -21,7 +21,7 @@ def test_the_instruct_panel_and_the_history_notice_are_bilingual(browser, make_s
     server = live_server(service, with_ui=True)
     context, page, _ = open_page(browser, server.url)
     try:
-        page.get_by_role("tab", name=TABS["instruct"]).click()
+        open_tab(page, TABS["instruct"])
         page.locator("#instruct-instruction textarea").fill("用开心的语气说，慢一点，用四川话")
         _, panel = generate(page, "instruct", "今天天气真好。")
         assert "已转为明确的控制执行" in panel or "已在此引擎能做到的范围内" in panel, panel
@@ -29,7 +29,7 @@ def test_the_instruct_panel_and_the_history_notice_are_bilingual(browser, make_s
         assert "情绪“开心”（“开心”）以音高 +1.0 半音近似（语速由“慢一点”决定）" in panel, panel
         assert "（此引擎不支持）" in panel, panel  # the dialect, not supported
         assert "1 句，用时" in panel, panel
-        page.get_by_role("tab", name=STUDIO_TABS["history"]).click()
+        open_tab(page, STUDIO_TABS["history"])
         notice = page.locator("#history-notice")
         notice.get_by_text("总共最多 1024 MB").first.wait_for(timeout=15_000)
         assert "最多保留 24 小时，最多 500 个、总共最多 1024 MB（最旧的先删除）" in notice.inner_text()
@@ -44,7 +44,7 @@ def test_error_toasts_never_cover_the_tab_bar(browser, make_service, live_server
     server = live_server(make_service(), with_ui=True)
     context, page, _ = open_page(browser, server.url, viewport={"width": 1280, "height": 800})
     try:
-        page.get_by_role("tab", name=TABS["preset"]).click()
+        open_tab(page, TABS["preset"])
         for _ in range(4):
             page.locator("#preset-generate").click()
             page.wait_for_timeout(300)
@@ -55,7 +55,7 @@ def test_error_toasts_never_cover_the_tab_bar(browser, make_service, live_server
         assert toasts["y"] > tabs["y"] + tabs["height"], (toasts, tabs)  # below the tab bar
         assert toasts["height"] <= 0.41 * 800, toasts  # a pile scrolls within 40 % of the window
         page.screenshot(path=str(ARTIFACTS / "toasts.png"))
-        page.get_by_role("tab", name=STUDIO_TABS["history"]).click()  # reachable with the toasts up
+        open_tab(page, STUDIO_TABS["history"])  # reachable with the toasts up
         page.locator("#history-notice").wait_for(timeout=10_000)
     finally:
         context.close()
