@@ -58,8 +58,8 @@ class CountingEngine:
     def presets(self) -> list[str]:
         return self.inner.presets()
 
-    def encode_prompt(self, audio: Any, sample_rate: int, transcript: str | None) -> Any:
-        return self.inner.encode_prompt(audio, sample_rate, transcript)
+    def encode_prompt(self, audio: Any, sample_rate: int, transcript: str | None, **kwargs: Any) -> Any:
+        return self.inner.encode_prompt(audio, sample_rate, transcript, **kwargs)
 
     def analyze(self, text: str, language: str = "auto") -> Any:
         return self.inner.analyze(text, language)

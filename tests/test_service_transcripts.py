@@ -107,7 +107,7 @@ def test_a_voice_saved_without_transcript_gets_one_in_its_record_and_export(make
         meta = json.loads(zf.read("meta.json"))
     assert (meta["transcript_source"], meta["transcript_confidence"]) == ("asr", 0.93)
     service.delete_voice(info.id)
-    again = service.import_voice(_zip(meta, "Good morning, class."))  # the record travels in the zip
+    again = service.import_voice(_zip(meta, "Good morning, class.")).info  # the record travels in the zip
     assert service.voice_transcript(again.id).source == "asr"
 
 
