@@ -89,7 +89,8 @@ class Capture:
         return tokens, mel
 
 
-def stage_deviation(model_dir: Path, threads: int, text: str, seed: int, sentence_s: float) -> dict:
+def stage_deviation(model_dir: Path, threads: int, text: str, seed: int, sentence_s: float,
+                    each_lever: bool = False) -> dict:
     from cosyedge.config import Settings
     from cosyedge.engines.base import SynthesisOptions
     from cosyedge.engines.cosyvoice.common.quality import QUALITY_NAMES
@@ -126,22 +127,30 @@ def stage_deviation(model_dir: Path, threads: int, text: str, seed: int, sentenc
     exact_whole, exact_stream = reference[False][1], reference[True][1]
     frames = min(exact_whole.shape[1], exact_stream.shape[1])
     out["exact_streamed_vs_whole_mel_snr_db"] = round(snr_db(exact_whole[:, :frames], exact_stream[:, :frames]), 2)
-    out["token2wav"] = _token2wav_deviation(engine, capture, sentence_s, snr_db)
+    out["token2wav"] = _token2wav_deviation(engine, capture, sentence_s, snr_db, each_lever)
     out["loadavg_after"] = loadavg()
     engine.close()
     return out
 
 
-def _token2wav_deviation(engine, capture: Capture, seconds: float, snr_db) -> list[dict]:  # noqa: ANN001
+def _token2wav_deviation(engine, capture: Capture, seconds: float, snr_db, each_lever: bool) -> list[dict]:  # noqa: ANN001
     """Each mode's mel against exact's for fixed random tokens of ``seconds`` (any length, whatever the
-    LLM would make) after a 3 s prompt: whole, and streamed 25 tokens at a time."""
+    LLM would make) after a 3 s prompt: whole, and streamed 5 tokens at a time; with ``each_lever``
+    also each lever of the modes on its own."""
     rng = np.random.default_rng(0)
     n, p = int(seconds * TOKENS_PER_SECOND), 75
     tokens, prompt = rng.integers(0, 6561, n), rng.integers(0, 6561, p)
     prompt_mel, embedding = rng.standard_normal((2 * p, 80)).astype(np.float32) - 4, rng.standard_normal(192)
+    from cosyedge.engines.cosyvoice.common.quality import Levers
+
     t2w, runs, reference = engine.token2wav, [], {}
-    for quality in engine.capabilities.quality_modes:
-        levers = engine.quality_levers(quality)
+    settings = [(quality, engine.quality_levers(quality)) for quality in engine.capabilities.quality_modes]
+    if each_lever:
+        settings += [(name, levers) for name, levers in (
+            ("6 steps", Levers(flow_steps=6)), ("4 steps", Levers(flow_steps=4)), ("CFG first 2", Levers(cfg_steps=2)),
+            ("no CFG", Levers(cfg_steps=0)), ("left 6 chunks", Levers(left_chunks=6)),
+            ("left 4 chunks", Levers(left_chunks=4)), ("first hop 10", Levers(first_hop_tokens=10)))]
+    for quality, levers in settings:
         for stream in (False, True):
             t2w.flow.prompt_states.clear()
             if stream:
@@ -211,11 +220,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="llm: timed decodes")
     parser.add_argument("--seconds", type=float, default=10.4,
                         help="deviation: the length of the random-token sentence rendered in every mode")
+    parser.add_argument("--each-lever", action="store_true",
+                        help="deviation: also each lever of the modes on its own (token2wav part)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model_dir = args.model_dir.resolve()
     if args.stage == "deviation":
-        result = stage_deviation(model_dir, args.threads, args.text, args.seed, args.seconds)
+        result = stage_deviation(model_dir, args.threads, args.text, args.seed, args.seconds, args.each_lever)
     else:
         result = stage_llm(model_dir, args.threads, args.text, args.seed, args.rounds)
     emit({k: v for k, v in result.items() if k != "runs"})

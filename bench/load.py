@@ -165,7 +165,8 @@ def _gradio_call(client: Any, text: str) -> Outcome:
     """One call of the preset tab's handler; Gradio reports busy as an error toast, not a code."""
     started = time.monotonic()
     try:
-        path, panel, _live = client.predict("female_1", text, 1.0, "auto", None, api_name="/preset")  # (file, panel, live-player URL)
+        # (file, panel, caption files, live-player URL)
+        path, panel, _captions, _live = client.predict("female_1", text, 1.0, "auto", None, api_name="/preset")
     except Exception as exc:  # gradio_client raises AppError (and others) for handler errors
         seconds = time.monotonic() - started
         message = str(exc)

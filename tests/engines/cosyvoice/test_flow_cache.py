@@ -92,3 +92,27 @@ def test_the_layout_picks_the_cache_of_the_model_s_graph():
     assert isinstance(old.step_cache(12), PackedStepCache) and set(old.step_cache(12).feeds()) == {"kv"}
     # The same bytes per frame either way (keys and values, 2 CFG rows, every attention layer).
     assert blocked.cache_bytes_per_frame(10) == old.cache_bytes_per_frame(10) == LAYERS * 2 * 2 * 8 * 2 * 10
+
+
+def test_a_ring_keeps_the_newest_chunks_in_place_and_copies_out_as_a_ring():
+    """A bounded stream's cache (the quality modes' ``left_chunks``): a ring of N chunk slots, each new
+    chunk over the oldest, the buffer never reallocated; ``ring_of`` copies the newest chunks of a
+    ring or of a plain cache into a new ring."""
+    ring = BlockedStepCache(LAYERS, HEADS, HEAD_DIM, FRAMES, "float16", ring=3)
+    buffer = ring.feeds()["key_0"].base
+    for chunk in range(5):
+        ring.append(_share(chunk))
+    assert ring.chunks == 3 and ring.nbytes == 3 * LAYERS * 2 * 2 * HEADS * FRAMES * HEAD_DIM * 2
+    held = sorted(float(ring.feeds()["key_1"][c].flat[0]) for c in range(3))
+    assert held == [12.0, 13.0, 14.0] and ring.feeds()["key_0"].base is buffer
+    ring.append(_share(9, frames=2))  # a partial last chunk is not kept
+    assert sorted(float(ring.feeds()["key_0"][c].flat[0]) for c in range(3)) == [2.0, 3.0, 4.0]
+    smaller = ring.ring_of(2)
+    assert smaller.ring == 2 and sorted(float(smaller.feeds()["key_0"][c].flat[0]) for c in range(2)) == [3.0, 4.0]
+    plain = _cache(capacity_chunks=4)
+    for chunk in range(4):
+        plain.append(_share(chunk))
+    copied = plain.ring_of(3)
+    copied.append(_share(7))
+    assert sorted(float(copied.feeds()["key_0"][c].flat[0]) for c in range(3)) == [2.0, 3.0, 7.0]
+    assert plain.chunks == 4  # the source is left as it was

@@ -164,3 +164,27 @@ def test_exact_mode_runs_as_upstream(engine, spies, prompt):
     named = [c.audio for c in _speak(engine, prompt, "exact", stream=True)]
     assert all(np.array_equal(a, b) for a, b in zip(reference, named)) and len(reference) == len(named)
     assert {call[0] for call in spy_step.calls} == {2} and len(spy_step.calls) % 10 == 0
+
+
+def test_cosyvoice3_takes_the_steps_and_cfg_of_a_mode(tiny_cosyvoice3_models):
+    """CosyVoice3 does not stream yet: its DiT estimator takes a mode's steps and CFG schedule (batch 1
+    on the unguided steps) and the levers of streaming are left out of what it applies."""
+    from tests.helpers.cosyvoice3_fixture import MODEL_IDS
+
+    engine = load_engine(Settings(models_dir=tiny_cosyvoice3_models, model=MODEL_IDS["int8"], onnx_threads=1,
+                                  thread_calibration=False))
+    try:
+        levers = engine.quality_levers("balanced")
+        assert (levers.steps, levers.guided_steps, levers.left_chunks, levers.first_hop_tokens) == (6, 2, 0, 0)
+        spy = Spy(engine.token2wav.flow.estimator_session)
+        engine.token2wav.flow.estimator_session = spy
+        chunks = list(engine.synthesize("Hello world.", engine.presets()[0] if engine.presets() else
+                                        _voice3(engine), SynthesisOptions(seed=1, stream=True, quality="balanced")))
+        assert chunks and _batches(spy.calls, 6) == [2, 2, 1, 1, 1, 1]
+    finally:
+        engine.close()
+
+
+def _voice3(engine):
+    t = np.arange(3 * 16000) / 16000
+    return engine.encode_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32), 16000, "Hello world.")

@@ -158,13 +158,12 @@ class BlockedStepCache:
         not kept."""
         if shares[0].shape[3] != self.chunk_frames:
             return
-        if self.ring:
-            self._data[:, :, self._end % self.ring] = kv_out
-            self._end += 1
-            return
-        if self._end == self.capacity:
-            self._make_room()
-        slot = self._data[:, :, self._end]
+        if self.ring:  # over the oldest chunk
+            slot = self._data[:, :, self._end % self.ring]
+        else:
+            if self._end == self.capacity:
+                self._make_room()
+            slot = self._data[:, :, self._end]
         for layer, share in enumerate(shares):
             slot[layer] = share
         self._end += 1
@@ -194,7 +193,7 @@ class BlockedStepCache:
         else:
             slots = list(range(max(self._start, self._end - chunks), self._end))
         for slot in slots:
-            out.append(self._data[:, :, slot])
+            out.append(list(self._data[:, :, slot]))
         return out
 
     def compact(self, frames: int, spare_frames: int) -> "BlockedStepCache":
