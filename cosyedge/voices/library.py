@@ -120,10 +120,11 @@ class PromptCache:
                       cancelled: Callable[[], bool] | None = None,
                       step: Callable[[int, int, str], None] | None = None) -> VoicePrompt:
         """The cached encoding of ``prompt`` for ``engine``, encoding (once) on a miss; ``cancelled``
-        and ``step`` (each step as it starts) go to the engine (an encoding it stops is not cached). ``transcript`` is read through
-        :func:`key_transcript`. An entry the engine no longer makes (``engine.is_current`` false) is
-        encoded again and stored; when it sounds different (``engine.sounded``) it is returned with
-        ``meta["changed_from"]`` naming what it was (for this answer only: stored without)."""
+        and ``step`` (each step as it starts) go to the engine (an encoding it stops is not cached).
+        ``transcript`` is read through :func:`key_transcript`. An entry the engine no longer makes
+        (``engine.is_current`` false) is encoded again and stored; when it sounds different
+        (``engine.sounded``) it is returned with ``meta["changed_from"]`` naming what it was (for
+        this answer only: stored without)."""
         transcript = key_transcript(engine, transcript)
         key = prompt_key(prompt.pcm_bytes(), transcript, engine.name, engine.model_id)
         with self._lock:
