@@ -12,6 +12,13 @@ record of each refusal's Retry-After beside the wait it turned out to be (``retr
 jobs then ahead let a new job start; ``retry_figures``).
 
 ``run_load`` is the driver; tests/system/load/ calls it with CI-sized numbers.
+
+``--library-flood N`` runs the saved-voice library flood instead (issue 36: 40 uploads of 15 MB made
+40 voices, nothing stopped a loop from filling the disk): N uploads of ``--flood-mb`` MB recordings
+through ``POST /v1/audio/voices`` from ``--clients`` threads, against a library bounded by
+``--library-max-voices`` / ``--library-max-mb`` and already holding two voices. It prints what was
+saved and refused (by code), the library's usage against its bounds, and that nothing was lost:
+the voices saved before are byte-identical, every voice listed loads, no temp folder is left.
 """
 
 from __future__ import annotations
@@ -58,8 +65,8 @@ class CountingEngine:
     def presets(self) -> list[str]:
         return self.inner.presets()
 
-    def encode_prompt(self, audio: Any, sample_rate: int, transcript: str | None) -> Any:
-        return self.inner.encode_prompt(audio, sample_rate, transcript)
+    def encode_prompt(self, audio: Any, sample_rate: int, transcript: str | None, **kwargs: Any) -> Any:
+        return self.inner.encode_prompt(audio, sample_rate, transcript, **kwargs)
 
     def analyze(self, text: str, language: str = "auto") -> Any:
         return self.inner.analyze(text, language)
@@ -276,6 +283,74 @@ def retry_figures(answers: list[Any]) -> dict[str, Any]:
             "under_by_2s_or_more": sum(1 for a in known if a.actual_s - a.retry_after >= 2)}
 
 
+def flood_recording(mb: float, seed: int) -> bytes:
+    """A WAV of about ``mb`` MB: speech-shaped 48 kHz stereo (the conditioning keeps its best 10 s)."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    seconds = mb * 1e6 / (48000 * 2 * 2)
+    t = np.arange(int(seconds * 48000)) / 48000
+    f0 = 140 + 20 * np.sin(2 * np.pi * 0.7 * t + seed)
+    tone = sum(np.sin(k * 2 * np.pi * np.cumsum(f0) / 48000) / k for k in range(1, 6))
+    voice = (0.25 * tone * (0.5 + 0.5 * np.sin(2 * np.pi * 3.5 * t) ** 2)).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, np.stack([voice, voice], axis=1), 48000, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def run_library_flood(url: str, library: Any, uploads: int, clients: int, mb: float) -> dict[str, Any]:
+    """Flood ``/v1/audio/voices`` with ``uploads`` recordings; what was saved and refused, and what
+    the ``library`` (the server's :class:`~cosyedge.voices.library.VoiceLibrary`) holds after."""
+    import hashlib
+
+    def fingerprint() -> dict[str, str]:
+        return {str(p.relative_to(library.directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(library.directory.rglob("*")) if p.is_file()}
+
+    recording = flood_recording(mb, 0)
+    codes: dict[str, int] = {}
+    saved: list[str] = []
+    lock = threading.Lock()
+    before = fingerprint()
+    counter = itertools.count()
+    started = time.monotonic()
+
+    def flood() -> None:
+        with httpx.Client(base_url=url, timeout=600) as http:
+            while (n := next(counter)) < uploads:
+                r = http.post("/v1/audio/voices", data={"name": f"Flood {n}", "consent": "true", "transcript": "hi"},
+                              files={"audio_sample": (f"flood-{n}.wav", recording, "audio/wav")})
+                with lock:
+                    if r.status_code == 200:
+                        saved.append(r.json()["id"])
+                    else:
+                        code = f"{r.status_code} {r.json()['error']['code']}"
+                        codes[code] = codes.get(code, 0) + 1
+
+    with ThreadPoolExecutor(clients, thread_name_prefix="flood") as pool:
+        for future in [pool.submit(flood) for _ in range(clients)]:
+            future.result()
+    after = fingerprint()
+    listed = [v["id"] for v in httpx.get(f"{url}/voices", timeout=60).json()["saved"]]
+    unloadable = []
+    for voice_id in listed:
+        try:
+            library.load(voice_id)
+        except Exception as exc:  # noqa: BLE001 - a voice that does not load is what is reported
+            unloadable.append(f"{voice_id}: {exc}")
+    usage = library.usage()
+    return {"uploads": uploads, "upload_mb": round(len(recording) / 1e6, 1), "clients": clients,
+            "wall_s": round(time.monotonic() - started, 1), "saved": len(saved), "refused": codes,
+            "library": usage.as_dict(), "bound_held": (usage.voices <= library.max_voices or not library.max_voices)
+            and (usage.bytes <= library.max_bytes or not library.max_bytes),
+            "earlier_voices_unchanged": all(after.get(k) == v for k, v in before.items()),
+            "listed": len(listed), "saved_and_listed": set(saved) <= set(listed),
+            "unloadable": unloadable, "temp_left": [p.name for p in library.directory.iterdir()
+                                                     if p.name.startswith(".")]}
+
+
 _TMP: list[Path] = []
 
 
@@ -308,6 +383,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=240)
     parser.add_argument("--max-seconds", type=float, default=600)
     parser.add_argument("--routes", default=",".join(ROUTES))
+    parser.add_argument("--library-flood", type=int, metavar="N", default=0,
+                        help="instead of the load: N voice uploads against a bounded library")
+    parser.add_argument("--flood-mb", type=float, default=15.0, help="size of each flood upload")
+    parser.add_argument("--library-max-voices", type=int, default=20)
+    parser.add_argument("--library-max-mb", type=float, default=64.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -322,7 +402,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="cosyedge-loadbench-"))
     (root / "outputs").mkdir()
     settings = dataclasses.replace(config.from_env({}), root=root, models_dir=ROOT / "models",
-                                   idle_unload_minutes=0).validate()
+                                   idle_unload_minutes=0, voice_library_max_voices=args.library_max_voices,
+                                   voice_library_max_mb=args.library_max_mb).validate()
     if args.engine == "fake":
         from tests.helpers.fake_engine import FakeEngine
 
@@ -335,6 +416,17 @@ def main() -> int:
     service = Service(settings, engine_factory=factory)
     service.start()
     server = LiveServer(build_app(service, with_ui=True)).start()
+    if args.library_flood:
+        try:
+            for n in range(2):  # two voices saved before the flood: they must come out unchanged
+                service.save_voice(f"Teacher {n}", flood_recording(1.0, n), "hello", consent=True)
+            flood = run_library_flood(server.url, service.library, args.library_flood, args.clients, args.flood_mb)
+        finally:
+            server.stop()
+            service.close()
+        print(json.dumps({"library_flood": flood}, indent=1, ensure_ascii=False))
+        lost = flood["unloadable"] or flood["temp_left"] or not flood["earlier_voices_unchanged"]
+        return 0 if flood["bound_held"] and flood["saved_and_listed"] and not lost else 1
     try:
         httpx.post(f"{server.url}/tts", json={"text": "warm up."}, timeout=600).raise_for_status()
         routes = tuple(r for r in args.routes.split(",") if r)

@@ -51,6 +51,8 @@ NOTE_CODES = (
     "quality_checked", "quality_not_checked",
     # a native clone's prompt transcript heard offline, or why it was not used (transcripts.clone_plan)
     "transcript_heard", "transcript_unsure", "transcript_not_heard", "transcript_unavailable",
+    # a voice prepared step by step (service.voice_progress): the job's phase, then the answer's note
+    "voice_preparing", "voice_prepared",
     # a streamed sentence finished whole: its flow cache would pass the budget (cosyvoice.engine)
     "stream_cache_limit",
     # the pronunciation dictionary and inline readings (lexicon.matching.ReadingReport)

@@ -39,7 +39,7 @@ class Case:
     """One bad request and what a correct answer looks like."""
 
     id: str
-    group: str  # upload, text, json, name, parameter
+    group: str  # upload, text, json, name, parameter, library
     method: str
     path: str
     make_body: Callable[[], bytes] = field(repr=False)
@@ -278,7 +278,7 @@ def cases() -> list[Case]:
     ]
     out += [Case(f"param-{cid}", "parameter", "POST", "/v1/audio/speech" if cid.startswith("speech")
                  else "/tts", body, (400,)) for cid, body in params]
-    return out
+    return out + library_cases()
 
 
 @dataclass(frozen=True)
@@ -347,6 +347,63 @@ def wyoming_cases() -> list[WyomingCase]:
     return ([WyomingCase(f"wyoming-{cid}", data, code, False) for cid, data, code in kept]
             + [WyomingCase(f"wyoming-{cid}", data, code, True, half_close=cid.endswith("cut_off"))
                for cid, data, code in broken])
+
+
+#: The saved voice the server under test holds, in a library bounded to that one voice
+#: (tests/web/test_bad_inputs.py saves it): the library cases are refused past the bound or its id.
+LIBRARY_VOICE = ("Corpus Teacher", "corpus-teacher")
+_BOUNDARY = "cosyedge-corpus-boundary"
+
+
+def _voice_form(name: str) -> Callable[[], bytes]:
+    """``POST /v1/audio/voices``'s multipart form: a good recording, consent given."""
+    def make() -> bytes:
+        parts = [('name="name"', name.encode()), ('name="consent"', b"true"), ('name="transcript"', b"hello"),
+                 ('name="audio_sample"; filename="me.wav"\r\nContent-Type: audio/wav',
+                  _wav(voice_like(4.0, 16000), 16000))]
+        body = b"".join(f"--{_BOUNDARY}\r\nContent-Disposition: form-data; {header}\r\n\r\n".encode() + value
+                        + b"\r\n" for header, value in parts)
+        return body + f"--{_BOUNDARY}--\r\n".encode()
+    return make
+
+
+def _voice_zip(meta: dict, members: dict[str, bytes] | None = None) -> Callable[[], bytes]:
+    """A voice file holding ``meta`` (and a good recording), or exactly ``members`` when given."""
+    def make() -> bytes:
+        import zipfile
+
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for name, data in (members or {"voice.wav": _wav(voice_like(4.0, 16000), 16000),
+                                           "transcript.txt": b"hello",
+                                           "meta.json": json.dumps({"format": 1, "engine": "kokoro",
+                                                                    "model_id": "kokoro-int8", **meta}).encode()}).items():
+                zf.writestr(name, data)
+        return buf.getvalue()
+    return make
+
+
+def library_cases() -> list[Case]:
+    """The saved-voice library's refusals: past its bound, an id already here, a bad voice file."""
+    name, voice_id = LIBRARY_VOICE
+    form = f"multipart/form-data; boundary={_BOUNDARY}"
+    return [
+        Case("library-full", "library", "POST", "/v1/audio/voices", _voice_form("One More"), (507,),
+             "storage_full", content_type=form),
+        Case("library-import_id_taken", "library", "POST", "/voices/import",
+             _voice_zip({"name": "Someone Else", "id": voice_id}), (409,), "conflict", content_type="application/zip"),
+        Case("library-import_past_the_bound", "library", "POST", "/voices/import?rename=true",
+             _voice_zip({"name": name, "id": voice_id}), (507,), "storage_full", content_type="application/zip"),
+        Case("library-import_member_traversal", "library", "POST", "/voices/import",
+             _voice_zip({}, {"../voice.wav": b"RIFF", "transcript.txt": b"", "meta.json": b"{}"}), (400,),
+             "invalid_input", content_type="application/zip"),
+        Case("library-import_not_a_zip", "library", "POST", "/voices/import", lambda: b"PK\x03\x04 not really",
+             (400,), "invalid_input", content_type="application/zip"),
+        Case("library-rename_unknown", "library", "POST", "/voices/nobody/rename", lambda: b'{"name": "X"}', (404,),
+             "not_found"),
+        Case("library-rename_to_taken_name", "library", "POST", f"/voices/{voice_id}/rename",
+             lambda: json.dumps({"name": "female_1"}).encode(), (400,), "invalid_name"),
+    ]
 
 
 def upload_files() -> dict[str, bytes]:

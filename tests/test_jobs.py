@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from cosyedge.errors import BusyError, CancelledError, EngineError, TextError
@@ -356,6 +357,32 @@ def test_busy_answers_put_each_estimate_beside_the_wait_it_turned_out_to_be():
         assert job.wait(5)
         (answer,) = queue.busy_answers()
         assert answer.actual_s is not None and answer.actual_s >= 0.2
+    finally:
+        gate.release.set()
+        queue.shutdown()
+
+
+def test_an_idle_queue_gives_back_its_results_once_and_only_when_still_idle():
+    """``on_idle`` runs once ``idle_after_s`` after the last job, not when work came meanwhile;
+    ``release_results`` drops every finished job's audio (their state stays findable)."""
+    calls = threading.Event()
+    count = []
+    queue = JobQueue(concurrency=1, max_waiting=2)
+    queue.idle_after_s = 0.2
+    queue.on_idle = lambda: (count.append(queue.release_results()), calls.set())
+    gate = Gate()
+    try:
+        first = queue.submit(lambda job: np.ones(1000, np.float32))
+        assert first.wait(5)
+        second = queue.submit(gate.work(1))  # work comes before the idle time is up
+        assert not calls.wait(0.4), "on_idle ran while a job ran"
+        gate.release.set()
+        assert second.wait(5) and calls.wait(5)
+        assert count == [2] and first.state is JobState.DONE
+        with pytest.raises(RuntimeError, match="released"):
+            first.outcome()
+        time.sleep(0.4)
+        assert count == [2]  # once per idle time
     finally:
         gate.release.set()
         queue.shutdown()

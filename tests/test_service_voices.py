@@ -210,7 +210,7 @@ def test_an_old_saved_voice_speaks_as_its_closest_built_in_voice_and_says_once_t
     from tests.helpers.fake_engine import FakeEngine
 
     class Closest(FakeEngine):
-        def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+        def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None, step=None):
             voice = super().encode_prompt(audio, sample_rate, transcript, cancelled=cancelled)
             voice.meta.update(method=closest_voice.METHOD, version=closest_voice.VERSION, preset_voice="female_2",
                               rule=closest_voice.IN_BAND)

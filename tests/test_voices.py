@@ -32,7 +32,7 @@ class CountingEngine:
         self.model_id = model_id
         self.encodes = 0
 
-    def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+    def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None, step=None):
         self.encodes += 1
         return VoicePrompt(engine=self.name, model_id=self.model_id,
                            arrays={"style": np.full((4, 256), float(audio.mean()), np.float32)},
@@ -454,7 +454,7 @@ class ClosestEngine(CountingEngine):
         self.choice = choice
         self.transcripts: list[object] = []
 
-    def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None):
+    def encode_prompt(self, audio, sample_rate, transcript, *, cancelled=None, step=None):
         self.transcripts.append(transcript)
         voice = super().encode_prompt(audio, sample_rate, transcript)
         voice.meta.update(method="closest", preset_voice=self.choice)

@@ -18,6 +18,9 @@ from cosyedge.notes import Note
 
 #: Called after each sentence with (sentences done, sentences total).
 ProgressFn = Callable[[int, int], None]
+#: ``step(number, total, stage)`` at the start of each step of a prompt's encoding (1-based;
+#: ``stage`` a short code: "encoders", "tokens", "mel", "speaker"), for a progress report.
+StepFn = Callable[[int, int, str], None]
 #: Returns True when the caller wants the job stopped; checked between sentences.
 CancelFn = Callable[[], bool]
 
@@ -192,9 +195,10 @@ class Engine(Protocol):
         """Names of built-in voices, in display order."""
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
-                      cancelled: CancelFn | None = None) -> VoicePrompt:
+                      cancelled: CancelFn | None = None, step: StepFn | None = None) -> VoicePrompt:
         """Encode conditioned prompt audio into a reusable VoicePrompt; an encoding that takes long
-        (CosyVoice's prompt encoders: seconds) stops early (raise CancelledError) when ``cancelled()``."""
+        (CosyVoice's prompt encoders: seconds) stops early (raise CancelledError) when ``cancelled()``
+        and says each of its steps as it starts (``step``); a quick one may say none."""
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """Clean, split and read ``text`` once, for ``language`` (a request's ``options.language``);

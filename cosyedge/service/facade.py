@@ -38,7 +38,7 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import LANGUAGES, CancelFn, Engine, closest_builtin
 from cosyedge.errors import AudioError, BusyError, CosyedgeError, InputError, NameError_
 from cosyedge.host.diskspace import DiskGuard, FreeProbe, free_bytes
-from cosyedge.host.heap import return_large_blocks
+from cosyedge.host.heap import return_large_blocks, trim_heap
 from cosyedge.host.update_state import Deployment, UpdateStatus
 from cosyedge.listening.asr import Recognizer
 from cosyedge.service import history
@@ -95,6 +95,7 @@ class Service:
         self.pronunciations = Pronunciations(book_for(settings), self.check_room)
         self.catalog = ModelCatalog(settings.models_path)
         self.queue = JobQueue(settings.concurrency, settings.queue_size, thermal)
+        self.queue.on_idle = self.release_idle_memory
         self.submissions = Submissions(self.queue)
         self.outputs = OutputFiles(settings.outputs_path)
         self.transcriber = Transcriber(self.recognizer, self.library, self.queue, self._condition,
@@ -163,6 +164,16 @@ class Service:
 
         self._idle_thread = threading.Thread(target=watch, name="cosyedge-idle-unload", daemon=True)
         self._idle_thread.start()
+
+    def release_idle_memory(self) -> None:
+        """What an idle box need not hold, given back once the queue has been idle a while
+        (``JobQueue.on_idle``): the finished jobs' results (their audio: the newest eight stay held
+        for waiters otherwise) and the C heap's freed pages (a lesson's and a voice's work leave
+        hundreds of MB there). The engine stays loaded until the idle unload; the recognizer goes
+        by its own timer (docs/operations.md, "Memory of an idle box")."""
+        dropped = self.queue.release_results()
+        trim_heap()
+        logger.info("queue idle: released %d finished result(s) and trimmed the heap", dropped)
 
     def remove_partial_outputs(self) -> int:
         """Delete ``.tmp-*`` files in outputs/: half-written WAVs of a process that was killed.

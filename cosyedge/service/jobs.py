@@ -49,6 +49,8 @@ DEFAULT_JOB_SECONDS = 5.0
 RATE_WINDOW = 20
 #: How many refusals ``busy_answers`` remembers.
 KEEP_BUSY_ANSWERS = 256
+#: How long the queue stays idle before ``on_idle`` runs (a teacher's next request usually comes sooner).
+IDLE_AFTER_S = 30.0
 #: Finished jobs stay findable (state, progress) for this many later finishes...
 KEEP_FINISHED = 200
 #: ...but only the newest few keep their result (the audio): their waiters have long collected it.
@@ -277,6 +279,11 @@ class JobQueue:
         self._workers: list[threading.Thread] = []
         self._stopping = False
         self._idle_since: float | None = time.monotonic()  # None while jobs run or wait
+        #: Called once (on a timer thread) when the queue has been idle ``idle_after_s`` after work:
+        #: the service gives back what an idle box need not hold (the finished results, the heap).
+        self.on_idle: Callable[[], None] | None = None
+        self.idle_after_s = IDLE_AFTER_S
+        self._idle_timer: threading.Timer | None = None
         self._counter = itertools.count(1)
 
     # --- thermal --------------------------------------------------------------------------
@@ -446,8 +453,44 @@ class JobQueue:
                     self._rates.append(seconds / max(1, job.size))
             self._remember_locked(job)
             if not self._running and not self._waiting:
-                self._idle_since = time.monotonic()
+                self._became_idle_locked()
             self._cond.notify_all()
+
+    def _became_idle_locked(self) -> None:
+        """The last job has left: note when, and call ``on_idle`` once it has stayed idle a while."""
+        self._idle_since = time.monotonic()
+        if self.on_idle is None:
+            return
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = threading.Timer(self.idle_after_s, self._still_idle, args=(self._idle_since,))
+        self._idle_timer.daemon = True
+        self._idle_timer.start()
+
+    def _still_idle(self, since: float) -> None:
+        with self._cond:
+            if self._idle_since != since or self._stopping:  # work came in meanwhile
+                return
+            self._idle_timer = None
+        callback = self.on_idle
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # giving memory back must never break the queue
+                logger.exception("the idle queue's release failed")
+
+    def release_results(self) -> int:
+        """Drop the results (the audio) of every finished job; their state stays findable. The newest
+        few are kept for waiters that collect them within milliseconds; once the queue is idle no one
+        will. Returns how many were dropped."""
+        with self._cond:
+            finished = [job for job in self._jobs.values() if job.finished]
+        dropped = 0
+        for job in finished:
+            if job.result is not None or job.stream is not None:
+                job.release_result()
+                dropped += 1
+        return dropped
 
     def _remember_locked(self, job: Job, keep: int = KEEP_FINISHED) -> None:
         """Keep finished jobs findable for a while (a client may ask after the fact).
@@ -481,7 +524,7 @@ class JobQueue:
                 self._waiting.remove(job)
                 self._remember_locked(job)
                 if not self._running and not self._waiting:
-                    self._idle_since = time.monotonic()
+                    self._became_idle_locked()
                 self._cond.notify_all()
             else:
                 return True
@@ -525,6 +568,8 @@ class JobQueue:
         """Stop the workers; waiting jobs are cancelled, running ones flagged and awaited briefly."""
         with self._cond:
             self._stopping = True
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             waiting = list(self._waiting)
             self._waiting.clear()
             running = list(self._running.values())

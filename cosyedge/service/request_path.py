@@ -16,7 +16,7 @@ from typing import Callable
 
 from cosyedge.audio import ConditionedPrompt
 from cosyedge.config import Settings, SettingsError
-from cosyedge.engines.base import MORE_LANGUAGES, CancelFn, Engine, SynthesisOptions, VoicePrompt
+from cosyedge.engines.base import MORE_LANGUAGES, CancelFn, Engine, StepFn, SynthesisOptions, VoicePrompt
 from cosyedge.errors import CancelledError, CosyedgeError, ModelMissingError, NotFoundError, ParameterError, TextError
 from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine
 from cosyedge.notes import Note
@@ -29,6 +29,7 @@ from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING
 from cosyedge.service.pronunciations import check_inline
 from cosyedge.service.synthesis import check_text
 from cosyedge.service.transcription import Transcriber, saved_transcript
+from cosyedge.service.voice_progress import PreparationTimes, VoicePreparation
 from cosyedge.voices.consent import require_consent
 from cosyedge.voices.library import MAX_TRANSCRIPT_CHARS, PromptCache, VoiceLibrary
 from cosyedge.voices.transcripts import SOURCE_USER, ClonePlan, PromptTranscript, clone_plan
@@ -52,6 +53,7 @@ class RequestPath:
         self.prompt_cache = prompt_cache
         self.transcriber = transcriber
         self._condition = condition
+        self.preparation_times = PreparationTimes()  # how long voices took to prepare, per engine
 
     def prepare(self, request: TTSRequest) -> PreparedRequest:
         """Check everything that can be checked without the engine (an InputError names what is
@@ -98,9 +100,15 @@ class RequestPath:
         phases (:data:`PHASE_PREPARING_VOICE`, then :data:`PHASE_SYNTHESIZING`)."""
         request = prepared.request
         say = phase or (lambda _: None)
+        preparation = None
         if request.prompt_audio is not None or request.voice_id is not None:
-            say(PHASE_PREPARING_VOICE)  # a new prompt's encoding: seconds on CosyVoice
-        choice = self._voice(engine, prepared, cancelled, say)
+            say(PHASE_PREPARING_VOICE)  # a new prompt's encoding: seconds on CosyVoice, said step by step
+            steps = getattr(engine, "prompt_steps", None)
+            preparation = VoicePreparation(say, self.preparation_times, engine.name,
+                                           steps() if callable(steps) else 0)
+        choice = self._voice(engine, prepared, cancelled, preparation.phase if preparation else say,
+                             step=preparation.engine_step if preparation else None)
+        prepared_note = preparation.finish() if preparation is not None else None
         spoken = engine.capabilities.languages
         if request.language in MORE_LANGUAGES and request.language not in spoken:
             raise ParameterError(f"the {engine.name} engine does not speak language {request.language!r} "
@@ -112,6 +120,8 @@ class RequestPath:
                                    quality=quality if quality in engine.capabilities.quality_modes else None)
         plan, options, choice = self._plan_instruct(engine, request.instruct, options, choice)
         notes = ignored_inputs(request, engine) + flow_notes(request, engine, quality)
+        if prepared_note is not None:  # why the first audio came late (a streamed answer's header too)
+            notes.append(prepared_note)
         instruct_notes = getattr(engine, "instruct_notes", None)  # why a model read it as controls
         if plan is not None and not plan.native and callable(instruct_notes):
             notes.extend(instruct_notes())
@@ -136,7 +146,7 @@ class RequestPath:
                                notes=notes, skipped=list(analysis.skipped), clone_mode=clone_mode)
 
     def _voice(self, engine: Engine, prepared: PreparedRequest, cancelled: CancelFn | None = None,
-               phase: Callable[[str], None] | None = None) -> VoiceChoice:
+               phase: Callable[[str], None] | None = None, step: StepFn | None = None) -> VoiceChoice:
         """Pick the engine's voice: a preset, or a prompt (uploaded or saved) encoded through the cache.
 
         The uploaded prompt was conditioned by :meth:`prepare` (cosyedge.audio); a prompt is encoded
@@ -172,7 +182,7 @@ class RequestPath:
         if engine.capabilities.native_clone:
             said, plan = self._clone_transcript(prompt, said, request, cancelled, phase)
             transcript = plan.transcript
-        encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled)
+        encoded = self.prompt_cache.get_or_encode(engine, prompt, transcript, cancelled=cancelled, step=step)
         if request.voice_id is not None:
             encoded = self._record_encoding(request.voice_id, engine, encoded)
         return VoiceChoice(encoded, name, describe_match(engine, encoded), prompt=prompt, transcript=said,

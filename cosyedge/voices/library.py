@@ -117,12 +117,14 @@ class PromptCache:
         return self.directory / f"{key}.v{CACHE_VERSION}.npz"
 
     def get_or_encode(self, engine: Any, prompt: ConditionedPrompt, transcript: str | None, *,
-                      cancelled: Callable[[], bool] | None = None) -> VoicePrompt:
+                      cancelled: Callable[[], bool] | None = None,
+                      step: Callable[[int, int, str], None] | None = None) -> VoicePrompt:
         """The cached encoding of ``prompt`` for ``engine``, encoding (once) on a miss; ``cancelled``
-        goes to the engine (an encoding it stops is not cached). ``transcript`` is read through
-        :func:`key_transcript`. An entry the engine no longer makes (``engine.is_current`` false) is
-        encoded again and stored; when it sounds different (``engine.sounded``) it is returned with
-        ``meta["changed_from"]`` naming what it was (for this answer only: stored without)."""
+        and ``step`` (each step as it starts) go to the engine (an encoding it stops is not cached).
+        ``transcript`` is read through :func:`key_transcript`. An entry the engine no longer makes
+        (``engine.is_current`` false) is encoded again and stored; when it sounds different
+        (``engine.sounded``) it is returned with ``meta["changed_from"]`` naming what it was (for
+        this answer only: stored without)."""
         transcript = key_transcript(engine, transcript)
         key = prompt_key(prompt.pcm_bytes(), transcript, engine.name, engine.model_id)
         with self._lock:
@@ -136,7 +138,7 @@ class PromptCache:
                     return cached
                 self.misses += 1
                 encoded = engine.encode_prompt(prompt.pcm, prompt.sample_rate, transcript,
-                                               cancelled=cancelled)
+                                               cancelled=cancelled, step=step)
                 self._store(key, encoded.to_bytes())
                 if cached is not None:  # an older encoding, made again
                     self.refreshed += 1

@@ -47,6 +47,7 @@ from cosyedge import __version__
 from cosyedge.audio import to_pcm16, wav_bytes, wav_stream_header
 from cosyedge.errors import (AudioError, BusyError, CancelledError, CosyedgeError, NotFoundError,
                              ParameterError, PayloadTooLargeError)
+from cosyedge.notes import code_of
 from cosyedge.service.jobs import Job
 from cosyedge.service.facade import Service
 from cosyedge.service.requests import QUALITY_NAMES, TTSRequest, TTSResult
@@ -545,9 +546,13 @@ def build_router(service: Service) -> APIRouter:
 
 
 def _job_info(service: Service, job: Any) -> dict[str, Any]:
-    return {"job_id": job.id, "state": job.state.value, "phase": job.phase,
+    info = {"job_id": job.id, "state": job.state.value, "phase": job.phase,
             "position": service.position(job),
             "progress": {"done": job.done_steps, "total": job.total_steps}}
+    if code_of(job.phase) == "voice_preparing":  # a new voice's encoding, step by step
+        params = job.phase.params
+        info["voice"] = {key: params[key] for key in ("step", "total", "stage", "seconds_left")}
+    return info
 
 
 JSON_ADVICE = "send a JSON object with the header Content-Type: application/json"

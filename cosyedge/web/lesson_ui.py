@@ -21,7 +21,7 @@ from cosyedge.service.jobs import Job
 from cosyedge.service.lessons import LESSON_SUFFIXES, LessonResult
 from cosyedge.notes import code_of
 from cosyedge.service.facade import Service
-from cosyedge.web.job_wait import wait_reporting
+from cosyedge.web.job_wait import voice_progress, wait_reporting
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -97,8 +97,11 @@ async def follow_lesson(service: Service, job: Job, progress: Any,
     def report(job: Job) -> None:
         position = service.position(job)
         words = progress_words(job.phase)
+        preparing = voice_progress(job.phase)
         if position is not None:
             progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
+        elif preparing is not None:  # a saved voice's first encoding on this model, step by step
+            progress(preparing[0], desc=preparing[1])
         elif words is not None and job.total_steps:
             progress((job.done_steps, job.total_steps), desc=words)
         elif code_of(job.phase) == "lesson_zipping":

@@ -174,6 +174,9 @@ _EMOTIONS_ZH = {"happy": "开心", "sad": "悲伤", "angry": "生气", "calm": "
 _LANGUAGES_ZH = {"zh": "中文", "en": "英语", "ja": "日语", "ko": "韩语", "fr": "法语", "de": "德语",
                  "es": "西班牙语", "it": "意大利语", "ru": "俄语"}
 _CONTROLS_ZH = {"speed": "语速", "pitch": "音高", "volume": "音量"}
+#: A voice's preparation steps (cosyedge.service.voice_progress.STAGE_WORDS).
+_STAGES_ZH = {"hearing": "识别参考音频文本", "encoders": "加载参考音频编码器", "tokens": "语音 token",
+              "mel": "参考音频梅尔谱", "speaker": "说话人特征"}
 #: An unsupported style's label (cosyedge.instruct.plan ``_UNSUPPORTED``): its kind before the colon.
 _STYLES_ZH = {"dialect": "方言", "accent": "口音", "style": "风格", "singing": "唱歌", "crying": "哭腔",
               "laughter": "笑声", "breathy voice": "气声（沙哑）", "echo/reverb": "回声/混响",
@@ -211,6 +214,10 @@ def _derived(params: Any) -> dict[str, str]:
                       + "）") if left else ""
     if "style" in params:
         out["style_zh"] = _style_zh(params["style"])
+    if "stage" in params:  # voice_preparing
+        out["stage_zh"] = _STAGES_ZH.get(params["stage"], str(params["stage"]))
+        left = params.get("seconds_left")
+        out["left_zh"] = "正在估算剩余时间" if left is None else f"约剩 {left} 秒"
     if "paragraph" in params:  # lesson_paragraph_failed
         out["previous"] = str(params["paragraph"] - 1)
     if "cfg_steps" in params:  # quality_levers
@@ -290,6 +297,9 @@ NOTES_ZH = {
     "voice_sound_changed": "这个音色听起来和以前不同：以前是 {before}，现在是最接近的内置音色 {voice}",
     "instruct_as_controls": "指令按本应用的控制执行：{model_name}（{model}）没有指令模式（只有 "
                             "CosyVoice-300M-Instruct 能听懂指令）；执行了什么列在指令一栏",
+    # a voice prepared step by step (cosyedge.service.voice_progress)
+    "voice_preparing": "正在准备音色：第 {step}/{total} 步（{stage_zh}），{left_zh}",
+    "voice_prepared": "先准备了音色：{steps} 步，用时 {seconds} 秒（编码已保存：这个音色的下次回答会更快开始）",
     # the quality modes (cosyedge.service.reports, .mode_notes)
     "quality_ignored": "已忽略音质设置：{engine} 引擎没有音质模式（它们调节 CosyVoice 的流匹配参数）",
     "quality_levers": "音质 {quality}：{levers_zh}；未在真实权重上验证",

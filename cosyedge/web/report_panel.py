@@ -82,7 +82,8 @@ def describe(result: TTSResult) -> str:
 
 #: Notes on how a prompt's closest built-in voice was chosen (cosyedge/engines/kokoro/closest_voice.py):
 #: the panel shows them with the voice, not among the ignored fields.
-VOICE_NOTES = frozenset({"closest_voice_outside_band", "closest_voice_no_pitch", "voice_sound_changed"})
+VOICE_NOTES = frozenset({"closest_voice_outside_band", "closest_voice_no_pitch", "voice_sound_changed",
+                         "voice_prepared"})
 #: Notes with a line of their own, not among the ignored fields.
 OWN_LINE_NOTES = READING_NOTES | {"stream_cache_limit", "lesson_paragraph_failed"}
 #: At most this many cues are listed in the panel; the files hold them all.

@@ -30,7 +30,7 @@ from cosyedge.service.facade import Service
 from cosyedge.service.requests import (DEFAULT_QUALITY, PHASE_LOADING, PHASE_PREPARING_VOICE, PHASE_SCORING,
                                        PHASE_SYNTHESIZING, PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
-from cosyedge.web.job_wait import wait_reporting
+from cosyedge.web.job_wait import voice_progress, wait_reporting
 from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, download_name,
                                     follow_lesson, lesson_controls, lesson_line, named_download)
 from cosyedge.web.live_player import LIVE_LESSON, LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
@@ -196,8 +196,11 @@ async def _follow(service: Service, job: Job, progress: Any) -> tuple[str | None
 
     def report(job: Job) -> None:
         position = service.position(job)
+        preparing = voice_progress(job.phase)
         if position is not None:
             progress(0.0, desc=f"waiting: position {position} / 排队中：第 {position} 位")
+        elif preparing is not None:  # a new voice's encoding, step by step
+            progress(preparing[0], desc=preparing[1])
         elif job.total_steps and job.done_steps < job.total_steps:  # the sentence being made
             progress((job.done_steps, job.total_steps),
                      desc=f"sentence {job.done_steps + 1}/{job.total_steps} / "

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from cosyedge.engines.base import (AudioChunk, Capabilities, CancelFn, ProgressFn, SynthesisOptions,
+from cosyedge.engines.base import (AudioChunk, Capabilities, CancelFn, ProgressFn, StepFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt)
 from cosyedge.engines.cosyvoice.common.instruct_format import format_instruction
 from cosyedge.errors import CancelledError
@@ -61,14 +61,25 @@ class FakeEngine:
         """As CosyVoice 2 reads it (asked for when ``native_instruct``)."""
         return format_instruction(instruction, 2)
 
+    #: The steps an encoding says (like CosyVoice's, once its encoders are open), when it takes time.
+    ENCODE_STEPS = ("tokens", "mel", "speaker")
+
+    def prompt_steps(self) -> int:
+        return len(self.ENCODE_STEPS) if self.encode_delay else 0
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
-                      cancelled: CancelFn | None = None) -> VoicePrompt:
-        """Takes ``encode_delay`` seconds in 0.05 s steps, stopping when ``cancelled()`` (like Kokoro's
-        voice match between its probes)."""
-        for _ in range(int(self.encode_delay / 0.05)):
-            if cancelled is not None and cancelled():
-                raise CancelledError("cancelled while preparing the voice")
-            time.sleep(0.05)
+                      cancelled: CancelFn | None = None, step: StepFn | None = None) -> VoicePrompt:
+        """Takes ``encode_delay`` seconds in 0.05 s ticks, in ``ENCODE_STEPS`` equal steps said as each
+        starts, stopping when ``cancelled()``."""
+        total = len(self.ENCODE_STEPS)
+        ticks = int(self.encode_delay / 0.05 / total)
+        for number, stage in enumerate(self.ENCODE_STEPS if self.encode_delay else (), start=1):
+            if step is not None:
+                step(number, total, stage)
+            for _ in range(ticks):
+                if cancelled is not None and cancelled():
+                    raise CancelledError("cancelled while preparing the voice")
+                time.sleep(0.05)
         return VoicePrompt(engine=self.name, model_id=self.model_id,
                            arrays={"mean": np.array([float(np.mean(audio))], dtype=np.float32)},
                            meta={"transcript": transcript, "sample_rate": sample_rate})

@@ -52,13 +52,16 @@ def real_server(kokoro_models_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bad-inputs")
     settings = dataclasses.replace(config.from_env({}), root=root, models_dir=kokoro_models_dir,
-                                   idle_unload_minutes=0, onnx_threads=2).validate()
+                                   idle_unload_minutes=0, onnx_threads=2, voice_library_max_voices=1).validate()
     settings.prompts_path.mkdir()
     (settings.prompts_path / "teacher.json").write_bytes(SAVED_VOICE)
     tone = 0.2 * np.sin(2 * np.pi * 220 * np.arange(24000) / 24000)
     write_wav_atomic(settings.outputs_path / "lesson-1.wav", tone, 24000)
     service = Service(settings)
     service.start()
+    name, voice_id = corpus.LIBRARY_VOICE  # the one voice the library is bounded to
+    recording = corpus._wav(corpus.voice_like(4.0, 16000), 16000)
+    assert service.save_voice(name, recording, "hello", consent=True).id == voice_id
     server = LiveServer(build_app(service, with_ui=True)).start()
     server.service = service
     server.settings = settings
@@ -73,8 +76,8 @@ def test_corpus_is_big_enough_and_covers_every_group():
     for case in CASES:
         groups[case.group] = groups.get(case.group, 0) + 1
     assert len(CASES) >= 40
-    assert set(groups) == {"upload", "text", "json", "name", "parameter"}
-    assert min(groups.values()) >= 8, groups
+    assert set(groups) == {"upload", "text", "json", "name", "parameter", "library"}
+    assert min(groups.values()) >= 7, groups
     assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
 
 

@@ -133,9 +133,11 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         expect(name_box).to_have_value("Ms Lee", timeout=10_000)
         name_box.fill("Teacher Lee")
         page.locator("#voices-rename").click()
-        expect(page.locator("#voices-message")).to_contain_text("Renamed / 已重命名: Teacher Lee", timeout=15_000)
+        expect(page.locator("#voices-message")).to_contain_text("Renamed / 已重命名: Teacher Lee (id ms-lee stays",
+                                                                timeout=15_000)
         expect(table).to_contain_text("Teacher Lee")
-        assert [v.name for v in service.saved_voices()] == ["Teacher Lee"]
+        assert [(v.id, v.name) for v in service.saved_voices()] == [("ms-lee", "Teacher Lee")]
+        expect(page.locator("#voices-choice input").first).to_have_value("Teacher Lee (ms-lee)")
 
         page.locator("#voices-export").click()
         link = page.locator("#voices-exported a").first
@@ -150,12 +152,17 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         page.locator("#voices-use").click()
         expect(page.locator("#clone-saved input").first).to_have_value("Teacher Lee (saved / 已保存)",
                                                                        timeout=15_000)
-        assert page.get_by_role("tab", name=TABS["clone"]).get_attribute("aria-selected") == "true"
+        expect(page.get_by_role("tab", name=TABS["clone"])).to_have_attribute("aria-selected", "true",
+                                                                             timeout=10_000)
         _, panel = generate(page, "clone", "Good morning, class.")  # the prompt was cleared: the saved voice speaks
         assert "saved voice Teacher Lee" in panel
 
+        # after the page's Tabs update ("Use in the clone tab") this Gradio draws My voices' button a
+        # second time, in History's place (a Gradio fault: reported); a reload draws the bar afresh
+        page.reload(wait_until="load")
         open_tab(page, STUDIO_TABS["voices"])
         expect(table).to_contain_text("fake/fake-sine", timeout=15_000)  # now encoded for the model used
+        choose(page, "voices-choice", "Teacher Lee (ms-lee)")
         page.locator("#voices-delete").click()
         expect(page.locator("#voices-confirm")).to_contain_text("cannot be undone", timeout=10_000)
         page.locator("#voices-delete-no").click()  # it asks; keeping it keeps it
@@ -163,17 +170,18 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
         assert [v.name for v in service.saved_voices()] == ["Teacher Lee"]
         page.locator("#voices-delete").click()
         page.locator("#voices-delete-yes").click()
-        expect(page.locator("#voices-message")).to_contain_text("Deleted / 已删除: teacher-lee", timeout=15_000)
+        expect(page.locator("#voices-message")).to_contain_text("Deleted / 已删除: ms-lee", timeout=15_000)
         expect(table).not_to_contain_text("Teacher Lee")
         assert service.saved_voices() == []
 
         # the exported zip comes back in with the same checks as the CLI
-        exported = tmp_path / "teacher-lee.voice.zip"
+        exported = tmp_path / "ms-lee.voice.zip"
         exported.write_bytes(data)
         page.locator("#voices-import-file input[type=file]").set_input_files(str(exported))
         page.locator("#voices-import").click()
-        expect(page.locator("#voices-message")).to_contain_text("Imported / 已导入: Teacher Lee", timeout=15_000)
-        assert [v.name for v in service.saved_voices()] == ["Teacher Lee"]
+        expect(page.locator("#voices-message")).to_contain_text("Imported / 已导入: Teacher Lee (ms-lee)",
+                                                                timeout=15_000)
+        assert [(v.id, v.name) for v in service.saved_voices()] == [("ms-lee", "Teacher Lee")]  # its id came back
         assert service.saved_voices()[0].consent.given_at == meta["consent"]["given_at"]
         expect(table).to_contain_text("consent given")
     finally:

@@ -96,6 +96,8 @@ SITE_PARAMS = {
                               "why": "no phonemes"},
     "reading_other_language": {"word": "行", "language": "zh", "read_as": "ja"},
     "lesson_paragraph_failed": {"paragraph": 3, "total": 9, "reason": "job_failed"},
+    "voice_preparing": {"step": 2, "total": 4, "stage": "tokens", "seconds_left": 6},
+    "voice_prepared": {"steps": 4, "seconds": 9.1},
     "transcript_heard": {"heard": "你好", "confidence": 0.9},
     "transcript_unsure": {"heard": "你好", "confidence": 0.5, "threshold": 0.8},
     "transcript_not_heard": {}, "transcript_unavailable": {"reason": "no recognizer"},

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import numpy as np
 
 from cosyedge.config import Settings
-from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, SynthesisOptions,
+from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, ProgressFn, StepFn, SynthesisOptions,
                                    TextAnalysis, VoicePrompt, WordTiming)
 from cosyedge.engines.kokoro import closest_voice, crop, fused_runtime, model_files, presets
 from cosyedge.engines.kokoro.pipeline import Call, Overlap, RunSlots, Ticket, in_order
@@ -284,10 +284,10 @@ class KokoroEngine:
                           total=total, pause_after_s=pause, ends_sentence=ends, words=words)
 
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
-                      cancelled: CancelFn | None = None) -> VoicePrompt:
+                      cancelled: CancelFn | None = None, step: StepFn | None = None) -> VoicePrompt:
         """The closest built-in voice (Kokoro cannot clone): a preset chosen by the prompt's pitch and
-        d-vector (:func:`closest_voice.closest_voice`, well under a second). ``transcript`` plays no
-        part: the choice is made from the sound alone."""
+        d-vector (:func:`closest_voice.closest_voice`, well under a second: no ``step`` to say).
+        ``transcript`` plays no part: the choice is made from the sound alone."""
         return closest_voice.closest_voice(self, audio, sample_rate)
 
     def is_current(self, voice: VoicePrompt) -> bool:

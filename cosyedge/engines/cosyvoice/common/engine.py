@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn,
+from cosyedge.engines.base import (AudioChunk, CancelFn, Capabilities, PresetDetail, ProgressFn, StepFn,
                                    SynthesisOptions, TextAnalysis, VoicePrompt)
 from cosyedge.engines.cosyvoice import versions
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
@@ -269,14 +269,33 @@ class CosyVoiceEngine:
             return None
         return self._judge_factory().embed
 
+    def prompt_steps(self) -> int:
+        """How many steps the next :meth:`encode_prompt` will say: opening the prompt encoders when
+        they are closed, then speech tokens, prompt mel and speaker embedding."""
+        from cosyedge.engines.cosyvoice.common.prompt_encoders import PromptEncoder
+
+        return len(PromptEncoder.STEPS) + (1 if self._prompt_encoder is None else 0)
+
     def encode_prompt(self, audio: np.ndarray, sample_rate: int, transcript: str | None, *,
-                      cancelled: CancelFn | None = None) -> VoicePrompt:
-        """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript)."""
+                      cancelled: CancelFn | None = None, step: StepFn | None = None) -> VoicePrompt:
+        """Speaker embedding, prompt speech tokens and prompt mel of a recording (+ its transcript);
+        ``step`` hears each step as it starts (:meth:`prompt_steps` of them)."""
         if self._release_lm_if_idle():
             logger.debug("LLM released while the prompt encoders run")
+        opening = self._prompt_encoder is None  # then opening them is the first step
+        total, done = self.prompt_steps(), 0
+
+        def say(stage: str) -> None:
+            nonlocal done
+            done += 1
+            if step is not None:
+                step(done, total, stage)
+
+        if opening:
+            say("encoders")
         encoder = self.prompt_encoder
         try:
-            encoded = encoder.encode(audio, sample_rate)
+            encoded = encoder.encode(audio, sample_rate, say)
         finally:
             del encoder
             if not self.keep_prompt_encoder:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from typing import Callable
+
 import numpy as np
 
 from cosyedge.engines.cosyvoice.common.whisper_mel import log_mel_spectrogram
@@ -100,8 +102,14 @@ class PromptEncoder:
 
         return prompt_mel(wav, self.mel_settings)
 
-    def encode(self, audio: np.ndarray, sample_rate: int) -> EncodedPrompt:
-        """All three parts from mono audio at any rate; raises :class:`AudioError` on unusable audio."""
+    #: The steps of :meth:`encode`, in order, as it says them (``stage`` codes of ``StepFn``).
+    STEPS = ("tokens", "mel", "speaker")
+
+    def encode(self, audio: np.ndarray, sample_rate: int,
+               step: Callable[[str], None] | None = None) -> EncodedPrompt:
+        """All three parts from mono audio at any rate; raises :class:`AudioError` on unusable audio.
+        ``step(stage)`` hears each of :data:`STEPS` as it starts."""
+        say = step or (lambda _: None)
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if sample_rate <= 0:
             raise AudioError(f"sample rate {sample_rate} is not valid")
@@ -111,12 +119,15 @@ class PromptEncoder:
             raise AudioError(f"prompt audio is {audio.size / sample_rate:.2f} s; give at least "
                              f"{MIN_PROMPT_SECONDS} s (3-10 s works best)")
         wav16k = resample(audio, sample_rate, TOKENIZER_RATE)
+        say("tokens")
         tokens = self.speech_tokens(wav16k)
+        say("mel")
         mel = self.flow_mel(resample(audio, sample_rate, self.flow_rate))
         ratio = self.mel_per_token
         n = min(mel.shape[0] // ratio, tokens.size) if ratio else tokens.size
         if n == 0:
             raise AudioError("prompt audio gave no speech tokens; give a longer recording")
+        say("speaker")
         embedding = self.speaker_embedding(wav16k)
         mel = mel[:ratio * n] if ratio else mel
         return EncodedPrompt(embedding=embedding, tokens=tokens[:n], mel=np.ascontiguousarray(mel))
