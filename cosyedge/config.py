@@ -69,6 +69,10 @@ class Settings:
     max_lesson_chars: int = 60000
     min_free_disk_mb: float = 256.0  # under this, new uploads and jobs are refused (0 = never)
     upload_cache_max_mb: float = 512.0  # the page's upload cache, swept oldest first (0 = no cap)
+    # The saved-voice library (prompts/library/): new saves and imports are refused past either bound,
+    # nothing saved is ever removed to make room (0 = no bound). A voice is ~0.5-2 MB (a 10 s prompt).
+    voice_library_max_voices: int = 100
+    voice_library_max_mb: float = 256.0
     # Thermal governor thresholds (°C) and how far below a threshold it must cool to step down.
     thermal_warm_c: float = 70.0
     thermal_hot_c: float = 80.0
@@ -150,6 +154,11 @@ class Settings:
             fail("min_free_disk_mb", f"{self.min_free_disk_mb} must be >= 0 (0 = never refuse)", flag=False)
         if self.upload_cache_max_mb < 0:
             fail("upload_cache_max_mb", f"{self.upload_cache_max_mb} must be >= 0 (0 = no cap)", flag=False)
+        if self.voice_library_max_voices < 0:
+            fail("voice_library_max_voices", f"{self.voice_library_max_voices} must be >= 0 (0 = no bound)",
+                 flag=False)
+        if self.voice_library_max_mb < 0:
+            fail("voice_library_max_mb", f"{self.voice_library_max_mb} must be >= 0 (0 = no bound)", flag=False)
         if not 0 < self.thermal_warm_c < self.thermal_hot_c < self.thermal_critical_c <= 150:
             fail("thermal_warm_c", f"thresholds must rise: 0 < warm ({self.thermal_warm_c}) < hot "
                  f"({self.thermal_hot_c}) < critical ({self.thermal_critical_c}) <= 150, e.g. 70/80/90",

@@ -124,7 +124,7 @@ class ConflictError(CosyedgeError):
     http_status = 409
     kind = "conflict"
     codes = ("model_switch_busy", "model_switch_loading", "model_exists", "mode_check_not_served",
-             "mode_check_running")
+             "mode_check_running", "voice_exists")
 
 
 class PayloadTooLargeError(CosyedgeError):
@@ -155,7 +155,9 @@ class CancelledError(CosyedgeError):
 class StorageFullError(CosyedgeError):
     http_status = 507
     kind = "storage_full"
-    codes = ("disk_full", "disk_low")  # disk_low: under the free-disk threshold (cosyedge.host.diskspace)
+    # disk_low: under the free-disk threshold (cosyedge.host.diskspace); voice_library_full: the
+    # saved-voice library's own bound (settings voice_library_max_voices / _max_mb)
+    codes = ("disk_full", "disk_low", "voice_library_full")
 
 
 class ModelMissingError(CosyedgeError):

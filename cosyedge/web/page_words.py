@@ -83,6 +83,9 @@ REASONS_ZH = {
     "voice_file_meta_field": "音色文件的 meta.json 中“{field}”无效",
     "voice_file_too_large": "音色文件有 {size_mb:.1f} MB，上限为 {limit_mb:.1f} MB",
     "voice_file_member_too_large": "音色文件中的 {member} 太大（{size} 字节，上限 {limit}）",
+    "voice_exists": "本机已有 id 为 {voice_id} 的音色（{name}）：可作为副本导入，或替换它",
+    "voice_library_full": "音色库已满（{voices} 个音色，{used_mb} MB；上限 {max_voices} 个、{max_mb} MB）：不会自动"
+                          "删除任何音色，请先删除不再需要的音色",
     # the Models tab (cosyedge.catalog)
     "model_exists": "已有名为 {model} 的模型",
     "model_switch_loading": "现在无法切换到 {model}：{current} 正在加载或释放，请稍后再试",
