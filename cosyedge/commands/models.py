@@ -129,7 +129,8 @@ def run_check(args: argparse.Namespace) -> int:
         delta = figures["intelligibility_delta"]
         print(f"{name}: {'recommended on this model' if verdict['recommended'] else 'not recommended'}"
               f" (similarity {figures['similarity']:.3f}, intelligibility "
-              f"{'not scored' if delta is None else f'{delta:+.1f} points'}, duration x{figures['duration_ratio']:.2f}, "
+              f"{'not scored' if delta is None else f'{delta:+.1f} points'}, "
+              f"duration x{figures['duration_ratio']:.2f}, "
               f"mel {figures['mel_distance_db']:.1f} dB, {entry['render_seconds']:.0f} s to render)"
               + (f"; failed: {', '.join(verdict['failed'])}" if verdict["failed"] else ""))
     data = record.data
