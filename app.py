@@ -114,11 +114,11 @@ def build_app(service: "Service", with_ui: bool = True, janitor: "Janitor | None
     if with_ui:
         import gradio as gr
 
-        from cosyedge.web.ui import build_ui, queue_settings, theme
+        from cosyedge.web.ui import PAGE_CSS, build_ui, queue_settings, theme
 
         demo = build_ui(service)
         demo.queue(**queue_settings(service))
-        app = gr.mount_gradio_app(app, demo, path="/", theme=theme(), ssr_mode=False,
+        app = gr.mount_gradio_app(app, demo, path="/", theme=theme(), css=PAGE_CSS, ssr_mode=False,
                                   footer_links=[], mcp_server=False, pwa=False,
                                   max_file_size=int(settings.max_upload_mb * 1024 * 1024),
                                   allowed_paths=[str(settings.outputs_path.resolve())],

@@ -7,7 +7,9 @@ Starts the app in this process on 127.0.0.1:<free port> (only loopback traffic),
 so the number of syntheses running at once is counted where it happens, and polls /health for the
 queue's own view. Every client stops after ``--requests`` requests in all or ``--max-seconds``,
 whichever comes first. Prints one JSON report: max running at once (engine and /health), 200s,
-429s (each checked for Retry-After), other errors, p50/p95 latency per route.
+429s (each checked for Retry-After), other errors, p50/p95 latency per route, and the queue's own
+record of each refusal's Retry-After beside the wait it turned out to be (``retry_after``: until the
+jobs then ahead let a new job start; ``retry_figures``).
 
 ``run_load`` is the driver; tests/system/load/ calls it with CI-sized numbers.
 """
@@ -163,7 +165,8 @@ def _gradio_call(client: Any, text: str) -> Outcome:
     """One call of the preset tab's handler; Gradio reports busy as an error toast, not a code."""
     started = time.monotonic()
     try:
-        path, panel, _live = client.predict("female_1", text, 1.0, "auto", None, api_name="/preset")  # (file, panel, live-player URL)
+        # (file, panel, caption files, live-player URL)
+        path, panel, _captions, _live = client.predict("female_1", text, 1.0, "auto", None, api_name="/preset")
     except Exception as exc:  # gradio_client raises AppError (and others) for handler errors
         seconds = time.monotonic() - started
         message = str(exc)
@@ -254,6 +257,25 @@ def run_load(url: str, clients: int, requests: int, max_seconds: float,
     return report
 
 
+def retry_figures(answers: list[Any]) -> dict[str, Any]:
+    """Retry-After against the real wait, from ``JobQueue.busy_answers()`` (those whose wait is
+    known): medians, the median and worst ratio, and how many overstated or understated by more
+    than 2 s."""
+    known = [a for a in answers if a.actual_s is not None]
+    if not known:
+        return {"n": 0, "refusals": len(answers)}
+    ratios = sorted(a.retry_after / max(a.actual_s, 1.0) for a in known)  # a wait under 1 s counts as 1 s
+    return {"n": len(known), "refusals": len(answers),
+            "median_retry_after_s": statistics.median(a.retry_after for a in known),
+            "median_estimate_s": round(statistics.median(a.estimate_s for a in known), 2),
+            "median_actual_wait_s": round(statistics.median(a.actual_s for a in known), 2),
+            "median_ratio": round(statistics.median(ratios), 2),
+            "ratio_p10_p90": [round(ratios[int(0.1 * (len(ratios) - 1))], 2),
+                              round(ratios[int(0.9 * (len(ratios) - 1))], 2)],
+            "over_by_2s_or_more": sum(1 for a in known if a.retry_after - a.actual_s >= 2),
+            "under_by_2s_or_more": sum(1 for a in known if a.actual_s - a.retry_after >= 2)}
+
+
 _TMP: list[Path] = []
 
 
@@ -318,11 +340,12 @@ def main() -> int:
         routes = tuple(r for r in args.routes.split(",") if r)
         report = run_load(server.url, args.clients, args.requests, args.max_seconds, routes,
                           engine=made[0] if made else None)
+        retry = retry_figures(service.queue.busy_answers())
     finally:
         server.stop()
         service.close()
     result = {"engine": args.engine, "clients": args.clients, "requests_cap": args.requests,
-              "max_seconds": args.max_seconds, **report.as_dict()}
+              "max_seconds": args.max_seconds, **report.as_dict(), "retry_after": retry}
     print(json.dumps(result, indent=1, ensure_ascii=False))
     return 0 if not report.errors() and report.healthy_after else 1
 

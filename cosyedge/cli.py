@@ -50,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (CosyedgeError, SettingsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # the code, as REST gives it, for a script to branch on (no script should parse the message)
+        code = exc.code if isinstance(exc, CosyedgeError) and exc.code != exc.kind else None
+        print(f"error: {exc}" + (f" [{code}]" if code else ""), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -69,6 +69,10 @@ class Settings:
     max_lesson_chars: int = 60000
     min_free_disk_mb: float = 256.0  # under this, new uploads and jobs are refused (0 = never)
     upload_cache_max_mb: float = 512.0  # the page's upload cache, swept oldest first (0 = no cap)
+    # The saved-voice library (prompts/library/): new saves and imports are refused past either bound,
+    # nothing saved is ever removed to make room (0 = no bound). A voice is ~0.5-2 MB (a 10 s prompt).
+    voice_library_max_voices: int = 100
+    voice_library_max_mb: float = 256.0
     # Thermal governor thresholds (°C) and how far below a threshold it must cool to step down.
     thermal_warm_c: float = 70.0
     thermal_hot_c: float = 80.0
@@ -102,7 +106,9 @@ class Settings:
     def validate(self) -> "Settings":
         """Check every field; return self so callers can chain."""
         def fail(name: str, why: str, flag: bool = True) -> None:
-            where = f"{ENV_PREFIX}{name.upper()}" + (f" or --{name.replace('_', '-')}" if flag else "")
+            # a flag is named only where app.py and the CLI both take it (there is no --auth)
+            shown = flag and name in shared_flags()
+            where = f"{ENV_PREFIX}{name.upper()}" + (f" or --{name.replace('_', '-')}" if shown else "")
             raise SettingsError(f"{name}: {why} (set {where})")
 
         if not 1 <= self.port <= 65535:
@@ -148,6 +154,11 @@ class Settings:
             fail("min_free_disk_mb", f"{self.min_free_disk_mb} must be >= 0 (0 = never refuse)", flag=False)
         if self.upload_cache_max_mb < 0:
             fail("upload_cache_max_mb", f"{self.upload_cache_max_mb} must be >= 0 (0 = no cap)", flag=False)
+        if self.voice_library_max_voices < 0:
+            fail("voice_library_max_voices", f"{self.voice_library_max_voices} must be >= 0 (0 = no bound)",
+                 flag=False)
+        if self.voice_library_max_mb < 0:
+            fail("voice_library_max_mb", f"{self.voice_library_max_mb} must be >= 0 (0 = no bound)", flag=False)
         if not 0 < self.thermal_warm_c < self.thermal_hot_c < self.thermal_critical_c <= 150:
             fail("thermal_warm_c", f"thresholds must rise: 0 < warm ({self.thermal_warm_c}) < hot "
                  f"({self.thermal_hot_c}) < critical ({self.thermal_critical_c}) <= 150, e.g. 70/80/90",
@@ -216,6 +227,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="accepted for compatibility: only 'edge' (CPU)")
     parser.add_argument("--quantized", action="store_true", default=None,
                         help="accepted for compatibility: models are int8 already")
+
+
+def shared_flags() -> frozenset[str]:
+    """The settings that :func:`add_arguments` gives a flag (by field name)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return frozenset(vars(parser.parse_args([])))
 
 
 def from_args(args: argparse.Namespace | Sequence[str] | None = None,

@@ -8,7 +8,8 @@
     │   ├── AudioError            prompt audio unusable (format, rate, length, level)
     │   ├── ParameterError        a number or option out of range / wrong type
     │   ├── ReadingError          a pronunciation entry or its reading that cannot be used
-    │   └── NameError_            a voice or file name that is not allowed
+    │   ├── NameError_            a voice or file name that is not allowed
+    │   └── ProtocolError         a Wyoming event the server cannot take (framing, fields, order)
     ├── NotFoundError (404)       unknown voice, job or model
     ├── ConflictError (409)       not now: e.g. switching models while jobs run or wait
     ├── PayloadTooLargeError (413)
@@ -101,6 +102,16 @@ class NameError_(InputError):  # noqa: N801 - trailing underscore avoids shadowi
              "voice_name_preset")
 
 
+class ProtocolError(InputError):
+    """A client's Wyoming event that is malformed or out of order; the server answers it with an
+    ``error`` event (no HTTP status is ever sent for it)."""
+
+    kind = "invalid_event"
+    codes = ("event_header_too_long", "event_header_invalid", "event_length_invalid", "event_too_large",
+             "event_data_invalid", "event_truncated", "event_unknown", "event_field_invalid",
+             "stream_not_started", "stream_already_started")
+
+
 class NotFoundError(CosyedgeError):
     http_status = 404
     kind = "not_found"
@@ -113,7 +124,7 @@ class ConflictError(CosyedgeError):
     http_status = 409
     kind = "conflict"
     codes = ("model_switch_busy", "model_switch_loading", "model_exists", "mode_check_not_served",
-             "mode_check_running")
+             "mode_check_running", "voice_exists")
 
 
 class PayloadTooLargeError(CosyedgeError):
@@ -144,7 +155,9 @@ class CancelledError(CosyedgeError):
 class StorageFullError(CosyedgeError):
     http_status = 507
     kind = "storage_full"
-    codes = ("disk_full", "disk_low")  # disk_low: under the free-disk threshold (cosyedge.host.diskspace)
+    # disk_low: under the free-disk threshold (cosyedge.host.diskspace); voice_library_full: the
+    # saved-voice library's own bound (settings voice_library_max_voices / _max_mb)
+    codes = ("disk_full", "disk_low", "voice_library_full")
 
 
 class ModelMissingError(CosyedgeError):

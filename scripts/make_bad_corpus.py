@@ -2,9 +2,11 @@
 
     .venv/bin/python scripts/make_bad_corpus.py [OUT_DIR]     # default tests/data/bad/ (git-ignored)
 
-Every case is made here from code (no hand-made binaries). ``cases()`` is what the tests use; the
-command writes each case's request body to ``OUT_DIR/<id>.body`` (upload cases also their raw file
-as ``OUT_DIR/files/<name>``) and the list to ``OUT_DIR/cases.json`` for inspection or replay.
+Every case is made here from code (no hand-made binaries). ``cases()`` (HTTP) and
+``wyoming_cases()`` (raw bytes for the Wyoming TCP server) are what the tests use; the command writes
+each case's request body to ``OUT_DIR/<id>.body`` (upload cases also their raw file as
+``OUT_DIR/files/<name>``), each Wyoming case's bytes to ``OUT_DIR/wyoming/<id>.bin``, and the lists
+to ``OUT_DIR/cases.json`` and ``OUT_DIR/wyoming.json`` for inspection or replay.
 
 A case says which route it hits, the body (raw bytes: some are not valid JSON on purpose), the HTTP
 codes that count as a correct refusal, and ``needs`` when the refusal belongs to a feature that
@@ -279,6 +281,74 @@ def cases() -> list[Case]:
     return out
 
 
+@dataclass(frozen=True)
+class WyomingCase:
+    """Bytes a Wyoming client sends, the ``error`` event's code they must get, and whether the
+    server then closes the connection (broken framing) or goes on reading (intact framing).
+    ``half_close``: the client then shuts its sending side (an event cut off by the end of input)."""
+
+    id: str
+    data: bytes = field(repr=False)
+    code: str
+    closes: bool
+    half_close: bool = False
+
+    def describe(self) -> dict:
+        return {"id": self.id, "code": self.code, "closes": self.closes, "bytes": len(self.data)}
+
+
+def _frame(header: object, data: bytes = b"", payload: bytes = b"") -> bytes:
+    """One Wyoming event as a client would send it, whatever ``header`` holds."""
+    return json.dumps(header).encode() + b"\n" + data + payload
+
+
+def wyoming_cases() -> list[WyomingCase]:
+    """Malformed and out-of-order events for the Wyoming server (cosyedge/web/wyoming_events.py)."""
+    text = json.dumps({"text": "hello."}).encode()
+    kept = [  # the framing holds: an error event, then the connection reads the next event
+        ("text_is_number", _frame({"type": "synthesize", "data": {"text": 123}}), "event_field_invalid"),
+        ("text_missing", _frame({"type": "synthesize", "data": {}}), "event_field_invalid"),
+        ("voice_is_string", _frame({"type": "synthesize", "data": {"text": "hi.", "voice": "child"}}),
+         "event_field_invalid"),
+        ("voice_name_is_list", _frame({"type": "synthesize-start", "data": {"voice": {"name": ["x"]}}}),
+         "event_field_invalid"),
+        ("unknown_event", _frame({"type": "transcribe", "data": {"language": "en"}}), "event_unknown"),
+        ("unknown_event_with_payload", _frame({"type": "audio-chunk", "payload_length": 4}, payload=b"\0" * 4),
+         "event_unknown"),
+        ("chunk_without_start", _frame({"type": "synthesize-chunk", "data": {"text": "hi."}}),
+         "stream_not_started"),
+        ("stop_without_start", _frame({"type": "synthesize-stop"}), "stream_not_started"),
+        ("start_twice", _frame({"type": "synthesize-start"}) + _frame({"type": "synthesize-start"}),
+         "stream_already_started"),
+    ]
+    broken = [  # the next event's start is unknown: an error event, then the server closes
+        ("header_not_json", b"this is not json\n", "event_header_invalid"),
+        ("header_is_list", b'["synthesize"]\n', "event_header_invalid"),
+        ("header_without_type", _frame({"data": {"text": "hi."}}), "event_header_invalid"),
+        ("header_type_is_number", _frame({"type": 7}), "event_header_invalid"),
+        ("header_invalid_utf8", b'{"type": "synthesize", "data": {"text": "\xff\xfe"}}\n', "event_header_invalid"),
+        ("header_data_is_string", _frame({"type": "synthesize", "data": "hello"}), "event_header_invalid"),
+        ("header_too_long", b'{"type": "synthesize", "pad": "' + b"x" * 70_000 + b'"}\n',
+         "event_header_too_long"),
+        ("data_length_negative", _frame({"type": "synthesize", "data_length": -5}, text), "event_length_invalid"),
+        ("data_length_not_a_number", _frame({"type": "synthesize", "data_length": "12"}, text),
+         "event_length_invalid"),
+        ("data_length_fraction", _frame({"type": "synthesize", "data_length": 1.5}, text),
+         "event_length_invalid"),
+        ("payload_length_negative", _frame({"type": "describe", "payload_length": -1}), "event_length_invalid"),
+        ("data_length_huge", _frame({"type": "synthesize", "data_length": 10 ** 12}), "event_too_large"),
+        ("data_invalid_utf8", _frame({"type": "synthesize", "data_length": 16}, b'{"text": "\xff\xfe\xfa."}'[:16]),
+         "event_data_invalid"),
+        ("data_not_json", _frame({"type": "synthesize", "data_length": 5}, b"hello"), "event_data_invalid"),
+        ("data_is_list", _frame({"type": "synthesize", "data_length": 9}, b'["hello"]'), "event_data_invalid"),
+        ("data_cut_off", _frame({"type": "synthesize", "data_length": 100}, text), "event_truncated"),
+        ("header_cut_off", b'{"type": "synthesize", "data": {"te', "event_truncated"),
+    ]
+    return ([WyomingCase(f"wyoming-{cid}", data, code, False) for cid, data, code in kept]
+            + [WyomingCase(f"wyoming-{cid}", data, code, True, half_close=cid.endswith("cut_off"))
+               for cid, data, code in broken])
+
+
 def upload_files() -> dict[str, bytes]:
     """The raw upload files by name (what the page's upload box would receive)."""
     return {name: maker() for _, name, maker, *_ in UPLOADS}
@@ -295,6 +365,11 @@ def write_corpus(out: Path) -> list[Case]:
         (out / "files" / name).write_bytes(data)
     (out / "cases.json").write_text(json.dumps([c.describe() for c in all_cases], indent=1,
                                                ensure_ascii=False), "utf-8")
+    (out / "wyoming").mkdir(exist_ok=True)
+    wyoming = wyoming_cases()
+    for event in wyoming:
+        (out / "wyoming" / f"{event.id}.bin").write_bytes(event.data)
+    (out / "wyoming.json").write_text(json.dumps([c.describe() for c in wyoming], indent=1), "utf-8")
     return all_cases
 
 
@@ -307,7 +382,8 @@ def main(argv: list[str]) -> int:
     groups: dict[str, int] = {}
     for case in written:
         groups[case.group] = groups.get(case.group, 0) + 1
-    sys.stdout.write(f"{len(written)} cases in {out}: {groups}\n")
+    sys.stdout.write(f"{len(written)} cases in {out}: {groups}; {len(wyoming_cases())} Wyoming cases "
+                     f"in {out / 'wyoming'}\n")
     return 0
 
 

@@ -5,6 +5,7 @@ Real-model fixtures assemble models/kokoro-int8 once per session.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -14,6 +15,18 @@ from cosyedge.config import Settings
 
 from tests.helpers import REPO
 from tests.helpers.live_server import LiveServer
+
+
+#: Fixtures built by scripts/test.sh's step 0 (in .venv-ref): a test that uses one is slow, so the quick
+#: loop (`scripts/test.sh --fast`, which skips step 0) never needs them.
+NEEDS_TINY_MODELS = frozenset({"tiny_cosyvoice_models", "tiny_cosyvoice3_models"})
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    """Mark every test that uses a tiny converted CosyVoice model ``slow`` (see NEEDS_TINY_MODELS)."""
+    for item in items:
+        if NEEDS_TINY_MODELS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +50,24 @@ def kokoro_engine(kokoro_models_dir):
     from cosyedge.engines.loader import load_engine
 
     return load_engine(config.from_env({}, models_dir=kokoro_models_dir, onnx_threads=2))
+
+
+# --- the speed-mode check's automatic start -------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_automatic_mode_check(monkeypatch):
+    """No service of a test starts the speed-mode check by itself: it would render in the background
+    of other tests and write modes.json into the shared tiny models. Apps started as processes get
+    ``COSYEDGE_AUTO_MODE_CHECK=0``; the tests of the automatic start call ``start_if_due`` directly."""
+    from cosyedge.service.mode_check_runner import ModeCheckRunner
+
+    monkeypatch.setattr(ModeCheckRunner, "watch", lambda self, interval=10.0: None)
+
+
+def pytest_configure(config) -> None:  # noqa: ANN001 - pytest's hook
+    """Apps the tests start as processes (module-scoped fixtures too) never check by themselves."""
+    os.environ.setdefault("COSYEDGE_AUTO_MODE_CHECK", "0")
 
 
 # --- web / service ------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_released_when_idle_and_loaded_again_on_next_use():
 
 @pytest.mark.parametrize("audio, language", [(np.zeros(0, np.float32), "en"),
                                              (np.array([np.nan] * 100, np.float32), "en"),
-                                             (np.zeros(1600, np.float32), "fr")])
+                                             (np.zeros(1600, np.float32), "pt")])
 def test_bad_input_is_a_parameter_error(audio, language):
     recognizer, built = fake_recognizer()
     with pytest.raises(ParameterError):

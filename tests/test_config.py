@@ -49,3 +49,21 @@ def test_invalid_settings_name_the_problem(env, needle):
 def test_the_stream_cache_budget_is_a_setting():
     assert config.from_env({}).stream_cache_max_mb == 1536.0
     assert config.from_env({"COSYEDGE_STREAM_CACHE_MAX_MB": "256"}).stream_cache_max_mb == 256.0
+
+
+def test_a_refused_setting_names_only_flags_the_app_takes():
+    """``auth`` has no flag (COSYEDGE_AUTH only): its refusal named an ``--auth`` that app.py refused."""
+    import pytest
+
+    from app import parse_args
+    from cosyedge.config import Settings, SettingsError, shared_flags
+
+    with pytest.raises(SettingsError) as refused:
+        Settings(auth="no-colon").validate()
+    assert "COSYEDGE_AUTH" in str(refused.value) and "--auth" not in str(refused.value)
+    with pytest.raises(SettingsError, match="COSYEDGE_PORT or --port"):
+        Settings(port=0).validate()
+    for field in shared_flags():  # every flag a refusal may name is one app.py takes
+        flag = f"--{field.replace('_', '-')}"
+        value = [] if field == "quantized" else ["1"]
+        assert getattr(parse_args([flag, *value]), field) is not None, flag

@@ -274,3 +274,88 @@ def test_a_full_queue_while_hot_is_refused_for_the_heat_with_the_cooling_time():
         assert all(job.wait(5) for job in held)
     finally:
         queue.shutdown()
+
+
+# --- Retry-After from the jobs ahead -------------------------------------------------------------
+
+
+def _sleeper(seconds: float):
+    def fn(job):
+        time.sleep(seconds)
+    return fn
+
+
+def _half_done(gate: Gate):
+    """Gated work that says it is one sentence of two through."""
+    def fn(job):
+        job.report(1, 2)
+        return gate.work(0)(job)
+    return fn
+
+
+def test_retry_after_is_when_a_new_job_could_start_from_the_jobs_ahead():
+    """Nothing measured yet: every job is DEFAULT_JOB_SECONDS (5 s); a running job half through
+    has 2.5 s left. Two workers each 2.5 s from free and one 5 s job waiting: a new job could
+    start in 2.5 s, so 3 (not the 5 x 3 / 2 of a mean times the queue)."""
+    gate = Gate()
+    queue = JobQueue(concurrency=2, max_waiting=1)
+    try:
+        running = [queue.submit(_half_done(gate), size=100) for _ in range(2)]
+        wait_for(lambda: all(j.total_steps == 2 for j in running))
+        queue.submit(gate.work(1), size=100)
+        with pytest.raises(BusyError) as info:
+            queue.submit(gate.work(2), size=100)
+        assert info.value.retry_after == 3
+    finally:
+        gate.release.set()
+        queue.shutdown()
+
+
+def test_retry_after_follows_the_text_waiting_not_the_jobs_before():
+    """The rate is learnt from finished readings (seconds per character); a long piece of other
+    work (a voice encoded, 0.5 s) does not change it. Long texts waiting give a long Retry-After,
+    short ones 1 s, with the same jobs finished before."""
+    gate = Gate()
+    queue = JobQueue(concurrency=2, max_waiting=2)
+    try:
+        learnt = [queue.submit(_sleeper(0.1), size=1000) for _ in range(3)]
+        learnt.append(queue.submit(_sleeper(0.5)))  # reads no text
+        assert all(j.wait(10) for j in learnt)
+        running = [queue.submit(gate.work(i), size=1) for i in range(2)]
+        wait_for(lambda: queue.stats().running == 2)
+        long_texts = [queue.submit(gate.work(9), size=100_000) for _ in range(2)]
+        with pytest.raises(BusyError) as long_wait:
+            queue.submit(gate.work(3), size=10)
+        # >= 1e-4 s per character: each waiting text >= 10 s; a new job starts once one has ended
+        assert 10 <= long_wait.value.retry_after <= 60, long_wait.value.retry_after
+        for job in long_texts:
+            queue.cancel(job.id)
+        [queue.submit(gate.work(4), size=100) for _ in range(2)]
+        with pytest.raises(BusyError) as short_wait:
+            queue.submit(gate.work(5), size=10)
+        assert short_wait.value.retry_after == 1  # never below 1 s
+        assert not any(j.finished for j in running)
+    finally:
+        gate.release.set()
+        queue.shutdown()
+
+
+def test_busy_answers_put_each_estimate_beside_the_wait_it_turned_out_to_be():
+    gate = Gate()
+    queue = JobQueue(concurrency=1, max_waiting=0)
+    try:
+        job = queue.submit(gate.work(0), size=50)
+        wait_for(lambda: queue.stats().running == 1)
+        with pytest.raises(BusyError) as info:
+            queue.submit(gate.work(1), size=50)
+        (answer,) = queue.busy_answers()
+        assert answer.retry_after == info.value.retry_after and answer.estimate_s > 0
+        assert answer.actual_s is None  # the job ahead still runs
+        time.sleep(0.2)
+        gate.release.set()
+        assert job.wait(5)
+        (answer,) = queue.busy_answers()
+        assert answer.actual_s is not None and answer.actual_s >= 0.2
+    finally:
+        gate.release.set()
+        queue.shutdown()

@@ -46,3 +46,23 @@ def test_hear_names_the_three_languages_and_detects_others():
 
 def test_the_threshold_is_a_probability():
     assert 0.0 < transcripts.ZERO_SHOT_CONFIDENCE < 1.0
+
+
+def test_heard_mandarin_is_written_in_simplified_characters_and_typed_text_is_kept():
+    """Whisper often writes Mandarin in traditional characters; a heard transcript is simplified
+    character by character, Japanese kanji and a typed transcript are left as they are."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from cosyedge.voices.transcripts import PromptTranscript, SOURCE_USER, hear
+
+    def recognizer(text: str, language: str):
+        return lambda audio, rate, named: SimpleNamespace(text=text, language=language, confidence=0.9)
+
+    audio = np.zeros(16000, np.float32)
+    heard = hear(recognizer("今天天氣很好，我們去公園散步。", "zh"), audio, 16000)
+    assert heard.text == "今天天气很好，我们去公园散步。"
+    assert hear(recognizer("東京は晴れです。", "ja"), audio, 16000).text == "東京は晴れです。"
+    typed = PromptTranscript(text="今天天氣很好。", source=SOURCE_USER)
+    assert typed.text == "今天天氣很好。"  # nothing converts what a person wrote

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import struct
 import zipfile
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from cosyedge.audio import ConditionedPrompt
 from cosyedge.engines.base import VoicePrompt
-from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
+from cosyedge.errors import ConflictError, InputError, NameError_, NotFoundError, PayloadTooLargeError
 from cosyedge.voices.library import CACHE_VERSION, PromptCache, VoiceLibrary, name_to_id, prompt_key
 from tests.test_audio_prompt import speechlike
 
@@ -157,22 +158,49 @@ def test_save_list_load_rename_delete(lib):
     assert transcript == "hello there" and loaded.engine == "kokoro"
     with pytest.raises(NameError_, match="already exists"):
         save(lib, "MS SMITH")
-    renamed = lib.rename("ms-smith", "Teacher Smith")
-    assert renamed.id == "teacher-smith" and lib.get("teacher-smith").name == "Teacher Smith"
-    with pytest.raises(NotFoundError):
-        lib.get("ms-smith")
+    renamed = lib.rename("ms-smith", "Teacher Smith")  # the id stays: references keep resolving
+    assert renamed.id == "ms-smith" and lib.get("ms-smith").name == "Teacher Smith"
+    assert lib.load("ms-smith")[1] == "hello there"
     with pytest.raises(NameError_, match="already exists"):
-        lib.rename("teacher-smith", "alice_2")
-    lib.delete("teacher-smith")
-    assert [v.id for v in lib.list()] == ["alice_2"]
+        lib.rename("ms-smith", "alice_2")
+    with pytest.raises(NameError_, match="already exists"):  # the name is taken, not the id
+        save(lib, "Teacher Smith")
+    assert save(lib, "Ms Smith", seed=2).id == "ms-smith-2"  # the id is taken by Teacher Smith
+    lib.delete("ms-smith")
+    assert [v.id for v in lib.list()] == ["alice_2", "ms-smith-2"]
     with pytest.raises(NotFoundError):
-        lib.delete("teacher-smith")
+        lib.delete("ms-smith")
     assert not [p for p in lib.directory.iterdir() if p.name.startswith(".")]  # no temp leftovers
 
 
 def test_chinese_name_gets_a_pinyin_id(lib):
     info = save(lib, "王老师")
     assert info.id == "wang-lao-shi" and lib.get("wang-lao-shi").name == "王老师"
+
+
+@pytest.mark.parametrize("name, voice_id", [
+    ("Ms Wang", "ms-wang"), ("王老师", "wang-lao-shi"), ("Ms Wang 王老师", "ms-wang-wang-lao-shi"),
+    ("王老师 Ms Wang", "wang-lao-shi-ms-wang"), ("王老师2", "wang-lao-shi-2"), ("银行行长", "yin-hang-hang-zhang"),
+    ("Mr. Li", "mr.-li"), ("Teacher_Lee", "teacher_lee"), ("a  -  b", "a-b"), ("Lee_", "lee"),
+])
+def test_one_rule_makes_ids_from_latin_chinese_and_mixed_names(name, voice_id):
+    """The rule (voices.library.id_from_name): Latin lower-cased, Chinese as pinyin, one '-' between
+    runs. "Ms Wang 王老师" was mswang-wang-lao-shi: the Latin part lost its space."""
+    assert name_to_id(name) == (name, voice_id)
+
+
+def test_a_rename_keeps_the_id_of_a_chinese_and_of_an_old_style_voice(lib):
+    """Renaming 王老师 to "Ms Wang 王老师" turned wang-lao-shi into mswang-wang-lao-shi; now a voice's
+    id is its folder's name, fixed at save: one made by the old rule keeps it too."""
+    assert save(lib, "王老师").id == "wang-lao-shi"
+    assert lib.rename("wang-lao-shi", "Ms Wang 王老师").id == "wang-lao-shi"
+    assert [(v.id, v.name) for v in lib.list()] == [("wang-lao-shi", "Ms Wang 王老师")]
+    old_style = lib.directory / "mswang-wang-lao-shi"  # an id the earlier rule made, on disk
+    shutil.copytree(lib.directory / "wang-lao-shi", old_style)
+    lib.rename("mswang-wang-lao-shi", "王老师")
+    assert sorted(v.id for v in lib.list()) == ["mswang-wang-lao-shi", "wang-lao-shi"]
+    assert lib.get("mswang-wang-lao-shi").name == "王老师" and lib.load("mswang-wang-lao-shi")[2].id \
+        == "mswang-wang-lao-shi"
 
 
 @pytest.mark.parametrize("bad", ["../evil", "..", "a/b", "/etc/passwd", "a\\b", "a\x00b", "x" * 65,
@@ -207,9 +235,32 @@ def test_export_import_round_trip(lib, tmp_path):
     assert transcript == "今日は良い天気です"
     assert abs(audio.duration_s - original.duration_s) < 0.05
     assert np.corrcoef(audio.pcm[:original.pcm.size], original.pcm[:audio.pcm.size])[0, 1] > 0.99
-    with pytest.raises(NameError_, match="already exists"):
-        other.import_zip(blob, max_bytes=LIMIT)
-    assert other.import_zip(blob, max_bytes=LIMIT, name="Copy").id == "copy"
+    for name in (None, "Copy"):  # its id is here: refused with a code unless asked to rename
+        with pytest.raises(ConflictError) as refused:
+            other.import_zip(blob, max_bytes=LIMIT, name=name)
+        assert refused.value.code == "voice_exists" and refused.value.params["name"] == "Round Trip"
+    assert other.import_zip(blob, max_bytes=LIMIT, name="Copy", rename=True).id == "copy"
+    second = other.import_zip(blob, max_bytes=LIMIT, rename=True)  # a copy, numbered
+    assert (second.id, second.name) == ("round-trip-2", "Round Trip 2")
+    assert other.import_zip(blob, max_bytes=LIMIT, overwrite=True).id == "round-trip"
+    assert sorted(v.id for v in other.list()) == ["copy", "round-trip", "round-trip-2"]
+
+
+def test_an_import_keeps_the_id_a_renamed_voice_had(lib, tmp_path):
+    """A voice renamed on one box keeps its id there and on the box it is imported into, so a REST,
+    OpenAI or Wyoming reference made with that id works on both."""
+    save(lib, "王老师")
+    lib.rename("wang-lao-shi", "Ms Wang 王老师")
+    other = VoiceLibrary(tmp_path / "other")
+    info = other.import_zip(lib.export("wang-lao-shi"), max_bytes=LIMIT)
+    assert (info.id, info.name) == ("wang-lao-shi", "Ms Wang 王老师")
+    old = lib.export("wang-lao-shi")  # an export without an id (older ones may lack it): the rule's
+    with zipfile.ZipFile(io.BytesIO(old)) as zf:
+        members = {m: zf.read(m) for m in zf.namelist()}
+    meta = json.loads(members["meta.json"])
+    del meta["id"]
+    members["meta.json"] = json.dumps(meta).encode()
+    assert VoiceLibrary(tmp_path / "third").import_zip(_zip(members), max_bytes=LIMIT).id == "ms-wang-wang-lao-shi"
 
 
 def test_rename_and_import_refuse_a_preset_name_and_write_nothing(lib, tmp_path):
@@ -228,7 +279,7 @@ def test_rename_and_import_refuse_a_preset_name_and_write_nothing(lib, tmp_path)
     assert info.value.code == "voice_name_preset"
     lib.rename("ms-lee", "male_1")  # a box whose presets are others (or one before this check)
     with pytest.raises(NameError_) as info:  # the zip's own name is checked too
-        other.import_zip(lib.export("male_1"), max_bytes=LIMIT, presets=presets)
+        other.import_zip(lib.export("ms-lee"), max_bytes=LIMIT, presets=presets)
     assert info.value.code == "voice_name_preset"
     assert other.list() == []
 
@@ -240,7 +291,7 @@ def test_consent_is_recorded_and_travels_in_the_zip(lib, tmp_path):
     lib.save("Agreed", prompt(), "hi", engine="kokoro", model_id="kokoro-int8", consent=record)
     assert lib.get("agreed").consent == record
     assert lib.rename("agreed", "Still Agreed").consent == record
-    blob = lib.export("still-agreed")
+    blob = lib.export("agreed")
     with zipfile.ZipFile(io.BytesIO(blob)) as zf:
         assert json.loads(zf.read("meta.json"))["consent"] == {"given_at": 1_780_000_000.5,
                                                                "reference": "cons_abc"}
@@ -358,14 +409,17 @@ def test_two_saves_of_one_new_name_at_once_the_second_is_told_it_exists(lib, mon
     assert not [p for p in lib.directory.iterdir() if p.name.startswith(".")]
 
 
-def test_a_rename_that_cannot_move_leaves_the_voice_as_it_was(lib, monkeypatch):
+def test_a_rename_that_cannot_write_leaves_the_voice_as_it_was(lib, monkeypatch):
+    """A rename writes one file, its meta.json, atomically (temp + rename): a failed write keeps the old."""
     save(lib, "Ms Lee")
     real_rename = os.rename
     monkeypatch.setattr(os, "rename", lambda a, b: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    monkeypatch.setattr(os, "replace", lambda a, b: (_ for _ in ()).throw(PermissionError(13, "denied")))
     with pytest.raises(PermissionError):
         lib.rename("ms-lee", "Teacher Lee")
     monkeypatch.setattr(os, "rename", real_rename)
-    assert lib.get("ms-lee").name == "Ms Lee"  # its meta was rewritten before the move failed
+    monkeypatch.undo()
+    assert lib.get("ms-lee").name == "Ms Lee"
 
 
 def test_names_that_sound_alike_get_ids_of_their_own(lib):
@@ -382,7 +436,8 @@ def test_names_that_sound_alike_get_ids_of_their_own(lib):
         save(lib, "ms lee")
     with pytest.raises(NameError_, match="named '王老师'"):
         lib.rename("ms-lee", "王老师")
-    assert lib.rename("ms-lee", "望老师").id == "wang-lao-shi-3"   # a third name with the same sound
+    assert lib.rename("ms-lee", "望老师").id == "ms-lee"   # a third name with the same sound: the id stays
+    assert save(lib, "旺老师", seed=3).id == "wang-lao-shi-3"
 
 
 # ---- one transcript rule for the key; entries an engine no longer makes -----------------------------
@@ -463,3 +518,49 @@ def test_a_voice_used_before_its_sound_was_recorded_is_told_once(lib):
     assert lib.get(info.id).sounds == ()
     assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "male_1") == EARLIER_ENCODING
     assert lib.record_encoding(info.id, "kokoro", "kokoro-int8", "male_1") is None
+
+
+# ---- the library's bound ---------------------------------------------------------------------------
+
+def test_the_library_refuses_saves_past_its_bound_and_removes_nothing(tmp_path):
+    from cosyedge.errors import StorageFullError
+
+    lib = VoiceLibrary(tmp_path / "library", max_voices=2)
+    first, second = save(lib, "One"), save(lib, "Two", seed=1)
+    before = {p.name: p.read_bytes() for p in (lib.directory / "one").iterdir()}
+    with pytest.raises(StorageFullError) as full:
+        save(lib, "Three", seed=2)
+    assert full.value.code == "voice_library_full" and full.value.http_status == 507
+    assert full.value.params["voices"] == 2 and full.value.params["max_voices"] == 2
+    with pytest.raises(StorageFullError):  # an import is a save
+        lib.import_zip(lib.export("one"), max_bytes=LIMIT, rename=True)
+    assert [v.id for v in lib.list()] == ["one", "two"]  # nothing removed to make room
+    assert {p.name: p.read_bytes() for p in (lib.directory / "one").iterdir()} == before
+    assert lib.save("One", prompt(3), "again", engine="kokoro", model_id="kokoro-int8",
+                    overwrite=True).id == "one"  # a voice replaced takes no more room
+    assert not [p for p in lib.directory.iterdir() if p.name.startswith(".")]
+    usage = lib.usage()
+    assert (usage.voices, usage.room) == (2, 0) and usage.bytes > 0
+
+
+def test_a_library_over_a_new_bound_still_lists_loads_and_renames(tmp_path):
+    """A box already past a bound set later (or lowered) keeps every voice usable; only new saves
+    are refused, by size as by count."""
+    from cosyedge.errors import StorageFullError
+
+    roomy = VoiceLibrary(tmp_path / "library")
+    for i in range(3):
+        save(roomy, f"Voice {i}", seed=i)
+    size = roomy.usage().bytes
+    tight = VoiceLibrary(tmp_path / "library", max_voices=1, max_bytes=size // 2)
+    assert len(tight.list()) == 3 and tight.load("voice-2")[1] == "hello there"
+    assert tight.rename("voice-1", "Renamed").id == "voice-1"
+    tight.set_transcript("voice-0", "still editable")
+    with pytest.raises(StorageFullError):
+        save(tight, "Four", seed=4)
+    by_size = VoiceLibrary(tmp_path / "library", max_bytes=size + 1000)  # room for the count, not the bytes
+    with pytest.raises(StorageFullError) as full:
+        save(by_size, "Four", seed=4)
+    assert full.value.params["needed_mb"] > 0
+    tight.delete("voice-2")
+    assert len(tight.list()) == 2

@@ -153,6 +153,25 @@ def read_identity(model_dir: Path, fix_hint: str = "") -> ModelIdentity:
     return manifest_identity(_load(model_dir, fix_hint), model_dir)
 
 
+def weights_digest(manifest: dict) -> str:
+    """What a model is, beyond its folder's name: sha256 over the names and sha256s of the files its
+    manifest lists. Two boxes holding the same conversion agree on it; a reconversion, another
+    quantization or another model under the same id does not (a voice file's encodings are reused
+    only on a model with their digest, cosyedge/voices/exchange.py)."""
+    digest = hashlib.sha256(b"cosyedge-weights-v1")
+    for name, info in sorted((manifest.get("files") or {}).items()):
+        digest.update(f"{name}\0{info.get('sha256') if isinstance(info, dict) else ''}\n".encode())
+    return digest.hexdigest()
+
+
+def model_digest(model_dir: Path) -> str | None:
+    """:func:`weights_digest` of the model in ``model_dir``; None when it has no readable manifest."""
+    try:
+        return weights_digest(read_manifest(model_dir, ""))
+    except ModelMissingError:
+        return None
+
+
 def verify_files(model_dir: Path, manifest: dict, fix_hint: str, *, hashes: bool = True) -> None:
     """Check that every listed file exists with its size (and sha256 when ``hashes``)."""
     problems = []

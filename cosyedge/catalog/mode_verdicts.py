@@ -10,7 +10,8 @@ and so the record, as they are.
 
 ``modes.json`` is not a model file: the manifest does not list it, so ``verify_files``, the catalog's
 import and the self-test never look at it. It is written atomically (``files.write_atomic``): a
-check cut off by a restart or a cancel leaves the previous record whole.
+check cut off by a restart or a cancel leaves the previous record whole, and the temporary file of a
+write killed mid-way is removed by the next write.
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ from typing import Any
 
 from cosyedge.catalog.manifest import MANIFEST_NAME, read_manifest
 from cosyedge.errors import CosyedgeError
-from cosyedge.files import write_atomic
+from cosyedge.files import TEMP_PREFIX, write_atomic
 
 logger = logging.getLogger(__name__)
 
 RESULT_NAME = "modes.json"
 FORMAT_VERSION = 1
+#: The suffix of a record being written (``write_atomic``'s temporary file): one a killed process left
+#: is removed by the next write.
+PARTIAL_SUFFIX = ".modes-partial"
 
 
 def identity_key(manifest: dict) -> str:
@@ -110,7 +114,9 @@ def write_record(model_dir: Path, data: dict[str, Any]) -> Path:
         raise FileNotFoundError(f"{model_dir} holds no model")
     record = {"format": FORMAT_VERSION, "identity": model_identity_key(model_dir), **data}
     text = json.dumps(record, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
-    return write_atomic(model_dir / RESULT_NAME, text.encode("utf-8"), mode=0o644)
+    for left in model_dir.glob(f"{TEMP_PREFIX}*{PARTIAL_SUFFIX}"):  # a write a killed process left
+        left.unlink(missing_ok=True)
+    return write_atomic(model_dir / RESULT_NAME, text.encode("utf-8"), suffix=PARTIAL_SUFFIX, mode=0o644)
 
 
 def today() -> str:

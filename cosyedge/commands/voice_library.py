@@ -23,7 +23,8 @@ CACHE_DIR = "cache"
 
 
 def library_for(settings: config.Settings) -> VoiceLibrary:
-    return VoiceLibrary(settings.prompts_path / LIBRARY_DIR)
+    return VoiceLibrary(settings.prompts_path / LIBRARY_DIR, max_voices=settings.voice_library_max_voices,
+                        max_bytes=int(settings.voice_library_max_mb * 1e6))
 
 
 def cache_for(settings: config.Settings) -> PromptCache:
@@ -76,8 +77,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     imp = actions.add_parser("import", help="import a voice .zip made by `library export`")
     imp.add_argument("zip", type=Path)
-    imp.add_argument("--name", help="save under another name")
-    imp.add_argument("--overwrite", action="store_true")
+    imp.add_argument("--name", help="save under another name (with --rename when its id is here)")
+    imp.add_argument("--rename", action="store_true",
+                     help="when a voice with its id is here already: import it as a copy, under --name or "
+                          "its own name numbered (without this the import is refused: voice_exists)")
+    imp.add_argument("--overwrite", action="store_true", help="replace the voice with its id")
     imp.set_defaults(func=run_import)
 
     for p in (save, listing, rename, transcript, delete, export, imp):
@@ -156,7 +160,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_rename(args: argparse.Namespace) -> int:
     info = library_for(config.from_args(args)).rename(args.voice_id, args.new_name, presets=SEED_PRESETS)
-    print(f"renamed to {info.id!r} ({info.name})")
+    print(f"renamed {info.id!r} to {info.name} (its id stays)")
     return 0
 
 
@@ -196,7 +200,11 @@ def run_delete(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    data = library_for(config.from_args(args)).export(args.voice_id)
+    from cosyedge.voices.exchange import export_voice
+
+    settings = config.from_args(args)
+    data = export_voice(library_for(settings), cache_for(settings), args.voice_id, settings.models_path,
+                        max_bytes=_limit(settings))
     output = args.output or Path(f"{args.voice_id}.voice.zip")
     try:
         write_atomic(output, data, suffix=".zip")  # never a half-written zip under the final name
@@ -207,9 +215,15 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from cosyedge.voices.exchange import import_voice
+
     settings = config.from_args(args)
-    info = library_for(settings).import_zip(_read(args.zip, _limit(settings)), max_bytes=_limit(settings),
-                                            name=args.name, overwrite=args.overwrite,
-                                            presets=SEED_PRESETS)
-    print(f"imported voice {info.id!r} ({info.name})")
+    done = import_voice(library_for(settings), cache_for(settings), _read(args.zip, _limit(settings)),
+                        settings.models_path, max_bytes=_limit(settings), name=args.name, rename=args.rename,
+                        overwrite=args.overwrite, presets=SEED_PRESETS)
+    print(f"imported voice {done.info.id!r} ({done.info.name})")
+    for model in done.reused:
+        print(f"  reused its encoding for {model}: no encoding needed there")
+    for model, why in done.skipped:
+        print(f"  its encoding for {model} left out ({why}): encoded again at its first use")
     return 0

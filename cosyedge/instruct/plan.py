@@ -847,7 +847,8 @@ def _voice_outcome(line: Note, voice: str | VoicePrompt, kept: bool) -> Note:
                     code="instruct_voice_kept", kept=voice, voice=category, phrase=phrase)
     was = voice if isinstance(voice, str) else "the voice of your recording"  # not a clone on every engine
     return Note(f"{_voice_preset(preset, category, phrase)}, instead of '{was}'",
-                code="instruct_voice_instead", preset=preset, voice=category, phrase=phrase, instead_of=was)
+                code="instruct_voice_instead", preset=preset, voice=category, phrase=phrase, instead_of=was,
+                recording=not isinstance(voice, str))
 
 
 def postprocess(audio: np.ndarray, sample_rate: int, plan_: InstructPlan) -> np.ndarray:

@@ -58,6 +58,7 @@ from cosyedge.service.streaming import AudioStream
 from cosyedge.service.submissions import Submissions
 from cosyedge.service.transcription import Transcriber
 from cosyedge.voices.consent import require_consent
+from cosyedge.voices.exchange import Imported, export_voice, import_voice
 from cosyedge.voices.library import PromptCache, VoiceInfo, VoiceLibrary, refuse_preset_name
 from cosyedge.voices.transcripts import PromptTranscript
 
@@ -88,7 +89,8 @@ class Service:
                                    settings.idle_unload_minutes * 60.0, clock)
         # Prompt cache and saved voices live under prompts/ (never swept by the output janitor).
         self.prompt_cache = PromptCache(settings.prompts_path / "cache")
-        self.library = VoiceLibrary(settings.prompts_path / "library")
+        self.library = VoiceLibrary(settings.prompts_path / "library", max_voices=settings.voice_library_max_voices,
+                                    max_bytes=int(settings.voice_library_max_mb * 1e6))
         # The box's pronunciation dictionary (prompts/pronunciations.tsv): every engine reads it at each text.
         self.pronunciations = Pronunciations(book_for(settings), self.check_room)
         self.catalog = ModelCatalog(settings.models_path)
@@ -198,6 +200,7 @@ class Service:
                     "languages": list(d.made_of), "made_of": d.made_of, **({"note": d.note} if d.note else {})}
                    for d in (caps.preset_details if caps is not None else ())]
         return {"presets": self.presets(), "preset_details": details, "saved": saved,
+                "library": self.library.usage().as_dict(),
                 "presets_source": "engine" if self.holder.presets is not None else "default list; "
                 "the engine has not been loaded yet",
                 "native_clone": clone, "native_instruct": instruct,
@@ -433,14 +436,20 @@ class Service:
         self.library.delete(voice_id)
 
     def export_voice(self, voice_id: str) -> bytes:
-        """The voice as the .zip that ``library export`` writes."""
-        return self.library.export(voice_id)
+        """The voice as the .zip that ``library export`` writes, with its encodings for the models
+        on this box (:mod:`cosyedge.voices.exchange`)."""
+        return export_voice(self.library, self.prompt_cache, voice_id, self.settings.models_path,
+                            max_bytes=int(self.settings.max_upload_mb * 1024 * 1024))
 
-    def import_voice(self, data: bytes, name: str | None = None) -> VoiceInfo:
+    def import_voice(self, data: bytes, name: str | None = None, *, rename: bool = False,
+                     overwrite: bool = False) -> Imported:
         """Import a voice .zip with the checks of ``library import`` (size limit and preset names
-        included)."""
-        limit = int(self.settings.max_upload_mb * 1024 * 1024)
-        return self.library.import_zip(data, max_bytes=limit, name=name, presets=self.presets())
+        included) under the id it had (an id already here: ``voice_exists`` unless ``rename``), its
+        encodings reused where this box has their model."""
+        self.check_room("importing a voice")
+        return import_voice(self.library, self.prompt_cache, data, self.settings.models_path,
+                            max_bytes=int(self.settings.max_upload_mb * 1024 * 1024), name=name, rename=rename,
+                            overwrite=overwrite, presets=self.presets())
 
     def submit_transcription(self, prompt_audio: bytes | None, language: str = "auto", owner: str | None = None,
                              *, consent: bool | str | None = None) -> Job:
@@ -499,7 +508,8 @@ class Service:
         return self.submissions.queue_checked(
             lambda: self.prepare(request), owner,
             lambda prepared: functools.partial(self._runner.run_lesson, prepared=prepared, lesson=lesson,
-                                               per_paragraph=per_paragraph))
+                                               per_paragraph=per_paragraph),
+            size=sum(len(paragraph) for paragraph in lesson.paragraphs))
 
     # --- the request path (cosyedge.service.request_path, .runner) -------------------------
     def prepare(self, request: TTSRequest) -> PreparedRequest:

@@ -7,15 +7,24 @@ cancel flag (checked by the engine between sentences), per-sentence progress, an
 both threads (``wait``) and coroutines (``wait_async``) can await. A streaming job also carries an
 :class:`~cosyedge.service.streaming.AudioStream` that its work function fills; the job closes it when it ends,
 however it ends (done, failed, cancelled while waiting or running, shut down), so readers never hang.
+
+A full queue's ``Retry-After`` comes from the jobs ahead themselves: each job's size (the characters
+it reads) times the engine's measured rate (the median seconds per character of the recent finished
+readings), or for work that reads no text (hearing a prompt) the median of such jobs; the running
+ones count what is left of theirs. Laid out on the workers in queue order, they give the time until
+a new job could start; :meth:`JobQueue.busy_answers` keeps each estimate beside the wait it turned
+out to be, for ``bench/load.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import heapq
 import itertools
 import logging
 import math
+import statistics
 import threading
 import time
 import uuid
@@ -34,8 +43,12 @@ PHASE_STARTING = "starting"
 
 #: How often idle workers re-read the thermal snapshot (a hot box may cool down with no new event).
 THERMAL_POLL_S = 1.0
-#: Retry-After guess (seconds) before any job has finished.
+#: A job's expected seconds before any job like it has finished (Retry-After's first guess).
 DEFAULT_JOB_SECONDS = 5.0
+#: How many finished jobs of each kind (readings, other work) the rate is measured over.
+RATE_WINDOW = 20
+#: How many refusals ``busy_answers`` remembers.
+KEEP_BUSY_ANSWERS = 256
 #: Finished jobs stay findable (state, progress) for this many later finishes...
 KEEP_FINISHED = 200
 #: ...but only the newest few keep their result (the audio): their waiters have long collected it.
@@ -67,10 +80,12 @@ class Job:
     """
 
     def __init__(self, fn: Callable[["Job"], Any], job_id: str, owner: str | None,
-                 stream: AudioStream | None = None) -> None:
+                 stream: AudioStream | None = None, size: int | None = None) -> None:
         self.id = job_id
         self.owner = owner
         self.stream = stream
+        #: Characters of text the job reads (None: work that reads none, e.g. hearing a prompt).
+        self.size = size
         self._fn = fn
         self.state = JobState.WAITING
         self.phase = "waiting"
@@ -211,6 +226,16 @@ class Job:
 
 
 @dataclass(frozen=True)
+class BusyAnswer:
+    """One ``queue_full`` refusal: the Retry-After it gave and, once the jobs ahead of it have let
+    a new job start, the wait that turned out to be (None until then, or when they are forgotten)."""
+
+    retry_after: int
+    estimate_s: float
+    actual_s: float | None
+
+
+@dataclass(frozen=True)
 class QueueStats:
     """A consistent picture of the queue for /health and the status line."""
 
@@ -245,7 +270,10 @@ class JobQueue:
         self._running: dict[str, Job] = {}
         self._jobs: dict[str, Job] = {}  # waiting + running + recently finished
         self._recent: deque[str] = deque()
-        self._durations: deque[float] = deque(maxlen=20)
+        self._rates: deque[float] = deque(maxlen=RATE_WINDOW)  # seconds per character, readings
+        self._other_seconds: deque[float] = deque(maxlen=RATE_WINDOW)  # jobs that read no text
+        # (when, limit, estimate, Retry-After, ids of the jobs ahead) per queue_full refusal
+        self._busy: deque[tuple[float, int, float, int, tuple[str, ...]]] = deque(maxlen=KEEP_BUSY_ANSWERS)
         self._workers: list[threading.Thread] = []
         self._stopping = False
         self._idle_since: float | None = time.monotonic()  # None while jobs run or wait
@@ -269,10 +297,13 @@ class JobQueue:
 
     # --- submitting -----------------------------------------------------------------------
     def submit(self, fn: Callable[[Job], Any], *, owner: str | None = None,
-               job_id: str | None = None, stream: AudioStream | None = None, cancelled: bool = False) -> Job:
+               job_id: str | None = None, stream: AudioStream | None = None, cancelled: bool = False,
+               size: int | None = None) -> Job:
         """Queue ``fn(job)``; raise :class:`BusyError` (with retry_after) when there is no room.
 
         ``stream``: the job's audio stream (filled by ``fn``, closed when the job ends).
+        ``size``: the characters of text the job reads (None for work that reads none); what the
+        queue's Retry-After is estimated from.
         ``cancelled``: its owner cancelled it before it could be queued (while the request was being
         checked): the job is recorded, finished as cancelled, and never reaches a worker."""
         snap = self.thermal_snapshot()
@@ -296,15 +327,16 @@ class JobQueue:
                                     temp_c=snap.temp_c, running=running, waiting=waiting)
                 # counted as they are: a job just queued for a free slot waits an instant, so the
                 # waiting count can pass max_waiting while the whole stays within its limit
+                retry_after = self._retry_after_locked(self._limit(snap))
                 raise BusyError(f"busy: {running} job{'s' if running != 1 else ''} running and {waiting} "
                                 f"waiting, the most this server takes at once; try again shortly",
-                                retry_after=self._retry_after_locked(), code="queue_full",
+                                retry_after=retry_after, code="queue_full",
                                 running=running, waiting=waiting)
             job_id = job_id or uuid.uuid4().hex[:16]
             if job_id in self._jobs and not self._jobs[job_id].finished:
                 raise ParameterError(f"job id {job_id!r} is already in use by a waiting or running job",
                                      code="job_id_in_use", job_id=job_id)
-            job = Job(fn, job_id, owner, stream)
+            job = Job(fn, job_id, owner, stream, size)
             self._jobs[job_id] = job
             if cancelled:
                 job.cancel()
@@ -328,11 +360,57 @@ class JobQueue:
             self._workers.append(worker)
             worker.start()
 
-    def _retry_after_locked(self) -> int:
-        durations = self._durations
-        typical = sum(durations) / len(durations) if durations else DEFAULT_JOB_SECONDS
-        ahead = len(self._running) + len(self._waiting)
-        return max(1, math.ceil(typical * ahead / self.concurrency))
+    def _expected_seconds_locked(self, job: Job) -> float:
+        """How long ``job`` should take, from what jobs like it took lately."""
+        if job.size is not None and self._rates:
+            return statistics.median(self._rates) * max(1, job.size)
+        if job.size is None and self._other_seconds:
+            return statistics.median(self._other_seconds)
+        return DEFAULT_JOB_SECONDS
+
+    def _start_estimate_locked(self, limit: int) -> float:
+        """Seconds until a job queued now could start: what is left of the running jobs, then the
+        waiting ones in order, each on the first of ``limit`` workers to come free."""
+        now = time.monotonic()
+        free_at = []
+        for job in self._running.values():
+            expected = self._expected_seconds_locked(job)
+            if job.total_steps:  # it says how far it is: trust that over the clock
+                left = expected * (1 - min(job.done_steps, job.total_steps) / job.total_steps)
+            else:
+                left = expected - (now - (job.started_at or now))
+            free_at.append(max(0.0, left))
+        free_at = sorted(free_at)[-limit:] if len(free_at) > limit else free_at
+        free_at += [0.0] * (limit - len(free_at))
+        heapq.heapify(free_at)
+        for job in self._waiting:
+            heapq.heappush(free_at, heapq.heappop(free_at) + self._expected_seconds_locked(job))
+        return free_at[0]
+
+    def _retry_after_locked(self, limit: int) -> int:
+        """Retry-After of a full queue: when a new job could start, in whole seconds, at least 1."""
+        estimate = self._start_estimate_locked(limit)
+        retry_after = max(1, math.ceil(estimate))
+        ahead = tuple(job.id for job in (*self._running.values(), *self._waiting))
+        self._busy.append((time.monotonic(), limit, estimate, retry_after, ahead))
+        return retry_after
+
+    def busy_answers(self) -> list[BusyAnswer]:
+        """The recent ``queue_full`` refusals, oldest first: the Retry-After each gave, and the wait it
+        turned out to be (until all but ``limit - 1`` of the jobs then ahead had finished)."""
+        with self._cond:
+            answers = []
+            for at, limit, estimate, retry_after, ahead in self._busy:
+                need = len(ahead) - limit + 1  # how many of them must end before a new job starts
+                jobs = [self._jobs.get(i) for i in ahead]
+                done = sorted(j.finished_at or 0.0 for j in jobs if j is not None and j.finished)
+                actual: float | None = None
+                if need <= 0:
+                    actual = 0.0
+                elif None not in jobs and len(done) >= need:  # (a forgotten job's end is unknown)
+                    actual = max(0.0, done[need - 1] - at)
+                answers.append(BusyAnswer(retry_after, estimate, actual))
+            return answers
 
     # --- workers --------------------------------------------------------------------------
     def _next_job(self) -> Job | None:
@@ -361,7 +439,11 @@ class JobQueue:
         with self._cond:
             self._running.pop(job.id, None)
             if job.started_at is not None and job.state is JobState.DONE:
-                self._durations.append(time.monotonic() - job.started_at)
+                seconds = time.monotonic() - job.started_at
+                if job.size is None:
+                    self._other_seconds.append(seconds)
+                else:
+                    self._rates.append(seconds / max(1, job.size))
             self._remember_locked(job)
             if not self._running and not self._waiting:
                 self._idle_since = time.monotonic()

@@ -477,8 +477,9 @@ def _read_paragraph(engine: Engine, paragraph: str, index: int, plan: LessonPlan
         if line not in run.skipped and len(run.skipped) < MAX_REPORT_LINES:
             run.skipped.append(line)
     if index:  # the first paragraph's notes are the request's own (ResolvedRequest.notes)
-        for note in analysis.notes:
-            if code_of(note) in READING_NOTES and note not in run.notes and len(run.notes) < MAX_REPORT_LINES:
+        known = {_note_key(kept) for kept in run.notes}
+        for note in analysis.notes:  # told apart by code and params, as the page reads them
+            if code_of(note) in READING_NOTES and _note_key(note) not in known and len(run.notes) < MAX_REPORT_LINES:
                 run.notes.append(note)
         writer.append(np.zeros(int(PARAGRAPH_PAUSE_S * rate), dtype=np.float32))
     joiner, track = Joiner(rate), CaptionTrack(rate)
@@ -490,6 +491,11 @@ def _read_paragraph(engine: Engine, paragraph: str, index: int, plan: LessonPlan
         writer.append(piece)
         run.sentences += 1
     return track
+
+
+def _note_key(note: str) -> tuple[str | None, str]:
+    """What makes two notes the same note: their code and params."""
+    return code_of(note), repr(sorted(getattr(note, "params", {}).items()))
 
 
 def _discard(writer: WavAppender, wav_path: Path, zip_path: Path | None, caption_paths: Iterable[Path]) -> None:

@@ -140,7 +140,7 @@ def engine_modes(engine: Engine) -> tuple[str, ...]:
     return (EXACT,) + tuple(mode for mode in modes if mode != EXACT)
 
 
-def judge_of(engine: Engine, threads: int = 1) -> Judge:
+def judge_of(engine: Engine) -> Judge:
     """The model's own campplus where the engine offers it, else the project's d-vector."""
     own = getattr(engine, "speaker_judge", None)
     embed = own() if callable(own) else None

@@ -47,7 +47,8 @@ VoiceResolver = Callable[[Engine, str | None], tuple[str | VoicePrompt, CheckVoi
 
 
 class YieldingGate:
-    """Lets the check go on only while no user job runs or waits and no request is being checked."""
+    """Lets the check go on only while no user job runs or waits, no request is being checked and the
+    thermal governor lets new work start."""
 
     def __init__(self, queue: JobQueue, submissions: Submissions, cancelled: threading.Event,
                  yielding: threading.Event | None = None) -> None:
@@ -58,7 +59,11 @@ class YieldingGate:
         self.yielding = yielding or threading.Event()
 
     def busy(self) -> bool:
-        return bool(self.queue.active_jobs() or self.submissions.owners())
+        """A user's job runs or waits, a request is being checked, or the box is too hot to start work."""
+        if self.queue.active_jobs() or self.submissions.owners():
+            return True
+        heat = self.queue.thermal_snapshot()
+        return bool(heat.hold_new or heat.refuse_new)
 
     def wait(self) -> None:
         while True:
@@ -112,6 +117,7 @@ class ModeCheckRunner:
         self._thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self._status: dict[str, CheckStatus] = {}
+        self._current: CheckStatus | None = None  # the last check started
         self._tried: set[str] = set()  # model identities an automatic check has been started for
         self._stop_watch = threading.Event()
         self._watch: threading.Thread | None = None
@@ -152,12 +158,12 @@ class ModeCheckRunner:
                              "modes with", code="mode_check_needs_voice", model=model_id)
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
-                running = next(s for s in self._status.values() if s.state == "running")
-                raise ConflictError(f"a speed-mode check of {running.model!r} is already running",
-                                    code="mode_check_running", model=running.model)
+                running = self._current.model if self._current is not None else model_id
+                raise ConflictError(f"a speed-mode check of {running!r} is already running",
+                                    code="mode_check_running", model=running)
             self._cancel = threading.Event()
             status = CheckStatus(model_id, state="running", started=time.time(), automatic=automatic)
-            self._status[model_id] = status
+            self._status[model_id] = self._current = status
             self._thread = threading.Thread(target=self._run, args=(status, voice_id, self._cancel),
                                             name="cosyedge-mode-check", daemon=True)
             self._thread.start()
@@ -170,14 +176,13 @@ class ModeCheckRunner:
         try:
             gate.wait()
             with self.holder.use() as engine:
-                if engine.model_id != status.model and settings.model != status.model:
-                    raise CancelledError("the served model changed")
                 voice, check_voice = self._resolve_voice(engine, voice_id)
                 status.voice = check_voice.as_dict()
-                judge = judge_of(engine, settings.threads)
-                record = run_check(engine, voice, check_voice, judge=judge, hear=self._hear, gate=gate,
-                                   progress=status.progress, per_language=self.per_language,
+                record = run_check(engine, voice, check_voice, judge=judge_of(engine), hear=self._hear,
+                                   gate=gate, progress=status.progress, per_language=self.per_language,
                                    languages=self.languages)
+            if cancel.is_set():  # a cancel that came with the last score still leaves the previous record
+                raise CancelledError("the speed-mode check was cancelled")
             write_record(settings.models_path / status.model, record)
             status.state = "done"
         except CancelledError as exc:

@@ -25,7 +25,9 @@ class Submissions:
     def queue_checked(self, check: Callable[[], PreparedRequest], owner: str | None,
                       work: Callable[[PreparedRequest], Callable[[Job], Any]], **queue_args: Any) -> Job:
         """Run ``check`` (the service's ``prepare``), then queue ``work(prepared)``; a cancel of
-        ``owner`` that comes while the request is checked cancels the job (queued already cancelled)."""
+        ``owner`` that comes while the request is checked cancels the job (queued already cancelled).
+        The job's size (what the queue's Retry-After is estimated from) is its text's length unless
+        ``queue_args`` says otherwise (a lesson's is the whole lesson)."""
         cancelled = threading.Event()
         if owner is not None:
             with self.lock:
@@ -40,7 +42,8 @@ class Submissions:
         # it in between) or as a queued job, never both.
         with self.lock:
             try:
-                return self.queue.submit(work(prepared), owner=owner, cancelled=cancelled.is_set(), **queue_args)
+                return self.queue.submit(work(prepared), owner=owner, cancelled=cancelled.is_set(),
+                                         **{"size": len(prepared.request.text), **queue_args})
             finally:
                 self._done(owner, cancelled)
 

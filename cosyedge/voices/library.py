@@ -32,8 +32,6 @@ import tempfile
 import threading
 import time
 import unicodedata
-import zipfile
-import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -44,8 +42,12 @@ import numpy as np
 from cosyedge.audio import ConditionedPrompt, condition_prompt
 from cosyedge.voices.consent import ConsentRecord
 from cosyedge.engines.base import VoicePrompt
-from cosyedge.errors import InputError, NameError_, NotFoundError, PayloadTooLargeError
+from cosyedge.errors import (ConflictError, InputError, NameError_, NotFoundError,
+                             StorageFullError)
 from cosyedge.files import write_atomic
+from cosyedge.voices import voice_file
+from cosyedge.voices.voice_file import (LIBRARY_FORMAT, MAX_TRANSCRIPT_CHARS, META_NAME, TRANSCRIPT_NAME,
+                                        WAV_NAME, VoiceFile)
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +150,17 @@ class PromptCache:
             with self._lock:
                 self._key_locks.pop(key, None)
 
+    def find(self, prompt: ConditionedPrompt, transcript: str | None, engine: str, model_id: str) -> VoicePrompt | None:
+        """The entry stored for this prompt, key transcript (as :func:`key_transcript` gave it),
+        engine and model, without encoding anything: what an export carries."""
+        return self._load(prompt_key(prompt.pcm_bytes(), transcript, engine, model_id), engine, model_id)
+
+    def put(self, prompt: ConditionedPrompt, transcript: str | None, encoded: VoicePrompt) -> None:
+        """Store an encoding made elsewhere (an imported voice's) under the key this box's own
+        encoding of the prompt would have: the same key rule, so the prompt's next use reads it."""
+        self._store(prompt_key(prompt.pcm_bytes(), transcript, encoded.engine, encoded.model_id),
+                    encoded.to_bytes())
+
     def _load(self, key: str, engine: str, model_id: str) -> VoicePrompt | None:
         with self._lock:
             data = self._memory.get(key)
@@ -226,18 +239,12 @@ class PromptCache:
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _CJK_NAME_RE = re.compile(r"^[\u3400-\u4dbf\u4e00-\u9fffA-Za-z0-9 ._-]{1,32}$")
-LIBRARY_FORMAT = 1
-WAV_NAME, TRANSCRIPT_NAME, META_NAME = "voice.wav", "transcript.txt", "meta.json"
-MAX_TRANSCRIPT_CHARS = 2000
-_MAX_META_BYTES = 64 * 1024
+_CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+#: The runs :func:`id_from_name` reads: Latin letters, digits and '._-' together; Chinese together.
+_ID_RUN_RE = re.compile(r"[A-Za-z0-9._-]+|[\u3400-\u4dbf\u4e00-\u9fff]+")
 #: What :meth:`VoiceLibrary.record_encoding` says a voice sounded like on a model it was encoded for
 #: before its sound was recorded.
 EARLIER_ENCODING = "an earlier encoding"
-#: What ``zipfile`` raises opening a damaged or foreign zip or reading its members: a bad CRC or header
-#: (BadZipFile), corrupt deflate data (zlib.error), a password (RuntimeError), an unknown compression
-#: method or zip version (NotImplementedError), a cut-off or absurd offset (EOFError, ValueError, OSError).
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError, EOFError, ValueError,
-               OSError)
 
 
 def _rename_to_new(source: Path, target: Path, voice_id: str) -> None:
@@ -281,10 +288,11 @@ class VoiceInfo:
 
 
 def name_to_id(name: Any) -> tuple[str, str]:
-    """Validate a voice name; return (display name, id). Raises NameError_ naming the problem.
+    """Validate a voice name; return (display name, the id :func:`id_from_name` makes of it). Raises
+    NameError_ naming the problem.
 
-    Allowed: ``^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$`` (id: lower-case, spaces -> '-'), or a Chinese name
-    of at most 32 characters (id: its pinyin, e.g. 王老师 -> wang-lao-shi).
+    Allowed: ``^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$``, or a name of at most 32 characters with Chinese
+    characters in it (Latin letters, digits, spaces, '.', '_' and '-' beside them).
     """
     if not isinstance(name, str):
         raise NameError_("the voice name must be text", code="voice_name_not_text")
@@ -299,21 +307,35 @@ def name_to_id(name: Any) -> tuple[str, str]:
     if len(name) > 64:
         raise NameError_(f"the voice name is {len(name)} characters long; at most 64 are allowed",
                          code="voice_name_too_long", length=len(name), limit=64)
-    if NAME_RE.match(name):
-        voice_id = re.sub(r"-{2,}", "-", name.lower().replace(" ", "-"))
-    elif _CJK_NAME_RE.match(name) and re.search(r"[\u3400-\u9fff]", name):
-        from pypinyin import lazy_pinyin
-
-        syllables = [re.sub(r"[^a-z0-9]", "", s.lower()) for s in lazy_pinyin(name)]
-        voice_id = "-".join(s for s in syllables if s)[:64].strip("-._")
-    else:
+    if not (NAME_RE.match(name) or (_CJK_NAME_RE.match(name) and _CJK_RE.search(name))):
         raise NameError_(f"the voice name {name!r} is not allowed: use letters, digits, spaces, '.', '_' "
                          "or '-', starting with a letter or digit (or a Chinese name of up to 32 characters)",
                          code="voice_name_not_allowed", name=name)
+    voice_id = id_from_name(name)
     if not ID_RE.match(voice_id):
         raise NameError_(f"the voice name {name!r} does not give a usable id",
                          code="voice_name_no_id", name=name)
     return name, voice_id
+
+
+def id_from_name(name: str) -> str:
+    """The one rule that makes a voice's id of its name, once, when it is saved: a rename keeps the
+    id, and an id on disk is never changed. Latin letters and digits are lower-cased and kept with
+    '.', '_' and '-'; each Chinese character becomes its pinyin syllable (read in its word, so a
+    polyphone gets its reading there); every other run of characters (spaces) and every seam
+    between Latin and Chinese becomes one '-'; no '-', '.' or '_' at either end; at most 64
+    characters. "Ms Wang" -> ms-wang, "王老师" -> wang-lao-shi, "Ms Wang 王老师" ->
+    ms-wang-wang-lao-shi. A voice with another name already holding the id gets ``-2``, ``-3``...
+    (:meth:`VoiceLibrary.save`)."""
+    parts: list[str] = []
+    for run in _ID_RUN_RE.findall(unicodedata.normalize("NFC", name)):
+        if _CJK_RE.match(run):
+            from pypinyin import lazy_pinyin
+
+            parts += [re.sub(r"[^a-z0-9]", "", syllable.lower()) for syllable in lazy_pinyin(run)]
+        else:
+            parts.append(run.lower())
+    return re.sub(r"-{2,}", "-", "-".join(part for part in parts if part))[:64].strip("-._")
 
 
 def refuse_preset_name(name: Any, presets: Iterable[str]) -> None:
@@ -332,12 +354,45 @@ def refuse_preset_name(name: Any, presets: Iterable[str]) -> None:
                              code="voice_name_preset", name=name, preset=preset)
 
 
-class VoiceLibrary:
-    """Saved voices under one root folder; see the module doc for the layout and the rules."""
+@dataclass(frozen=True)
+class LibraryUsage:
+    """How full the library is, against its bounds (0: none)."""
 
-    def __init__(self, directory: Path) -> None:
+    voices: int
+    bytes: int
+    max_voices: int
+    max_bytes: int
+
+    @property
+    def room(self) -> int | None:
+        """About how many more voices fit (by count and by the mean size so far); None: no bound."""
+        left = []
+        if self.max_voices:
+            left.append(max(0, self.max_voices - self.voices))
+        if self.max_bytes:
+            mean = self.bytes / self.voices if self.voices else 1_000_000
+            left.append(max(0, int((self.max_bytes - self.bytes) // max(mean, 1))))
+        return min(left) if left else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"voices": self.voices, "max_voices": self.max_voices or None,
+                "mb": round(self.bytes / 1e6, 1), "max_mb": round(self.max_bytes / 1e6, 1) or None,
+                "room": self.room}
+
+
+class VoiceLibrary:
+    """Saved voices under one root folder; see the module doc for the layout and the rules.
+
+    ``max_voices`` / ``max_bytes`` bound what new saves and imports may add (0: no bound): past
+    either, they are refused (``voice_library_full``) and nothing saved is removed to make room. A
+    library already over a new bound lists, loads, renames and deletes as ever."""
+
+    def __init__(self, directory: Path, max_voices: int = 0, max_bytes: int = 0) -> None:
         self.directory = Path(directory)
+        self.max_voices = max_voices
+        self.max_bytes = max_bytes
         self._meta_lock = threading.Lock()
+        self._save_lock = threading.Lock()  # a save's room check and its write, one save at a time
         self._restore_interrupted_overwrites()
 
     def _restore_interrupted_overwrites(self) -> None:
@@ -420,58 +475,105 @@ class VoiceLibrary:
                                    source_rate=rate, notes=list(info.notes))
         return prompt, transcript, info
 
+    def usage(self) -> LibraryUsage:
+        """The voices saved and the bytes their folders hold, with the bounds."""
+        voices, size = 0, 0
+        if self.directory.is_dir():
+            for path in self.directory.iterdir():
+                if path.is_dir() and not path.is_symlink() and ID_RE.match(path.name):
+                    voices += 1
+                    size += _folder_bytes(path)
+        return LibraryUsage(voices, size, self.max_voices, self.max_bytes)
+
+    def _check_room(self, adding: int, replacing: str | None) -> None:
+        """StorageFullError (``voice_library_full``) when ``adding`` bytes (one voice more, or
+        ``replacing`` that voice) would pass a bound."""
+        if not (self.max_voices or self.max_bytes):
+            return
+        usage = self.usage()
+        voices, size = usage.voices, usage.bytes
+        if replacing is not None and (self.directory / replacing).is_dir():
+            size -= _folder_bytes(self.directory / replacing)
+        else:
+            voices += 1
+        if (self.max_voices and voices > self.max_voices) or (self.max_bytes and size + adding > self.max_bytes):
+            raise StorageFullError(
+                f"the voice library is full: {usage.voices} of {self.max_voices or 'any number of'} voices, "
+                f"{usage.bytes / 1e6:.1f} of {self.max_bytes / 1e6:.0f} MB, and this one needs "
+                f"{adding / 1e6:.1f} MB; nothing saved is removed to make room: delete a voice no longer "
+                "needed (COSYEDGE_VOICE_LIBRARY_MAX_VOICES / _MAX_MB set the bound)",
+                code="voice_library_full", voices=usage.voices, max_voices=self.max_voices,
+                used_mb=round(usage.bytes / 1e6, 1), max_mb=round(self.max_bytes / 1e6, 1),
+                needed_mb=round(adding / 1e6, 1))
+
     def save(self, name: str, prompt: ConditionedPrompt, transcript: str | None, *, engine: str,
              model_id: str, consent: ConsentRecord | None = None, overwrite: bool = False,
-             transcript_source: str | None = None, transcript_confidence: float | None = None) -> VoiceInfo:
+             voice_id: str | None = None, transcript_source: str | None = None,
+             transcript_confidence: float | None = None) -> VoiceInfo:
         """Save a conditioned prompt as a named voice (atomically: all three files or nothing).
-        ``consent``: the record of :func:`cosyedge.voices.consent.require_consent` (None: not recorded, as
-        for a voice saved before consent was asked for; the service always passes one).
+
+        The id is made of the name (:func:`id_from_name`, numbered when another voice holds it) unless
+        ``voice_id`` gives it (an import keeps the id it had); ``overwrite`` replaces the voice of that
+        id, or of that name. A name another voice has is refused, and so is a save past the library's
+        bounds. ``consent``: the record of :func:`cosyedge.voices.consent.require_consent` (None: not
+        recorded, as for a voice saved before consent was asked for; the service always passes one).
         ``transcript_source``: see :class:`VoiceInfo` (default: "user" when there is a transcript)."""
-        display, voice_id = name_to_id(name)
+        display, rule_id = name_to_id(name)
         transcript = _check_transcript(transcript)
         source, confidence = _transcript_origin(transcript, transcript_source, transcript_confidence)
-        if not overwrite:
-            voice_id = self._id_for(display, voice_id)
-        target = self._path(voice_id)
-        info = VoiceInfo(id=voice_id, name=display, engine=engine, model_id=model_id,
-                         duration_s=round(prompt.duration_s, 3), created=time.time(),
-                         notes=tuple(prompt.notes), consent=consent, transcript_source=source,
-                         transcript_confidence=confidence)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root()))
-        try:
-            write_atomic(tmp / WAV_NAME, _float_wav(prompt))
-            write_atomic(tmp / TRANSCRIPT_NAME, transcript.encode("utf-8"))
-            write_atomic(tmp / META_NAME, _meta_bytes(info))
-            if target.exists():
-                trash = target.with_name(f".trash-{voice_id}-{os.getpid()}")
-                os.rename(target, trash)
-                os.rename(tmp, target)
-                shutil.rmtree(trash, ignore_errors=True)
+        with self._save_lock:
+            if voice_id is not None:
+                self._path(voice_id)  # a valid id, or NameError_
+            if overwrite:
+                voice_id = voice_id or self._id_named(display) or rule_id
+                self._refuse_taken_name(display, except_id=voice_id)
+            elif voice_id is None:
+                voice_id = self._id_for(display, rule_id)
+            elif not self.free_id(voice_id):
+                raise NameError_(f"a saved voice with id {voice_id!r} already exists", code="voice_id_taken",
+                                 voice_id=voice_id)
             else:
-                _rename_to_new(tmp, target, voice_id)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+                self._refuse_taken_name(display)
+            target = self._path(voice_id)
+            info = VoiceInfo(id=voice_id, name=display, engine=engine, model_id=model_id,
+                             duration_s=round(prompt.duration_s, 3), created=time.time(),
+                             notes=tuple(prompt.notes), consent=consent, transcript_source=source,
+                             transcript_confidence=confidence)
+            files = {WAV_NAME: _float_wav(prompt), TRANSCRIPT_NAME: transcript.encode("utf-8"),
+                     META_NAME: _meta_bytes(info)}
+            self._check_room(sum(map(len, files.values())), voice_id if overwrite else None)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self._root()))
+            try:
+                for member, data in files.items():
+                    write_atomic(tmp / member, data)
+                if target.exists():
+                    trash = target.with_name(f".trash-{voice_id}-{os.getpid()}")
+                    os.rename(target, trash)
+                    os.rename(tmp, target)
+                    shutil.rmtree(trash, ignore_errors=True)
+                else:
+                    _rename_to_new(tmp, target, voice_id)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         logger.info("saved voice %s (%s)", voice_id, display)
         return info
 
+    def _id_named(self, display: str) -> str | None:
+        """The id of the voice named ``display`` (letter case and spaces aside), if there is one."""
+        folded = " ".join(display.casefold().split())
+        return next((v.id for v in self.list() if " ".join(v.name.casefold().split()) == folded), None)
+
     def rename(self, voice_id: str, new_name: str, *, presets: Iterable[str] = ()) -> VoiceInfo:
-        """Rename a voice (its id follows the name); a name of one of ``presets`` is refused."""
-        path = self._existing(voice_id)
-        display, new_id = name_to_id(new_name)
-        refuse_preset_name(display, presets)
-        if new_id != voice_id:
-            new_id = self._id_for(display, new_id)
-        target = self._path(new_id)
-        info = self._read_meta(path)
-        info = replace(info, id=new_id, name=display)
-        if new_id != voice_id:  # move first: a folder is never left with another voice's meta
-            _rename_to_new(path, target, new_id)
-        try:
-            write_atomic(target / META_NAME, _meta_bytes(info))
-        except OSError:
-            if new_id != voice_id:
-                os.rename(target, path)  # back under its old id, with its old meta
-            raise
+        """Give a voice another name; its id stays (REST, OpenAI and Wyoming references keep
+        resolving). A name another voice has, or one of ``presets``, is refused."""
+        with self._meta_lock:
+            path = self._existing(voice_id)
+            display, _ = name_to_id(new_name)
+            refuse_preset_name(display, presets)
+            self._refuse_taken_name(display, except_id=voice_id)
+            info = replace(self._read_meta(path), name=display)
+            write_atomic(path / META_NAME, _meta_bytes(info))
+        logger.info("renamed voice %s to %r (its id stays)", voice_id, display)
         return info
 
     def set_transcript(self, voice_id: str, transcript: str, *, source: str = "user",
@@ -508,91 +610,96 @@ class VoiceLibrary:
                                                                sounds=tuple(sorted(known.items())))))
             return before if sounds is not None and before is not None and before != sounds else None
 
-    def _id_for(self, display: str, voice_id: str) -> str:
-        """``voice_id``, or the first free ``voice_id-2``, ``-3``... when a voice with another name
-        holds it (汪老师 and 王老师 are both wang-lao-shi); NameError_ when that voice has this very
-        name (letter case and spaces aside)."""
-        def same(a: str, b: str) -> bool:
-            return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+    def _refuse_taken_name(self, display: str, except_id: str | None = None) -> None:
+        """NameError_ when a voice other than ``except_id`` has this name (letter case and spaces aside)."""
+        folded = " ".join(display.casefold().split())
+        for voice in self.list():
+            if voice.id != except_id and " ".join(voice.name.casefold().split()) == folded:
+                raise NameError_(f"a saved voice named {voice.name!r} (id {voice.id!r}) already exists; "
+                                 "choose another name", code="voice_name_taken", name=voice.name,
+                                 voice_id=voice.id)
 
+    def _id_for(self, display: str, voice_id: str) -> str:
+        """``voice_id``, or the first free ``voice_id-2``, ``-3``... when another voice holds it
+        (汪老师 and 王老师 are both wang-lao-shi); NameError_ when a voice has this very name."""
+        self._refuse_taken_name(display)
         candidate = voice_id
         for number in range(2, 100):
-            path = self._path(candidate)
-            if not path.exists():
+            if not self._path(candidate).exists():
                 return candidate
-            try:
-                held_by = self._read_meta(path).name
-            except (OSError, ValueError, KeyError, TypeError):
-                held_by = display  # unreadable: never take its place
-            if same(held_by, display):
-                raise NameError_(f"a saved voice named {held_by!r} (id {candidate!r}) already exists; "
-                                 "choose another name", code="voice_name_taken", name=held_by,
-                                 voice_id=candidate)
-            candidate = f"{voice_id}-{number}"[:64]
+            candidate = f"{voice_id[:60]}-{number}"
         raise NameError_(f"too many saved voices with names like {display!r}; choose another name",
                          code="voice_names_exhausted", name=display)
+
+    def free_id(self, voice_id: str) -> bool:
+        """Whether no voice (nor anything else) holds ``voice_id``'s folder."""
+        return not self._path(voice_id).exists()
 
     def delete(self, voice_id: str) -> None:
         with self._meta_lock:  # not under a meta write in flight (a transcript heard, an encoding recorded)
             shutil.rmtree(self._existing(voice_id))
         logger.info("deleted voice %s", voice_id)
 
-    def export(self, voice_id: str) -> bytes:
-        """One zip: voice.wav + transcript.txt + meta.json."""
+    def export(self, voice_id: str, encodings: list[voice_file.Encoding] = ()) -> bytes:
+        """One zip (:mod:`cosyedge.voices.voice_file`): voice.wav + transcript.txt + meta.json (with
+        the voice's id), and the ``encodings`` given (:mod:`cosyedge.voices.exchange` finds them)."""
         path = self._existing(voice_id)
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for member in (WAV_NAME, TRANSCRIPT_NAME, META_NAME):
-                zf.write(path / member, arcname=member)
-        return buf.getvalue()
+        return voice_file.write(*((path / m).read_bytes() for m in (WAV_NAME, TRANSCRIPT_NAME, META_NAME)),
+                                encodings=encodings)
 
     def import_zip(self, data: bytes, *, max_bytes: int, name: str | None = None,
-                   overwrite: bool = False, presets: Iterable[str] = ()) -> VoiceInfo:
-        """Validate an exported voice completely (members, sizes, meta, name, transcript, audio),
-        then save it. Nothing is written unless everything is valid; the name it is saved under
-        (``name`` or the zip's own) must not be one of ``presets``."""
-        if len(data) > max_bytes:
-            raise PayloadTooLargeError(f"the voice file is {len(data) / 1e6:.1f} MB; the limit is "
-                                       f"{max_bytes / 1e6:.1f} MB", code="voice_file_too_large",
-                                       size_mb=len(data) / 1e6, limit_mb=max_bytes / 1e6)
-        try:
-            zf = zipfile.ZipFile(io.BytesIO(data))
-        except _ZIP_ERRORS:
-            raise InputError("not a voice file: expected a .zip exported by cosyedge",
-                             code="voice_file_not_zip") from None
-        with zf:
-            members = {info.filename: info for info in zf.infolist()}
-            expected = {WAV_NAME, TRANSCRIPT_NAME, META_NAME}
-            if set(members) != expected:
-                raise InputError(f"not a voice file: it must hold exactly {', '.join(sorted(expected))}; "
-                                 f"found {', '.join(sorted(members)) or 'nothing'}",
-                                 code="voice_file_members")
-            limits = {WAV_NAME: max_bytes, TRANSCRIPT_NAME: 4 * MAX_TRANSCRIPT_CHARS,
-                      META_NAME: _MAX_META_BYTES}
-            for member, limit in limits.items():
-                if members[member].file_size > limit:
-                    raise PayloadTooLargeError(f"{member} in the voice file is too large "
-                                               f"({members[member].file_size} bytes; limit {limit})",
-                                               code="voice_file_member_too_large", member=member,
-                                               size=members[member].file_size, limit=limit)
-            try:
-                blobs = {m: zf.read(m) for m in expected}
-            except _ZIP_ERRORS as exc:
-                raise InputError(f"the voice file is damaged: {exc}", code="voice_file_damaged") from None
-        meta = _parse_meta(blobs[META_NAME])
-        try:
-            transcript = blobs[TRANSCRIPT_NAME].decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError("the voice file's transcript is not UTF-8 text",
-                             code="voice_file_transcript_not_utf8") from None
-        transcript = _check_transcript(transcript)
+                   overwrite: bool = False, rename: bool = False, presets: Iterable[str] = ()) -> VoiceInfo:
+        """Validate an exported voice completely (:func:`voice_file.read`: members, sizes, meta,
+        transcript), then save it (:meth:`import_file`). Its encodings are not kept here: the
+        prompt cache takes them (:func:`cosyedge.voices.exchange.import_voice`)."""
+        return self.import_file(voice_file.read(data, max_bytes), max_bytes=max_bytes, name=name,
+                                overwrite=overwrite, rename=rename, presets=presets)
+
+    def import_file(self, parsed: VoiceFile, *, max_bytes: int, name: str | None = None,
+                    overwrite: bool = False, rename: bool = False, presets: Iterable[str] = ()) -> VoiceInfo:
+        """Save a voice file's voice under the id it had (:meth:`_import_id`: an id already here is
+        refused unless ``rename`` or ``overwrite``), its transcript, audio and name checked first:
+        nothing is written unless all is valid; the name it is saved under (``name`` or the file's
+        own) must not be one of ``presets``."""
+        meta = parsed.meta
+        transcript = _check_transcript(parsed.transcript)
         display, _ = name_to_id(name if name is not None else meta["name"])
         refuse_preset_name(display, presets)
-        prompt = condition_prompt(blobs[WAV_NAME], max_bytes=max_bytes, filename=WAV_NAME)
+        prompt = condition_prompt(parsed.wav, max_bytes=max_bytes, filename=WAV_NAME)
         source, confidence = _meta_transcript_origin(meta)
+        voice_id = self._import_id(meta, display, name, overwrite=overwrite, rename=rename)
+        if rename and voice_id != _exported_id(meta) and name is None:
+            display = self._copy_name(display)
         return self.save(display, prompt, transcript, engine=meta["engine"], model_id=meta["model_id"],
                          consent=ConsentRecord.from_meta(meta.get("consent")), overwrite=overwrite,
-                         transcript_source=source, transcript_confidence=confidence)
+                         voice_id=voice_id, transcript_source=source, transcript_confidence=confidence)
+
+    def _import_id(self, meta: dict[str, Any], display: str, name: str | None, *, overwrite: bool,
+                   rename: bool) -> str | None:
+        """The id an imported voice is saved under: the one it had (``meta["id"]``; an export of
+        any version carries it, else the rule makes it of the exported name). Taken here: refused
+        (``voice_exists``) unless ``overwrite`` (it replaces that voice) or ``rename`` (a copy: the
+        id of ``name``, or of the exported name numbered, by the save's own rule: None)."""
+        exported = _exported_id(meta)
+        if overwrite or self.free_id(exported):
+            return exported
+        if not rename:
+            holder = self.get(exported) if (self.directory / exported / META_NAME).is_file() else None
+            held = f" ({holder.name})" if holder is not None else ""
+            raise ConflictError(f"a saved voice with id {exported!r}{held} is already here: import this one as "
+                                "a copy under another name (rename), or replace it (overwrite)",
+                                code="voice_exists", voice_id=exported,
+                                name=holder.name if holder is not None else exported)
+        return None
+
+    def _copy_name(self, display: str) -> str:
+        """``display`` numbered ("Ms Lee 2", "Ms Lee 3"...) until no voice has that name."""
+        for number in range(2, 100):
+            candidate = f"{display[:60]} {number}"
+            if self._id_named(candidate) is None:
+                return candidate
+        raise NameError_(f"too many saved voices with names like {display!r}; choose another name",
+                         code="voice_names_exhausted", name=display)
 
     @staticmethod
     def _read_meta(path: Path) -> VoiceInfo:
@@ -605,6 +712,26 @@ class VoiceLibrary:
                          sounds=_meta_sounds(meta.get("sounds")),
                          **dict(zip(("transcript_source", "transcript_confidence"),
                                     _meta_transcript_origin(meta))))
+
+
+def _exported_id(meta: dict[str, Any]) -> str:
+    """The id a voice file's voice had: its ``id`` when that is a valid id, else the rule's of its name."""
+    voice_id = meta.get("id")
+    if isinstance(voice_id, str) and ID_RE.match(voice_id):
+        return voice_id
+    return name_to_id(meta["name"])[1]
+
+
+def _folder_bytes(path: Path) -> int:
+    """The bytes of the files directly in a voice's folder."""
+    total = 0
+    for member in path.iterdir():
+        try:
+            if member.is_file() and not member.is_symlink():
+                total += member.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 def _meta_sounds(value: Any) -> tuple[tuple[str, str], ...]:
@@ -629,25 +756,6 @@ def _meta_bytes(info: VoiceInfo) -> bytes:
             "consent": info.consent.to_meta() if info.consent is not None else None,
             "encoded_for": list(info.encoded_for), "sounds": dict(info.sounds)}
     return json.dumps(meta, ensure_ascii=False, indent=2).encode("utf-8")
-
-
-def _parse_meta(blob: bytes) -> dict[str, Any]:
-    try:
-        meta = json.loads(blob.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"the voice file's meta.json is not valid JSON: {exc}",
-                         code="voice_file_meta_not_json") from None
-    if not isinstance(meta, dict) or meta.get("format") != LIBRARY_FORMAT:
-        raise InputError(f"the voice file's meta.json is not format {LIBRARY_FORMAT}",
-                         code="voice_file_meta_format")
-    for key in ("name", "engine", "model_id"):
-        value = meta.get(key)
-        # engine may be "" (saved without encoding); model_id names the model it was saved for
-        pattern = r"[\w.:+-]{0,100}" if key == "engine" else r"[\w.:+-]{1,100}"
-        if not isinstance(value, str) or (key != "name" and not re.fullmatch(pattern, value)):
-            raise InputError(f"the voice file's meta.json has an invalid {key!r}",
-                             code="voice_file_meta_field", field=key)
-    return meta
 
 
 def _check_transcript(transcript: str | None) -> str:

@@ -13,6 +13,7 @@ decides the mode and the note that says why. The service runs them inside a queu
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -71,8 +72,30 @@ def hear(transcribe: Transcribe, audio: np.ndarray, sample_rate: int,
     heard = transcribe(audio, sample_rate, named)
     logger.info("prompt heard (%s, confidence %.2f, %d characters)", heard.language, heard.confidence,
                 len(heard.text))  # what was said stays out of the log
-    return PromptTranscript(text=heard.text.strip(), source=SOURCE_HEARD,
+    text = heard.text.strip()
+    if heard.language == "zh":
+        text = simplified(text)
+    return PromptTranscript(text=text, source=SOURCE_HEARD,
                             confidence=round(float(heard.confidence), 4), language=heard.language)
+
+
+@functools.lru_cache(maxsize=1)
+def _to_simplified() -> Callable[[str], str] | None:
+    try:
+        import opencc
+    except ImportError:  # installed with the recognizer (requirements.txt); without it, kept as heard
+        logger.warning("opencc is not installed: Mandarin transcripts stay in the script they were heard in")
+        return None
+    return opencc.OpenCC("t2s").convert
+
+
+def simplified(text: str) -> str:
+    """A heard Mandarin transcript in simplified characters. Whisper often writes Mandarin in
+    traditional ones; a transcript a person typed is never changed. Character by character
+    (OpenCC ``t2s``), not phrase by phrase: a word is spelled differently, never replaced by
+    another that sounds different."""
+    convert = _to_simplified()
+    return convert(text) if convert is not None else text
 
 
 @dataclass(frozen=True)

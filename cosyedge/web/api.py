@@ -55,6 +55,7 @@ from cosyedge.web.openai_routes import VoiceRef, build_openai_router, check_mode
 from cosyedge.web.lesson_api import lesson_router
 from cosyedge.web.pronunciation_api import pronunciation_router
 from cosyedge.web.mode_check_api import mode_check_router
+from cosyedge.web.voice_api import voice_router
 
 logger = logging.getLogger(__name__)
 
@@ -779,6 +780,7 @@ def create_api(service: Service) -> FastAPI:
     router.include_router(lesson_router(service))  # POST /lessons, GET /lessons/{id}/audio|zip|captions
     router.include_router(pronunciation_router(service))  # /pronunciations: list, add, delete, import, export
     router.include_router(mode_check_router(service, ERROR_RESPONSES))  # /models/{id}/check
+    router.include_router(voice_router(service, ERROR_RESPONSES))  # /voices/library, {id}/rename|export, import
     routers = (router, build_openai_router(service, ERROR_RESPONSES))
     for router in routers:
         app.include_router(router)

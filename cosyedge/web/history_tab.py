@@ -37,16 +37,25 @@ def kept_for(retention: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
+def kept_for_zh(retention: dict[str, float]) -> str:
+    """:func:`kept_for` in Chinese, e.g. "最多保留 24 小时，最多 500 个、总共最多 1024 MB（最旧的先删除）"."""
+    age, files, size = retention["max_age_hours"], retention["max_files"], retention["max_total_mb"]
+    parts = [f"最多保留 {age:g} 小时" if age else "没有时间限制"]
+    limits = [f"最多 {files:g} 个" if files else "", f"总共最多 {size:g} MB" if size else ""]
+    limits = [limit for limit in limits if limit]
+    if limits:
+        parts.append("、".join(limits) + "（最旧的先删除）")
+    return "，".join(parts)
+
+
 def notice(service: Service) -> str:
     """Whose history this is, that texts are stored, and how long things are kept."""
     retention = service.retention()
-    age = retention["max_age_hours"]
     return ("**Shared by everyone on this box / 本机所有用户共用**: this lists the last outputs made on "
             "this page by anyone using this box, not only yours. The start of each text is stored on "
             f"the box with its audio. Outputs are kept {kept_for(retention)}, then removed with their "
             "text; download what you want to keep / 此列表显示本机所有用户在此页面生成的最新音频，而不仅"
-            "是你的。每段文本的开头与音频一起保存在本机。"
-            + (f"音频最多保留 {age:g} 小时" if age else "音频没有时间限制")
+            "是你的。每段文本的开头与音频一起保存在本机。音频" + kept_for_zh(retention)
             + "，之后连同文本一起删除；需要保留的请下载")
 
 

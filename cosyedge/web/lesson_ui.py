@@ -9,7 +9,12 @@ reports the paragraph being made with the time left until the WAV lands in the t
 
 # No `from __future__ import annotations`: the page's handlers read real annotations (see ui.py).
 import logging
+import os
+import re
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cosyedge.service.jobs import Job
@@ -102,6 +107,26 @@ async def follow_lesson(service: Service, job: Job, progress: Any,
             progress(0.0, desc=labels.get(job.phase, job.phase))
 
     return await wait_reporting(service, job, report)
+
+
+def download_name(lesson_path: str | Path, suffix: str) -> str:
+    """A file name a person can read for a lesson's download: the lesson file's own name (letters,
+    digits, CJK, '-', '_' kept; the rest '-') + ``suffix``, e.g. "rivers-paragraphs.zip"."""
+    stem = re.sub(r"[^\w-]+", "-", Path(lesson_path).stem, flags=re.UNICODE).strip("-_")[:60]
+    return f"{stem or 'lesson'}{suffix}"
+
+
+def named_download(path: Path, name: str, cache_dir: str | Path) -> str:
+    """``path`` (outputs/<job>.zip: job ids name what the box writes) offered under ``name``: a hard
+    link (a copy across file systems) in a folder of its own in the page's upload cache, so Gradio
+    serves it by that name without copying it again, and the janitor's upload sweep bounds it."""
+    folder = Path(tempfile.mkdtemp(prefix="lesson-", dir=cache_dir))
+    target = folder / name
+    try:
+        os.link(path, target)
+    except OSError:
+        shutil.copyfile(path, target)
+    return str(target)
 
 
 def lesson_line(result: LessonResult) -> str:

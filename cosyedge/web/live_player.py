@@ -36,7 +36,7 @@ def live_player(job: Job, text: str = "") -> str:
 LIVE_PLAYER_JS = """
 // One state for the page's three players (window.__cosyedgeLive): a new value on any of them (the
 // next job on any tab, or Cancel's empty value) silences what any of them still had scheduled.
-const STOP = '#stop-';  // Cancel's value: new each time, so it reaches play() even on an idle player
+const STOP = '#';  // Cancel's or a lesson's value (#stop-, #lesson-): new each time, so it reaches play() even on an idle player
 const S = window.__cosyedgeLive || (window.__cosyedgeLive =
   {ctx: null, reader: null, sources: new Set(), turn: 0, owner: null});
 async function play(src) {
@@ -140,5 +140,11 @@ if (props.value) play(props.value);
 """
 #: The live player's value for "stop" (Cancel), followed by a number that makes each one new.
 LIVE_STOP = "#stop-"
-LIVE_PLAYER_HTML = ('<div class="cosyedge-live"><small>${value && !value.startsWith("#") ? "Playing while it is made / "'
+#: Its value while a lesson is read: silence, and say that a lesson plays only once it is whole (it
+#: is not streamed: its WAV lands in the download player at the end).
+LIVE_LESSON = "#lesson-"
+LESSON_PLAYS_AT_END = ("A lesson plays once it is all made: its WAV lands in the player below / "
+                       "课文全部合成后才播放：WAV 会出现在下方播放器中")
+LIVE_PLAYER_HTML = ('<div class="cosyedge-live"><small>${value && value.startsWith("' + LIVE_LESSON + '") ? "'
+                    + LESSON_PLAYS_AT_END + '" : value && !value.startsWith("#") ? "Playing while it is made / "'
                     ' + "边合成边播放" : ""}</small></div>')

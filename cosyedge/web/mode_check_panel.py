@@ -16,7 +16,8 @@ STATES = {"cancelled": "cancelled, the previous verdicts are kept / 已取消，
           "failed": "failed / 失败", "done": "done / 完成"}
 FAILED_RULES = {"similarity_low": "voice less similar to exact / 与精确模式音色相差较大",
                 "intelligibility_drop": "heard less clearly than exact / 清晰度低于精确模式",
-                "intelligibility_not_scored": "intelligibility not scored / 未评估清晰度"}
+                "intelligibility_not_scored": "intelligibility not scored / 未评估清晰度",
+                "exact_not_heard": "exact itself not heard clearly: cannot vouch / 精确模式本身听不清，无法评判"}
 
 
 def _voice(voice: dict[str, Any] | None) -> str:

@@ -11,7 +11,7 @@ from cosyedge.notes import code_of
 from cosyedge.service.captions import Captions
 from cosyedge.service.pronunciations import READING_NOTES
 from cosyedge.service.requests import TTSResult
-from cosyedge.web.page_words import page_note
+from cosyedge.web.page_words import bilingual_note, page_note
 
 #: What the similarity numbers mean, from the checks measured when the encoder was adopted
 #: (cosyedge/listening/speaker.py): a hint on the scale, not a quality claim.
@@ -45,36 +45,38 @@ def describe(result: TTSResult) -> str:
     """The "what the engine did" panel, as Markdown. Everything that can carry user text (voice
     names, the instruction) goes through :func:`plain`."""
     instruct = result.instruct
-    voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(result.voice_match)}"
+    voice = f"**Voice / 音色**: {plain(result.voice)} — {plain(bilingual_note(result.voice_match))}"
     lines = [f"**Engine / 引擎**: {plain(result.engine)} ({plain(result.model_id)})", voice]
-    lines += [f"**Voice note / 音色说明**: {plain(note)}" for note in result.notes if code_of(note) in VOICE_NOTES]
+    lines += [f"**Voice note / 音色说明**: {plain(bilingual_note(note))}" for note in result.notes
+              if code_of(note) in VOICE_NOTES]
     if result.similarity is not None:
         lines.append(f"**Similarity of this audio to the prompt (measured) / 本次音频与参考音频的相似度"
                      f"（实测）**: {result.similarity:.2f} ({SIMILARITY_SCALE})")
     if instruct.get("applied") or instruct.get("not_supported"):
-        applied = "; ".join(instruct.get("applied") or [])
-        missing = "; ".join(instruct.get("not_supported") or [])
-        lines.append(f"**Instruction / 指令**: {plain(instruct.get('message', ''))}")
+        applied = "; ".join(bilingual_note(note) for note in instruct.get("applied") or [])
+        missing = "; ".join(bilingual_note(note) for note in instruct.get("not_supported") or [])
+        lines.append(f"**Instruction / 指令**: {plain(bilingual_note(instruct.get('message', '')))}")
         lines.append(f"**Applied / 已执行**: {plain(applied) if applied else 'nothing / 无'}")
         if missing:
             lines.append(f"**Not supported / 不支持**: {plain(missing)}")
     if result.skipped:
-        lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(result.skipped))}")
+        lines.append(f"**Not read aloud / 未朗读**: {plain('; '.join(bilingual_note(s) for s in result.skipped))}")
     lines.extend(transcript_lines(result))
     for note in result.notes:
         if code_of(note) == "stream_cache_limit":  # what the stream did, not a field ignored
-            lines.append(f"**Streaming / 流式**: {plain(note)}")
+            lines.append(f"**Streaming / 流式**: {plain(bilingual_note(note))}")
         elif code_of(note) in READING_NOTES:  # what the pronunciation dictionary did
-            lines.append(f"**Pronunciation / 读音**: {plain(note)}")
+            lines.append(f"**Pronunciation / 读音**: {plain(bilingual_note(note))}")
         elif code_of(note) == "lesson_paragraph_failed":
-            lines.append(f"**Lesson stopped / 课文中断**: {plain(note)}")
+            lines.append(f"**Lesson stopped / 课文中断**: {plain(bilingual_note(note))}")
     ignored = [note for note in result.notes
                if code_of(note) not in TRANSCRIPT_NOTES | VOICE_NOTES | OWN_LINE_NOTES]
     if ignored:
-        notes = "; ".join(page_note(note) for note in ignored)
+        notes = "; ".join(bilingual_note(note, page_note(note)) for note in ignored)
         lines.append(f"**Ignored / 已忽略**: {plain(notes)}")
     lines.append(f"**Audio / 音频**: {result.duration:.2f} s, {result.sample_rate} Hz, "
-                 f"{result.sentences} sentence(s), made in {result.seconds:.1f} s")
+                 f"{result.sentences} sentence(s), made in {result.seconds:.1f} s / {result.sentences} 句，"
+                 f"用时 {result.seconds:.1f} 秒")
     return "\n\n".join(f"- {line}" for line in lines)
 
 
@@ -130,5 +132,5 @@ def transcript_lines(result: Any) -> list[str]:
         lines.append(f"**Prompt transcript / 参考音频文本** ({how}): {plain(heard['text'])}")
     for note in result.notes:
         if code_of(note) in TRANSCRIPT_NOTES:
-            lines.append(f"**Why / 原因**: {plain(note)}")
+            lines.append(f"**Why / 原因**: {plain(bilingual_note(note))}")
     return lines

@@ -31,9 +31,9 @@ from cosyedge.service.requests import (DEFAULT_QUALITY, PHASE_LOADING, PHASE_PRE
                                        PHASE_SYNTHESIZING, PHASE_TRANSCRIBING, SPEED_RANGE, TTSRequest, TTSResult)
 from cosyedge.voices.transcripts import ZERO_SHOT_CONFIDENCE, PromptTranscript
 from cosyedge.web.job_wait import wait_reporting
-from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, follow_lesson,
-                                    lesson_controls, lesson_line)
-from cosyedge.web.live_player import LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
+from cosyedge.web.lesson_ui import (CANNOT_READ_LESSON, LESSON_GONE, NO_LESSON_FILE, download_name,
+                                    follow_lesson, lesson_controls, lesson_line, named_download)
+from cosyedge.web.live_player import LIVE_LESSON, LIVE_PLAYER_HTML, LIVE_PLAYER_JS, LIVE_STOP, live_player
 from cosyedge.web.mode_check_panel import label_verdict
 from cosyedge.web.page_words import chinese_reason
 from cosyedge.web.report_panel import caption_lines, describe, plain
@@ -61,6 +61,14 @@ LANGUAGE_LABELS = {"auto": "auto / 自动", "zh": "中文 zh", "en": "English en
 SANS = ["system-ui", "-apple-system", "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "PingFang SC",
         "Microsoft YaHei", "sans-serif"]
 MONO = ["ui-monospace", "DejaVu Sans Mono", "Consolas", "monospace"]
+
+
+#: The page's own CSS. Toasts: Gradio stacks them at the top right, where a few errors in a row
+#: covered the tab bar (Models, My voices, History could not be reached until each was closed);
+#: they go to the bottom right instead, and a pile of them scrolls within 40 % of the window.
+PAGE_CSS = """
+.toast-wrap { top: auto !important; bottom: 12px !important; max-height: 40vh; overflow-y: auto; }
+"""
 
 
 def theme() -> "gr.themes.Base":
@@ -274,9 +282,14 @@ async def lesson_request(service: Service, lesson_path: str | None, per_paragrap
     except OSError as exc:  # the upload left the page's cache in between
         logger.warning("lesson file unreadable (%s): %s", lesson_path, exc)
         raise ui_error(LESSON_GONE, title=CANNOT_READ_LESSON) from None
+    archive = None
+    if result.zip_path is not None:  # offered as "<lesson>-paragraphs.zip", not "<job id>.zip"
+        from gradio.utils import get_upload_folder
+
+        archive = await asyncio.to_thread(named_download, result.zip_path,
+                                          download_name(lesson_path, "-paragraphs.zip"), get_upload_folder())
     return (str(result.path), describe(result) + lesson_line(result)  # type: ignore[arg-type]
-            + caption_lines(result.captions), str(result.zip_path) if result.zip_path else None,
-            caption_paths(result))
+            + caption_lines(result.captions), archive, caption_paths(result))
 
 
 #: The clone tab's one line on how to get true cloning, under an engine that cannot clone.
@@ -437,10 +450,13 @@ def build_ui(service: Service) -> "gr.Blocks":
         return await lesson_request(service, lesson, per_paragraph, tts, request, progress)
 
     def wire_lesson(box: Any, fn: Callable, inputs: list, audio: gr.Audio, panel: gr.Markdown,
-                    captions: gr.File) -> Any:
-        return box.go.click(fn, inputs=[box.file, box.per_paragraph] + inputs,
-                            outputs=[audio, panel, box.archive, captions], concurrency_id="synthesis",
-                            show_progress_on=[panel])
+                    captions: gr.File, live: gr.HTML) -> Any:
+        # The live player first: it silences what it still had scheduled and says that a lesson
+        # plays only once it is whole (the line under it said "playing while it is made").
+        return box.go.click(lambda: f"{LIVE_LESSON}{time.monotonic_ns()}", inputs=None, outputs=[live],
+                            queue=False).then(
+            fn, inputs=[box.file, box.per_paragraph] + inputs, outputs=[audio, panel, box.archive, captions],
+            concurrency_id="synthesis", show_progress_on=[panel])
 
     def cancel(request: gr.Request) -> tuple[Any, Any]:
         # An empty live player: what the page had scheduled stops at once, also after the job has
@@ -522,7 +538,8 @@ def build_ui(service: Service) -> "gr.Blocks":
                 lesson_c = lesson_controls("clone", service.max_lesson_chars)
                 go_c, stop_c, audio_c, panel_c, live_c, captions_c = outputs("clone")
                 generated.append(wire_lesson(lesson_c, clone_lesson, [prompt, prompt_text, saved_c, speed_c, lang_c,
-                                                                     consent], audio_c, panel_c, captions_c))
+                                                                     consent], audio_c, panel_c, captions_c,
+                                             live_c))
                 generated.append(wire(go_c, stop_c, clone,
                                       [prompt, prompt_text, text_clone, saved_c, speed_c, lang_c,
                                        consent, quality_c],
@@ -542,7 +559,7 @@ def build_ui(service: Service) -> "gr.Blocks":
                 lesson_i = lesson_controls("instruct", service.max_lesson_chars)
                 go_i, stop_i, audio_i, panel_i, live_i, captions_i = outputs("instruct")
                 generated.append(wire_lesson(lesson_i, instruct_lesson, [instruction, voice_i, speed_i, lang_i],
-                                             audio_i, panel_i, captions_i))
+                                             audio_i, panel_i, captions_i, live_i))
                 generated.append(wire(go_i, stop_i, instruct,
                                       [instruction, voice_i, text_instruct, speed_i, lang_i, quality_i],
                                       [audio_i, panel_i, captions_i, live_i]))
@@ -556,7 +573,7 @@ def build_ui(service: Service) -> "gr.Blocks":
                 lesson_p = lesson_controls("preset", service.max_lesson_chars)
                 go_p, stop_p, audio_p, panel_p, live_p, captions_p = outputs("preset")
                 generated.append(wire_lesson(lesson_p, preset_lesson, [voice_p, speed_p, lang_p], audio_p, panel_p,
-                                             captions_p))
+                                             captions_p, live_p))
                 generated.append(wire(go_p, stop_p, preset, [voice_p, text_preset, speed_p, lang_p, quality_p],
                                       [audio_p, panel_p, captions_p, live_p]))
 

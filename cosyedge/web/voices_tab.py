@@ -1,6 +1,8 @@
-"""The page's My voices tab: the saved voices, each playable, renamable, deletable (after asking),
-exportable as the .zip that ``python -m cosyedge library export`` writes, and importable with the
-same checks as ``library import`` (:meth:`Service.import_voice`).
+"""The page's My voices tab: the saved voices, each playable, renamable (its id stays), deletable
+(after asking), exportable as the .zip that ``python -m cosyedge library export`` writes (with its
+encodings), and importable with the same checks as ``library import`` (:meth:`Service.import_voice`):
+when a voice with its id is here already, the tab asks whether to import it as a copy. A line says
+how much room the library has left (its bounds, settings ``voice_library_max_voices`` / ``_mb``).
 
 Each voice's transcript is shown for editing: typed, or heard offline (with the recognizer's
 confidence) when it was saved without one; "Transcribe again" hears it anew in a queued job. An
@@ -26,7 +28,8 @@ from cosyedge.voices.consent import describe as describe_consent
 from cosyedge.errors import CosyedgeError
 from cosyedge.service.facade import Service
 from cosyedge.voices.transcripts import SOURCE_HEARD, ZERO_SHOT_CONFIDENCE, PromptTranscript
-from cosyedge.voices.library import VoiceInfo
+from cosyedge.voices.exchange import Imported
+from cosyedge.voices.library import LibraryUsage, VoiceInfo
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -69,6 +72,37 @@ def rows(voices: list[VoiceInfo]) -> list[list[str]]:
              voice.model_id or "-", time.strftime("%Y-%m-%d %H:%M", time.localtime(voice.created)),
              describe_consent(voice.consent)]
             for voice in voices]
+
+
+def room_line(usage: LibraryUsage) -> str:
+    """How full the library is and about how many more voices fit, in both languages."""
+    held = f"{usage.voices} voice{'s' if usage.voices != 1 else ''}, {usage.bytes / 1e6:.1f} MB"
+    held_zh = f"已有 {usage.voices} 个音色，{usage.bytes / 1e6:.1f} MB"
+    if usage.room is None:
+        return f"Saved: {held}; no bound set / {held_zh}；未设上限"
+    bounds = " and ".join(b for b in (f"{usage.max_voices} voices" if usage.max_voices else "",
+                                      f"{usage.max_bytes / 1e6:.0f} MB" if usage.max_bytes else "") if b)
+    bounds_zh = "、".join(b for b in (f"{usage.max_voices} 个" if usage.max_voices else "",
+                                     f"{usage.max_bytes / 1e6:.0f} MB" if usage.max_bytes else "") if b)
+    if usage.room == 0:
+        return (f"**The library is full**: {held} of at most {bounds}; delete a voice to save or import "
+                f"another (nothing is removed by itself) / **音色库已满**：{held_zh}，上限 {bounds_zh}；"
+                "删除一个音色后才能保存或导入新的（不会自动删除）")
+    return (f"Room for about {usage.room} more voice{'s' if usage.room != 1 else ''} ({held} of at most "
+            f"{bounds}) / 还能保存约 {usage.room} 个音色（{held_zh}，上限 {bounds_zh}）")
+
+
+def imported_line(done: Imported) -> str:
+    """What an import did, for the message line: the voice, and the encodings it brought."""
+    line = f"Imported / 已导入: {html.escape(done.info.name)} ({html.escape(done.info.id)})"
+    if done.reused:
+        models = ", ".join(html.escape(m) for m in done.reused)
+        line += (f"; its encoding for {models} reused: no encoding needed there / "
+                 f"已复用 {models} 的编码，无需重新编码")
+    if done.skipped:
+        line += "; encoded again at first use for " + ", ".join(
+            f"{html.escape(m)} ({html.escape(why)})" for m, why in done.skipped) + " / 首次使用时重新编码"
+    return line
 
 
 def choices(voices: list[VoiceInfo]) -> list[tuple[str, str]]:
@@ -121,11 +155,12 @@ def build(service: Service, explain: Explain) -> VoicesTab:
     def fail(message: str) -> "gr.Error":
         return gr.Error(html.escape(f"{CANNOT}: {message}", quote=False), duration=None)
 
-    def view(selected: str | None = None) -> tuple[dict, dict]:
+    def view(selected: str | None = None) -> tuple[dict, dict, str]:
         voices = service.saved_voices()
         ids = [voice.id for voice in voices]
         return (gr.update(value=rows(voices)),
-                gr.update(choices=choices(voices), value=selected if selected in ids else None))
+                gr.update(choices=choices(voices), value=selected if selected in ids else None),
+                room_line(service.library.usage()))
 
     def pick(voice_id: str | None) -> tuple[Any, Any, Any, str, str]:
         """The chosen voice's recording for the player, its name in the rename box and its
@@ -169,8 +204,9 @@ def build(service: Service, explain: Explain) -> VoicesTab:
             info = service.rename_voice(voice_id, new_name or "")
         except CosyedgeError as exc:
             raise explain(exc, CANNOT) from exc
-        table, dropdown = view(info.id)
-        return table, dropdown, f"Renamed / 已重命名: {html.escape(info.name)}"
+        table, dropdown, _ = view(info.id)
+        return table, dropdown, (f"Renamed / 已重命名: {html.escape(info.name)} (id {html.escape(info.id)} "
+                                 "stays / id 不变)")
 
     def ask_delete(voice_id: str | None) -> tuple[dict, str]:
         if not voice_id:
@@ -187,8 +223,9 @@ def build(service: Service, explain: Explain) -> VoicesTab:
             service.delete_voice(voice_id)
         except CosyedgeError as exc:
             raise explain(exc, CANNOT) from exc
-        table, dropdown = view()
-        return table, dropdown, gr.update(visible=False), None, f"Deleted / 已删除: {html.escape(voice_id)}"
+        table, dropdown, room = view()
+        return (table, dropdown, gr.update(visible=False), None, f"Deleted / 已删除: {html.escape(voice_id)}",
+                room)
 
     def export(voice_id: str | None) -> tuple[str, str]:
         if not voice_id:
@@ -200,7 +237,9 @@ def build(service: Service, explain: Explain) -> VoicesTab:
         path = exports.write(voice_id, data)
         return str(path), f"Exported / 已导出: {html.escape(path.name)} ({len(data) / 1024:.0f} KiB)"
 
-    def import_zip(path: str | None, name: str) -> tuple[dict, dict, str]:
+    def import_zip(path: str | None, name: str, rename: bool = False) -> tuple[Any, ...]:
+        """(table, dropdown, message, the "import as a copy?" row, its question, room line). A voice
+        whose id is here already is not refused outright: the row asks."""
         if not path:
             raise fail(NO_FILE)
         try:
@@ -209,15 +248,23 @@ def build(service: Service, explain: Explain) -> VoicesTab:
             raise fail(f"the uploaded file is no longer on the server ({exc.strerror}): choose it again"
                        " / 上传的文件已不在服务器上，请重新选择") from None
         try:
-            info = service.import_voice(data, name=(name or "").strip() or None)
+            done = service.import_voice(data, name=(name or "").strip() or None, rename=rename)
         except CosyedgeError as exc:
-            raise explain(exc, CANNOT) from exc
-        table, dropdown = view(info.id)
-        return table, dropdown, f"Imported / 已导入: {html.escape(info.name)}"
+            if exc.code != "voice_exists":
+                raise explain(exc, CANNOT) from exc
+            held, held_id = html.escape(str(exc.params["name"])), html.escape(str(exc.params["voice_id"]))
+            return (gr.skip(), gr.skip(), "", gr.update(visible=True),
+                    f"A voice with id **{held_id}** ({held}) is on this box already. Import this one as a "
+                    f"copy beside it (under the name typed above, or its own numbered)? / 本机已有 id 为 "
+                    f"{held_id} 的音色（{held}）。要把它作为副本导入吗（使用上面输入的名称，或原名加编号）？",
+                    gr.skip())
+        table, dropdown, room = view(done.info.id)
+        return table, dropdown, imported_line(done), gr.update(visible=False), "", room
 
     voices = service.saved_voices()
     with gr.Tab("My voices / 我的音色", id="voices") as tab:
         gr.Markdown(INTRO)
+        room = gr.Markdown(room_line(service.library.usage()), elem_id="voices-room")
         table = gr.Dataframe(headers=HEADERS, value=rows(voices), interactive=False, wrap=True,
                              elem_id="voices-table")
         choice = gr.Dropdown(choices(voices), value=None, label="Voice / 音色", elem_id="voices-choice")
@@ -247,17 +294,35 @@ def build(service: Service, explain: Explain) -> VoicesTab:
             import_name = gr.Textbox(label="Import as (optional) / 导入为（可选）", scale=2,
                                      elem_id="voices-import-name")
             import_btn = gr.Button("Import / 导入", scale=1, elem_id="voices-import")
+        with gr.Row(visible=False, elem_id="voices-import-confirm") as import_confirm:
+            import_question = gr.Markdown(elem_id="voices-import-question")
+            import_copy = gr.Button("Import as a copy / 作为副本导入", variant="primary",
+                                    elem_id="voices-import-copy")
+            import_cancel = gr.Button("Cancel / 取消", elem_id="voices-import-cancel")
         message = gr.Markdown(elem_id="voices-message")
 
-    tab.select(view, inputs=[choice], outputs=[table, choice], queue=False)
+    tab.select(view, inputs=[choice], outputs=[table, choice, room], queue=False)
     choice.change(pick, inputs=[choice], outputs=[recording, new_name, confirm, transcript_box, transcript_info])
-    save_transcript_btn.click(save_transcript, inputs=[choice, transcript_box], outputs=[transcript_info, message])
-    transcribe_btn.click(transcribe_again, inputs=[choice], outputs=[transcript_box, transcript_info, message])
+
+    def then_clear(button: Any) -> Any:
+        """``button``'s click, after the last action's message is cleared: a refused action must not
+        leave the line of an earlier one that succeeded ("Imported" beside an import's error)."""
+        return button.click(lambda: "", inputs=None, outputs=[message], queue=False)
+
+    then_clear(save_transcript_btn).then(save_transcript, inputs=[choice, transcript_box],
+                                         outputs=[transcript_info, message])
+    then_clear(transcribe_btn).then(transcribe_again, inputs=[choice],
+                                    outputs=[transcript_box, transcript_info, message])
     # Queued events (the default): only a queued event shows a gr.Error as a toast.
-    renamed = rename_btn.click(rename, inputs=[choice, new_name], outputs=[table, choice, message])
+    renamed = then_clear(rename_btn).then(rename, inputs=[choice, new_name], outputs=[table, choice, message])
     delete_btn.click(ask_delete, inputs=[choice], outputs=[confirm, question])
     no.click(lambda: gr.update(visible=False), inputs=None, outputs=[confirm], queue=False)
-    deleted = yes.click(delete, inputs=[choice], outputs=[table, choice, confirm, recording, message])
-    export_btn.click(export, inputs=[choice], outputs=[exported, message])
-    imported = import_btn.click(import_zip, inputs=[upload, import_name], outputs=[table, choice, message])
-    return VoicesTab(use=use, choice=choice, changed=[renamed, deleted, imported])
+    deleted = then_clear(yes).then(delete, inputs=[choice],
+                                   outputs=[table, choice, confirm, recording, message, room])
+    then_clear(export_btn).then(export, inputs=[choice], outputs=[exported, message])
+    import_outputs = [table, choice, message, import_confirm, import_question, room]
+    imported = then_clear(import_btn).then(import_zip, inputs=[upload, import_name], outputs=import_outputs)
+    copied = then_clear(import_copy).then(lambda path, name: import_zip(path, name, rename=True),
+                                          inputs=[upload, import_name], outputs=import_outputs)
+    import_cancel.click(lambda: gr.update(visible=False), inputs=None, outputs=[import_confirm], queue=False)
+    return VoicesTab(use=use, choice=choice, changed=[renamed, deleted, imported, copied])

@@ -11,6 +11,11 @@ governor and the one loaded model hold for Wyoming clients too.
   complete sentence is spoken as it arrives (its own start/chunks/stop), then ``synthesize-stopped``;
   the plain ``synthesize`` a client also sends inside such a stream is ignored.
 * A refusal (busy, text too long, unknown voice, ...) is an ``error`` event with the error's code.
+* A malformed or out-of-order event (:mod:`cosyedge.web.wyoming_events`) is an ``error`` event with
+  its code and one log line, never a traceback: the connection goes on when the framing is intact
+  (an unknown event, a field of the wrong type, a stream chunk or stop without its start) and is
+  closed after the error when it is broken (bad header, bad lengths, bad UTF-8, a cut-off event).
+* ``ping`` -> ``pong``.
 * A client that disconnects cancels its jobs, waiting or running.
 
 Wyoming has no authentication: the server binds 127.0.0.1 unless told otherwise, and when it listens
@@ -21,26 +26,29 @@ on the network it answers only the client addresses in its allow-list. It never 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
+from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from cosyedge import __version__
 from cosyedge.audio import to_pcm16
-from cosyedge.errors import CosyedgeError
+from cosyedge.errors import CosyedgeError, ProtocolError
 from cosyedge.service.jobs import Job
 from cosyedge.service.facade import Service
 from cosyedge.service.requests import TTSRequest
+from cosyedge.web.wyoming_events import BROKEN_FRAMING, read_client_event, text_field, voice_name
 
 logger = logging.getLogger(__name__)
 
@@ -138,48 +146,99 @@ class SpeechHandler(AsyncEventHandler):
         self._streamed: dict[str, Any] | None = None  # voice and text of a synthesize-start stream
 
     async def run(self) -> None:
+        """Read events until the client leaves, an event breaks the framing, or the server stops.
+
+        Replaces the base class's loop, whose reader ends the connection without a word on some
+        malformed events and lets others raise out of this task."""
         if not allowed(self.peer, self.networks):
             logger.warning("wyoming: refused client %s (not in the allow-list)", self.peer)
             self.writer.close()
             return
-        await super().run()
+        self._is_running = True
+        try:
+            while self._is_running:
+                try:
+                    event = await read_client_event(self.reader)
+                    if event is None:
+                        break
+                    await self.handle_event(event)
+                except ProtocolError as exc:
+                    await self._bad_event(exc)
+                    if exc.code in BROKEN_FRAMING:
+                        break
+        except (ConnectionError, OSError) as exc:  # the client went away while we answered
+            logger.info("wyoming: client %s: connection lost (%s)", self.peer, exc)
+        finally:
+            await self.disconnect()
+            self.writer.close()
 
     async def handle_event(self, event: Event) -> bool:
+        """Answer one well-framed event; a bad field or order raises :class:`ProtocolError`."""
         if Describe.is_type(event.type):
             info = await asyncio.to_thread(describe_info, self.service)
             await self.write_event(info.event())
+        elif Ping.is_type(event.type):
+            await self.write_event(Pong(text=text_field(event, required=False) or None).event())
         elif Synthesize.is_type(event.type):
+            text, voice = text_field(event), voice_name(event)
             if self._streamed is None:  # inside a stream it only repeats the streamed text
-                request = Synthesize.from_event(event)
-                self._chain(" ".join(request.text.split()), request.voice.name if request.voice else None)
+                self._chain(functools.partial(self._speak, " ".join(text.split()), voice))
         elif SynthesizeStart.is_type(event.type):
-            start = SynthesizeStart.from_event(event)
-            self._streamed = {"voice": start.voice.name if start.voice else None, "text": ""}
-        elif SynthesizeChunk.is_type(event.type) and self._streamed is not None:
-            self._streamed["text"] += SynthesizeChunk.from_event(event).text
+            voice = voice_name(event)
+            if self._streamed is not None:
+                raise ProtocolError("synthesize-start: a text stream is already open on this "
+                                    "connection; end it with synthesize-stop first",
+                                    code="stream_already_started")
+            self._streamed = {"voice": voice, "text": ""}
+        elif SynthesizeChunk.is_type(event.type):
+            text = text_field(event)
+            if self._streamed is None:
+                raise ProtocolError("synthesize-chunk without synthesize-start", code="stream_not_started",
+                                    event=event.type)
+            self._streamed["text"] += text
             sentences, self._streamed["text"] = split_sentences(self._streamed["text"])
             for sentence in sentences:
-                self._chain(sentence, self._streamed["voice"])
-        elif SynthesizeStop.is_type(event.type) and self._streamed is not None:
+                self._chain(functools.partial(self._speak, sentence, self._streamed["voice"]))
+        elif SynthesizeStop.is_type(event.type):
+            if self._streamed is None:
+                raise ProtocolError("synthesize-stop without synthesize-start", code="stream_not_started",
+                                    event=event.type)
             rest, voice = self._streamed["text"].strip(), self._streamed["voice"]
             self._streamed = None
             if rest:
-                self._chain(rest, voice)
-            self._chain(None, None)  # then synthesize-stopped
+                self._chain(functools.partial(self._speak, rest, voice))
+            self._chain(functools.partial(self.write_event, SynthesizeStopped().event()))
+        else:
+            raise ProtocolError(f"this TTS server does not take {event.type[:60]!r} events (it takes "
+                                "describe, ping, synthesize and synthesize-start/-chunk/-stop)",
+                                code="event_unknown", event=event.type[:60])
         return True
 
-    def _chain(self, text: str | None, voice: str | None) -> None:
-        """Queue speech (``text``) or the end of a text stream (None) after what is queued."""
+    async def _bad_event(self, exc: ProtocolError) -> None:
+        """One log line and an ``error`` event for a client's malformed or out-of-order event: after
+        the answers still being sent, unless the connection is about to close."""
+        closing = exc.code in BROKEN_FRAMING
+        logger.warning("wyoming: client %s sent a bad event (%s: %s)%s", self.peer, exc.code, exc.message,
+                       "; closing the connection" if closing else "")
+        error = Error(text=exc.message, code=exc.code).event()
+        if not closing and self._tail is not None and not self._tail.done():
+            self._chain(functools.partial(self.write_event, error))
+            return
+        try:
+            await self.write_event(error)
+        except (ConnectionError, OSError):
+            pass  # it is closing anyway
+
+    def _chain(self, answer: Callable[[], Awaitable[None]]) -> None:
+        """Send ``answer()`` (speech, the end of a text stream, an error) after what is queued, so a
+        client reads its answers in the order it asked."""
         previous = self._tail
 
         async def after() -> None:
             if previous is not None:
                 await asyncio.wait({previous})  # its outcome is its own; only its end matters here
             try:
-                if text is None:
-                    await self.write_event(SynthesizeStopped().event())
-                else:
-                    await self._speak(text, voice)
+                await answer()
             except (ConnectionError, OSError) as exc:  # the client went away mid-answer
                 logger.info("wyoming: client %s: connection lost (%s)", self.peer, exc)
 

@@ -56,7 +56,7 @@ def test_speak_refuses_what_the_service_refuses_in_the_same_words(tmp_path, engi
     with pytest.raises(CosyedgeError) as refused:
         make_service().submit(TTSRequest(**fields))
     assert main(speak(tmp_path, *flags, "-o", str(tmp_path / "x.wav"))) == 2
-    assert capsys.readouterr().err.strip() == f"error: {refused.value.message}"
+    assert capsys.readouterr().err.strip() == f"error: {refused.value.message} [{refused.value.code}]"
     assert engines == []  # refused before the model loads
 
 

@@ -18,13 +18,19 @@ def test_library_commands(tmp_path, capsys):
     assert main(["library", "list", *common]) == 0
     assert "ms-lee\tMs Lee\t5.0 s\tconsent given " in capsys.readouterr().out
     assert main(["library", "rename", "ms-lee", "Teacher Lee", *common]) == 0
+    assert "renamed 'ms-lee' to Teacher Lee (its id stays)" in capsys.readouterr().out
     zip_path = tmp_path / "lee.zip"
-    assert main(["library", "export", "teacher-lee", "-o", str(zip_path), *common]) == 0
-    assert main(["library", "delete", "teacher-lee", *common]) == 0
+    assert main(["library", "export", "ms-lee", "-o", str(zip_path), *common]) == 0
+    assert main(["library", "import", str(zip_path), *common]) == 2  # its id is here
+    assert "voice_exists" in capsys.readouterr().err
+    assert main(["library", "import", str(zip_path), "--rename", *common]) == 0
+    assert "imported voice 'teacher-lee-2' (Teacher Lee 2)" in capsys.readouterr().out
+    assert main(["library", "delete", "ms-lee", *common]) == 0
     assert main(["library", "import", str(zip_path), *common]) == 0
     capsys.readouterr()
     assert main(["library", "list", *common]) == 0
-    assert "teacher-lee\tTeacher Lee" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "ms-lee\tTeacher Lee\t" in listed and "teacher-lee-2\tTeacher Lee 2\t" in listed
 
 
 def test_library_errors_are_one_line_exit_2(tmp_path, capsys, monkeypatch):

@@ -39,6 +39,9 @@ def test_a_lesson_file_comes_back_as_one_wav_and_a_zip_of_paragraphs(browser, ma
         page.locator("#preset-lesson-file").get_by_text("rivers.md").first.wait_for(timeout=30_000)
         page.locator("#preset-lesson-zip-wanted input[type=checkbox]").check()
         page.locator("#preset-lesson-generate").click()
+        # a lesson is not streamed: the live line says it plays at the end, not "playing while it is made"
+        page.locator("#preset-live").get_by_text("A lesson plays once it is all made").wait_for(timeout=15_000)
+        assert "边合成边播放" not in page.locator("#preset-live").inner_text()
         page.locator("#preset-output audio[src]").first.wait_for(state="attached", timeout=60_000)
         href = page.locator("#preset-output a[download]").first.get_attribute("href", timeout=10_000)
         audio, rate = sf.read(io.BytesIO(fetch(page, href)), dtype="float32")
@@ -47,6 +50,8 @@ def test_a_lesson_file_comes_back_as_one_wav_and_a_zip_of_paragraphs(browser, ma
         assert "4 paragraph(s)" in panel.inner_text()
         zip_link = page.locator("#preset-lesson-zip a[href]").first
         zip_link.wait_for(timeout=10_000)
+        assert zip_link.get_attribute("download") == "rivers-paragraphs.zip"  # not the job's hash
+        assert "rivers-paragraphs" in page.locator("#preset-lesson-zip").inner_text()
         with zipfile.ZipFile(io.BytesIO(fetch(page, zip_link.get_attribute("href")))) as archive:
             names = archive.namelist()
             first = sf.read(io.BytesIO(archive.read(names[0])))[0]

@@ -181,6 +181,8 @@ def test_save_rename_play_export_use_and_delete_a_voice(browser, make_service, l
 
 
 def test_a_voice_zip_with_a_path_outside_its_folder_is_refused(browser, make_service, live_server, tmp_path):
+    from playwright.sync_api import expect
+
     service = make_service()
     server = live_server(service, with_ui=True)
     buf = io.BytesIO()
@@ -197,9 +199,20 @@ def test_a_voice_zip_with_a_path_outside_its_folder_is_refused(browser, make_ser
     context, page, _ = open_page(browser, server.url)
     try:
         page.get_by_role("tab", name=STUDIO_TABS["voices"]).click()
+        good = tmp_path / "lee.voice.zip"  # first a voice that comes in, so the message line says so
+        good.write_bytes(service.export_voice(service.save_voice("Ms Lee", wav.getvalue(), "hello",
+                                                                 consent=True).id))
+        service.delete_voice("ms-lee")
+        page.locator("#voices-import-file input[type=file]").set_input_files(str(good))
+        page.locator("#voices-import").click()
+        expect(page.locator("#voices-message")).to_contain_text("Imported / 已导入: Ms Lee", timeout=15_000)
+        service.delete_voice("ms-lee")
+        page.locator("#voices-import-file button[aria-label='Clear']").first.click()  # the box shows the last file
         page.locator("#voices-import-file input[type=file]").set_input_files(str(evil))
         page.locator("#voices-import").click()
         page.locator(".toast-body", has_text="not a voice file").wait_for(timeout=15_000)
+        # the refusal does not stand beside the earlier "Imported" line
+        expect(page.locator("#voices-message")).not_to_contain_text("Imported", timeout=5_000)
         assert "../voice.wav" in " ".join(toast_texts(page))
         assert service.saved_voices() == []
         assert sorted(p.name for p in (tmp_path / "inner").iterdir()) == ["evil.voice.zip"]

@@ -124,7 +124,7 @@ def test_the_live_players_stream_needs_the_credentials_too(make_service, live_se
     try:
         job = client.submit("female_1", "Hello.", 1.0, "auto", None, api_name="/preset")
         job.result()
-        live = job.outputs()[0][2]   # the first update: the live player's stream URL
+        live = job.outputs()[0][-1]   # the first update: the live player's stream URL (the last output)
     finally:
         client.close()
     assert live.startswith("/jobs/") and "token=" in live
@@ -150,7 +150,7 @@ def test_lan_exposure_needs_credentials_on_ui_and_rest(make_service, live_server
     client = Client(server.url, headers={"Authorization": token}, verbose=False,
                     download_files=str(web_settings.root / "dl"), analytics_enabled=False)
     try:
-        path, panel, _live = client.predict("female_1", "Hello.", 1.0, "auto", None, api_name="/preset")
+        path, panel, _captions, _live = client.predict("female_1", "Hello.", 1.0, "auto", None, api_name="/preset")
     finally:
         client.close()
     assert Path(path).read_bytes()[:4] == b"RIFF" and "female_1" in panel
@@ -238,7 +238,7 @@ def test_no_file_outside_the_intended_routes_is_served(ui_server):
     client = Client(ui_server.url, verbose=False, download_files=str(settings.root / "dl"),
                     analytics_enabled=False)
     try:
-        path, _, _ = client.predict("female_1", "Hello.", 1.0, "auto", None, api_name="/preset")
+        path, _, _, _ = client.predict("female_1", "Hello.", 1.0, "auto", None, api_name="/preset")
     finally:
         client.close()
     assert Path(path).read_bytes()[:4] == b"RIFF"
@@ -272,7 +272,7 @@ try:
     out["speech"] = r.status_code
     from gradio_client import Client
     client = Client(url, verbose=False, download_files=sys.argv[2] + "/dl", analytics_enabled=False)
-    path, panel, _live = client.predict("female_1", "From the page.", 1.0, "auto", None, api_name="/preset")
+    path, panel, _captions, _live = client.predict("female_1", "From the page.", 1.0, "auto", None, api_name="/preset")
     client.close()
     out["gradio_wav"] = open(path, "rb").read(4).decode("latin-1")
     out["health"] = httpx.get(url + "/health").json()

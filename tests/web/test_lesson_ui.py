@@ -86,3 +86,24 @@ def test_a_20_mb_text_file_is_refused_with_its_size_and_the_limit(make_service, 
     message = caught.value.message
     assert "the lesson file is 21.0 MB; a lesson may have at most 60000 characters" in message
     assert "课文文件有 20.97 MB" in message and service.active_jobs() == []
+
+
+def test_a_lessons_zip_is_offered_under_the_lessons_name(tmp_path):
+    """outputs/ keeps job-id names; the download is named after the lesson file (a hard link in
+    a folder of its own in the upload cache), never after the job's hash."""
+    import os
+
+    from cosyedge.web.lesson_ui import download_name, named_download
+
+    assert download_name("/tmp/gradio/ab12/rivers.md", "-paragraphs.zip") == "rivers-paragraphs.zip"
+    assert download_name("第三课 河流.txt", ".zip") == "第三课-河流.zip"
+    assert download_name("../../!!!.txt", ".zip") == "lesson.zip"
+    archive = tmp_path / "outputs" / "3f2a9c0d11e24b7a.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    cache = tmp_path / "gradio"
+    cache.mkdir()
+    offered = named_download(archive, "rivers-paragraphs.zip", cache)
+    assert os.path.basename(offered) == "rivers-paragraphs.zip"
+    assert os.path.dirname(os.path.dirname(offered)) == str(cache)
+    assert os.path.samefile(offered, archive)  # a link: no second copy on the disk

@@ -595,14 +595,16 @@ def test_ignored_fields_are_named_in_the_page_words(make_service, tmp_path):
 
     assert ignored(TTSRequest(text="Hi.", voice_id=saved.id, consent=True, prompt_audio=prompt,
                               speaker="male_1", prompt_text="hello")).endswith(
-        "the prompt audio ignored: the saved voice 'ms-lee' was used instead; the voice 'male_1' ignored: "
-        "the voice comes from the saved voice 'ms-lee'; the prompt transcript ignored: the saved voice "
-        "keeps its own transcript")
+        "the prompt audio ignored: the saved voice 'ms-lee' was used instead / 已忽略参考音频：使用了已保存的"
+        "音色“ms-lee”; the voice 'male_1' ignored: the voice comes from the saved voice 'ms-lee' / 已忽略音色"
+        "“male_1”：音色来自已保存的音色“ms-lee”; the prompt transcript ignored: the saved voice keeps its own "
+        "transcript / 已忽略参考音频文本：已保存的音色使用自己的文本")
     assert ignored(TTSRequest(text="Hi.", consent=True, prompt_audio=prompt, speaker="male_1",
                               prompt_text="hello")).endswith(
-        "the voice 'male_1' ignored: the voice comes from the prompt audio; the prompt transcript ignored: "
-        "the fake engine cannot clone; it chooses the closest built-in voice from the sound of the prompt "
-        "audio alone")
+        "the voice 'male_1' ignored: the voice comes from the prompt audio / 已忽略音色“male_1”：音色来自参考"
+        "音频; the prompt transcript ignored: the fake engine cannot clone; it chooses the closest built-in "
+        "voice from the sound of the prompt audio alone / 已忽略参考音频文本：fake 引擎不能克隆，只凭参考音频的"
+        "声音选择音色")
 
 
 def test_the_language_dropdowns_offer_the_loaded_engines_languages(make_service, fake_factory):

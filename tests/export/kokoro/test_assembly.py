@@ -121,7 +121,9 @@ def test_setup_derives_the_runtime_graph_with_its_hash(assembled):
     graph = manifest["runtime_graph"]
     assert graph["file"] == assembly.RUNTIME_NAME and graph["derived_from"] == model_files.ONNX_NAME
     assert graph["passes"] == list(assembly.RUNTIME_PASSES) and graph["version"] == assembly.RUNTIME_VERSION
-    assert graph["rewritten_nodes"] == {"conv_as_matmul": 87, "square": 50, "float_tail": 68, "instance_norm": 52}
+    assert graph["rewritten_nodes"] == {"conv_as_matmul": 87, "square": 50, "float_tail": 68, "instance_norm": 52,
+                                        "durations_output": 1}
+    assert graph["outputs"] == ["audio", model_files.DURATIONS_OUTPUT]  # word captions read the durations
     assert manifest["files"][model_files.ONNX_NAME]["sha256"] == assembly.ONNX_SHA256  # source kept
     assert manifest["files"][assembly.RUNTIME_NAME]["sha256"] == sha256_file(assembled / assembly.RUNTIME_NAME)
     verify_files(assembled, manifest, "hint")

@@ -242,3 +242,31 @@ def test_runtime_graph_keeps_the_durations_and_stays_within_the_tolerance(assemb
     shipped = make_session(assembled / model_files.ONNX_NAME, 2, "all").run(None, feeds)[0]
     assert fast.shape == shipped.shape and fast.size > 24_000
     assert checks.spectral_distance_db(shipped, fast) < checks.SPECTRAL_TOLERANCE_DB
+
+
+def test_expose_durations_adds_the_length_regulators_durations_as_an_output_once():
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Round", ["x"], ["r"]), helper.make_node("Clip", ["r", "lo"], ["c"]),
+             helper.make_node("Cast", ["c"], ["d"], to=TensorProto.INT64),
+             helper.make_node("Cast", ["x"], ["other"], to=TensorProto.INT64)]  # no Round before it: not it
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None]),
+                                           helper.make_tensor_value_info("lo", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("other", TensorProto.INT64, [1, None])])
+    assert optimize.expose_durations(graph) == 1
+    assert [o.name for o in graph.output] == ["other", model_files.DURATIONS_OUTPUT]
+    assert graph.node[-1].input == ["d"]
+    assert optimize.expose_durations(graph) == 0  # already there
+    bare = helper.make_graph(nodes[3:], "g", graph.input, [graph.output[0]])
+    assert optimize.expose_durations(bare) == 0
+
+
+@pytest.mark.slow
+def test_the_runtime_graphs_durations_cover_the_shipped_graphs_audio_exactly(assembled):
+    feeds = _zh_feeds(assembled)
+    graph = read_manifest(assembled, "hint")["runtime_graph"]
+    session = make_session(assembled / graph["file"], 2, graph["graph_optimization"])
+    audio, durations = session.run(["audio", model_files.DURATIONS_OUTPUT], feeds)
+    shipped = make_session(assembled / model_files.ONNX_NAME, 2, "all").run(None, feeds)[0]
+    assert durations.shape == feeds["tokens"].shape and durations.min() >= 1
+    assert int(durations.sum()) * model_files.SAMPLES_PER_FRAME == audio.size == shipped.size
