@@ -282,3 +282,14 @@ def test_a_client_outside_the_allow_list_gets_nothing(make_service):
 
     writer, reader = asyncio.run(connect())
     assert writer.closed and not reader.at_eof()
+
+
+def test_wyoming_requests_take_the_servers_quality(wyoming, make_service, web_settings, fake_factory):
+    """Wyoming has no field for it: a synthesize runs in the server's default mode (COSYEDGE_QUALITY)."""
+    from cosyedge.service.requests import QUALITY_NAMES
+
+    fake_factory.engine_kwargs["quality_modes"] = QUALITY_NAMES
+    service = make_service(dataclasses.replace(web_settings, quality="live"))
+    server, _ = wyoming(service)
+    assert isinstance(asyncio.run(speak(server, "Hello there."))[-1], AudioStop)
+    assert service.holder._engine.calls[-1][2].quality == "live"
