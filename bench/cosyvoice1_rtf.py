@@ -15,8 +15,19 @@ Stages, each its own process (peak RSS per stage; ``all`` runs them in order, si
 * ``upstream``: torch at ``--threads`` threads: zero-shot input (10 prompt-text + 20 text tokens, speaker
   embedding, 150 prompt speech tokens = 3 s, 258 prompt mel frames), the LLM forced through the same
   250 tokens (5 s of audio) then end-of-speech, flow, HiFT; seconds per stage.
-* ``ours``: a process without torch, loading the parts as the engine does (LLM at threads // 2, flow and
-  HiFT at ``threads``): the same input and forced tokens; seconds per stage, peak RSS.
+* ``ours``: a process without torch, loading the parts as the engine does (all ``threads`` for each, or
+  ``--llm-threads`` for the LLM): the same input and forced tokens; seconds per stage, peak RSS.
+  ``--model`` picks the converted directory under ``WORK/models`` (default ``cv1-int8``), so two
+  conversions (say, before and after a change) can be run side by side.
+* ``compare``: ``--models`` (``NAME[:LLM_THREADS]``, comma-separated) in one process, one sentence each in
+  turn per round (``--rounds``, after a warm-up), so a busy box loads them alike; medians per model.
+* ``ours-stream``: the same sentence streamed as the engine streams v1 (hops of 100 + 20 overlap tokens
+  rendered while the LLM decodes): seconds to the first hop's audio, total, RTF, peak RSS.
+* ``llm-profile``: the LLM step graph of ``--model`` under onnxruntime's profiler at ``--threads``: the
+  same prefill, then the forced tokens one step at a time; per step, the wall time of the run and each
+  op type's kernel time, averaged over the first ``PROFILE_WINDOW`` steps (total length ~184-243, where
+  docs/benchmarks.md's step figures were taken) and over the last ones (~374-433): over the quietest
+  quarter of those steps (the step's own cost on a shared box) and over all of them.
 * ``floor``: the compute floor at upstream semantics (10 Euler steps, CFG batch 2, the whole sequence
   attended) from the MAC counts of each stage and the probe's rates, every other op free.
 
@@ -27,6 +38,7 @@ and update the 'CosyVoice-300M' table of docs/benchmarks.md from it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +54,7 @@ if str(ROOT) not in sys.path:
 from bench.common import cpu_model, emit, loadavg, peak_rss_mb  # noqa: E402
 
 N_PROMPT_TEXT, N_TEXT, N_PROMPT_SPEECH, N_TOKENS = 10, 20, 150, 250
+PROFILE_WINDOW = 60
 EOS = 4096
 MODEL_DIR = "CosyVoice-300M-SFT"
 
@@ -246,42 +259,172 @@ def upstream(work: Path, threads: int) -> None:
               "peak_rss_mb": round(peak_rss_mb())})
 
 
-def ours(work: Path, threads: int) -> None:
-    from cosyedge.engines.cosyvoice.v1.llm import SpeechLMv1
+def _open(work: Path, model_name: str, threads: int, llm_threads: int):
+    """The LLM and token2wav of ``WORK/models/<model_name>``, opened as the engine opens them."""
     from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.v1.llm import SpeechLMv1
     from cosyedge.engines.cosyvoice.v1.token2wav import Token2WavV1
 
-    assert "torch" not in sys.modules
-    inp = inputs()
-    started = time.perf_counter()
-    model = ModelDir.load(work / "models" / "cv1-int8")
-    lm = SpeechLMv1.load(model, threads=max(1, threads // 2))
-    t2w = Token2WavV1.load(model, threads=threads)
-    load_s = time.perf_counter() - started
+    model = ModelDir.load(work / "models" / model_name)
+    return SpeechLMv1.load(model, threads=llm_threads), Token2WavV1.load(model, threads=threads)
+
+
+def _synthesize(lm, t2w, inp: dict, rng) -> dict:
+    """One sentence (the forced tokens) through LLM, flow and HiFT; seconds per stage and the RTF."""
     forced = inp["forced"]
 
     def choose(logp, decoded, ignore_eos):
         return forced[len(decoded)] if len(decoded) < len(forced) else EOS
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    tokens = lm.generate(inp["text"], choose, inp["prompt_text"], inp["prompt_speech"], inp["embedding"])
+    t1, cpu1 = time.perf_counter(), time.process_time()
+    mel = t2w.flow(tokens, inp["prompt_speech"], inp["prompt_mel"], inp["embedding"], rng=rng)
+    t2 = time.perf_counter()
+    wav = t2w.vocoder(mel, rng=rng)
+    t3 = time.perf_counter()
+    # CPU seconds of the LLM stage: at 1 thread its own compute, whatever else the box runs (not
+    # comparable at 2 threads, where a waiting pool thread may spin)
+    return {"tokens": len(tokens), "audio_s": round(wav.size / 22050, 3), "llm_s": round(t1 - t0, 2),
+            "llm_cpu_s": round(cpu1 - cpu0, 2),
+            "flow_s": round(t2 - t1, 2), "hift_s": round(t3 - t2, 2), "rtf": round((t3 - t0) / (wav.size / 22050), 3)}
+
+
+def ours(work: Path, threads: int, model_name: str = "cv1-int8", llm_threads: int | None = None) -> None:
+    assert "torch" not in sys.modules
+    inp = inputs()
+    llm_threads = llm_threads or threads
+    started = time.perf_counter()
+    lm, t2w = _open(work, model_name, threads, llm_threads)
+    load_s = time.perf_counter() - started
     rng = np.random.default_rng(0)
     for rnd in range(2):
-        t0 = time.perf_counter()
-        tokens = lm.generate(inp["text"], choose, inp["prompt_text"], inp["prompt_speech"], inp["embedding"])
-        t1 = time.perf_counter()
-        mel = t2w.flow(tokens, inp["prompt_speech"], inp["prompt_mel"], inp["embedding"], rng=rng)
-        t2 = time.perf_counter()
-        wav = t2w.vocoder(mel, rng=rng)
-        t3 = time.perf_counter()
-        emit({"stage": "ours", "round": rnd, "threads": threads, "llm_threads": max(1, threads // 2),
-              "tokens": len(tokens), "audio_s": round(wav.size / 22050, 3), "load_s": round(load_s, 2),
-              "llm_s": round(t1 - t0, 2), "flow_s": round(t2 - t1, 2), "hift_s": round(t3 - t2, 2),
-              "rtf": round((t3 - t0) / (wav.size / 22050), 3), "peak_rss_mb": round(peak_rss_mb())})
+        emit({"stage": "ours", "model": model_name, "step_format": lm.step_format, "round": rnd, "threads": threads,
+              "llm_threads": llm_threads, "load_s": round(load_s, 2), **_synthesize(lm, t2w, inp, rng),
+              "peak_rss_mb": round(peak_rss_mb())})
+
+
+def _stream_once(lm, t2w, inp: dict, rng) -> dict:
+    """One sentence streamed as the engine streams it (hops while the LLM decodes): seconds to the
+    first hop's audio, hop count, total seconds and the RTF."""
+    from cosyedge.engines.cosyvoice.common.hops import stream_hops
+
+    forced = inp["forced"]
+
+    def choose(logp, decoded, ignore_eos):
+        return forced[len(decoded)] if len(decoded) < len(forced) else EOS
+
+    def decode(stop):
+        return lm.iter_tokens(inp["text"], choose, inp["prompt_text"], inp["prompt_speech"], inp["embedding"],
+                              cancelled=stop)
+    renderer = t2w.stream(np.asarray(inp["prompt_speech"]), inp["prompt_mel"], inp["embedding"], rng=rng)
+    started, first, samples, hops = time.perf_counter(), None, 0, 0
+    for audio, _ in stream_hops(decode, renderer):
+        first = first if first is not None else time.perf_counter() - started
+        samples, hops = samples + audio.size, hops + 1
+    total = time.perf_counter() - started
+    return {"first_audio_s": round(first, 2), "hops": hops, "total_s": round(total, 2),
+            "audio_s": round(samples / 22050, 3), "rtf": round(total / (samples / 22050), 3)}
+
+
+def ours_stream(work: Path, threads: int, model_name: str, llm_threads: int | None, rounds: int) -> None:
+    """The streamed sentence (``_stream_once``) ``rounds`` times after a warm-up; peak RSS."""
+    assert "torch" not in sys.modules
+    inp = inputs()
+    llm_threads = llm_threads or threads
+    lm, t2w = _open(work, model_name, threads, llm_threads)
+    for rnd in range(rounds + 1):
+        emit({"stage": "ours-stream", "model": model_name, "round": rnd, "threads": threads,
+              "llm_threads": llm_threads, **_stream_once(lm, t2w, inp, np.random.default_rng(rnd)),
+              "peak_rss_mb": round(peak_rss_mb()), "loadavg": loadavg()})
+
+
+def compare(work: Path, threads: int, models: list[str], rounds: int) -> None:
+    """``models`` (``NAME`` or ``NAME:LLM_THREADS``) in one process, one sentence each in turn per round,
+    so that all see the same load; per round and the medians (peak RSS: run ``ours`` per model)."""
+    assert "torch" not in sys.modules
+    inp = inputs()
+    opened = {}
+    for spec in models:
+        name, _, llm = spec.partition(":")
+        opened[spec] = _open(work, name, threads, int(llm or threads))
+    results: dict[str, list[dict]] = {spec: [] for spec in opened}
+    for rnd in range(rounds + 1):  # round 0 warms the sessions up and is not counted
+        for spec, (lm, t2w) in opened.items():
+            record = _synthesize(lm, t2w, inp, np.random.default_rng(rnd))
+            if rnd:
+                results[spec].append(record)
+            emit({"stage": "compare", "model": spec, "round": rnd, **record,
+                  "loadavg": loadavg()})
+    for spec, records in results.items():
+        emit({"stage": "compare-median", "model": spec, "rounds": rounds,
+              **{k: round(float(np.median([r[k] for r in records])), 3)
+                 for k in ("llm_s", "llm_cpu_s", "flow_s", "hift_s", "rtf")},
+              "rtf_range": [min(r["rtf"] for r in records), max(r["rtf"] for r in records)]})
+
+
+def llm_profile(work: Path, threads: int, model_name: str = "cv1-int8") -> None:
+    """Per decode step: the run's wall time and each op type's kernel time (onnxruntime's profiler)."""
+    import bisect
+    import collections
+
+    import onnxruntime as ort
+
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.v1.llm import SpeechLMv1
+
+    inp = inputs()
+    model = ModelDir.load(work / "models" / model_name)
+    lm = SpeechLMv1.load(model, threads=threads)
+    opts = ort.SessionOptions()  # the engine's options (common.llm.make_session) + the profiler
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(work / f"profile-{model_name}")
+    lm.step_session = ort.InferenceSession(str(model.file(model.config("llm")["files"]["step"])), opts,
+                                           providers=["CPUExecutionProvider"])
+    prompt = lm.build_prompt(inp["text"], inp["prompt_text"], inp["prompt_speech"], inp["embedding"])
+    step = lm.steps(len(prompt) + N_TOKENS)
+    step(prompt)
+    for token in inp["forced"]:
+        step(lm.embed_speech([token]))
+    del step
+    events = json.loads(Path(lm.step_session.end_profiling()).read_text())
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")
+    per_run = [collections.Counter() for _ in runs]
+    starts = [start for start, _ in runs]
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_run[bisect.bisect_right(starts, e["ts"]) - 1][e["args"]["op_name"]] += e["dur"]
+    for label, window in (("first", slice(1, 1 + PROFILE_WINDOW)), ("last", slice(-PROFILE_WINDOW, None))):
+        chosen = list(range(len(runs)))[window]
+        # On a shared box other jobs stretch some steps: the quietest quarter (by wall time) is the
+        # step's own cost; the mean over all is given beside it.
+        quiet = sorted(chosen, key=lambda i: runs[i][1] - runs[i][0])[:max(1, len(chosen) // 4)]
+        record = {"stage": "llm-profile", "model": model_name, "step_format": lm.step_format, "threads": threads,
+                  "window": label, "total_length": [len(prompt) + chosen[0], len(prompt) + chosen[-1]]}
+        for name, steps in (("quietest_quarter", quiet), ("all", chosen)):
+            wall = sum(runs[i][1] - runs[i][0] for i in steps) / len(steps) / 1000
+            ops = collections.Counter()
+            for i in steps:
+                ops.update(per_run[i])
+            ops_ms = {op: round(us / len(steps) / 1000, 3) for op, us in ops.most_common()}
+            nbits = ops_ms.get("MatMulNBits", 0.0)
+            record[name] = {"step_ms": round(wall, 2), "matmulnbits_ms": nbits,
+                            "all_but_matmulnbits_share": round(1 - nbits / wall, 3), "kernel_ms_by_op": ops_ms}
+        emit(record)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("all", "prepare", "convert", "probe", "upstream", "ours"))
+    parser.add_argument("stage", choices=("all", "prepare", "convert", "probe", "upstream", "ours", "llm-profile",
+                                          "compare", "ours-stream"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/cv1bench"))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", default="cv1-int8", help="ours, llm-profile: the directory under WORK/models")
+    parser.add_argument("--llm-threads", type=int, default=None,
+                        help="ours: the LLM's threads (default: --threads, as the engine sets them)")
+    parser.add_argument("--models", default="cv1-int8", help="compare: NAME[:LLM_THREADS],... under WORK/models")
+    parser.add_argument("--rounds", type=int, default=6, help="compare: rounds counted (after one warm-up)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "all":
@@ -299,7 +442,11 @@ def main() -> int:
         emit({"stage": "probe", "threads": args.threads, "gmac_per_s": rates, "floor": floor(rates)})
         return 0
     {"prepare": lambda: prepare(args.work), "convert": lambda: convert(args.work),
-     "upstream": lambda: upstream(args.work, args.threads), "ours": lambda: ours(args.work, args.threads)}[args.stage]()
+     "upstream": lambda: upstream(args.work, args.threads),
+     "ours": lambda: ours(args.work, args.threads, args.model, args.llm_threads),
+     "llm-profile": lambda: llm_profile(args.work, args.threads, args.model),
+     "compare": lambda: compare(args.work, args.threads, args.models.split(","), args.rounds),
+     "ours-stream": lambda: ours_stream(args.work, args.threads, args.model, args.llm_threads, args.rounds)}[args.stage]()
     return 0
 
 
