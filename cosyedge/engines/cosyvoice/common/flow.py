@@ -324,7 +324,8 @@ class FlowStream:
         self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
         self._kv_down = GrowingRows((layout.down_layers, 2, 1, d))
         self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=128)
-        self._kv = [layout.step_cache((self.n_prompt + layout.chunk_tokens) * self.ratio) for _ in range(n_timesteps)]
+        # Room for the prompt's frames (at least a chunk's); reserve() makes the sentence's.
+        self._kv = [layout.step_cache(max(self.n_prompt * self.ratio, layout.chunk_frames)) for _ in range(n_timesteps)]
         self._conv = [np.zeros((layout.conv_layers, 2, layout.conv_tail, layout.conv_channels), dtype=np.float32)
                       for _ in range(n_timesteps)]
         self._finished = False
