@@ -29,7 +29,9 @@ Stages (each a process of its own; ``prepare`` and ``upstream`` need the PyTorch
   same lengths, ``stream=True`` and ``False``, ``torch.set_num_threads(threads)``.
 
 ``estimator`` (no torch) times one streamed estimator call against 0-600 cached frames: what the
-key/value cache costs per call as a sentence grows.
+key/value cache costs per call as a sentence grows. ``render`` (no torch, no LLM) gives the CPU seconds
+of the bench sentence's token2wav streamed (one token at a time, cached voice) and not streamed, side
+by side in one process.
 
 Each stage prints JSON lines and, with ``--json``, writes its record.
 """
@@ -416,9 +418,54 @@ def stage_estimator(work: Path, threads: int, pasts: list[int], reps: int = 3) -
     return out
 
 
+def stage_render(work: Path, threads: int, steps_list: list[int], prompt_tokens: int = 80,
+                 tokens: int = 260) -> dict:
+    """token2wav alone, streamed against not streamed, in one process (no torch, no LLM): the CPU
+    seconds each takes for the bench sentence's tokens after a cached voice (the voice's prompt state
+    is made by a short sentence first, as the API bench's warm-up does); the stream is fed one token
+    at a time, as the engine does. CPU seconds are the process's (both threads), so the ratio holds
+    on a loaded machine better than wall time."""
+    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+
+    t2w = Token2Wav.load(work / "models" / MODEL_ID, threads=threads)
+    rng = np.random.default_rng(0)
+    ptok, target = rng.integers(0, SPEECH_TOKENS, prompt_tokens), rng.integers(0, SPEECH_TOKENS, tokens)
+    pmel, emb = (rng.standard_normal((2 * prompt_tokens, 80)) - 4).astype(np.float32), rng.standard_normal(192)
+    emb = emb.astype(np.float32)
+    out: dict = {"stage": "render", "machine": machine(), "threads": threads, "prompt_tokens": prompt_tokens,
+                 "tokens": tokens, "kv_layout": t2w.flow.stream_layout.kv_layout, "runs": []}
+    for steps in steps_list:
+        warm = t2w.stream(ptok, pmel, emb, n_timesteps=steps, rng=np.random.default_rng(1))
+        warm.push(target[:30])
+        warm.finish()
+        t2w(target[:30], ptok, pmel, emb, n_timesteps=steps, rng=np.random.default_rng(1))
+        run: dict = {"steps": steps}
+        c0, w0 = time.process_time(), time.perf_counter()
+        stream = t2w.stream(ptok, pmel, emb, n_timesteps=steps, rng=np.random.default_rng(2),
+                            expected_tokens=tokens)
+        stream.push(np.zeros(0, dtype=np.int64))
+        peak = 0
+        for i, token in enumerate(target):
+            if stream.push([token]) and "first_hop_cpu_s" not in run:
+                run.update(first_hop_cpu_s=round(time.process_time() - c0, 2),
+                           first_hop_tokens=i + 1)
+            peak = max(peak, stream.flow.cache_bytes)
+        stream.finish()
+        run.update(streamed_cpu_s=round(time.process_time() - c0, 2), streamed_wall_s=round(time.perf_counter() - w0, 2),
+                   cache_mb=peak // 2 ** 20, prompt_cached=stream.flow.prompt_cached)
+        c0, w0 = time.process_time(), time.perf_counter()
+        t2w(target, ptok, pmel, emb, n_timesteps=steps, rng=np.random.default_rng(2))
+        run.update(whole_cpu_s=round(time.process_time() - c0, 2), whole_wall_s=round(time.perf_counter() - w0, 2))
+        run["cpu_ratio"] = round(run["streamed_cpu_s"] / run["whole_cpu_s"], 3)
+        run["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
+        emit(run)
+        out["runs"].append(run)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("prepare", "api", "upstream", "estimator"))
+    parser.add_argument("stage", choices=("prepare", "api", "upstream", "estimator", "render"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size", choices=("full", "tiny"), default="full")
@@ -439,6 +486,8 @@ def main() -> int:
         settings = ([{"quality": q} for q in args.quality.split(",") if q] or
                     [{"flow_steps": int(s)} for s in args.steps.split(",") if s])
         result = stage_api(args.work, args.threads, settings, args.rounds, LONG_TEXT if args.text == "long" else TEXT)
+    elif args.stage == "render":
+        result = stage_render(args.work, args.threads, [int(s) for s in args.steps.split(",") if s])
     elif args.stage == "estimator":
         result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600], reps=args.reps)
     else:

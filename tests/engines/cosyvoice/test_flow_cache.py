@@ -47,12 +47,15 @@ def test_the_first_call_gets_no_past_and_a_partial_last_chunk_is_not_kept():
     assert cache.length == FRAMES
 
 
-def test_room_reserved_once_is_not_grown_again_and_growth_keeps_the_chunks():
+def test_room_reserved_is_made_once_when_needed_and_growth_keeps_the_chunks():
     cache = _cache()
     cache.reserve(6 * FRAMES)
     cache.append(_share(0))
+    assert cache.capacity == 1  # made when the room is needed, not at once
+    cache.append(_share(1))
     room, data = cache.nbytes, cache.feeds()["key_0"]
-    for chunk in range(1, 6):
+    assert cache.capacity == 6
+    for chunk in range(2, 6):
         cache.append(_share(chunk))
     assert cache.nbytes == room and np.shares_memory(cache.feeds()["key_0"], data)
     cache.append(_share(6))  # past the reservation: grows, keeping every chunk

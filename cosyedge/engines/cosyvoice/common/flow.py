@@ -361,8 +361,9 @@ class FlowStream:
         self._up_tail = np.zeros((1, layout.conv_tail, d), dtype=np.float32)
         self._kv_down = GrowingRows((layout.down_layers, 2, 1, d))
         self._kv_up = GrowingRows((layout.up_layers, 2, 1, d), capacity=128)
-        self._kv = [layout.step_cache((self.n_prompt + layout.chunk_tokens) * self.ratio, batch=self._rows(step),
-                                      ring=left_chunks) for step in range(n_timesteps)]
+        # Room for the prompt's frames (at least a chunk's); reserve() makes the sentence's when needed.
+        room = max(self.n_prompt * self.ratio, layout.chunk_frames)
+        self._kv = [layout.step_cache(room, batch=self._rows(step), ring=left_chunks) for step in range(n_timesteps)]
         self._conv = [np.zeros((layout.conv_layers, self._rows(step), layout.conv_tail, layout.conv_channels),
                                dtype=np.float32) for step in range(n_timesteps)]
         self._finished = False

@@ -10,8 +10,10 @@ the layout the converter's chunk-step graph reads (``flow.stream.kv_layout = "ch
   a layer's keys (or values) so far are ``buffer[layer, 0, :chunks]``, a contiguous prefix, handed to
   the graph without a copy; a chunk's share is written once, into its slot;
 * sized once per sentence from the caller's estimate (the LLM's token limit within the memory
-  budget): ``np.empty`` pages that are never written are never resident, so room the sentence does
-  not use costs address space, not memory; past the estimate it grows by :data:`GROWTH`;
+  budget), when the first chunk needs room beyond what the buffer has (so a voice's kept prompt
+  state is copied into the sentence's buffer while the LLM makes the first tokens, not before):
+  ``np.empty`` pages that are never written are never resident, so room the sentence does not use
+  costs address space, not memory; past the estimate it grows by :data:`GROWTH`;
 * a partial chunk (the sentence's last) is computed but not kept: nothing attends to it later.
 
 Bounded left context is cheap here: :meth:`BlockedStepCache.drop_oldest` forgets the oldest chunks
@@ -99,7 +101,8 @@ class PackedStepCache:
         self._rows.append(shares[0])
 
     def reserve(self, frames: int) -> None:
-        """(Room grows as frames arrive; nothing to do ahead.)"""
+        """Room for ``frames`` frames in all, made now."""
+        self._rows.reserve(frames)
 
     def compact(self, frames: int, spare_frames: int) -> "PackedStepCache":
         return PackedStepCache(self._layers, self._inner, self._dtype,
@@ -124,6 +127,7 @@ class BlockedStepCache:
         self._data = np.empty((layers, 2, capacity, *self._block), dtype=dtype)
         self._start = 0        # chunks before it are forgotten (bounded left context)
         self._end = 0          # chunks written
+        self._wanted = 0       # room asked for by reserve(), made when the buffer is next full
 
     @property
     def chunks(self) -> int:
@@ -169,10 +173,10 @@ class BlockedStepCache:
         self._end += 1
 
     def reserve(self, frames: int) -> None:
-        """Room for ``frames`` attended frames in all (one resize now instead of growing later)."""
-        chunks = -(-int(frames) // self.chunk_frames)
-        if not self.ring and chunks > self.capacity - self._start:
-            self._resize(chunks)
+        """Room for ``frames`` attended frames in all: one resize, made when the buffer is next full
+        (instead of growing by steps). A ring keeps its fixed room."""
+        if not self.ring:
+            self._wanted = max(self._wanted, -(-int(frames) // self.chunk_frames))
 
     def drop_oldest(self, chunks: int) -> None:
         """Forget the ``chunks`` oldest chunks (bounded left context): later calls attend to the rest.
@@ -215,7 +219,8 @@ class BlockedStepCache:
             self._data[:, :, :kept.shape[2]] = kept
             self._end, self._start = kept.shape[2], 0
             return
-        self._resize(max(self.capacity + 1, int(GROWTH * self.capacity) + 1))
+        grown = int(GROWTH * self.capacity) + 1
+        self._resize(self._wanted if self._wanted > self.capacity else max(self.capacity + 1, grown))
 
     def _resize(self, chunks: int) -> None:
         grown = np.empty((*self._data.shape[:2], chunks, *self._block), dtype=self._data.dtype)
