@@ -133,9 +133,10 @@ class Judge:
     note: dict[str, str] | None = None
 
 
-#: A campplus that fails to open or to embed this probe (1 s of a 200 Hz tone at 16 kHz) is not used.
-_PROBE_RATE = 16000
+#: The record's note when the model's campplus could not be used and the d-vector judged instead.
 JUDGE_FALLBACK = "mode_check_judge_fallback"
+#: A campplus that fails to open or to embed a probe (1 s of a 200 Hz tone at this rate) is not used.
+_PROBE_RATE = 16000
 
 
 def engine_modes(engine: Engine) -> tuple[str, ...]:
