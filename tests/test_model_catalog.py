@@ -163,6 +163,21 @@ def test_models_converted_before_say_what_a_reconversion_brings(tmp_path):
     assert by_id["current"].as_dict()["reconvert"] is None and by_id["packed"].as_dict()["reconvert"]
 
 
+def test_a_cosyvoice1_model_with_the_first_llm_step_graph_says_a_reconversion_brings_the_in_place_cache(tmp_path):
+    """Every CosyVoice-300M conversion streams; one converted before the format-2 step graph (no
+    ``config.llm.step_format``: tests/helpers/cosyvoice1_format1.py makes a real one) decodes slower."""
+    models = tmp_path / "models"
+    for name, llm in (("format1", {"layers": 2}), ("format2", {"layers": 2, "step_format": 2}), ("no-llm", None)):
+        folder = make_model(models, name, engine="cosyvoice1")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["config"] = {"llm": llm} if llm else {}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    by_id = {info.id: info for info in ModelCatalog(models).models()}
+    assert by_id["format1"].reconvert.startswith("converted with the first LLM step graph")
+    assert "in-place LLM cache" in by_id["format1"].reconvert and "streaming" not in by_id["format1"].reconvert
+    assert by_id["format2"].reconvert == by_id["no-llm"].reconvert == ""
+
+
 def test_the_catalogs_current_stream_layout_is_the_converters_and_the_engines():
     from cosyedge.catalog.models import CURRENT_STREAM_LAYOUT
     from cosyedge.engines.cosyvoice.common.flow import StreamLayout

@@ -11,9 +11,9 @@ from __future__ import annotations
 NATIVE_ABILITIES: dict[str, tuple[bool, bool]] = {"kokoro": (False, False), "cosyvoice2": (True, True),
                                                   "cosyvoice3": (True, True), "cosyvoice1": (True, False)}
 
-#: The engines that offer ``quality`` modes (CosyVoice2/3: the flow's speed levers), so the page can show
-#: its quality control before the engine loads; their ``capabilities.quality_modes`` agree.
-QUALITY_ENGINES: frozenset[str] = frozenset({"cosyvoice2", "cosyvoice3"})
+#: The engines that offer ``quality`` modes (CosyVoice-300M, CosyVoice2/3: the flow's speed levers), so the
+#: page can show its quality control before the engine loads; their ``capabilities.quality_modes`` agree.
+QUALITY_ENGINES: frozenset[str] = frozenset({"cosyvoice1", "cosyvoice2", "cosyvoice3"})
 
 #: What an engine's native instruct follows, in the instruct tab's words, by engine name (none: the
 #: page says no more than that it follows instructions). Fun-CosyVoice3's is upstream's instruction

@@ -105,7 +105,10 @@ def licence_line(manifest: dict) -> str:
 
 def reconversion_note(engine: str, manifest: dict) -> str:
     """What converting this model again brings, read from what its manifest records ("" when it is
-    as today's converter writes it): streaming, or the streaming cache of :data:`CURRENT_STREAM_LAYOUT`."""
+    as today's converter writes it): streaming, or the streaming cache of :data:`CURRENT_STREAM_LAYOUT`;
+    for CosyVoice-300M, the LLM step graph written in place."""
+    if engine == "cosyvoice1":
+        return _v1_reconversion_note(manifest)
     layout = CURRENT_STREAM_LAYOUT.get(engine)
     if layout is None:
         return ""
@@ -120,6 +123,18 @@ def reconversion_note(engine: str, manifest: dict) -> str:
                 "modes' bounded left context does not apply). Converting it again brings the chunk-blocked "
                 "cache: streaming at its true cost and bounded memory")
     return ""
+
+
+def _v1_reconversion_note(manifest: dict) -> str:
+    """CosyVoice-300M: every conversion streams; one whose LLM step graph is format 1 (the manifest's
+    ``config.llm.step_format`` absent: converted before format 2, ``export/cosyvoice/v1/step_graph.py``)
+    still loads and speaks the same tokens, and gains the cache written in place."""
+    llm = (manifest.get("config") or {}).get("llm")
+    if not isinstance(llm, dict) or llm.get("step_format", 1) != 1:
+        return ""
+    return ("converted with the first LLM step graph: each decoded token copies the whole KV cache and "
+            "reorders the positional rows (about a third of a decode step at 1 thread, measured at full size). "
+            "Converting it again brings the in-place LLM cache: faster decoding, the same speech tokens")
 
 
 def _listed_files(manifest: dict, model_dir: Path) -> list[tuple[str, dict]]:

@@ -68,7 +68,7 @@ class Capabilities:
     max_instruct_chars: int = 500
     #: What each preset is made of, in ``presets()`` order (empty: not described).
     preset_details: tuple[PresetDetail, ...] = ()
-    #: The ``quality`` modes the engine offers (CosyVoice2/3: cosyvoice.common.quality); none: the
+    #: The ``quality`` modes the engine offers (CosyVoice: cosyvoice.common.quality); none: the
     #: request's ``quality`` has no effect.
     quality_modes: tuple[str, ...] = ()
 

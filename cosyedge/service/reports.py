@@ -6,10 +6,10 @@ job's worker put them in the result."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from cosyedge.engines.base import Engine, VoicePrompt, closest_builtin
-from cosyedge.engines.cosyvoice.common.quality import DEFAULT_QUALITY, Levers, levers_for
+from cosyedge.engines.cosyvoice.common.quality import DEFAULT_QUALITY, LEVER_WORDS, Levers, levers_for
 from cosyedge.instruct.plan import NO_INSTRUCTION, InstructPlan
 from cosyedge.notes import Note
 from cosyedge.service.requests import UPSTREAM_FLOW_STEPS, TTSRequest
@@ -18,8 +18,9 @@ from cosyedge.service.requests import UPSTREAM_FLOW_STEPS, TTSRequest
 def flow_notes(request: TTSRequest, engine: Engine, quality: str) -> list[str]:
     """What the answer says about the flow: the steps an engine with quality modes used (fewer than
     upstream's 10 labelled as not validated) and, in a mode other than exact, every lever the mode
-    set (``quality_levers``); on an engine without modes, that ``flow_steps`` / ``quality`` had no
-    effect, when the request sent them (the server default says nothing there)."""
+    set (``quality_levers``; the levers the model has no use for named apart); on an engine without
+    modes, that ``flow_steps`` / ``quality`` had no effect, when the request sent them (the server
+    default says nothing there)."""
     if quality not in engine.capabilities.quality_modes:
         notes: list[str] = []
         if request.flow_steps is not None:
@@ -38,7 +39,7 @@ def flow_notes(request: TTSRequest, engine: Engine, quality: str) -> list[str]:
         notes = [Note(f"flow steps: {used} (fast: fewer than upstream's {UPSTREAM_FLOW_STEPS}, not validated "
                       "on real weights)", code="flow_steps_fast", steps=used)]
     if quality != DEFAULT_QUALITY:
-        notes.append(quality_note(quality, levers))
+        notes.append(quality_note(quality, levers, getattr(engine, "inapplicable_levers", None) or {}))
     return notes
 
 
@@ -49,15 +50,19 @@ def engine_levers(engine: Engine, quality: str, flow_steps: int | None) -> Lever
     return own(quality, flow_steps) if callable(own) else levers_for(quality, flow_steps)
 
 
-def quality_note(quality: str, levers: Levers) -> Note:
+def quality_note(quality: str, levers: Levers, not_applicable: Mapping[str, str] | None = None) -> Note:
     """The note of an answer in a mode other than exact: the mode and each lever it set, by name
-    (``levers``) and value."""
-    streamed = [name for name in ("left_chunks", "first_hop_tokens") if getattr(levers, name)]
-    when = " (the left context and first hop: streamed answers)" if streamed else ""
-    return Note(f"quality {quality}: {levers.describe()}{when}; not validated on real weights",
+    (``levers``) and value; the levers the model has no use for (``not_applicable``: name -> why, the
+    engine's ``inapplicable_levers``) named apart with the reason (``not_applicable`` in the params)."""
+    skipped = dict(not_applicable or {})
+    streamed = [words for name, words in (("left_chunks", "left context"), ("first_hop_tokens", "first hop"))
+                if getattr(levers, name) and name not in skipped]
+    when = f" (the {' and '.join(streamed)}: streamed answers)" if streamed else ""
+    apart = "".join(f"; {LEVER_WORDS[name]} does not apply: {why}" for name, why in skipped.items())
+    return Note(f"quality {quality}: {levers.describe(leave_out=skipped)}{when}{apart}; not validated on real weights",
                 code="quality_levers", quality=quality, levers=levers.changed(), flow_steps=levers.steps,
                 cfg_steps=levers.guided_steps, left_chunks=levers.left_chunks,
-                first_hop_tokens=levers.first_hop_tokens)
+                first_hop_tokens=levers.first_hop_tokens, not_applicable=tuple(skipped))
 
 
 def ignored_inputs(request: TTSRequest, engine: Engine) -> list[str]:

@@ -174,6 +174,9 @@ _EMOTIONS_ZH = {"happy": "开心", "sad": "悲伤", "angry": "生气", "calm": "
 _LANGUAGES_ZH = {"zh": "中文", "en": "英语", "ja": "日语", "ko": "韩语", "fr": "法语", "de": "德语",
                  "es": "西班牙语", "it": "意大利语", "ru": "俄语"}
 _CONTROLS_ZH = {"speed": "语速", "pitch": "音高", "volume": "音量"}
+#: A quality lever's name (cosyedge.engines.cosyvoice.common.quality ``LEVER_WORDS``).
+_LEVERS_ZH = {"flow_steps": "流匹配步数", "cfg_steps": "CFG 安排", "left_chunks": "有界左侧上下文",
+              "first_hop_tokens": "首跳长度"}
 #: A voice's preparation steps (cosyedge.service.voice_progress.STAGE_WORDS).
 _STAGES_ZH = {"hearing": "识别参考音频文本", "encoders": "加载参考音频编码器", "tokens": "语音 token",
               "mel": "参考音频梅尔谱", "speaker": "说话人特征"}
@@ -224,9 +227,12 @@ def _derived(params: Any) -> dict[str, str]:
         steps, guided = params.get("flow_steps"), params["cfg_steps"]
         cfg = "每步都用 CFG" if guided == steps else "不用 CFG" if guided == 0 else f"前 {guided} 步用 CFG"
         left, hop = params.get("left_chunks"), params.get("first_hop_tokens")
-        out["levers_zh"] = "，".join([f"{steps} 步流匹配", cfg,
-                                     f"左侧上下文 {left} 块" if left else "全部左侧上下文",
-                                     f"首跳 {hop} 个 token" if hop else "官方的首跳"])
+        apart = tuple(params.get("not_applicable") or ())
+        parts = {"flow_steps": f"{steps} 步流匹配", "cfg_steps": cfg,
+                 "left_chunks": f"左侧上下文 {left} 块" if left else "全部左侧上下文",
+                 "first_hop_tokens": f"首跳 {hop} 个 token" if hop else "官方的首跳"}
+        out["levers_zh"] = "，".join(words for name, words in parts.items() if name not in apart) + "".join(
+            f"；{_LEVERS_ZH.get(name, name)}不适用于此模型" for name in apart)
     if "stale" in params:  # quality_not_checked
         out["why_zh"] = ("检查针对的是较早的转换" if params["stale"]
                          else "请在“模型”标签页运行速度模式检查")

@@ -1,9 +1,10 @@
 """The speed-mode check end to end on the tiny converted CosyVoice models (random weights: the figures
 mean nothing, the flow is real): REST starts it, it renders with the real engine, hears with the
 offline recognizer and judges with the model's campplus, writes modes.json atomically, REST and the
-page show it, a cancelled check leaves the previous record whole; v1 (no speed modes) and v3 (no
-presets: a saved voice is asked for) are refused by code. Nothing leaves the box: every socket
-connection but to the loopback test server is refused and counted."""
+page show it, a cancelled check leaves the previous record whole; CosyVoice-300M's check runs every
+mode (its preset, streamed) and its answers name the levers it applies; v3 (no presets) is refused by
+code until a saved voice is given. Nothing leaves the box: every socket connection but to the loopback
+test server is refused and counted."""
 
 from __future__ import annotations
 
@@ -129,11 +130,29 @@ def test_a_check_on_the_tiny_v2_model_is_stored_shown_and_survives_a_cancel(tiny
     assert path.read_bytes() == written
 
 
-def test_v1_has_no_modes_and_v3_asks_for_a_voice_then_checks_with_it(tiny_service):
+def test_a_check_on_the_tiny_v1_model_runs_every_mode_and_its_answers_name_the_levers(tiny_service):
     service, url, models = tiny_service
     service.switch_model(V1_MODEL)
-    refused = httpx.post(f"{url}/models/{V1_MODEL}/check", timeout=30)
-    assert refused.status_code == 400 and refused.json()["error"]["code"] == "mode_check_no_modes"
+    service.mode_checks.languages = ("en",)
+    answer = run_check(url, V1_MODEL)
+    assert answer["status"]["state"] == "done", answer["status"]
+    result = answer["result"]
+    assert answer["current"] and result["engine"] == "cosyvoice1" and result["voice"]["kind"] == "preset"
+    assert set(result["modes"]) == {"balanced", "live"} and result["languages"] == ["en"]
+    for entry in result["modes"].values():
+        assert entry["figures"]["intelligibility_exact"] is not None and "recommended" in entry["verdict"]
+    assert (models / V1_MODEL / RESULT_NAME).is_file()
+    spoken = httpx.post(f"{url}/tts", json={"text": "Hello there.", "speaker": result["voice"]["id"],
+                                            "quality": "live"}, timeout=60)
+    assert spoken.status_code == 200, spoken.text
+    notes = " ".join(spoken.json()["notes"])
+    assert "quality live: 4 flow steps, no CFG, first hop 20 tokens" in notes
+    assert "left context does not apply: the CosyVoice-300M flow is not chunk-causal" in notes
+    assert "quality live: checked on this model" in notes
+
+
+def test_v3_asks_for_a_voice_then_checks_with_it(tiny_service):
+    service, url, models = tiny_service
     service.switch_model(V3_MODEL)
     refused = httpx.post(f"{url}/models/{V3_MODEL}/check", timeout=30)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "mode_check_needs_voice"

@@ -106,3 +106,13 @@ def test_format2_graph_concatenates_no_cache_and_transposes_no_positions(new_gra
     for name in tables:
         assert [(n.op_type, {a.name: a.i for a in n.attribute}.get("transB")) for n in readers[name]] == \
             [("FusedMatMul", 0)]
+
+
+def test_the_catalog_says_a_format1_model_gains_the_in_place_cache_by_converting_again(converted):
+    from cosyedge.catalog.models import ModelCatalog
+
+    listed = {info.id: info for info in ModelCatalog(converted).models()}
+    assert listed["new"].engine == listed["old"].engine == "cosyvoice1"
+    assert listed["new"].reconvert == ""
+    assert listed["old"].reconvert.startswith("converted with the first LLM step graph")
+    assert "Converting it again brings the in-place LLM cache: faster decoding" in listed["old"].reconvert

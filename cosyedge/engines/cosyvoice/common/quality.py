@@ -17,7 +17,12 @@ and memory; a mode names one setting of all four, so a request, the server defau
 * ``first_hop_tokens``: the first streamed hop's length in speech tokens (0 = upstream's 25 + the
   padding that ends the prompt's last chunk). A shorter first hop is rendered from the partial chunk
   (as upstream's flow renders a hop that ends inside a chunk); its chunk is rendered again whole for
-  the next hop. Streaming only.
+  the next hop. Streaming only. Counted in CosyVoice2's tokens (:data:`MODE_TOKEN_RATE` a second): a
+  model with another token rate takes the same length of audio (:func:`first_hop_at`).
+
+Not every lever means something on every model: an engine applies those its model can
+(``quality_levers``) and names the others with the reason (``inapplicable_levers``; CosyVoice-300M's
+flow is not chunk-causal, so it has no left context to bound); the answer's note says both.
 
 No mode but ``exact`` was heard on real weights (none are to be had here): each is a named choice,
 never the default, and issue 32's check judges them on the user's own model. Their deviation from
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import Collection
 
 from cosyedge.errors import ParameterError
 
@@ -43,6 +49,11 @@ MIN_FIRST_HOP_TOKENS = 5
 MAX_LEFT_CHUNKS = 60
 #: The mode every request gets unless it or the server names another: upstream's semantics.
 DEFAULT_QUALITY = "exact"
+#: The speech tokens a second that ``first_hop_tokens`` counts (CosyVoice2's and Fun-CosyVoice3's).
+MODE_TOKEN_RATE = 25
+#: Each lever in the words of :meth:`Levers.describe` when a model has no use for it.
+LEVER_WORDS = {"flow_steps": "flow steps", "cfg_steps": "the CFG schedule", "left_chunks": "left context",
+               "first_hop_tokens": "first hop length"}
 
 
 @dataclass(frozen=True)
@@ -78,15 +89,18 @@ class Levers:
             names.append("first_hop_tokens")
         return tuple(names)
 
-    def describe(self) -> str:
-        """The levers in words, e.g. ``4 flow steps, no CFG, 4 chunks of left context, first hop 10 tokens``."""
+    def describe(self, leave_out: Collection[str] = ()) -> str:
+        """The levers in words, e.g. ``4 flow steps, no CFG, 4 chunks of left context, first hop 10 tokens``;
+        the levers named in ``leave_out`` (those a model has no use for) are not mentioned."""
         guided = self.guided_steps
         cfg = ("CFG on every step" if guided == self.steps else "no CFG" if guided == 0
                else f"CFG on the first {guided} of them")
-        parts = [f"{self.steps} flow steps", cfg,
-                 f"{self.left_chunks} chunks of left context" if self.left_chunks else "all left context",
-                 f"first hop {self.first_hop_tokens} tokens" if self.first_hop_tokens else "upstream's first hop"]
-        return ", ".join(parts)
+        parts = {"flow_steps": f"{self.steps} flow steps", "cfg_steps": cfg,
+                 "left_chunks": f"{self.left_chunks} chunks of left context" if self.left_chunks
+                 else "all left context",
+                 "first_hop_tokens": f"first hop {self.first_hop_tokens} tokens" if self.first_hop_tokens
+                 else "upstream's first hop"}
+        return ", ".join(words for name, words in parts.items() if name not in leave_out)
 
     def check(self) -> "Levers":
         """Self when every lever is within its range; a coded ParameterError naming it otherwise."""
@@ -139,6 +153,12 @@ def check_quality(name: object) -> str:
         raise ParameterError(f"quality {name!r} must be one of {', '.join(QUALITY_NAMES)}", code="quality_unknown",
                              quality=name, choices=QUALITY_NAMES)
     return name
+
+
+def first_hop_at(tokens: int, token_rate: int) -> int:
+    """A mode's ``first_hop_tokens`` (at :data:`MODE_TOKEN_RATE`) in the tokens of a model that makes
+    ``token_rate`` a second: the same length of audio (0, upstream's hop, stays 0)."""
+    return round(tokens * token_rate / MODE_TOKEN_RATE)
 
 
 def levers_for(name: str | None, flow_steps: int | None = None) -> Levers:

@@ -20,11 +20,17 @@ Which model offers which mode is written by the converter (manifest ``config.mod
 preset speakers (SFT, Instruct), instruct the Instruct model. v1 instruct conditions on a preset
 speaker, so an instruction with a cloned voice is refused, naming the mode. The seed's preset names map
 to the closest SFT speakers (:data:`SEED_ALIASES`); there is no child speaker, and /voices says so.
+
+The ``quality`` modes apply where they mean something on v1 (:meth:`CosyVoice1Engine.quality_levers`):
+the flow steps and the CFG schedule (whole and streamed) and a streamed answer's first hop (the mode's
+length of audio in v1's 50 Hz tokens). The flow is not chunk-causal, so the bounded left context
+does not apply (:data:`NOT_APPLICABLE`; the answer's note names it).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -36,6 +42,7 @@ from cosyedge.engines.cosyvoice.common.engine import (CosyVoiceEngine, campplus_
                                                     prompt_encoder_factory, read_presets)
 from cosyedge.engines.cosyvoice.common.hops import stream_hops
 from cosyedge.engines.cosyvoice.common.instruct_format import V1_END, format_instruction
+from cosyedge.engines.cosyvoice.common.quality import QUALITY_NAMES, Levers, levers_for
 from cosyedge.engines.cosyvoice.common.readings import shown
 from cosyedge.engines.cosyvoice.common.sampling import RasSampler
 from cosyedge.engines.cosyvoice.common.text_normalize import TextNormalizer
@@ -51,10 +58,16 @@ SAMPLE_RATE = 22050
 SEED_ALIASES = {"female_1": "中文女", "female_2": "英文女", "male_1": "中文男", "male_2": "英文男"}
 #: Seed names with no SFT speaker behind them, and what they would be (listed in /voices' preset_details).
 SEED_MISSING = {"child": "child speaker"}
+#: The quality levers that mean nothing on CosyVoice-300M, and why (the answer's ``quality_levers`` note).
+NOT_APPLICABLE = {"left_chunks": "the CosyVoice-300M flow is not chunk-causal (each hop's flow reads the prompt "
+                                 "and the whole hop at once), so there is no left context to bound"}
 
 
 class CosyVoice1Engine(CosyVoiceEngine):
     """CosyVoice-300M / -SFT / -Instruct on onnxruntime: preset speakers, 3 s cloning, instructions."""
+
+    #: Lever -> why this model has no use for it (:mod:`~cosyedge.engines.cosyvoice.common.quality`).
+    inapplicable_levers = NOT_APPLICABLE
 
     def __init__(self, *args, variant: str = "base", variant_name: str = "CosyVoice-300M",
                  modes: tuple[str, ...] = ("zero_shot", "cross_lingual"), **kwargs) -> None:
@@ -71,7 +84,7 @@ class CosyVoice1Engine(CosyVoiceEngine):
                                                     "not offered") for seed, what in SEED_MISSING.items()]
         self.capabilities = Capabilities(native_clone=True, native_instruct="instruct" in self.modes,
                                          languages=LANGUAGES, sample_rate=self.capabilities.sample_rate,
-                                         preset_details=tuple(details))
+                                         preset_details=tuple(details), quality_modes=QUALITY_NAMES)
 
     @classmethod
     def load(cls, model_dir: Path, settings) -> "CosyVoice1Engine":
@@ -114,6 +127,13 @@ class CosyVoice1Engine(CosyVoiceEngine):
 
     def format_instruction(self, instruction: str) -> str:
         return format_instruction(instruction, 1)
+
+    def quality_levers(self, quality: str | None, flow_steps: int | None = None) -> Levers:
+        """The levers this model applies for mode ``quality`` (None: exact) and an explicit
+        ``flow_steps`` (which wins over the mode's): the steps and the CFG schedule, and the first
+        hop in this model's tokens (``Token2WavV1.first_hop``); no left context (:data:`NOT_APPLICABLE`)."""
+        levers = levers_for(quality, flow_steps)
+        return replace(levers, left_chunks=0, first_hop_tokens=self.token2wav.first_hop(levers.first_hop_tokens))
 
     def instruct_notes(self) -> tuple[Note, ...]:
         """What the answer says when this model is given an instruction it cannot follow: the service
@@ -186,29 +206,35 @@ class CosyVoice1Engine(CosyVoiceEngine):
         seed = options.seed if options.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
         rng = np.random.default_rng(seed)
         chooser = RasSampler(eos=self.lm_config.eos, seed=int(rng.integers(2 ** 31)))
-        logger.debug("synthesize v1: mode %s, %d sentences, seed %d", cond["mode"], len(sentences), seed)
+        levers = self.quality_levers(options.quality, options.n_timesteps)
+        logger.debug("synthesize v1: mode %s, %d sentences, seed %d, levers %s", cond["mode"], len(sentences), seed,
+                     levers)
         total = len(sentences)
         for index, sentence in enumerate(sentences):
             if cancelled is not None and cancelled():
                 raise CancelledError("synthesis cancelled")
             if self._streams(options):
-                yield from self._hops(sentence, index, total, chooser, cond, rng, progress, cancelled)
+                yield from self._hops(sentence, index, total, chooser, cond, levers, rng, progress, cancelled)
                 continue
             with self.using_lm() as lm:
                 tokens = lm.generate(self.tokenizer.encode(sentence), chooser, cond["prompt_text"],
                                      cond["prompt_speech"], cond["llm_embedding"], cancelled=cancelled)
             audio = (self.token2wav(tokens, cond["flow_tokens"], cond["flow_mel"], cond["flow_embedding"],
-                                    speed=options.speed, rng=rng) if tokens else np.zeros(0, np.float32))
+                                    speed=options.speed, rng=rng, n_timesteps=levers.flow_steps,
+                                    cfg_steps=levers.cfg_steps) if tokens else np.zeros(0, np.float32))
             if progress is not None:
                 progress(index + 1, total)
             yield AudioChunk(audio=np.asarray(audio, dtype=np.float32), sample_rate=self.capabilities.sample_rate,
                              text=shown(sentence), index=index, total=total)
 
-    def _hops(self, sentence: str, index: int, total: int, chooser, cond: dict, rng: np.random.Generator,
-              progress: ProgressFn | None, cancelled: CancelFn | None) -> Iterator[AudioChunk]:
+    def _hops(self, sentence: str, index: int, total: int, chooser, cond: dict, levers: Levers,
+              rng: np.random.Generator, progress: ProgressFn | None,
+              cancelled: CancelFn | None) -> Iterator[AudioChunk]:
         """One sentence as upstream streams v1 (``Token2WavV1Stream``): the LLM decodes in its own
         thread while flow and HiFT render the hop before (:func:`stream_hops`)."""
-        renderer = self.token2wav.stream(cond["flow_tokens"], cond["flow_mel"], cond["flow_embedding"], rng=rng)
+        renderer = self.token2wav.stream(cond["flow_tokens"], cond["flow_mel"], cond["flow_embedding"],
+                                         n_timesteps=levers.flow_steps, rng=rng, cfg_steps=levers.cfg_steps,
+                                         first_hop_tokens=levers.first_hop_tokens)
         text_ids = self.tokenizer.encode(sentence)
         sr = self.capabilities.sample_rate
         with self.using_lm() as lm:

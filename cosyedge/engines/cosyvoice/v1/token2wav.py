@@ -18,6 +18,11 @@ runs on each hop's tokens plus the overlap (with the prompt, non-causal as alway
 previous hop's noise and ``mu`` over the overlap (upstream's ``flow_cache``), cross-fades the mel
 over the overlap, and HiFT continues from its mel/source cache with a speech cross-fade
 (:class:`~cosyedge.engines.cosyvoice.common.hift.HiftStream`).
+
+The ``quality`` levers that mean something here (:mod:`~cosyedge.engines.cosyvoice.common.quality`):
+``n_timesteps`` and ``cfg_steps`` reach the CFM (whole and streamed), and ``first_hop_tokens`` makes
+the stream's first hop shorter than upstream's 100 tokens (the later hops keep upstream's schedule).
+The flow is not chunk-causal, so there is no left context to bound.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams, resample_mel
 from cosyedge.engines.cosyvoice.common.hift import HiftParams, HiftStream, HiftVocoder, _nearest_index
 from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+from cosyedge.engines.cosyvoice.common.quality import first_hop_at
 from cosyedge.engines.cosyvoice.common.token2wav import check_speed, load_vocoder
 from cosyedge.errors import ParameterError
 
@@ -51,6 +57,15 @@ STREAM_SCALE = 1.0
 def target_frames(n_tokens: int, token_rate: int = 50) -> int:
     """Mel frames for ``n_tokens`` target tokens: ``int(n / rate * 22050 / 256)``, as upstream computes it."""
     return int(n_tokens / token_rate * 22050 / 256)
+
+
+def shortest_first_hop(token_rate: int = 50) -> int:
+    """The fewest tokens a first hop may have and still yield audio: its mel (with the overlap's
+    tokens) must outlast the frames faded into the next hop and those HiFT holds back."""
+    tokens = 1
+    while target_frames(tokens + TOKEN_OVERLAP, token_rate) <= MEL_OVERLAP + HIFT_CACHE_FRAMES:
+        tokens += 1
+    return tokens
 
 
 def linear_resize(x: np.ndarray, size: int) -> np.ndarray:
@@ -106,15 +121,19 @@ class FlowV1:
         return self.regulator_session.run(None, {"x": x[None]})[0][0], spks[0]
 
     def __call__(self, tokens, prompt_tokens, prompt_mel, embedding, noise: np.ndarray | None = None,
-                 rng: np.random.Generator | None = None, n_timesteps: int | None = None) -> np.ndarray:
+                 rng: np.random.Generator | None = None, n_timesteps: int | None = None,
+                 cfg_steps: int | None = None) -> np.ndarray:
         """Target tokens [N] (+ prompt tokens [P], prompt mel [F, 80]) -> mel [80, int(N/50*22050/256)].
 
-        ``noise`` [80, F + frames] is the CFM's start (default: drawn from ``rng``)."""
-        return self.hop(tokens, prompt_tokens, prompt_mel, embedding, None, noise, rng, n_timesteps)[0]
+        ``noise`` [80, F + frames] is the CFM's start (default: drawn from ``rng``); ``n_timesteps``
+        (None: the model's) and ``cfg_steps`` (guidance on the first that many steps; None: every
+        step) as :meth:`FlowDecoder.solve` takes them."""
+        return self.hop(tokens, prompt_tokens, prompt_mel, embedding, None, noise, rng, n_timesteps, cfg_steps)[0]
 
     def hop(self, tokens, prompt_tokens, prompt_mel, embedding, cache: tuple[np.ndarray, np.ndarray] | None,
             noise: np.ndarray | None = None, rng: np.random.Generator | None = None,
-            n_timesteps: int | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+            n_timesteps: int | None = None, cfg_steps: int | None = None
+            ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """:meth:`__call__` for one streamed hop: ``cache`` (noise, mu) [80, n] from the previous hop
         replaces the first n frames of both (the prompt's and the overlap's), as upstream's
         ``flow_cache``; returns the mel and this hop's cache (its prompt frames and last 34)."""
@@ -148,7 +167,7 @@ class FlowV1:
             noise[:, :n], mu[:, :n] = cache
         kept = (np.concatenate([noise[:, :frames], noise[:, -MEL_OVERLAP:]], axis=1),
                 np.concatenate([mu[:, :frames], mu[:, -MEL_OVERLAP:]], axis=1))
-        mel = self.cfm.solve(mu, spks, cond, steps, noise=noise)
+        mel = self.cfm.solve(mu, spks, cond, steps, noise=noise, cfg_steps=cfg_steps)
         return mel[:, frames:], kept
 
 
@@ -222,11 +241,14 @@ class Token2WavV1:
         return self.vocoder.params.sampling_rate
 
     def __call__(self, tokens, prompt_tokens, prompt_mel, speaker_embedding, speed: float = 1.0,
-                 rng: np.random.Generator | None = None) -> np.ndarray:
-        """float32 audio at 22.05 kHz (256 samples per mel frame), within +-0.99."""
+                 rng: np.random.Generator | None = None, n_timesteps: int | None = None,
+                 cfg_steps: int | None = None) -> np.ndarray:
+        """float32 audio at 22.05 kHz (256 samples per mel frame), within +-0.99; ``n_timesteps`` and
+        ``cfg_steps``: the quality levers (the defaults are upstream's)."""
         speed = check_speed(speed)
         rng = rng if rng is not None else np.random.default_rng()
-        mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, rng=rng)
+        mel = self.flow(tokens, prompt_tokens, prompt_mel, speaker_embedding, rng=rng, n_timesteps=n_timesteps,
+                        cfg_steps=cfg_steps)
         if speed != 1.0:
             mel = resample_mel(mel, speed)
         return self.vocoder(mel, rng=rng)
@@ -235,10 +257,22 @@ class Token2WavV1:
     can_stream = True
 
     def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
-               rng: np.random.Generator | None = None) -> "Token2WavV1Stream":
-        """One sentence hop by hop (:class:`Token2WavV1Stream`), at speed 1 as upstream streams."""
+               rng: np.random.Generator | None = None, *, cfg_steps: int | None = None,
+               first_hop_tokens: int = 0) -> "Token2WavV1Stream":
+        """One sentence hop by hop (:class:`Token2WavV1Stream`), at speed 1 as upstream streams;
+        ``first_hop_tokens`` (0: upstream's) in this model's tokens (:meth:`first_hop`)."""
         return Token2WavV1Stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps,
-                                 rng if rng is not None else np.random.default_rng())
+                                 rng if rng is not None else np.random.default_rng(), cfg_steps=cfg_steps,
+                                 first_hop_tokens=first_hop_tokens)
+
+    def first_hop(self, mode_tokens: int) -> int:
+        """A quality mode's first hop (``mode_tokens`` at the modes' 25 tokens a second) in this
+        model's tokens: the same length of audio, at least :func:`shortest_first_hop` so that the
+        hop yields audio past what it holds back; 0 (upstream's hop) when it would not be shorter."""
+        if not mode_tokens:
+            return 0
+        tokens = max(first_hop_at(mode_tokens, self.flow.token_rate), shortest_first_hop(self.flow.token_rate))
+        return tokens if tokens < 2 * self.flow.token_rate else 0
 
 
 class Token2WavV1Stream:
@@ -249,16 +283,19 @@ class Token2WavV1Stream:
     the mel is faded in over the previous hop's last ``MEL_OVERLAP`` frames, those frames of this hop
     are held back, the rest is vocoded through the HiFT cache, and ``hop`` tokens are dropped (the
     overlap stays for the next hop). ``hop`` starts at 2 s of tokens and grows by ``STREAM_SCALE`` to
-    4 s. :meth:`finish` runs the tokens left (``finalize``) and flushes HiFT's held-back tail.
+    4 s; a quality mode's shorter first hop (``first_hop_tokens``) takes the first one's place.
+    :meth:`finish` runs the tokens left (``finalize``) and flushes HiFT's held-back tail.
     """
 
     def __init__(self, token2wav: Token2WavV1, prompt_tokens, prompt_mel, embedding, n_timesteps: int | None,
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator, cfg_steps: int | None = None, first_hop_tokens: int = 0) -> None:
         self.flow = token2wav.flow
         self.prompt = (prompt_tokens, prompt_mel, embedding)
-        self.n_timesteps, self.rng = n_timesteps, rng
+        self.n_timesteps, self.cfg_steps, self.rng = n_timesteps, cfg_steps, rng
         rate = token2wav.flow.token_rate
-        self.hop_tokens, self.max_hop_tokens = 2 * rate, 4 * rate
+        # upstream's schedule; a shorter first hop (the quality lever) takes the place of its first
+        self._upstream_hop, self.max_hop_tokens = 2 * rate, 4 * rate
+        self.hop_tokens = first_hop_tokens or self._upstream_hop
         self.vocoder = HiftStream(token2wav.vocoder, mel_cache_frames=HIFT_CACHE_FRAMES, rng=rng)
         self.window = np.hamming(2 * MEL_OVERLAP)
         self._tokens: list[int] = []
@@ -273,7 +310,8 @@ class Token2WavV1Stream:
         while len(self._tokens) >= self.hop_tokens + TOKEN_OVERLAP:
             out.append(self._render(self._tokens[:self.hop_tokens + TOKEN_OVERLAP], final=False))
             del self._tokens[:self.hop_tokens]
-            self.hop_tokens = min(self.max_hop_tokens, int(self.hop_tokens * STREAM_SCALE))
+            self._upstream_hop = min(self.max_hop_tokens, int(self._upstream_hop * STREAM_SCALE))
+            self.hop_tokens = self._upstream_hop
         return out
 
     def finish(self) -> np.ndarray:
@@ -285,7 +323,8 @@ class Token2WavV1Stream:
     def _render(self, tokens: list[int], final: bool) -> np.ndarray:
         prompt_tokens, prompt_mel, embedding = self.prompt
         mel, self._cache = self.flow.hop(np.asarray(tokens, np.int64), prompt_tokens, prompt_mel, embedding,
-                                         self._cache, rng=self.rng, n_timesteps=self.n_timesteps)
+                                         self._cache, rng=self.rng, n_timesteps=self.n_timesteps,
+                                         cfg_steps=self.cfg_steps)
         if self._overlap is not None:
             w = self.window
             mel[:, :MEL_OVERLAP] = (mel[:, :MEL_OVERLAP] * w[:MEL_OVERLAP] + self._overlap * w[MEL_OVERLAP:]).astype(np.float32)
