@@ -84,16 +84,39 @@ class CausalHiftVocoder(HiftVocoder):
     decoding and its checks are CosyVoice2's (:class:`HiftVocoder`)."""
 
     def __init__(self, f0_predictor: CausalF0Predictor, decoder_session, source_weight: np.ndarray,
-                 source_bias: np.ndarray, params: HiftParams) -> None:
+                 source_bias: np.ndarray, params: HiftParams, f0_lookahead: int = 3, look_right: int = 4) -> None:
         super().__init__(None, decoder_session, source_weight, source_bias, params)
         self.f0_predictor = f0_predictor
+        self.noise_seed = NOISE_SEED         # the sine noise's draw (parity tests set upstream's)
+        self.f0_lookahead = f0_lookahead    # frames the first F0 conv reads ahead
+        self.look_right = look_right        # frames the decoder's first conv reads ahead
+
+    def streamed(self, mel: np.ndarray, finalize: bool, noise: np.ndarray | None = None) -> np.ndarray:
+        """Upstream ``CausalHiFTGenerator.inference(mel, finalize)``: with ``finalize`` the whole mel's
+        audio; without, the audio that no later frame can change: the F0 predictor's last
+        ``f0_lookahead`` frames and then the decoder's last ``look_right`` are read as context only,
+        and one frame's samples more are left for the next call (the inverse STFT's edge). Every
+        layer after the look-ahead ones is causal, so running our graphs on the frames kept and
+        cutting the samples is the same arithmetic."""
+        mel = np.asarray(mel, dtype=np.float32)
+        if finalize:
+            return self(mel, noise=noise)
+        spf = self.params.samples_per_frame
+        kept = mel.shape[1] - self.f0_lookahead
+        n_out = (kept - self.look_right - 1) * spf
+        if n_out <= 0:
+            return np.zeros(0, dtype=np.float32)
+        f0 = self.f0(mel)[:kept]
+        noise = self.noise(kept * spf) if noise is None else np.asarray(noise, dtype=np.float32)[:kept * spf]
+        source = causal_excitation(f0, noise, self.source_weight, self.source_bias, self.params)
+        return self.decode(mel[:, :kept], source)[:n_out]
 
     def f0(self, mel: np.ndarray) -> np.ndarray:
         return self.f0_predictor(mel)
 
     def noise(self, n_samples: int) -> np.ndarray:
         """The sine noise for ``n_samples`` samples: uniform [0, 1), fixed seed, prefix-stable."""
-        return np.random.default_rng(NOISE_SEED).random((n_samples, self.params.nb_harmonics + 1),
+        return np.random.default_rng(self.noise_seed).random((n_samples, self.params.nb_harmonics + 1),
                                                           dtype=np.float32)
 
     def source(self, mel: np.ndarray, noise: np.ndarray | None = None,

@@ -10,6 +10,9 @@ Files written by the v3 steps:
 
 * ``flow_encoder.onnx`` - (tokens, embedding) -> (mu, spks): embedding + pre-lookahead + x2 repeat.
 * ``flow_estimator.onnx`` - the DiT, same inputs/outputs as CosyVoice2's estimator graph.
+* ``flow_estimator_stream.onnx`` - the same DiT with upstream's streaming attention (chunk-causal,
+  ``static_chunk_size`` frames, every left chunk): what a streamed request's hops run over all frames so
+  far (the manifest's ``flow.stream``, layout :data:`STREAM_LAYOUT`).
 * ``flow_noise.npy`` - upstream's fixed CFM start noise (same draw as CosyVoice2's).
 * ``hift_decoder.onnx`` - the causal HiFT decoder; ``hift_f0.npz`` - the causal F0 predictor's weights
   (the runtime runs it in float64, as upstream does); ``hift_source.npz`` - ``m_source.l_linear``.
@@ -36,6 +39,14 @@ VERSION = 3
 CONFIG_NAME = "cosyvoice3.yaml"
 ENCODER_FILE = "flow_encoder.onnx"
 ESTIMATOR_FILE = "flow_estimator.onnx"
+ESTIMATOR_STREAM_FILE = "flow_estimator_stream.onnx"
+#: How the streamed flow runs (the manifest's ``flow.stream.kv_layout``): each hop recomputes the DiT over
+#: every frame so far with the chunk mask (no key/value cache); the catalog compares it with its own
+#: record of today's layout to say what a reconversion brings.
+STREAM_LAYOUT = "dit_recompute"
+#: Upstream CosyVoice3Model's hop schedule (ace7c47): 25 tokens (+ the prompt's padding to a chunk),
+#: each hop doubling up to 100.
+HOP_TOKENS, MAX_HOP_TOKENS, HOP_SCALE = 25, 100, 2
 NOISE_FILE = "flow_noise.npy"
 DECODER_FILE = "hift_decoder.onnx"
 F0_FILE = "hift_f0.npz"
@@ -79,6 +90,22 @@ def dit_config(config: dict[str, Any]):
         raise InputError(f"{CONFIG_NAME}: the DiT estimator section lacks or mangles {exc}") from exc
 
 
+def stream_chunk_frames(config: dict[str, Any], cfg) -> int:
+    """The DiT's ``static_chunk_size`` in mel frames (upstream: chunk_size 25 x token_mel_ratio); a
+    bounded left context (``num_decoding_left_chunks`` >= 0) is not upstream's released recipe."""
+    est = section(config, "flow", "decoder", "estimator")
+    try:
+        frames = int(est.get("static_chunk_size", HOP_TOKENS * cfg.token_mel_ratio))
+        left = int(est.get("num_decoding_left_chunks", -1))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{CONFIG_NAME}: the DiT's static_chunk_size / num_decoding_left_chunks: {exc}") from exc
+    if frames != HOP_TOKENS * cfg.token_mel_ratio or left >= 0:
+        raise InputError(f"{CONFIG_NAME}: the DiT streams in chunks of {frames} frames with {left} left chunks; "
+                         f"upstream's hop schedule needs {HOP_TOKENS * cfg.token_mel_ratio} and every left chunk",
+                         code="convert_unknown_config", part="flow", found=f"{frames}/{left}")
+    return frames
+
+
 def load_flow(state: dict, cfg):
     """Our DiTFront and DiTEstimator with ``flow.pt`` loaded strictly."""
     from cosyedge.export.cosyvoice.v3.nets import DiTEstimator, DiTFront
@@ -118,11 +145,20 @@ def export_flow(ctx) -> None:
                           opset_version=OPSET, dynamo=False)
     export_estimator(estimator, ctx.add_file(ESTIMATOR_FILE, "flow DiT estimator (full attention, fused)"))
     ctx.files[ESTIMATOR_FILE]["origin"] = "flow.pt"
+    chunk_frames = stream_chunk_frames(ctx.config, cfg)
+    estimator.chunk_frames = chunk_frames
+    export_estimator(estimator, ctx.add_file(ESTIMATOR_STREAM_FILE, "flow DiT estimator, streaming (chunk-causal "
+                                                                     "attention)"))
+    estimator.chunk_frames = 0
+    ctx.files[ESTIMATOR_STREAM_FILE]["origin"] = "flow.pt"
     np.save(ctx.add_file(NOISE_FILE, "fixed CFM start noise [80, 15000]"), fixed_noise().numpy().astype(np.float32))
     if ctx.quantize == "int8":
         quantize_in_place(ctx, ENCODER_FILE)
         quantize_in_place(ctx, ESTIMATOR_FILE)
-    ctx.runtime["flow"] = {
+        quantize_in_place(ctx, ESTIMATOR_STREAM_FILE)
+    stream = {"estimator": ESTIMATOR_STREAM_FILE, "kv_layout": STREAM_LAYOUT, "chunk_frames": chunk_frames,
+              "hop_tokens": HOP_TOKENS, "max_hop_tokens": MAX_HOP_TOKENS, "hop_scale": HOP_SCALE}
+    ctx.runtime["flow"] = {"stream": stream,
         "encoder": ENCODER_FILE, "estimator": ESTIMATOR_FILE, "noise": NOISE_FILE, "kind": "dit",
         "token_mel_ratio": cfg.token_mel_ratio, "pre_lookahead_len": cfg.pre_lookahead_len,
         "vocab_size": cfg.vocab_size, "spk_embed_dim": cfg.spk_embed_dim, "mel_bins": cfg.output_size,

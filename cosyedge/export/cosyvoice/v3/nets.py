@@ -7,7 +7,9 @@ Three graphs come from here (weights loaded strictly from the official ``flow.pt
   L2-normalised speaker projection. CosyVoice3 has no Conformer encoder.
 * :class:`DiTEstimator` - the CFM estimator (a DiT): (x, mu, t, spks, cond) -> velocity, same inputs as
   the CosyVoice2 estimator graph, so the run-time solver is shared. Unpadded input only (the runtime
-  never pads), full attention (one chunk per sentence; the streaming chunk mask is not exported).
+  never pads), full attention. With ``chunk_frames`` (the streamed graph) the attention is upstream's
+  ``streaming=True`` one: frame i sees the frames before the end of its 50-frame chunk, chunks counted
+  from the first prompt frame (``add_optional_chunk_mask`` with ``static_chunk_size``, every left chunk).
   Upstream's rotary quirk is kept: the rotation is applied to q and k *before* the heads are split and
   covers the first ``dim_head`` channels only, so only head 0 is rotated; pairs are interleaved
   (x_transformers' ``rotate_half``).
@@ -160,6 +162,42 @@ def rotate_first_head(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
     return torch.cat([head * cos + rotated * sin, rest], dim=-1)
 
 
+def chunk_bias(n_frames: int | torch.Tensor, chunk_frames: int) -> torch.Tensor:
+    """Additive attention bias [1, 1, T, T]: 0 where frame i may see frame j (j before the end of
+    i's chunk), -inf elsewhere; upstream's ``subsequent_chunk_mask`` with every left chunk."""
+    pos = torch.arange(n_frames)
+    chunk_end = (torch.div(pos, chunk_frames, rounding_mode="floor") + 1) * chunk_frames
+    seen = pos[None, :] < chunk_end[:, None]
+    zero = torch.zeros((), dtype=torch.float32)
+    return torch.where(seen, zero, zero - float("inf"))[None, None]
+
+
+class BiasedSelfAttention(torch.autograd.Function):
+    """Multi-head attention of [B, T, H*D] q/k/v with an additive bias [1, 1, T, T], exported as one
+    ``com.microsoft.MultiHeadAttention`` node (its ``attention_bias`` input) like the unmasked one."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                heads: int) -> torch.Tensor:
+        b, t, inner = q.shape
+        d = inner // heads
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            return y.reshape(b, t, heads, d).transpose(1, 2)
+
+        scores = torch.matmul(split(q), split(k).transpose(-2, -1)) * (d ** -0.5) + bias
+        out = torch.matmul(torch.softmax(scores, dim=-1), split(v))
+        return out.transpose(1, 2).reshape(b, t, inner)
+
+    @staticmethod
+    def symbolic(g, q, k, v, bias, heads: int):  # torch.onnx symbolic signature: g is the graph context
+        from torch.onnx.symbolic_helper import _optional_input_placeholder_tensor as absent
+
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, absent(g), absent(g), bias, num_heads_i=heads)
+        out.setType(q.type())
+        return out
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, dim_head: int) -> None:
         super().__init__()
@@ -168,10 +206,13 @@ class Attention(nn.Module):
         self.to_q, self.to_k, self.to_v = nn.Linear(dim, inner), nn.Linear(dim, inner), nn.Linear(dim, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
         q = rotate_first_head(self.to_q(x), cos, sin)
         k = rotate_first_head(self.to_k(x), cos, sin)
-        return self.to_out[0](FusedSelfAttention.apply(q, k, self.to_v(x), self.heads))
+        if bias is None:
+            return self.to_out[0](FusedSelfAttention.apply(q, k, self.to_v(x), self.heads))
+        return self.to_out[0](BiasedSelfAttention.apply(q, k, self.to_v(x), bias, self.heads))
 
 
 class FeedForward(nn.Module):
@@ -191,10 +232,10 @@ class DiTBlock(nn.Module):
         self.attn = Attention(cfg.dim, cfg.heads, cfg.dim_head)
         self.ff = FeedForward(cfg.dim, cfg.ff_mult)
 
-    def forward(self, x, temb, cos, sin) -> torch.Tensor:
+    def forward(self, x, temb, cos, sin, bias=None) -> torch.Tensor:
         shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = self.attn_norm(temb)
         h = layer_norm(x, self.dim) * (1 + scale_a[:, None]) + shift_a[:, None]
-        x = x + gate_a[:, None] * self.attn(h, cos, sin)
+        x = x + gate_a[:, None] * self.attn(h, cos, sin, bias)
         h = layer_norm(x, self.dim) * (1 + scale_f[:, None]) + shift_f[:, None]
         return x + gate_f[:, None] * self.ff(h)
 
@@ -214,10 +255,12 @@ class RotaryTable(nn.Module):
 
 
 class DiTEstimator(nn.Module):
-    """Upstream ``DiT.forward`` for unpadded input (mask all ones, non-streaming)."""
+    """Upstream ``DiT.forward`` for unpadded input (mask all ones): ``streaming=False``, or with
+    ``chunk_frames`` > 0 ``streaming=True`` (chunk-causal attention, :func:`chunk_bias`)."""
 
-    def __init__(self, cfg: DiTConfig) -> None:
+    def __init__(self, cfg: DiTConfig, chunk_frames: int = 0) -> None:
         super().__init__()
+        self.chunk_frames = chunk_frames
         self.dim = cfg.dim
         self.time_embed = TimeEmbedding(cfg.dim, cfg.freq_embed_dim)
         self.input_embed = InputEmbedding(cfg)
@@ -231,8 +274,9 @@ class DiTEstimator(nn.Module):
         temb = self.time_embed(t)
         h = self.input_embed(x, cond, mu, spks)
         cos, sin = self.rotary_embed(x.shape[1])
+        bias = chunk_bias(x.shape[1], self.chunk_frames) if self.chunk_frames else None
         for block in self.transformer_blocks:
-            h = block(h, temb, cos, sin)
+            h = block(h, temb, cos, sin, bias)
         scale, shift = self.norm_out(temb)
         h = layer_norm(h, self.dim) * (1 + scale)[:, None, :] + shift[:, None, :]
         return self.proj_out(h).transpose(1, 2)

@@ -1,0 +1,126 @@
+"""CosyVoice3 streamed hop by hop against upstream's ``CosyVoice3Model.token2wav(stream=True)``.
+
+The fixture (tests/cosyvoice3/make_fixture.py, ``calls.stream``) holds upstream's mel and audio per hop
+for 195 target tokens after a 12-token prompt, on upstream's hop schedule (38 = 25 + the prompt's
+padding, 50, 100, then 7 with ``finalize=True``). No upstream code runs here; the model under test is
+the fixture converted by our converter (fp32; int8 for the engine test).
+
+Must hold (fp32): the hop schedule is upstream's; each hop's mel within 1e-4 of upstream's
+(``streaming=True``, chunk-causal DiT over every frame so far); each hop's audio within 1e-3 (the causal
+HiFT over the target mel so far, ``finalize=False`` but for the last hop, upstream's sine noise).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from cosyedge.config import Settings
+from cosyedge.engines.base import SynthesisOptions
+from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+from cosyedge.engines.cosyvoice.v3 import version as version3
+from cosyedge.engines.cosyvoice.v3.stream import HopSchedule
+from cosyedge.engines.loader import load_engine
+from tests.cosyvoice3.make_fixture import HIFT_NOISE_SEED
+from tests.helpers import cosyvoice3_fixture as fixture
+
+pytestmark = pytest.mark.slow  # needs the converted fixture, built by scripts/test.sh in .venv-ref
+
+MEL_TOL = 1e-4
+AUDIO_TOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return fixture.load_reference()
+
+
+@pytest.fixture(scope="module")
+def call():
+    return fixture.info()["calls"]["stream"]
+
+
+def _hop_ends(call) -> list[int]:
+    return [end - (0 if final else 3) for _, end, final in call["hops"]]
+
+
+def test_hop_schedule_is_upstreams(call, ref):
+    """25 + the prompt's padding to a 25-token chunk, then doubling up to 100 (ace7c47's tts loop)."""
+    schedule = HopSchedule()
+    n_prompt = len(ref["flow_prompt_tokens"])
+    assert [schedule.hop(i, n_prompt) for i in range(4)] == [38, 50, 100, 100]
+    ends = np.cumsum([schedule.hop(i, n_prompt) for i in range(3)]).tolist()
+    assert _hop_ends(call) == ends + [len(ref["stream_tokens"])]
+    assert [final for *_, final in call["hops"]] == [False, False, False, True]
+
+
+def test_streamed_mel_and_audio_per_hop_match_upstream(tiny_cosyvoice3_models, ref, call):
+    t2w = version3.load_token2wav(ModelDir.load(tiny_cosyvoice3_models / fixture.MODEL_IDS["none"]))
+    assert t2w.can_stream
+    t2w.vocoder.noise_seed = HIFT_NOISE_SEED  # the sine noise the fixture gave upstream
+    stream = t2w.stream(ref["flow_prompt_tokens"], ref["flow_prompt_mel"], ref["flow_embedding"])
+    tokens = ref["stream_tokens"]
+    mel_bounds = np.cumsum([0] + call["hop_mel_frames"])
+    audio_bounds = np.cumsum([0] + call["hop_samples"])
+    hops_audio = []
+    for token in tokens:  # one at a time, as the LLM hands them over
+        for audio in stream.push([token]):
+            hop = len(hops_audio)
+            mel = stream.mel[:, mel_bounds[hop]:]
+            assert mel.shape[1] == call["hop_mel_frames"][hop], hop
+            assert np.abs(mel - ref["stream_mel"][:, mel_bounds[hop]:mel_bounds[hop + 1]]).max() < MEL_TOL, hop
+            hops_audio.append(audio)
+    assert len(hops_audio) == 3 and stream.tokens_rendered == _hop_ends(call)[2]
+    last_mel = stream.hop_mel(len(tokens), final=True)
+    assert np.abs(last_mel - ref["stream_mel"][:, mel_bounds[3]:]).max() < MEL_TOL
+    hops_audio.append(stream.finish())
+    for hop, audio in enumerate(hops_audio):
+        expected = ref["stream_audio"][audio_bounds[hop]:audio_bounds[hop + 1]]
+        assert audio.shape == expected.shape, hop
+        assert np.abs(audio - expected).max() < AUDIO_TOL, hop
+
+
+def _voice(engine):
+    t = np.arange(3 * 16000) / 16000
+    return engine.encode_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32), 16000, "Hello world.")
+
+
+def test_a_streamed_v3_request_arrives_hop_by_hop(tiny_cosyvoice3_models):
+    """The engine streams a v3 sentence in several chunks; their audio is the sentence's."""
+    engine = load_engine(Settings(models_dir=tiny_cosyvoice3_models, model=fixture.MODEL_IDS["int8"],
+                                  onnx_threads=1, thread_calibration=False))
+    try:
+        text = "Hello world, this is a tiny test of a streamed sentence that is long enough for hops."
+        chunks = list(engine.synthesize(text, _voice(engine), SynthesisOptions(seed=3, stream=True)))
+        first = [c for c in chunks if c.index == 0]
+        assert len(first) >= 2 and all(c.continues for c in first[:-1]) and not first[-1].continues
+        assert all(c.audio.size for c in first[:-1])
+    finally:
+        engine.close()
+
+
+def test_a_v3_model_converted_before_streaming_speaks_whole_and_says_so(tiny_cosyvoice3_models, tmp_path):
+    """A v3 model without the streamed DiT graph (converted before) loads, answers a streamed request one
+    chunk per sentence as before, and the catalog says a reconversion brings streaming."""
+    from cosyedge.catalog.models import ModelCatalog
+
+    old = tmp_path / "models" / "cosyvoice3-old"
+    shutil.copytree(tiny_cosyvoice3_models / fixture.MODEL_IDS["int8"], old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    stream = manifest["config"]["flow"].pop("stream")
+    del manifest["files"][stream["estimator"]]
+    (old / stream["estimator"]).unlink()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert "brings hop-by-hop streaming" in ModelCatalog(old.parent).get("cosyvoice3-old").reconvert
+    engine = load_engine(Settings(models_dir=old.parent, model="cosyvoice3-old", onnx_threads=1,
+                                  thread_calibration=False))
+    try:
+        assert not engine.token2wav.can_stream
+        chunks = list(engine.synthesize("Hello world. Good night.", _voice(engine),
+                                        SynthesisOptions(seed=3, stream=True)))
+        assert [c.index for c in chunks] == list(range(len(chunks))) and not any(c.continues for c in chunks)
+    finally:
+        engine.close()
