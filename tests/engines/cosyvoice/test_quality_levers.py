@@ -178,8 +178,8 @@ def test_cosyvoice3_takes_the_steps_and_cfg_of_a_mode(tiny_cosyvoice3_models):
         levers = engine.quality_levers("balanced")
         assert (levers.steps, levers.guided_steps, levers.left_chunks, levers.first_hop_tokens) == (6, 2, 0, 0)
         assert engine.token2wav.can_stream
-        spy = Spy(engine.token2wav.stream_flow.estimator_session)
-        engine.token2wav.stream_flow.estimator_session = spy
+        spy = Spy(engine.token2wav.step_session)
+        engine.token2wav.step_session = spy
         chunks = list(engine.synthesize("Hello world.", engine.presets()[0] if engine.presets() else
                                         _voice3(engine), SynthesisOptions(seed=1, stream=True, quality="balanced")))
         assert chunks and _batches(spy.calls, 6) == [2, 2, 1, 1, 1, 1]

@@ -74,9 +74,11 @@ def test_streamed_mel_and_audio_per_hop_match_upstream(tiny_cosyvoice3_models, r
             assert np.abs(mel - ref["stream_mel"][:, mel_bounds[hop]:mel_bounds[hop + 1]]).max() < MEL_TOL, hop
             hops_audio.append(audio)
     assert len(hops_audio) == 3 and stream.tokens_rendered == _hop_ends(call)[2]
-    last_mel = stream.hop_mel(len(tokens), final=True)
-    assert np.abs(last_mel - ref["stream_mel"][:, mel_bounds[3]:]).max() < MEL_TOL
     hops_audio.append(stream.finish())
+    assert stream.cache_bytes == 0  # the caches go when the sentence ends
+    last_mel = stream.mel[:, mel_bounds[3]:]
+    assert last_mel.shape[1] == call["hop_mel_frames"][3]
+    assert np.abs(last_mel - ref["stream_mel"][:, mel_bounds[3]:]).max() < MEL_TOL
     for hop, audio in enumerate(hops_audio):
         expected = ref["stream_audio"][audio_bounds[hop]:audio_bounds[hop + 1]]
         assert audio.shape == expected.shape, hop

@@ -102,27 +102,25 @@ def speech_tokens(tokens: Iterable[int]) -> list[int]:
 
 def load_token2wav(model, threads: int = 0):
     """A :class:`~cosyedge.engines.cosyvoice.v3.stream.Token2WavV3` of the DiT flow and the causal HiFT;
-    it streams where the model was converted with the streamed DiT graph (``flow.stream``); a model
+    it streams where the model was converted with the DiT chunk-step graph (``flow.stream``); a model
     converted before answers each sentence whole."""
     from cosyedge.engines.cosyvoice.v3.causal_hift import CausalF0Predictor, CausalHiftVocoder
-    from cosyedge.engines.cosyvoice.v3.stream import HopSchedule, Token2WavV3
+    from cosyedge.engines.cosyvoice.v3.stream import ChunkLayout, HopSchedule, Token2WavV3
     from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams
     from cosyedge.engines.cosyvoice.common.hift import HiftParams
 
     fc, hc = model.config("flow"), model.config("hift")
     params, noise = FlowParams.from_dict(fc), np.load(model.file(fc["noise"]))
-    encoder = model.session(fc["encoder"], threads)
-    flow = FlowDecoder(encoder, model.session(fc["estimator"], threads), noise, params)
-    stream = fc.get("stream")
-    stream_flow = (FlowDecoder(encoder, model.session(stream["estimator"], threads), noise, params)
-                   if isinstance(stream, dict) else None)
+    flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads), noise, params)
+    stream = fc.get("stream") if isinstance(fc.get("stream"), dict) else {}
+    step = model.session(stream["estimator"], threads) if stream else None
     with np.load(model.file(hc["f0"])) as f0, np.load(model.file(hc["source"])) as source:
         predictor = CausalF0Predictor({k: f0[k] for k in f0.files})
         weight, bias = source["weight"], source["bias"]
     vocoder = CausalHiftVocoder(predictor, model.session(hc["decoder"], threads), weight, bias,
                                 HiftParams.from_dict(hc), f0_lookahead=int(hc.get("f0_lookahead", 3)),
                                 look_right=int(hc.get("conv_pre_look_right", 4)))
-    return Token2WavV3(flow, vocoder, stream_flow, HopSchedule.from_dict(stream or {}))
+    return Token2WavV3(flow, vocoder, step, ChunkLayout.from_dict(stream), HopSchedule.from_dict(stream))
 
 
 def spell_reading(entry: Entry) -> tuple[str | None, str]:

@@ -282,6 +282,73 @@ class DiTEstimator(nn.Module):
         return self.proj_out(h).transpose(1, 2)
 
 
+class DiTChunkStep(nn.Module):
+    """One chunk of upstream's streamed DiT from per-step caches: (x, mu, t, spks, cond [B, 80, L],
+    offset [1], conv [2, B, K-1, dim], key_0, value_0, ...) -> (velocity [B, 80, L], kv_out_0, ...
+    [2, B, heads, L, dim_head], conv_out).
+
+    With chunk-causal attention the chunk's frames see every earlier chunk and the whole chunk, so the
+    chunk's output needs of the past only each layer's keys/values (``key_i``/``value_i``
+    [C, B, heads, F, dim_head]: the C earlier chunks as the runtime's
+    :class:`~cosyedge.engines.cosyvoice.common.flow_cache.BlockedStepCache` holds them, rotated at their
+    absolute positions) and the causal position convolutions' last ``K - 1`` inputs (``conv``). The
+    rotary positions start at ``offset``, the chunk's first frame counted from the first prompt frame.
+    The same arithmetic as :class:`DiTEstimator` with ``chunk_frames``; the attention is the CosyVoice2
+    chunk step's (``chunk_attention``).
+    """
+
+    def __init__(self, estimator: DiTEstimator, kv_dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.est = estimator
+        self.kv_dtype = kv_dtype
+
+    def _position_conv(self, h: torch.Tensor, conv: torch.Tensor, tails: list) -> torch.Tensor:
+        pos = self.est.input_embed.conv_pos_embed
+        y = h.transpose(1, 2)
+        for i, layer in enumerate((pos.conv1[0], pos.conv2[0])):
+            padded = torch.cat([conv[i].transpose(1, 2), y], dim=2)          # [B, dim, K-1 + L]
+            tails.append(padded[:, :, -(pos.kernel - 1):].transpose(1, 2))
+            y = mish(layer(padded))
+        return y.transpose(1, 2)
+
+    def forward(self, x, mu, t, spks, cond, offset, conv, *kv):  # noqa: ANN001 - ONNX graph signature
+        from cosyedge.export.cosyvoice.common.flow_stream_nets import chunk_attention
+
+        est = self.est
+        x, mu, cond = x.transpose(1, 2), mu.transpose(1, 2), cond.transpose(1, 2)
+        temb = est.time_embed(t)
+        inp = est.input_embed
+        spk = spks[:, None, :].expand(-1, x.shape[1], -1)
+        h = inp.proj(torch.cat([x, cond, mu, spk], dim=-1))
+        tails: list = []
+        h = self._position_conv(h, conv, tails) + h
+        pos = offset.to(torch.float32) + torch.arange(x.shape[1], dtype=torch.float32)
+        freqs = pos[:, None] * est.rotary_embed.inv_freq[None, :]
+        freqs = torch.stack([freqs, freqs], dim=-1).reshape(freqs.shape[0], -1)
+        cos, sin = freqs.cos(), freqs.sin()
+        shares = []
+        b, length = h.shape[0], h.shape[1]
+        for i, block in enumerate(est.transformer_blocks):
+            shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = block.attn_norm(temb)
+            a = layer_norm(h, block.dim) * (1 + scale_a[:, None]) + shift_a[:, None]
+            attn = block.attn
+            heads, dim_head = attn.heads, attn.to_q.out_features // attn.heads
+
+            def split(y: torch.Tensor) -> torch.Tensor:
+                return y.reshape(b, length, heads, dim_head).transpose(1, 2)
+
+            q = split(rotate_first_head(attn.to_q(a), cos, sin)) * (dim_head ** -0.5)
+            k, v = split(rotate_first_head(attn.to_k(a), cos, sin)), split(attn.to_v(a))
+            shares.append(torch.stack([k, v]).to(self.kv_dtype))
+            out = chunk_attention(q, k, v, kv[2 * i].to(torch.float32), kv[2 * i + 1].to(torch.float32))
+            h = h + gate_a[:, None] * attn.to_out[0](out.transpose(1, 2).reshape(b, length, heads * dim_head))
+            f = layer_norm(h, block.dim) * (1 + scale_f[:, None]) + shift_f[:, None]
+            h = h + gate_f[:, None] * block.ff(f)
+        scale, shift = est.norm_out(temb)
+        h = layer_norm(h, est.dim) * (1 + scale)[:, None, :] + shift[:, None, :]
+        return (est.proj_out(h).transpose(1, 2), *shares, torch.stack(tails))
+
+
 # ----------------------------------------------------------------------------------------------
 # Causal HiFT
 # ----------------------------------------------------------------------------------------------
