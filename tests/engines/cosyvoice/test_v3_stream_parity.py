@@ -22,6 +22,7 @@ from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.cosyvoice.common.manifest import ModelDir
 from cosyedge.engines.cosyvoice.v3 import version as version3
+from cosyedge.engines.cosyvoice.v3.causal_hift import CausalHiftStream
 from cosyedge.engines.cosyvoice.v3.stream import HopSchedule
 from cosyedge.engines.loader import load_engine
 from tests.cosyvoice3.make_fixture import HIFT_NOISE_SEED
@@ -83,6 +84,20 @@ def test_streamed_mel_and_audio_per_hop_match_upstream(tiny_cosyvoice3_models, r
         expected = ref["stream_audio"][audio_bounds[hop]:audio_bounds[hop + 1]]
         assert audio.shape == expected.shape, hop
         assert np.abs(audio - expected).max() < AUDIO_TOL, hop
+
+
+def test_the_streamed_hift_vocodes_only_the_new_samples_as_upstreams_whole_recomputation(tiny_cosyvoice3_models):
+    """Upstream vocodes the whole mel so far at every hop; the stream vocodes a window reaching past the
+    decoder's left context and gives the same samples (a window of 4 frames is 1e-2 off)."""
+    vocoder = version3.load_token2wav(ModelDir.load(tiny_cosyvoice3_models / fixture.MODEL_IDS["none"])).vocoder
+    mel = (np.random.default_rng(1).standard_normal((80, 700)) - 4).astype(np.float32)
+    stream, sent = CausalHiftStream(vocoder), 0
+    for end in (60, 110, 160, 260, 410, 610, 700):
+        final = end == 700
+        whole = vocoder.streamed(mel[:, :end], finalize=final)[sent:]
+        sent += whole.shape[0]
+        part = stream.push(mel[:, :end], finalize=final)
+        assert part.shape == whole.shape and np.abs(part - whole).max() < 1e-6, end
 
 
 def _voice(engine):

@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 #: Seed of the run-time sine noise (any fixed value: upstream's buffer is random too).
 NOISE_SEED = 1986
 F0_LAYERS = 5
+#: Mel frames before the first sample a streamed call must produce that it vocodes again: more than
+#: the decoder's reach to the left (its causal convolutions, resblocks and source path reach about 25
+#: frames back at upstream's sizes), so what it produces equals the whole-mel computation.
+DECODER_MARGIN = 48
 
 
 def _conv1d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, left: int, right: int) -> np.ndarray:
@@ -77,6 +81,42 @@ def causal_excitation(f0: np.ndarray, noise: np.ndarray, weight: np.ndarray, bia
     waves = sines * uv + noise_amp * noise.astype(np.float32, copy=False)
     merged = waves @ weight.astype(np.float32).T + bias.astype(np.float32)
     return np.tanh(merged[:, 0]).astype(np.float32)
+
+
+class CausalHiftStream:
+    """Upstream's streamed causal HiFT (``inference`` over the whole mel so far at every hop, the samples
+    not sent yet sent), computing only what the new samples need: the F0 of the frames not done yet
+    (from a window that reaches past the F0 layers' left context), the excitation over the whole
+    sentence (cheap, and its phase is a running sum from the first frame), and the decoder over the
+    frames from :data:`DECODER_MARGIN` before the first new sample. Every layer it windows is causal
+    beyond its look-ahead, so the samples are the whole computation's."""
+
+    def __init__(self, vocoder: "CausalHiftVocoder") -> None:
+        self.vocoder = vocoder
+        self._f0 = np.zeros(0, dtype=np.float32)   # final F0 of the frames done
+        self.sent = 0                               # samples handed out
+
+    def push(self, mel: np.ndarray, finalize: bool) -> np.ndarray:
+        """The samples after :attr:`sent` of ``vocoder.streamed(mel, finalize)``, ``mel`` being every
+        target frame so far (it only grows between calls)."""
+        v, spf = self.vocoder, self.vocoder.params.samples_per_frame
+        mel = np.asarray(mel, dtype=np.float32)
+        total = mel.shape[1]
+        kept = total if finalize else total - v.f0_lookahead
+        n_out = kept * spf if finalize else (kept - v.look_right - 1) * spf
+        if n_out <= self.sent:
+            return np.zeros(0, dtype=np.float32)
+        done = self._f0.shape[0]
+        if kept > done:
+            start = max(0, done - 2 * F0_LAYERS)    # the later F0 layers reach 2 frames back each
+            f0 = v.f0(mel[:, start:])[done - start:kept - start]
+            self._f0 = np.concatenate([self._f0, f0])
+        source = causal_excitation(self._f0[:kept], v.noise(kept * spf), v.source_weight, v.source_bias, v.params)
+        first = max(0, self.sent // spf - DECODER_MARGIN)
+        audio = v.decode(mel[:, first:kept], source[first * spf:])
+        out = audio[self.sent - first * spf:n_out - first * spf]
+        self.sent = n_out
+        return out
 
 
 class CausalHiftVocoder(HiftVocoder):

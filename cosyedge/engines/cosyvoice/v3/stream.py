@@ -12,10 +12,12 @@ Upstream's semantics, step for step:
   frame. Every hop ends on a chunk end, so the frames of earlier hops would come out as before:
   upstream recomputes them; here each chunk is computed once, by the converter's DiT chunk-step graph
   from per-step caches of the chunks before it (:class:`DiTChunks`), which is the same arithmetic.
-* Vocoder (``CausalHiFTGenerator.inference``): the whole target mel so far is vocoded at each hop and the
-  samples not sent yet are sent. With ``finalize=False`` the F0 predictor reads its last 3 frames as
-  context only and the decoder its last 4 more, and the last frame's samples are held back
-  (:meth:`~cosyedge.engines.cosyvoice.v3.causal_hift.CausalHiftVocoder.streamed`).
+* Vocoder (``CausalHiFTGenerator.inference``): upstream vocodes the whole target mel so far at each
+  hop and sends the samples not sent yet. With ``finalize=False`` the F0 predictor reads its last 3
+  frames as context only and the decoder its last 4 more, and the last frame's samples are held back
+  (:meth:`~cosyedge.engines.cosyvoice.v3.causal_hift.CausalHiftVocoder.streamed`); the stream gives the
+  same samples from a window of the frames they depend on
+  (:class:`~cosyedge.engines.cosyvoice.v3.causal_hift.CausalHiftStream`).
 
 One deliberate difference, shared with the CosyVoice2 stream: upstream's glue makes the last call with
 ``streaming=False`` (full attention over the whole sentence); here it is the chunk-causal
@@ -32,6 +34,7 @@ import numpy as np
 from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, cfg_rows, check_tokens, cosine_schedule
 from cosyedge.engines.cosyvoice.common.flow_cache import BlockedStepCache
 from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
+from cosyedge.engines.cosyvoice.v3.causal_hift import CausalHiftStream
 from cosyedge.errors import ParameterError
 
 logger = logging.getLogger(__name__)
@@ -158,9 +161,9 @@ class DiTStream:
     :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2WavStream` that
     :func:`~cosyedge.engines.cosyvoice.common.hops.stream_hops` and the engine read.
 
-    The DiT's chunks are computed once (:class:`DiTChunks`); the pre-lookahead front is run again over
-    every token at each hop (an embedding and two small convolutions), and so is the causal HiFT over
-    the target mel so far, as upstream does.
+    The DiT's chunks are computed once (:class:`DiTChunks`), the causal HiFT's samples too
+    (:class:`~cosyedge.engines.cosyvoice.v3.causal_hift.CausalHiftStream`); the pre-lookahead front is
+    run again over every token at each hop (an embedding and two small convolutions).
 
     Memory: the DiT's caches grow by :meth:`ChunkLayout.cache_bytes_per_frame` per mel frame. With
     ``cache_budget`` (bytes, 0 = none), once the prompt and the tokens so far would pass it, the stream
@@ -183,7 +186,7 @@ class DiTStream:
         self._tokens: list[int] = []
         self._offset = 0                  # target tokens rendered
         self._mel = np.zeros((self.flow.params.mel_bins, 0), dtype=np.float32)   # target mel so far
-        self._sent = 0                    # samples handed out
+        self._hift = CausalHiftStream(self.vocoder)
         self._finished = False
         self.hops = 0
 
@@ -270,8 +273,7 @@ class DiTStream:
 
     def _render(self, end: int, final: bool) -> np.ndarray:
         self._mel = np.concatenate([self._mel, self._hop_mel(end, final)], axis=1)
-        audio = self.vocoder.streamed(self._mel, finalize=final)[self._sent:]
-        self._sent += audio.shape[0]
+        audio = self._hift.push(self._mel, finalize=final)
         self._offset = end
         self.hops += 1
         return audio
@@ -283,7 +285,7 @@ class DiTStream:
             return np.zeros(0, dtype=np.float32)
         mel = self.flow(self._tokens, self.prompt_tokens, self.prompt_mel, self.embedding, self.n_timesteps,
                         cfg_steps=self.cfg_steps)
-        return self.vocoder(mel)[self._sent:]
+        return self.vocoder(mel)[self._hift.sent:]
 
 
 @dataclass
