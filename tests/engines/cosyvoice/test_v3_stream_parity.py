@@ -111,7 +111,11 @@ def test_a_streamed_v3_request_arrives_hop_by_hop(tiny_cosyvoice3_models):
                                   onnx_threads=1, thread_calibration=False))
     try:
         text = "Hello world, this is a tiny test of a streamed sentence that is long enough for hops."
-        chunks = list(engine.synthesize(text, _voice(engine), SynthesisOptions(seed=3, stream=True)))
+        chunks, held = [], []
+        for chunk in engine.synthesize(text, _voice(engine), SynthesisOptions(seed=3, stream=True)):
+            chunks.append(chunk)
+            held.append(engine.token2wav.stream_cache_bytes)
+        assert held[0] > 0 and engine.token2wav.stream_cache_bytes == 0  # the DiT caches go with the sentence
         first = [c for c in chunks if c.index == 0]
         assert len(first) >= 2 and all(c.continues for c in first[:-1]) and not first[-1].continues
         assert all(c.audio.size for c in first[:-1])
@@ -139,5 +143,23 @@ def test_a_v3_model_converted_before_streaming_speaks_whole_and_says_so(tiny_cos
         chunks = list(engine.synthesize("Hello world. Good night.", _voice(engine),
                                         SynthesisOptions(seed=3, stream=True)))
         assert [c.index for c in chunks] == list(range(len(chunks))) and not any(c.continues for c in chunks)
+    finally:
+        engine.close()
+
+
+def test_a_cancelled_v3_stream_frees_its_caches(tiny_cosyvoice3_models):
+    from cosyedge.errors import CancelledError
+
+    engine = load_engine(Settings(models_dir=tiny_cosyvoice3_models, model=fixture.MODEL_IDS["int8"],
+                                  onnx_threads=1, thread_calibration=False))
+    try:
+        stop = []
+        text = "Hello world, this is a tiny test of a streamed sentence that is long enough for hops."
+        with pytest.raises(CancelledError):
+            for _ in engine.synthesize(text, _voice(engine), SynthesisOptions(seed=3, stream=True),
+                                       cancelled=lambda: bool(stop)):
+                assert engine.token2wav.stream_cache_bytes > 0
+                stop.append(True)
+        assert stop and engine.token2wav.stream_cache_bytes == 0
     finally:
         engine.close()

@@ -27,7 +27,8 @@ One deliberate difference, shared with the CosyVoice2 stream: upstream's glue ma
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -296,6 +297,7 @@ class Token2WavV3(Token2Wav):
     step_session: object | None = None
     layout: ChunkLayout = ChunkLayout()
     schedule: HopSchedule = HopSchedule()
+    _streams: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
 
     #: The quality levers a v3 stream does not take: upstream's whole left context and first hop.
     can_bound_context = False
@@ -304,6 +306,11 @@ class Token2WavV3(Token2Wav):
     @property
     def can_stream(self) -> bool:
         return self.step_session is not None
+
+    @property
+    def stream_cache_bytes(self) -> int:
+        """Bytes the caches of the streams still open hold now; 0 once each has finished or closed."""
+        return sum(stream.cache_bytes for stream in list(self._streams))
 
     def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,
                rng: np.random.Generator | None = None, cache_budget: int = 0,
@@ -323,4 +330,5 @@ class Token2WavV3(Token2Wav):
                 per_token = stream.ratio * self.layout.cache_bytes_per_frame(steps, cfg_steps)
                 tokens = min(tokens, max(0, cache_budget // per_token - stream.n_prompt))
             stream.reserve(tokens)
+        self._streams.add(stream)
         return stream
