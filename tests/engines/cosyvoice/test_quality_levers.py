@@ -178,7 +178,7 @@ def test_cosyvoice3_takes_the_steps_and_cfg_of_a_mode(tiny_cosyvoice3_models):
         levers = engine.quality_levers("balanced")
         assert (levers.steps, levers.guided_steps, levers.left_chunks, levers.first_hop_tokens) == (6, 2, 0, 0)
         assert engine.token2wav.can_stream
-        spy = Spy(engine.token2wav.step_session)
+        spy = Spy(engine.token2wav.step_graph())
         engine.token2wav.step_session = spy
         chunks = list(engine.synthesize("Hello world.", engine.presets()[0] if engine.presets() else
                                         _voice3(engine), SynthesisOptions(seed=1, stream=True, quality="balanced")))

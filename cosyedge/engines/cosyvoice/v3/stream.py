@@ -27,8 +27,10 @@ One deliberate difference, shared with the CosyVoice2 stream: upstream's glue ma
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -183,7 +185,7 @@ class DiTStream:
         self.n_timesteps, self.cfg_steps = n_timesteps, cfg_steps
         self.cache_budget = cache_budget
         self.limited = False                  # past the budget: the rest is rendered whole
-        self.chunks = DiTChunks(self.flow, token2wav.step_session, token2wav.layout, n_timesteps, cfg_steps)
+        self.chunks = DiTChunks(self.flow, token2wav.step_graph(), token2wav.layout, n_timesteps, cfg_steps)
         self._tokens: list[int] = []
         self._offset = 0                  # target tokens rendered
         self._mel = np.zeros((self.flow.params.mel_bins, 0), dtype=np.float32)   # target mel so far
@@ -292,12 +294,17 @@ class DiTStream:
 @dataclass
 class Token2WavV3(Token2Wav):
     """CosyVoice3's token2wav: the whole-sentence path of :class:`Token2Wav`, and, where the model was
-    converted with the DiT chunk-step graph (``step_session``), :meth:`stream`."""
+    converted with the DiT chunk-step graph (``open_step``), :meth:`stream`.
 
+    The step graph is a second copy of the DiT's weights (about 330 MB at full size, int8): it is
+    opened by the first stream, so a box that never streams does not hold it."""
+
+    open_step: Callable[[], object] | None = None
     step_session: object | None = None
     layout: ChunkLayout = ChunkLayout()
     schedule: HopSchedule = HopSchedule()
     _streams: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
+    _opening: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     #: The quality levers a v3 stream does not take: upstream's whole left context and first hop.
     can_bound_context = False
@@ -305,7 +312,14 @@ class Token2WavV3(Token2Wav):
 
     @property
     def can_stream(self) -> bool:
-        return self.step_session is not None
+        return self.open_step is not None or self.step_session is not None
+
+    def step_graph(self):  # noqa: ANN201 - an onnxruntime session (or a stand-in)
+        """The DiT chunk-step session, opened on first use and kept."""
+        with self._opening:
+            if self.step_session is None and self.open_step is not None:
+                self.step_session = self.open_step()
+        return self.step_session
 
     @property
     def stream_cache_bytes(self) -> int:
@@ -319,7 +333,7 @@ class Token2WavV3(Token2Wav):
         """A hop-by-hop stream for one utterance (speed 1). ``cfg_steps``, ``cache_budget`` and
         ``expected_tokens`` (the caches sized once, within the budget) as :meth:`Token2Wav.stream`;
         ``rng``, ``left_chunks`` and ``first_hop_tokens`` are accepted for its signature and not used."""
-        if self.step_session is None:
+        if not self.can_stream:
             raise ParameterError("this model directory has no streamed DiT graph; convert it again")
         prompt_tokens, prompt_mel, embedding, steps = self.flow.checked_prompt(prompt_tokens, prompt_mel,
                                                                                speaker_embedding, n_timesteps)

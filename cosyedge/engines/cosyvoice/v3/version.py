@@ -113,14 +113,15 @@ def load_token2wav(model, threads: int = 0):
     params, noise = FlowParams.from_dict(fc), np.load(model.file(fc["noise"]))
     flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads), noise, params)
     stream = fc.get("stream") if isinstance(fc.get("stream"), dict) else {}
-    step = model.session(stream["estimator"], threads) if stream else None
+    open_step = (lambda: model.session(stream["estimator"], threads)) if stream else None  # noqa: E731
     with np.load(model.file(hc["f0"])) as f0, np.load(model.file(hc["source"])) as source:
         predictor = CausalF0Predictor({k: f0[k] for k in f0.files})
         weight, bias = source["weight"], source["bias"]
     vocoder = CausalHiftVocoder(predictor, model.session(hc["decoder"], threads), weight, bias,
                                 HiftParams.from_dict(hc), f0_lookahead=int(hc.get("f0_lookahead", 3)),
                                 look_right=int(hc.get("conv_pre_look_right", 4)))
-    return Token2WavV3(flow, vocoder, step, ChunkLayout.from_dict(stream), HopSchedule.from_dict(stream))
+    return Token2WavV3(flow, vocoder, open_step=open_step, layout=ChunkLayout.from_dict(stream),
+                       schedule=HopSchedule.from_dict(stream))
 
 
 def spell_reading(entry: Entry) -> tuple[str | None, str]:
