@@ -6,6 +6,7 @@
     .venv-ref/bin/python bench/cosyvoice3.py compare --upstream-src /path/to/CosyVoice --work /tmp/cv3
     .venv/bin/python     bench/cosyvoice3.py engine --work /tmp/cv3        # peak RSS, no torch
     .venv/bin/python     bench/cosyvoice3.py stream --work /tmp/cv3 --tokens 260 --prompt-tokens 75
+    (prepare/convert --flow-only: the flow and HiFT alone, int8, all the stream stage needs)
 
 Stages (each its own process; run under ``flock /work/locks/heavy`` on a shared box):
 
@@ -56,9 +57,10 @@ def prepare(args) -> None:
     qwen = src / "CosyVoice-BlankEN"
     write_tiny_tokenizer(qwen)
     t0 = time.perf_counter()
-    llm = mf.build_llm(qwen, 0, qwen=mf.FULL_QWEN, tweak=False)
-    torch.save(llm.state_dict(), src / "llm.pt")
-    del llm
+    if not args.flow_only:
+        llm = mf.build_llm(qwen, 0, qwen=mf.FULL_QWEN, tweak=False)
+        torch.save(llm.state_dict(), src / "llm.pt")
+        del llm
     flow = mf.build_flow(10, sizes=mf.FULL, tweak=False)
     torch.save(flow.state_dict(), src / "flow.pt")
     del flow
@@ -77,7 +79,10 @@ def convert(args) -> None:
     src = Path(args.work) / "Fun-CosyVoice3-0.5B"
     # fp32: the flow and HiFT only (the int8-vs-fp32 flow comparison); the LLM's fp32 graph is CosyVoice2's
     # own exporter with another weight plan, measured in bench/cosyvoice_llm.py.
-    for quantize, name, steps in (("int8", "cosyvoice3-int8", None), ("none", "cosyvoice3-fp32", ["flow", "hift"])):
+    runs = (("int8", "cosyvoice3-int8", None), ("none", "cosyvoice3-fp32", ["flow", "hift"]))
+    if args.flow_only:  # token2wav alone (the stream stage): int8 flow + HiFT
+        runs = (("int8", "cosyvoice3-int8", ["flow", "hift"]),)
+    for quantize, name, steps in runs:
         t0 = time.perf_counter()
         manifest = run(src, Path(args.work) / "models" / name, quantize=quantize, steps=steps, force=True)
         emit({"stage": "convert", "model": name, "seconds": round(time.perf_counter() - t0, 1),
@@ -267,6 +272,8 @@ def main() -> int:
     parser.add_argument("--decode", type=int, default=50, help="forced LLM decode steps")
     parser.add_argument("--tokens", type=int, default=50, help="target speech tokens for the flow (25 per s)")
     parser.add_argument("--prompt-tokens", type=int, default=50)
+    parser.add_argument("--flow-only", action="store_true",
+                        help="prepare/convert: the flow and HiFT only (no LLM), int8: what the stream stage needs")
     parser.add_argument("--model-dir", type=Path, default=None,
                         help="stream: a converted v3 model (default: WORK/models/cosyvoice3-int8)")
     args = parser.parse_args()
