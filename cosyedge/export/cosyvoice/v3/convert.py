@@ -92,18 +92,19 @@ def dit_config(config: dict[str, Any]):
 
 
 def stream_chunk_frames(config: dict[str, Any], cfg) -> int:
-    """The DiT's ``static_chunk_size`` in mel frames (upstream: chunk_size 25 x token_mel_ratio); a
-    bounded left context (``num_decoding_left_chunks`` >= 0) is not upstream's released recipe."""
+    """The DiT's ``static_chunk_size`` in mel frames (upstream: chunk_size 25 x token_mel_ratio), which
+    upstream's 25-token hops need. (Its ``num_decoding_left_chunks`` is not read: upstream's DiT
+    attends to every left chunk whatever it says.)"""
     est = section(config, "flow", "decoder", "estimator")
+    expected = HOP_TOKENS * cfg.token_mel_ratio
     try:
-        frames = int(est.get("static_chunk_size", HOP_TOKENS * cfg.token_mel_ratio))
-        left = int(est.get("num_decoding_left_chunks", -1))
+        frames = int(est.get("static_chunk_size", expected))
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{CONFIG_NAME}: the DiT's static_chunk_size / num_decoding_left_chunks: {exc}") from exc
-    if frames != HOP_TOKENS * cfg.token_mel_ratio or left >= 0:
-        raise InputError(f"{CONFIG_NAME}: the DiT streams in chunks of {frames} frames with {left} left chunks; "
-                         f"upstream's hop schedule needs {HOP_TOKENS * cfg.token_mel_ratio} and every left chunk",
-                         code="convert_unknown_config", part="flow", found=f"{frames}/{left}")
+        raise InputError(f"{CONFIG_NAME}: the DiT's static_chunk_size: {exc}") from exc
+    if frames != expected:
+        raise InputError(f"{CONFIG_NAME}: the DiT streams in chunks of {frames} frames; upstream's hops of "
+                         f"{HOP_TOKENS} tokens need {expected}", code="convert_unknown_config", part="flow",
+                         found=str(frames))
     return frames
 
 
