@@ -140,7 +140,9 @@ class DiTChunks:
 
 @dataclass(frozen=True)
 class HopSchedule:
-    """Upstream's hop lengths in target tokens (the manifest's ``flow.stream``)."""
+    """Upstream's hop lengths in target tokens (the manifest's ``flow.stream``). Upstream keeps the
+    grown hop on its model object (its later requests start at 100); each sentence here starts at 25,
+    as upstream's first request does."""
 
     hop_tokens: int = 25
     max_hop_tokens: int = 100
