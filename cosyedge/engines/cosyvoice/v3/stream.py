@@ -298,8 +298,8 @@ class Token2WavV3(Token2Wav):
     """CosyVoice3's token2wav: the whole-sentence path of :class:`Token2Wav`, and, where the model was
     converted with the DiT chunk-step graph (``open_step``), :meth:`stream`.
 
-    The step graph is a second copy of the DiT's weights (about 330 MB at full size, int8): it is
-    opened by the first stream, so a box that never streams does not hold it."""
+    The step graph is a second copy of the DiT's weights (347 MB at full size, int8): it is opened by
+    the first stream, so a box that never streams does not hold it."""
 
     open_step: Callable[[], object] | None = None
     step_session: object | None = None
