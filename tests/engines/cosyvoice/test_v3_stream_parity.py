@@ -163,3 +163,21 @@ def test_a_cancelled_v3_stream_frees_its_caches(tiny_cosyvoice3_models):
         assert stop and engine.token2wav.stream_cache_bytes == 0
     finally:
         engine.close()
+
+
+def test_a_voices_next_sentence_starts_from_its_kept_prompt_chunks(tiny_cosyvoice3_models):
+    """The prompt's chunks whose look-ahead is still prompt are kept for the voice's next sentence,
+    which then gives the same mel and audio as without them."""
+    t2w = version3.load_token2wav(ModelDir.load(tiny_cosyvoice3_models / fixture.MODEL_IDS["none"]))
+    rng = np.random.default_rng(5)
+    prompt, tokens = rng.integers(0, 6561, 60), rng.integers(0, 6561, 120)
+    prompt_mel = (rng.standard_normal((120, 80)) - 4).astype(np.float32)
+    embedding = rng.standard_normal(192).astype(np.float32)
+    runs = []
+    for _ in range(2):
+        stream = t2w.stream(prompt, prompt_mel, embedding)
+        audio = [a for token in tokens for a in stream.push([token])] + [stream.finish()]
+        runs.append((stream.prompt_cached, stream.mel, np.concatenate(audio)))
+    (first_cached, mel_a, audio_a), (second_cached, mel_b, audio_b) = runs
+    assert t2w.prompt_states.nbytes > 0 and second_cached and mel_a.shape == mel_b.shape
+    assert np.abs(mel_a - mel_b).max() < 1e-5 and np.abs(audio_a - audio_b).max() < 1e-5

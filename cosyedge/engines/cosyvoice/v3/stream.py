@@ -34,7 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, cfg_rows, check_tokens, cosine_schedule
+from cosyedge.engines.cosyvoice.common.flow import (FlowDecoder, PromptStates, cfg_rows, check_tokens,
+                                                    cosine_schedule)
 from cosyedge.engines.cosyvoice.common.flow_cache import BlockedStepCache
 from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 from cosyedge.engines.cosyvoice.v3.causal_hift import CausalHiftStream
@@ -67,6 +68,19 @@ class ChunkLayout:
         return self.attention_layers * 2 * self.heads * self.head_dim * np.dtype(self.kv_dtype).itemsize * rows
 
 
+@dataclass
+class PromptChunks:
+    """A voice's caches after its text-independent prompt chunks (``frames`` frames), per Euler step."""
+
+    frames: int
+    kv: list
+    conv: list
+
+    @property
+    def nbytes(self) -> int:
+        return sum(kv.nbytes for kv in self.kv) + sum(c.nbytes for c in self.conv)
+
+
 class DiTChunks:
     """The streamed DiT computed once per 50-frame chunk, from caches of the chunks before it: per
     Euler step the attention layers' keys/values (a
@@ -85,6 +99,17 @@ class DiTChunks:
                       for r in rows]
         self.frames_done = 0                # frames of whole chunks computed (kept in the caches)
 
+    def snapshot(self) -> PromptChunks:
+        """A copy of the caches as they are now (whole chunks only)."""
+        return PromptChunks(self.frames_done, [kv.compact(self.frames_done, 0) for kv in self._kv],
+                            [c.copy() for c in self._conv])
+
+    def restore(self, state: PromptChunks) -> None:
+        """Continue from ``state`` (copied: the state stays as it is for the next sentence)."""
+        self._kv = [kv.compact(state.frames, self.layout.chunk_frames) for kv in state.kv]
+        self._conv = [c.copy() for c in state.conv]
+        self.frames_done = state.frames
+
     @property
     def cache_bytes(self) -> int:
         return sum(kv.nbytes for kv in self._kv) + sum(c.nbytes for c in self._conv)
@@ -93,9 +118,10 @@ class DiTChunks:
         for kv in self._kv:
             kv.reserve(frames)
 
-    def run(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray) -> np.ndarray:
+    def run(self, mu: np.ndarray, spks: np.ndarray, cond: np.ndarray,
+            on_chunk: Callable[[], None] | None = None) -> np.ndarray:
         """mu/cond [80, T] of every frame so far (T past :attr:`frames_done`) -> the mel [80, T -
-        frames_done] of the frames not computed yet, chunk by chunk."""
+        frames_done] of the frames not computed yet, chunk by chunk; ``on_chunk`` after each whole one."""
         out, total, chunk = [], mu.shape[1], self.layout.chunk_frames
         while self.frames_done < total:
             start = self.frames_done
@@ -104,6 +130,8 @@ class DiTChunks:
             if end - start < chunk:
                 break
             self.frames_done = end
+            if on_chunk is not None:
+                on_chunk()
         return np.concatenate(out, axis=1) if out else np.zeros((mu.shape[0], 0), dtype=np.float32)
 
     def close(self) -> None:
@@ -188,6 +216,16 @@ class DiTStream:
         self.cache_budget = cache_budget
         self.limited = False                  # past the budget: the rest is rendered whole
         self.chunks = DiTChunks(self.flow, token2wav.step_graph(), token2wav.layout, n_timesteps, cfg_steps)
+        # The prompt's chunks whose look-ahead is still prompt do not depend on the text: their state is
+        # kept for the voice's next sentence (as CosyVoice2's PromptStates).
+        chunk_tokens = token2wav.layout.chunk_frames // self.ratio
+        self._prompt_frames = max(0, (self.n_prompt - self.lookahead) // chunk_tokens) * token2wav.layout.chunk_frames
+        self._prompt_key = PromptStates.key(prompt_tokens, prompt_mel, embedding, f"{n_timesteps}/{cfg_steps}")
+        state = token2wav.prompt_states.take(self._prompt_key) if self._prompt_frames else None
+        self.prompt_cached = state is not None
+        if state is not None:
+            self.chunks.restore(state)
+            token2wav.prompt_states.put(self._prompt_key, state)
         self._tokens: list[int] = []
         self._offset = 0                  # target tokens rendered
         self._mel = np.zeros((self.flow.params.mel_bins, 0), dtype=np.float32)   # target mel so far
@@ -273,8 +311,13 @@ class DiTStream:
         cond = np.zeros_like(mu)
         cond[:, :self.prompt_mel.shape[0]] = self.prompt_mel.T
         start = self.chunks.frames_done
-        mel = self.chunks.run(mu, spks, cond)
+        mel = self.chunks.run(mu, spks, cond, self._keep_prompt_state)
         return mel[:, (self.n_prompt + self._offset) * ratio - start:]
+
+    def _keep_prompt_state(self) -> None:
+        if self.chunks.frames_done == self._prompt_frames and not self.prompt_cached:
+            self.token2wav.prompt_states.put(self._prompt_key, self.chunks.snapshot())
+            self.prompt_cached = True
 
     def _render(self, end: int, final: bool) -> np.ndarray:
         self._mel = np.concatenate([self._mel, self._hop_mel(end, final)], axis=1)
@@ -306,6 +349,8 @@ class Token2WavV3(Token2Wav):
     layout: ChunkLayout = ChunkLayout()
     schedule: HopSchedule = HopSchedule()
     _streams: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
+    #: The last voice's text-independent prompt chunks (:class:`PromptChunks`), for its next sentence.
+    prompt_states: PromptStates = field(default_factory=PromptStates, repr=False)
     _opening: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     #: The quality levers a v3 stream does not take: upstream's whole left context and first hop.
