@@ -5,6 +5,8 @@
     .venv-ref/bin/python bench/cosyvoice3.py convert --work /tmp/cv3
     .venv-ref/bin/python bench/cosyvoice3.py compare --upstream-src /path/to/CosyVoice --work /tmp/cv3
     .venv/bin/python     bench/cosyvoice3.py engine --work /tmp/cv3        # peak RSS, no torch
+    .venv/bin/python     bench/cosyvoice3.py stream --work /tmp/cv3 --tokens 260 --prompt-tokens 75
+    (prepare/convert --flow-only: the flow and HiFT alone, int8, all the stream stage needs)
 
 Stages (each its own process; run under ``flock /work/locks/heavy`` on a shared box):
 
@@ -17,6 +19,8 @@ Stages (each its own process; run under ``flock /work/locks/heavy`` on a shared 
   the engine's own thread setting: half the threads); the DiT flow on ``--tokens`` target tokens with the
   prompt (seconds per audio second, int8 mel deviation against fp32 and upstream); the causal HiFT; the
   end-to-end RTF = (LLM + flow + HiFT) / audio seconds.
+* ``stream``: streamed against whole token2wav side by side on the int8 model (or ``--model-dir``): the
+  first hop's rendering time, each hop's, both RTFs (no torch).
 * ``engine``: a torch-free process loading the int8 model as the app does and synthesizing one sentence
   of a clone request: its peak RSS; and the converted directories' sizes.
 
@@ -53,9 +57,10 @@ def prepare(args) -> None:
     qwen = src / "CosyVoice-BlankEN"
     write_tiny_tokenizer(qwen)
     t0 = time.perf_counter()
-    llm = mf.build_llm(qwen, 0, qwen=mf.FULL_QWEN, tweak=False)
-    torch.save(llm.state_dict(), src / "llm.pt")
-    del llm
+    if not args.flow_only:
+        llm = mf.build_llm(qwen, 0, qwen=mf.FULL_QWEN, tweak=False)
+        torch.save(llm.state_dict(), src / "llm.pt")
+        del llm
     flow = mf.build_flow(10, sizes=mf.FULL, tweak=False)
     torch.save(flow.state_dict(), src / "flow.pt")
     del flow
@@ -74,7 +79,10 @@ def convert(args) -> None:
     src = Path(args.work) / "Fun-CosyVoice3-0.5B"
     # fp32: the flow and HiFT only (the int8-vs-fp32 flow comparison); the LLM's fp32 graph is CosyVoice2's
     # own exporter with another weight plan, measured in bench/cosyvoice_llm.py.
-    for quantize, name, steps in (("int8", "cosyvoice3-int8", None), ("none", "cosyvoice3-fp32", ["flow", "hift"])):
+    runs = (("int8", "cosyvoice3-int8", None), ("none", "cosyvoice3-fp32", ["flow", "hift"]))
+    if args.flow_only:  # token2wav alone (the stream stage): int8 flow + HiFT
+        runs = (("int8", "cosyvoice3-int8", ["flow", "hift"]),)
+    for quantize, name, steps in runs:
         t0 = time.perf_counter()
         manifest = run(src, Path(args.work) / "models" / name, quantize=quantize, steps=steps, force=True)
         emit({"stage": "convert", "model": name, "seconds": round(time.perf_counter() - t0, 1),
@@ -207,17 +215,74 @@ def engine(args) -> None:
           "peak_rss_mb": round(peak_rss_mb()), "dir_bytes": sizes})
 
 
+def stream(args) -> None:
+    """Streamed against whole token2wav, side by side in one process, on a converted model (no torch).
+
+    ``--tokens`` target tokens after ``--prompt-tokens`` prompt tokens (random ids, random prompt mel),
+    as the LLM would hand them over all at once: streamed, each hop's rendering time (DiT chunks +
+    causal HiFT) and the first hop's, for a voice's first sentence and for its next (the prompt's
+    text-independent chunks kept); whole, ``token2wav`` of the same tokens. RTF = seconds / audio
+    seconds. A warm-up of each path runs first."""
+    from cosyedge.engines.cosyvoice.common.manifest import ModelDir
+    from cosyedge.engines.cosyvoice.v3 import version as version3
+
+    model_dir = args.model_dir or Path(args.work) / "models" / "cosyvoice3-int8"
+    t2w = version3.load_token2wav(ModelDir.load(model_dir), threads=args.threads)
+    if not t2w.can_stream:
+        raise SystemExit(f"{model_dir} has no DiT chunk-step graph: convert it again")
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, 6561, args.prompt_tokens)
+    prompt_mel = (rng.standard_normal((2 * args.prompt_tokens, 80)) - 4).astype(np.float32)
+    embedding = rng.standard_normal(192).astype(np.float32)
+    tokens = rng.integers(0, 6561, args.tokens)
+
+    def streamed(new_voice: bool = True) -> tuple[list[float], float, int]:
+        if new_voice:  # a voice's first sentence: its prompt chunks are rendered too
+            t2w.prompt_states.clear()
+        s = t2w.stream(prompt, prompt_mel, embedding, expected_tokens=len(tokens))
+        hops, samples, t0 = [], 0, time.perf_counter()
+        for token in tokens:
+            for audio in s.push([token]):
+                hops.append(time.perf_counter() - t0)
+                samples += audio.shape[0]
+        samples += s.finish().shape[0]
+        hops.append(time.perf_counter() - t0)
+        return hops, hops[-1], samples
+
+    def whole() -> tuple[float, int]:
+        t0 = time.perf_counter()
+        audio = t2w(tokens, prompt, prompt_mel, embedding)
+        return time.perf_counter() - t0, audio.shape[0]
+
+    streamed(), whole()  # warm-up
+    hops, stream_s, stream_samples = streamed()
+    next_hops, next_s, _ = streamed(new_voice=False)  # the voice's next sentence: prompt chunks kept
+    whole_s, whole_samples = whole()
+    audio_s = whole_samples / t2w.sample_rate
+    emit({"stage": "stream", "model": str(model_dir), "threads": args.threads, "tokens": args.tokens,
+          "prompt_tokens": args.prompt_tokens, "audio_s": round(audio_s, 2),
+          "samples_equal": stream_samples == whole_samples, "first_hop_s": round(hops[0], 3),
+          "hop_done_s": [round(h, 2) for h in hops], "stream_rtf": round(stream_s / audio_s, 3),
+          "whole_rtf": round(whole_s / audio_s, 3), "stream_over_whole": round(stream_s / whole_s, 2),
+          "next_sentence_first_hop_s": round(next_hops[0], 3), "next_sentence_rtf": round(next_s / audio_s, 3),
+          "load": loadavg(), "peak_rss_mb": round(peak_rss_mb())})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("prepare", "convert", "compare", "engine"))
+    parser.add_argument("stage", choices=("prepare", "convert", "compare", "engine", "stream"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/cv3bench"))
     parser.add_argument("--upstream-src", type=Path, default=Path(os.environ.get("COSYVOICE_SRC", "")))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decode", type=int, default=50, help="forced LLM decode steps")
     parser.add_argument("--tokens", type=int, default=50, help="target speech tokens for the flow (25 per s)")
     parser.add_argument("--prompt-tokens", type=int, default=50)
+    parser.add_argument("--flow-only", action="store_true",
+                        help="prepare/convert: the flow and HiFT only (no LLM), int8: what the stream stage needs")
+    parser.add_argument("--model-dir", type=Path, default=None,
+                        help="stream: a converted v3 model (default: WORK/models/cosyvoice3-int8)")
     args = parser.parse_args()
-    {"prepare": prepare, "convert": convert, "compare": compare, "engine": engine}[args.stage](args)
+    {"prepare": prepare, "convert": convert, "compare": compare, "engine": engine, "stream": stream}[args.stage](args)
     return 0
 
 

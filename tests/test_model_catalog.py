@@ -178,9 +178,25 @@ def test_a_cosyvoice1_model_with_the_first_llm_step_graph_says_a_reconversion_br
     assert by_id["format2"].reconvert == by_id["no-llm"].reconvert == ""
 
 
+def test_cosyvoice3_models_converted_before_streaming_say_a_reconversion_brings_it(tmp_path):
+    from cosyedge.catalog.models import CURRENT_STREAM_LAYOUT
+    models = tmp_path / "models"
+    for name, stream in (("v3-old", None), ("v3-current", {"estimator": "e.onnx",
+                                                           "kv_layout": CURRENT_STREAM_LAYOUT["cosyvoice3"]})):
+        folder = make_model(models, name, engine="cosyvoice3")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["config"] = {"flow": {"stream": stream} if stream else {}}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    by_id = {info.id: info for info in ModelCatalog(models).models()}
+    assert by_id["v3-old"].reconvert == ("converted before streaming: it answers each sentence whole. "
+                                         "Converting it again brings hop-by-hop streaming")
+    assert by_id["v3-current"].reconvert == ""
+
+
 def test_the_catalogs_current_stream_layout_is_the_converters_and_the_engines():
     from cosyedge.catalog.models import CURRENT_STREAM_LAYOUT
     from cosyedge.engines.cosyvoice.common.flow import StreamLayout
     from cosyedge.export.cosyvoice.common.flow import KV_LAYOUT
-    assert CURRENT_STREAM_LAYOUT == {"cosyvoice2": KV_LAYOUT}
+    from cosyedge.export.cosyvoice.v3.convert import STREAM_LAYOUT
+    assert CURRENT_STREAM_LAYOUT == {"cosyvoice2": KV_LAYOUT, "cosyvoice3": STREAM_LAYOUT}
     assert StreamLayout(kv_layout=KV_LAYOUT).blocked and StreamLayout(kv_layout=KV_LAYOUT).can_bound_context

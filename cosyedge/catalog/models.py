@@ -37,7 +37,8 @@ LICENCE_UNKNOWN = "not recorded in the manifest"
 #: The streamed flow's cache layout today's converter writes, by engine (the manifest's
 #: ``config.flow.stream.kv_layout``, ``export/cosyvoice/common/flow.py`` ``KV_LAYOUT``): a model that
 #: records another, or has no streaming graphs, still loads and speaks; converting it again brings this.
-CURRENT_STREAM_LAYOUT = {"cosyvoice2": "chunk_blocked"}
+#: (CosyVoice3's: ``export/cosyvoice/v3/convert.py`` ``STREAM_LAYOUT``.)
+CURRENT_STREAM_LAYOUT = {"cosyvoice2": "chunk_blocked", "cosyvoice3": "chunk_blocked"}
 _STAGING_PREFIX = ".import-"
 
 
@@ -115,8 +116,9 @@ def reconversion_note(engine: str, manifest: dict) -> str:
     flow = (manifest.get("config") or {}).get("flow") or {}
     stream = flow.get("stream")
     if not isinstance(stream, dict):
+        brings = " and the quality modes' bounded memory" if engine == "cosyvoice2" else ""
         return ("converted before streaming: it answers each sentence whole. Converting it again brings "
-                "hop-by-hop streaming and the quality modes' bounded memory")
+                f"hop-by-hop streaming{brings}")
     if stream.get("kv_layout") != layout:
         return ("converted with the first streaming graphs: it streams, but each streamed step unpacks its "
                 "whole cache (about 2.5x the CPU of a whole-sentence render) and keeps every frame (the quality "

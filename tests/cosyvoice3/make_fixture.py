@@ -14,7 +14,8 @@ default, committed, a few MB) needs no upstream code to use:
   ``cosyvoice3.yaml`` as strings. :mod:`tests.helpers.cosyvoice3_fixture` turns it back into an
   official-layout directory (``llm.pt``, ``flow.pt``, ``hift.pt``, ``cosyvoice3.yaml``,
   ``CosyVoice-BlankEN/``, stand-in ``campplus.onnx`` / ``speech_tokenizer_v3.onnx``).
-* ``reference.npz`` - upstream's outputs (see ``calls`` in the json).
+* ``reference.npz`` - upstream's outputs (see ``calls`` in the json), the streamed ones hop by hop
+  (``stream``: :func:`stream_reference`).
 * ``fixture.json`` - the upstream commit, package versions, the exact calls and their inputs.
 
 Imports from the checkout need packages ``.venv-ref`` has (torch, transformers 4.51.3, x-transformers,
@@ -62,6 +63,8 @@ TOKENIZER_TEXTS = [
     "报道[j][ǐ]予 and [HH][AH0][L][OW1]<|endofsystem|>[laughter]<strong>quick</strong>",
 ]
 HIFT_NOISE_SEED = 20251
+#: Target tokens of the streamed reference: with the 12-token prompt, hops of 38, 50, 100 and 7 (finalize).
+STREAM_TOKENS = 195
 
 
 # ----------------------------------------------------------------------------------------------
@@ -381,6 +384,8 @@ def make(src: Path, out: Path, seed: int = 0) -> dict:
                     "flow_prompt": "flow_prompt_tokens / flow_prompt_mel / flow_embedding",
                     "llm_tokens": e2e_tokens, "noise": calls["hift"]["noise"]}
 
+    calls["stream"] = stream_reference(model, ref, rng, calls["hift"]["noise"])
+
     weights: dict[str, np.ndarray] = {}
     for prefix, module in (("llm.", llm), ("flow.", flow), ("hift.", hift)):
         for key, value in module.state_dict().items():
@@ -404,6 +409,78 @@ def make(src: Path, out: Path, seed: int = 0) -> dict:
     }
     (out / "fixture.json").write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return info
+
+
+def stream_hops(model, n_prompt: int, n_tokens: int) -> list[tuple[int, int, bool]]:
+    """Upstream's hop schedule (``CosyVoice2Model.tts(stream=True)``, which CosyVoice3Model inherits) for
+    ``n_tokens`` target tokens that are all there: (offset, tokens given to the flow, finalize) per call.
+
+    The first hop is ``token_hop_len`` plus the padding that ends the prompt's last chunk; each hop
+    multiplies the hop length by ``stream_scale_factor`` up to ``token_max_hop_len`` (25, 50, 100, 100...
+    on a model that has not streamed before: upstream keeps the grown length on the model object);
+    a hop is rendered once its tokens and the ``pre_lookahead_len`` tokens after it are there; the rest
+    goes in one ``finalize=True`` call."""
+    hop, lookahead = model.token_hop_len, model.flow.pre_lookahead_len
+    pad = int(np.ceil(n_prompt / hop) * hop - n_prompt)
+    offset, calls = 0, []
+    while True:
+        this_hop = hop + pad if offset == 0 else hop
+        if n_tokens - offset < this_hop + lookahead:
+            break
+        calls.append((offset, offset + this_hop + lookahead, False))
+        offset += this_hop
+        hop = min(model.token_max_hop_len, hop * model.stream_scale_factor)
+    calls.append((offset, n_tokens, True))
+    return calls
+
+
+def stream_reference(model, ref: dict, rng, noise: str) -> dict:
+    """Upstream's streamed CosyVoice3 output, hop by hop: ``CosyVoice3Model.token2wav(stream=True)`` on
+    the schedule of :func:`stream_hops`, ``finalize=False`` for every hop but the last.
+
+    The last call is made with ``stream=True, finalize=True`` (chunk-causal, as every hop): upstream's
+    ``tts`` glue makes it with ``stream=False`` (full attention over the whole sentence, which a
+    streaming runtime that computes each chunk once cannot give); cosyedge's CosyVoice2 stream makes the
+    same choice. Stored: each hop's mel (the flow's output from the hop's first frame) and audio (what
+    token2wav returns), concatenated, with the hop boundaries in the json."""
+    import torch
+
+    tokens = rng.integers(0, SPEECH_TOKENS, STREAM_TOKENS)
+    prompt_tokens, prompt_mel, embedding = ref["flow_prompt_tokens"], ref["flow_prompt_mel"], ref["flow_embedding"]
+    flow, hift = model.flow, model.hift
+    mels: list[np.ndarray] = []
+    inference = flow.inference
+
+    def captured(**kwargs):
+        mel, extra = inference(**kwargs)
+        mels.append(mel[0].numpy())
+        return mel, extra
+
+    hops = stream_hops(model, len(prompt_tokens), len(tokens))
+    inject_hift_noise(hift, len(tokens) * flow.token_mel_ratio * 480)
+    uuid, hop_mels, hop_audio = "fixture-stream", [], []
+    model.hift_cache_dict[uuid] = None
+    flow.inference = captured
+    i32 = lambda a: torch.tensor(np.asarray(a)[None], dtype=torch.int32)  # noqa: E731
+    try:
+        with torch.inference_mode():
+            for offset, end, finalize in hops:
+                audio = model.token2wav(token=i32(tokens[:end]), prompt_token=i32(prompt_tokens),
+                                        prompt_feat=torch.from_numpy(prompt_mel)[None],
+                                        embedding=torch.from_numpy(embedding)[None], token_offset=offset,
+                                        uuid=uuid, stream=True, finalize=finalize)
+                hop_mels.append(mels[-1][:, offset * flow.token_mel_ratio:])
+                hop_audio.append(audio[0].numpy())
+    finally:
+        del flow.inference
+        model.hift_cache_dict.pop(uuid, None)
+    ref.update(stream_tokens=tokens, stream_mel=np.concatenate(hop_mels, axis=1),
+               stream_audio=np.concatenate(hop_audio))
+    return {"call": "CosyVoice3Model.token2wav(stream=True, finalize=False) per hop, finalize=True for the "
+                    "last (see stream_reference); prompt = flow_prompt_tokens / flow_prompt_mel / flow_embedding",
+            "tokens": "stream_tokens", "hops": [[o, e, f] for o, e, f in hops],
+            "hop_mel_frames": [m.shape[1] for m in hop_mels], "hop_samples": [a.shape[0] for a in hop_audio],
+            "outputs": "stream_mel [80, sum(hop_mel_frames)], stream_audio [sum(hop_samples)]", "noise": noise}
 
 
 def _version(name: str) -> str | None:

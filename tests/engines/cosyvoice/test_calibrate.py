@@ -27,14 +27,15 @@ class FakeLM:
 
 
 class FakeStream:
-    class flow:  # noqa: N801 - the attribute path the real stream has
-        lookahead = 3
+    lookahead = 3
 
     def __init__(self, token_s: float) -> None:
         self.token_s = token_s
+        self.tokens_rendered = -self.lookahead  # every token pushed is rendered once its look-ahead is in
 
     def push(self, tokens) -> list:  # noqa: ANN001
         time.sleep(self.token_s * len(tokens))
+        self.tokens_rendered += len(tokens)
         return [np.zeros(1)]
 
 

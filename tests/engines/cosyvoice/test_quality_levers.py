@@ -165,8 +165,9 @@ def test_exact_mode_runs_as_upstream(engine, spies, prompt):
 
 
 def test_cosyvoice3_takes_the_steps_and_cfg_of_a_mode(tiny_cosyvoice3_models):
-    """CosyVoice3 does not stream yet: its DiT estimator takes a mode's steps and CFG schedule (batch 1
-    on the unguided steps) and the levers of streaming are left out of what it applies."""
+    """CosyVoice3's streamed DiT estimator takes a mode's steps and CFG schedule (batch 1 on the
+    unguided steps); the streaming levers it has no use for (a bounded left context: no cache; a
+    shorter first hop: upstream's hop schedule) are left out of what it applies."""
     from tests.helpers.cosyvoice3_fixture import MODEL_IDS
 
     engine = load_engine(Settings(models_dir=tiny_cosyvoice3_models, model=MODEL_IDS["int8"], onnx_threads=1,
@@ -174,8 +175,9 @@ def test_cosyvoice3_takes_the_steps_and_cfg_of_a_mode(tiny_cosyvoice3_models):
     try:
         levers = engine.quality_levers("balanced")
         assert (levers.steps, levers.guided_steps, levers.left_chunks, levers.first_hop_tokens) == (6, 2, 0, 0)
-        spy = Spy(engine.token2wav.flow.estimator_session)
-        engine.token2wav.flow.estimator_session = spy
+        assert engine.token2wav.can_stream
+        spy = Spy(engine.token2wav.step_graph())
+        engine.token2wav.step_session = spy
         chunks = list(engine.synthesize("Hello world.", engine.presets()[0] if engine.presets() else
                                         _voice3(engine), SynthesisOptions(seed=1, stream=True, quality="balanced")))
         assert chunks and _batches(spy.calls, 6) == [2, 2, 1, 1, 1, 1]

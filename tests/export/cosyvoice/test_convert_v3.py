@@ -46,6 +46,12 @@ def test_converts_with_int8_by_default_and_hashes_every_file(official, tmp_path,
     assert (manifest["family"], manifest["version"], manifest["engine"]) == ("cosyvoice", 3, "cosyvoice3")
     assert manifest["quantization"] == "int8"
     assert manifest["graphs"]["flow_estimator.onnx"]["precision"] == "int8"
+    # the streamed DiT (upstream's streaming=True attention) and upstream's hop schedule
+    assert manifest["graphs"]["flow_estimator_stream.onnx"]["precision"] == "int8"
+    assert manifest["config"]["flow"]["stream"] == {
+        "estimator": "flow_estimator_stream.onnx", "kv_layout": "chunk_blocked", "chunk_frames": 50,
+        "hop_tokens": 25, "max_hop_tokens": 100, "hop_scale": 2, "attention_layers": 2, "heads": 4,
+        "head_dim": 16, "conv_layers": 2, "conv_tail": 30, "conv_channels": 64, "kv_dtype": "float16"}
     assert manifest["config"]["llm"]["stop_from"] == 6561
     for name, entry in manifest["files"].items():
         assert sha256_file(out / name) == entry["sha256"], name

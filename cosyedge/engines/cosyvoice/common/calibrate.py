@@ -73,15 +73,16 @@ def render_seconds(token2wav) -> float:
     prompt = rng.integers(0, 6561, PROMPT_TOKENS)
     prompt_mel = (rng.standard_normal((2 * PROMPT_TOKENS, 80)) - 4).astype(np.float32)
     stream = token2wav.stream(prompt, prompt_mel, embedding, rng=rng)
-    lookahead = stream.flow.lookahead
-    tokens = rng.integers(0, 6561, 2 * HOP + lookahead)
+    lookahead = stream.lookahead
+    tokens = rng.integers(0, 6561, 3 * HOP + lookahead)
     stream.push(tokens[:HOP + lookahead])  # the prompt's chunks and the first hop warm the sessions up
+    first = stream.tokens_rendered
     t0 = time.perf_counter()
-    hops = stream.push(tokens[HOP + lookahead:])
+    hops = stream.push(tokens[HOP + lookahead:])  # the next hop(s): 25 tokens each (v2) or 50 (v3)
     seconds = time.perf_counter() - t0
     if not hops:
         raise RuntimeError("the streamed flow gave no hop; cannot time its rendering")
-    return seconds / HOP
+    return seconds / (stream.tokens_rendered - first)
 
 
 def measure_thread_costs(open_lm: Callable[[int], object], open_token2wav: Callable[[int], object],

@@ -348,13 +348,16 @@ class CosyVoiceEngine:
         """The levers this model applies for mode ``quality`` (None: exact) and an explicit
         ``flow_steps`` (which wins over the mode's): a streamed answer's left context and first hop
         only where the model streams, the left context only where its streamed cache can drop chunks
-        (models converted before the chunk-blocked cache keep all of it)."""
+        (models converted before the chunk-blocked cache keep all of it, a CosyVoice3 stream has no
+        cache) and the first hop only where the stream can shorten it (CosyVoice3's is upstream's)."""
         levers = levers_for(quality, flow_steps)
-        flow = getattr(self.token2wav, "flow", None)
-        if not getattr(self.token2wav, "can_stream", False):
+        t2w = self.token2wav
+        if not getattr(t2w, "can_stream", False):
             return replace(levers, left_chunks=0, first_hop_tokens=0)
-        if not flow.stream_layout.can_bound_context:
-            return replace(levers, left_chunks=0)
+        if not getattr(t2w, "can_bound_context", False):
+            levers = replace(levers, left_chunks=0)
+        if not getattr(t2w, "can_shorten_first_hop", False):
+            levers = replace(levers, first_hop_tokens=0)
         return levers
 
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:

@@ -207,10 +207,10 @@ class FlowDecoder:
                 dt = t_span[step + 1] - t
         return x.astype(np.float32)
 
-    def _prompt(self, prompt_tokens, prompt_mel, embedding, n_timesteps):
+    def checked_prompt(self, prompt_tokens, prompt_mel, embedding, n_timesteps):
         """Checked (prompt tokens, prompt mel [2P, 80] cut to 2 frames per token, embedding, steps)."""
         p = self.params
-        prompt_tokens = _tokens(prompt_tokens, "prompt_tokens", p.vocab_size, allow_empty=True)
+        prompt_tokens = check_tokens(prompt_tokens, "prompt_tokens", p.vocab_size, allow_empty=True)
         prompt_mel = np.asarray(prompt_mel if prompt_mel is not None else np.zeros((0, p.mel_bins)),
                                 dtype=np.float32)
         if prompt_mel.size == 0:
@@ -236,7 +236,8 @@ class FlowDecoder:
         (:attr:`StreamLayout.can_bound_context`; elsewhere it is ignored)."""
         if not self.can_stream:
             raise ParameterError("this model directory has no streaming flow graphs; convert it again")
-        prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding, n_timesteps)
+        prompt_tokens, prompt_mel, embedding, steps = self.checked_prompt(prompt_tokens, prompt_mel, embedding,
+                                                                          n_timesteps)
         left_chunks = left_chunks if self.stream_layout.can_bound_context else 0
         # the levers change every cached state: a prompt state is kept per setting of them
         variant = f"{steps}" if cfg_steps is None and not left_chunks else f"{steps}/{cfg_steps}/{left_chunks}"
@@ -252,8 +253,8 @@ class FlowDecoder:
         """Target tokens [N] (+ prompt tokens [P], prompt mel [2P, 80]) -> mel [80, 2N]; ``cfg_steps``
         as in :meth:`solve`."""
         p = self.params
-        tokens = _tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
-        prompt_tokens, prompt_mel, embedding, steps = self._prompt(prompt_tokens, prompt_mel, embedding,
+        tokens = check_tokens(tokens, "tokens", p.vocab_size, allow_empty=False)
+        prompt_tokens, prompt_mel, embedding, steps = self.checked_prompt(prompt_tokens, prompt_mel, embedding,
                                                                    n_timesteps)
         n_prompt = prompt_tokens.shape[0]
         total = (n_prompt + tokens.shape[0]) * p.token_mel_ratio
@@ -407,7 +408,7 @@ class FlowStream:
         """Add target tokens; returns the mel [80, frames] of the chunks now complete (may be empty)."""
         if self._finished:
             raise ParameterError("this flow stream is finished")
-        new = _tokens(tokens, "tokens", self.decoder.params.vocab_size, allow_empty=True)
+        new = check_tokens(tokens, "tokens", self.decoder.params.vocab_size, allow_empty=True)
         self._tokens.extend(int(t) for t in new)
         return self._run(final=False)
 
@@ -535,7 +536,7 @@ class FlowStream:
         return x.astype(np.float32)
 
 
-def _tokens(values, name: str, vocab: int, allow_empty: bool) -> np.ndarray:
+def check_tokens(values, name: str, vocab: int, allow_empty: bool) -> np.ndarray:
     arr = np.asarray(values if values is not None else [], dtype=np.int64).reshape(-1)
     if arr.size == 0 and not allow_empty:
         raise ParameterError(f"{name} is empty")

@@ -89,6 +89,15 @@ class Token2WavStream:
         self._previewed = 0                   # frames the flow will give again that a preview vocoded
         self.hops = 0
 
+    @property
+    def lookahead(self) -> int:
+        return self.flow.lookahead
+
+    @property
+    def tokens_rendered(self) -> int:
+        """Target tokens whose audio has been handed out (hop ends)."""
+        return self._offset
+
     def _hop_end(self) -> int:
         """The target token the next hop ends before: upstream's 25 + pad, then every 25 more; a
         shorter first hop adds one end before upstream's first."""
@@ -197,6 +206,16 @@ class Token2Wav:
 
     @property
     def can_stream(self) -> bool:
+        return self.flow.can_stream
+
+    @property
+    def can_bound_context(self) -> bool:
+        """True when a stream's left context can be bounded (the ``left_chunks`` lever)."""
+        return self.flow.can_stream and self.flow.stream_layout.can_bound_context
+
+    @property
+    def can_shorten_first_hop(self) -> bool:
+        """True when a stream's first hop can be shorter than upstream's (``first_hop_tokens``)."""
         return self.flow.can_stream
 
     def stream(self, prompt_tokens, prompt_mel, speaker_embedding, n_timesteps: int | None = None,

@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 #: Seed of the run-time sine noise (any fixed value: upstream's buffer is random too).
 NOISE_SEED = 1986
 F0_LAYERS = 5
+#: Mel frames before the first sample a streamed call must produce that it vocodes again: more than
+#: the decoder's reach to the left (its causal convolutions, resblocks and source path reach about 25
+#: frames back at upstream's sizes), so what it produces equals the whole-mel computation.
+DECODER_MARGIN = 48
 
 
 def _conv1d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, left: int, right: int) -> np.ndarray:
@@ -79,21 +83,80 @@ def causal_excitation(f0: np.ndarray, noise: np.ndarray, weight: np.ndarray, bia
     return np.tanh(merged[:, 0]).astype(np.float32)
 
 
+class CausalHiftStream:
+    """Upstream's streamed causal HiFT (``inference`` over the whole mel so far at every hop, the samples
+    not sent yet sent), computing only what the new samples need: the F0 of the frames not done yet
+    (from a window that reaches past the F0 layers' left context), the excitation over the whole
+    sentence (cheap, and its phase is a running sum from the first frame), and the decoder over the
+    frames from :data:`DECODER_MARGIN` before the first new sample. Every layer it windows is causal
+    beyond its look-ahead, so the samples are the whole computation's."""
+
+    def __init__(self, vocoder: "CausalHiftVocoder") -> None:
+        self.vocoder = vocoder
+        self._f0 = np.zeros(0, dtype=np.float32)   # final F0 of the frames done
+        self.sent = 0                               # samples handed out
+
+    def push(self, mel: np.ndarray, finalize: bool) -> np.ndarray:
+        """The samples after :attr:`sent` of ``vocoder.streamed(mel, finalize)``, ``mel`` being every
+        target frame so far (it only grows between calls)."""
+        v, spf = self.vocoder, self.vocoder.params.samples_per_frame
+        mel = np.asarray(mel, dtype=np.float32)
+        total = mel.shape[1]
+        kept = total if finalize else total - v.f0_lookahead
+        n_out = kept * spf if finalize else (kept - v.look_right - 1) * spf
+        if n_out <= self.sent:
+            return np.zeros(0, dtype=np.float32)
+        done = self._f0.shape[0]
+        if kept > done:
+            start = max(0, done - 2 * F0_LAYERS)    # the later F0 layers reach 2 frames back each
+            f0 = v.f0(mel[:, start:])[done - start:kept - start]
+            self._f0 = np.concatenate([self._f0, f0])
+        source = causal_excitation(self._f0[:kept], v.noise(kept * spf), v.source_weight, v.source_bias, v.params)
+        first = max(0, self.sent // spf - DECODER_MARGIN)
+        audio = v.decode(mel[:, first:kept], source[first * spf:])
+        out = audio[self.sent - first * spf:n_out - first * spf]
+        self.sent = n_out
+        return out
+
+
 class CausalHiftVocoder(HiftVocoder):
     """mel -> waveform: numpy F0 and source, one ONNX decoder session (fakes welcome in tests); the
     decoding and its checks are CosyVoice2's (:class:`HiftVocoder`)."""
 
     def __init__(self, f0_predictor: CausalF0Predictor, decoder_session, source_weight: np.ndarray,
-                 source_bias: np.ndarray, params: HiftParams) -> None:
+                 source_bias: np.ndarray, params: HiftParams, f0_lookahead: int = 3, look_right: int = 4) -> None:
         super().__init__(None, decoder_session, source_weight, source_bias, params)
         self.f0_predictor = f0_predictor
+        self.noise_seed = NOISE_SEED         # the sine noise's draw (parity tests set upstream's)
+        self.f0_lookahead = f0_lookahead    # frames the first F0 conv reads ahead
+        self.look_right = look_right        # frames the decoder's first conv reads ahead
+
+    def streamed(self, mel: np.ndarray, finalize: bool, noise: np.ndarray | None = None) -> np.ndarray:
+        """Upstream ``CausalHiFTGenerator.inference(mel, finalize)``: with ``finalize`` the whole mel's
+        audio; without, the audio that no later frame can change: the F0 predictor's last
+        ``f0_lookahead`` frames and then the decoder's last ``look_right`` are read as context only,
+        and one frame's samples more are left for the next call (the inverse STFT's edge). Every
+        layer after the look-ahead ones is causal, so running our graphs on the frames kept and
+        cutting the samples is the same arithmetic."""
+        mel = np.asarray(mel, dtype=np.float32)
+        if finalize:
+            return self(mel, noise=noise)
+        spf = self.params.samples_per_frame
+        kept = mel.shape[1] - self.f0_lookahead
+        n_out = (kept - self.look_right - 1) * spf
+        if n_out <= 0:
+            return np.zeros(0, dtype=np.float32)
+        f0 = self.f0(mel)[:kept]
+        noise = self.noise(kept * spf) if noise is None else np.asarray(noise, dtype=np.float32)[:kept * spf]
+        source = causal_excitation(f0, noise, self.source_weight, self.source_bias, self.params)
+        return self.decode(mel[:, :kept], source)[:n_out]
 
     def f0(self, mel: np.ndarray) -> np.ndarray:
         return self.f0_predictor(mel)
 
     def noise(self, n_samples: int) -> np.ndarray:
         """The sine noise for ``n_samples`` samples: uniform [0, 1), fixed seed, prefix-stable."""
-        return np.random.default_rng(NOISE_SEED).random((n_samples, self.params.nb_harmonics + 1),
+        return np.random.default_rng(self.noise_seed).random((n_samples, self.params.nb_harmonics + 1),
                                                           dtype=np.float32)
 
     def source(self, mel: np.ndarray, noise: np.ndarray | None = None,

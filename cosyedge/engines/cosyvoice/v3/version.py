@@ -11,7 +11,8 @@ when its manifest says version 3 (the registry, :mod:`cosyedge.engines.cosyvoice
 * Silent tokens: after 5 in a row, further silent/breath tokens are not given to the flow (upstream's
   ``llm_job``); the LLM still sees them.
 * Tokenizer: CosyVoice2's specials plus ``<|endofsystem|>``, ARPAbet and pinyin phone tokens.
-* Flow: the same solver as CosyVoice2 on the DiT graphs; vocoder: :mod:`causal_hift`.
+* Flow: the same solver as CosyVoice2 on the DiT graphs; vocoder: :mod:`causal_hift`; streamed hop by
+  hop on upstream's schedule by :mod:`stream` (models converted with the streamed DiT graph).
 * Languages: zh, en, ja, ko, de, es, fr, it, ru (upstream README), plus 18+ Chinese dialects by instruction.
 """
 
@@ -100,21 +101,27 @@ def speech_tokens(tokens: Iterable[int]) -> list[int]:
 
 
 def load_token2wav(model, threads: int = 0):
-    """A :class:`~cosyedge.engines.cosyvoice.common.token2wav.Token2Wav` of the DiT flow and the causal HiFT."""
+    """A :class:`~cosyedge.engines.cosyvoice.v3.stream.Token2WavV3` of the DiT flow and the causal HiFT;
+    it streams where the model was converted with the DiT chunk-step graph (``flow.stream``); a model
+    converted before answers each sentence whole."""
     from cosyedge.engines.cosyvoice.v3.causal_hift import CausalF0Predictor, CausalHiftVocoder
+    from cosyedge.engines.cosyvoice.v3.stream import ChunkLayout, HopSchedule, Token2WavV3
     from cosyedge.engines.cosyvoice.common.flow import FlowDecoder, FlowParams
     from cosyedge.engines.cosyvoice.common.hift import HiftParams
-    from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
 
     fc, hc = model.config("flow"), model.config("hift")
-    flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads),
-                       np.load(model.file(fc["noise"])), FlowParams.from_dict(fc))
+    params, noise = FlowParams.from_dict(fc), np.load(model.file(fc["noise"]))
+    flow = FlowDecoder(model.session(fc["encoder"], threads), model.session(fc["estimator"], threads), noise, params)
+    stream = fc.get("stream") if isinstance(fc.get("stream"), dict) else {}
+    open_step = (lambda: model.session(stream["estimator"], threads)) if stream else None  # noqa: E731
     with np.load(model.file(hc["f0"])) as f0, np.load(model.file(hc["source"])) as source:
         predictor = CausalF0Predictor({k: f0[k] for k in f0.files})
         weight, bias = source["weight"], source["bias"]
     vocoder = CausalHiftVocoder(predictor, model.session(hc["decoder"], threads), weight, bias,
-                                HiftParams.from_dict(hc))
-    return Token2Wav(flow, vocoder)
+                                HiftParams.from_dict(hc), f0_lookahead=int(hc.get("f0_lookahead", 3)),
+                                look_right=int(hc.get("conv_pre_look_right", 4)))
+    return Token2WavV3(flow, vocoder, open_step=open_step, layout=ChunkLayout.from_dict(stream),
+                       schedule=HopSchedule.from_dict(stream))
 
 
 def spell_reading(entry: Entry) -> tuple[str | None, str]:

@@ -10,6 +10,10 @@ Files written by the v3 steps:
 
 * ``flow_encoder.onnx`` - (tokens, embedding) -> (mu, spks): embedding + pre-lookahead + x2 repeat.
 * ``flow_estimator.onnx`` - the DiT, same inputs/outputs as CosyVoice2's estimator graph.
+* ``flow_estimator_stream.onnx`` - one 50-frame chunk of the DiT with upstream's streaming attention
+  (chunk-causal, every left chunk) from per-step caches of the chunks before it: each layer's
+  keys/values and the position convolutions' last inputs (the manifest's ``flow.stream``, layout
+  :data:`STREAM_LAYOUT`; float16 keys/values in int8 models, as CosyVoice2's).
 * ``flow_noise.npy`` - upstream's fixed CFM start noise (same draw as CosyVoice2's).
 * ``hift_decoder.onnx`` - the causal HiFT decoder; ``hift_f0.npz`` - the causal F0 predictor's weights
   (the runtime runs it in float64, as upstream does); ``hift_source.npz`` - ``m_source.l_linear``.
@@ -36,6 +40,14 @@ VERSION = 3
 CONFIG_NAME = "cosyvoice3.yaml"
 ENCODER_FILE = "flow_encoder.onnx"
 ESTIMATOR_FILE = "flow_estimator.onnx"
+ESTIMATOR_STREAM_FILE = "flow_estimator_stream.onnx"
+#: How the streamed flow's cache is laid out (the manifest's ``flow.stream.kv_layout``): per layer,
+#: chunk-blocked, as CosyVoice2's; the catalog compares it with its own record of today's layout to
+#: say what a reconversion brings.
+STREAM_LAYOUT = "chunk_blocked"
+#: Upstream CosyVoice3Model's hop schedule (ace7c47): 25 tokens (+ the prompt's padding to a chunk),
+#: each hop doubling up to 100.
+HOP_TOKENS, MAX_HOP_TOKENS, HOP_SCALE = 25, 100, 2
 NOISE_FILE = "flow_noise.npy"
 DECODER_FILE = "hift_decoder.onnx"
 F0_FILE = "hift_f0.npz"
@@ -79,6 +91,58 @@ def dit_config(config: dict[str, Any]):
         raise InputError(f"{CONFIG_NAME}: the DiT estimator section lacks or mangles {exc}") from exc
 
 
+def stream_chunk_frames(config: dict[str, Any], cfg) -> int:
+    """The DiT's ``static_chunk_size`` in mel frames (upstream: chunk_size 25 x token_mel_ratio), which
+    upstream's 25-token hops need. (Its ``num_decoding_left_chunks`` is not read: upstream's DiT
+    attends to every left chunk whatever it says.)"""
+    est = section(config, "flow", "decoder", "estimator")
+    expected = HOP_TOKENS * cfg.token_mel_ratio
+    try:
+        frames = int(est.get("static_chunk_size", expected))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{CONFIG_NAME}: the DiT's static_chunk_size: {exc}") from exc
+    if frames != expected:
+        raise InputError(f"{CONFIG_NAME}: the DiT streams in chunks of {frames} frames; upstream's hops of "
+                         f"{HOP_TOKENS} tokens need {expected}", code="convert_unknown_config", part="flow",
+                         found=str(frames))
+    return frames
+
+
+def export_dit_step(estimator, path, chunk_frames: int, kv_dtype) -> dict[str, Any]:
+    """Write the DiT chunk-step graph (:class:`~cosyedge.export.cosyvoice.v3.nets.DiTChunkStep`) to
+    ``path``; returns the cache sizes for the manifest's ``flow.stream``."""
+    import torch
+
+    from cosyedge.export.cosyvoice.common.flow import quiet_export
+    from cosyedge.export.cosyvoice.v3.nets import DiTChunkStep
+
+    blocks = estimator.transformer_blocks
+    heads = blocks[0].attn.heads
+    dim_head = blocks[0].attn.to_q.out_features // heads
+    dim, kernel = estimator.dim, estimator.input_embed.conv_pos_embed.kernel
+    t = 6
+    example = (torch.randn(2, 80, t), torch.randn(2, 80, t), torch.rand(2), torch.randn(2, 80), torch.randn(2, 80, t),
+               torch.tensor([chunk_frames]), torch.randn(2, 2, kernel - 1, dim))
+    names = [f"{kind}_{i}" for i in range(len(blocks)) for kind in ("key", "value")]
+    shares = [f"kv_out_{i}" for i in range(len(blocks))]
+    # One earlier chunk to trace with; the chunk count is dynamic (0 at a stream's first chunk).
+    past = [torch.randn(1, 2, heads, chunk_frames, dim_head).to(kv_dtype) for _ in names]
+    seq = {0: "batch", 2: "n_frames"}
+    with torch.no_grad(), quiet_export():
+        torch.onnx.export(
+            DiTChunkStep(estimator, kv_dtype).eval(), (*example, *past), str(path),
+            input_names=["x", "mu", "t", "spks", "cond", "offset", "conv", *names],
+            output_names=["estimator_out", *shares, "conv_out"],
+            dynamic_axes={"x": seq, "mu": seq, "cond": seq, "t": {0: "batch"}, "spks": {0: "batch"},
+                          "conv": {1: "batch"}, "estimator_out": seq, "conv_out": {1: "batch"},
+                          **{name: {0: "past_chunks", 1: "batch"} for name in names},
+                          **{name: {1: "batch", 3: "n_frames"} for name in shares}},
+            opset_version=OPSET, custom_opsets={"com.microsoft": 1}, dynamo=False)
+    return {"attention_layers": len(blocks), "heads": heads, "head_dim": dim_head, "conv_layers": 2,
+            "conv_tail": kernel - 1, "conv_channels": dim,
+            "kv_dtype": "float16" if kv_dtype == torch.float16 else "float32"}
+
+
 def load_flow(state: dict, cfg):
     """Our DiTFront and DiTEstimator with ``flow.pt`` loaded strictly."""
     from cosyedge.export.cosyvoice.v3.nets import DiTEstimator, DiTFront
@@ -118,11 +182,22 @@ def export_flow(ctx) -> None:
                           opset_version=OPSET, dynamo=False)
     export_estimator(estimator, ctx.add_file(ESTIMATOR_FILE, "flow DiT estimator (full attention, fused)"))
     ctx.files[ESTIMATOR_FILE]["origin"] = "flow.pt"
+    chunk_frames = stream_chunk_frames(ctx.config, cfg)
+    # int8 graphs are approximate already; a float16 key/value cache halves what grows with the
+    # sentence. fp32 graphs keep a float32 cache (parity).
+    kv_dtype = torch.float16 if ctx.quantize == "int8" else torch.float32
+    layout = export_dit_step(estimator, ctx.add_file(ESTIMATOR_STREAM_FILE, "flow DiT estimator, one chunk of "
+                                                     "the streamed (chunk-causal) form with per-step caches"),
+                             chunk_frames, kv_dtype)
+    ctx.files[ESTIMATOR_STREAM_FILE]["origin"] = "flow.pt"
     np.save(ctx.add_file(NOISE_FILE, "fixed CFM start noise [80, 15000]"), fixed_noise().numpy().astype(np.float32))
     if ctx.quantize == "int8":
         quantize_in_place(ctx, ENCODER_FILE)
         quantize_in_place(ctx, ESTIMATOR_FILE)
-    ctx.runtime["flow"] = {
+        quantize_in_place(ctx, ESTIMATOR_STREAM_FILE)
+    stream = {"estimator": ESTIMATOR_STREAM_FILE, "kv_layout": STREAM_LAYOUT, "chunk_frames": chunk_frames,
+              "hop_tokens": HOP_TOKENS, "max_hop_tokens": MAX_HOP_TOKENS, "hop_scale": HOP_SCALE, **layout}
+    ctx.runtime["flow"] = {"stream": stream,
         "encoder": ENCODER_FILE, "estimator": ESTIMATOR_FILE, "noise": NOISE_FILE, "kind": "dit",
         "token_mel_ratio": cfg.token_mel_ratio, "pre_lookahead_len": cfg.pre_lookahead_len,
         "vocab_size": cfg.vocab_size, "spk_embed_dim": cfg.spk_embed_dim, "mel_bins": cfg.output_size,

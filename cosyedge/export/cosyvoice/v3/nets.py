@@ -7,7 +7,9 @@ Three graphs come from here (weights loaded strictly from the official ``flow.pt
   L2-normalised speaker projection. CosyVoice3 has no Conformer encoder.
 * :class:`DiTEstimator` - the CFM estimator (a DiT): (x, mu, t, spks, cond) -> velocity, same inputs as
   the CosyVoice2 estimator graph, so the run-time solver is shared. Unpadded input only (the runtime
-  never pads), full attention (one chunk per sentence; the streaming chunk mask is not exported).
+  never pads), full attention. With ``chunk_frames`` (the streamed graph) the attention is upstream's
+  ``streaming=True`` one: frame i sees the frames before the end of its 50-frame chunk, chunks counted
+  from the first prompt frame (``add_optional_chunk_mask`` with ``static_chunk_size``, every left chunk).
   Upstream's rotary quirk is kept: the rotation is applied to q and k *before* the heads are split and
   covers the first ``dim_head`` channels only, so only head 0 is rotated; pairs are interleaved
   (x_transformers' ``rotate_half``).
@@ -160,6 +162,42 @@ def rotate_first_head(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
     return torch.cat([head * cos + rotated * sin, rest], dim=-1)
 
 
+def chunk_bias(n_frames: int | torch.Tensor, chunk_frames: int) -> torch.Tensor:
+    """Additive attention bias [1, 1, T, T]: 0 where frame i may see frame j (j before the end of
+    i's chunk), -inf elsewhere; upstream's ``subsequent_chunk_mask`` with every left chunk."""
+    pos = torch.arange(n_frames)
+    chunk_end = (torch.div(pos, chunk_frames, rounding_mode="floor") + 1) * chunk_frames
+    seen = pos[None, :] < chunk_end[:, None]
+    zero = torch.zeros((), dtype=torch.float32)
+    return torch.where(seen, zero, zero - float("inf"))[None, None]
+
+
+class BiasedSelfAttention(torch.autograd.Function):
+    """Multi-head attention of [B, T, H*D] q/k/v with an additive bias [1, 1, T, T], exported as one
+    ``com.microsoft.MultiHeadAttention`` node (its ``attention_bias`` input) like the unmasked one."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                heads: int) -> torch.Tensor:
+        b, t, inner = q.shape
+        d = inner // heads
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            return y.reshape(b, t, heads, d).transpose(1, 2)
+
+        scores = torch.matmul(split(q), split(k).transpose(-2, -1)) * (d ** -0.5) + bias
+        out = torch.matmul(torch.softmax(scores, dim=-1), split(v))
+        return out.transpose(1, 2).reshape(b, t, inner)
+
+    @staticmethod
+    def symbolic(g, q, k, v, bias, heads: int):  # torch.onnx symbolic signature: g is the graph context
+        from torch.onnx.symbolic_helper import _optional_input_placeholder_tensor as absent
+
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, absent(g), absent(g), bias, num_heads_i=heads)
+        out.setType(q.type())
+        return out
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int, dim_head: int) -> None:
         super().__init__()
@@ -168,10 +206,13 @@ class Attention(nn.Module):
         self.to_q, self.to_k, self.to_v = nn.Linear(dim, inner), nn.Linear(dim, inner), nn.Linear(dim, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
         q = rotate_first_head(self.to_q(x), cos, sin)
         k = rotate_first_head(self.to_k(x), cos, sin)
-        return self.to_out[0](FusedSelfAttention.apply(q, k, self.to_v(x), self.heads))
+        if bias is None:
+            return self.to_out[0](FusedSelfAttention.apply(q, k, self.to_v(x), self.heads))
+        return self.to_out[0](BiasedSelfAttention.apply(q, k, self.to_v(x), bias, self.heads))
 
 
 class FeedForward(nn.Module):
@@ -191,10 +232,10 @@ class DiTBlock(nn.Module):
         self.attn = Attention(cfg.dim, cfg.heads, cfg.dim_head)
         self.ff = FeedForward(cfg.dim, cfg.ff_mult)
 
-    def forward(self, x, temb, cos, sin) -> torch.Tensor:
+    def forward(self, x, temb, cos, sin, bias=None) -> torch.Tensor:
         shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = self.attn_norm(temb)
         h = layer_norm(x, self.dim) * (1 + scale_a[:, None]) + shift_a[:, None]
-        x = x + gate_a[:, None] * self.attn(h, cos, sin)
+        x = x + gate_a[:, None] * self.attn(h, cos, sin, bias)
         h = layer_norm(x, self.dim) * (1 + scale_f[:, None]) + shift_f[:, None]
         return x + gate_f[:, None] * self.ff(h)
 
@@ -214,10 +255,12 @@ class RotaryTable(nn.Module):
 
 
 class DiTEstimator(nn.Module):
-    """Upstream ``DiT.forward`` for unpadded input (mask all ones, non-streaming)."""
+    """Upstream ``DiT.forward`` for unpadded input (mask all ones): ``streaming=False``, or with
+    ``chunk_frames`` > 0 ``streaming=True`` (chunk-causal attention, :func:`chunk_bias`)."""
 
-    def __init__(self, cfg: DiTConfig) -> None:
+    def __init__(self, cfg: DiTConfig, chunk_frames: int = 0) -> None:
         super().__init__()
+        self.chunk_frames = chunk_frames
         self.dim = cfg.dim
         self.time_embed = TimeEmbedding(cfg.dim, cfg.freq_embed_dim)
         self.input_embed = InputEmbedding(cfg)
@@ -231,11 +274,79 @@ class DiTEstimator(nn.Module):
         temb = self.time_embed(t)
         h = self.input_embed(x, cond, mu, spks)
         cos, sin = self.rotary_embed(x.shape[1])
+        bias = chunk_bias(x.shape[1], self.chunk_frames) if self.chunk_frames else None
         for block in self.transformer_blocks:
-            h = block(h, temb, cos, sin)
+            h = block(h, temb, cos, sin, bias)
         scale, shift = self.norm_out(temb)
         h = layer_norm(h, self.dim) * (1 + scale)[:, None, :] + shift[:, None, :]
         return self.proj_out(h).transpose(1, 2)
+
+
+class DiTChunkStep(nn.Module):
+    """One chunk of upstream's streamed DiT from per-step caches: (x, mu, t, spks, cond [B, 80, L],
+    offset [1], conv [2, B, K-1, dim], key_0, value_0, ...) -> (velocity [B, 80, L], kv_out_0, ...
+    [2, B, heads, L, dim_head], conv_out).
+
+    With chunk-causal attention the chunk's frames see every earlier chunk and the whole chunk, so the
+    chunk's output needs of the past only each layer's keys/values (``key_i``/``value_i``
+    [C, B, heads, F, dim_head]: the C earlier chunks as the runtime's
+    :class:`~cosyedge.engines.cosyvoice.common.flow_cache.BlockedStepCache` holds them, rotated at their
+    absolute positions) and the causal position convolutions' last ``K - 1`` inputs (``conv``). The
+    rotary positions start at ``offset``, the chunk's first frame counted from the first prompt frame.
+    The same arithmetic as :class:`DiTEstimator` with ``chunk_frames``; the attention is the CosyVoice2
+    chunk step's (``chunk_attention``).
+    """
+
+    def __init__(self, estimator: DiTEstimator, kv_dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.est = estimator
+        self.kv_dtype = kv_dtype
+
+    def _position_conv(self, h: torch.Tensor, conv: torch.Tensor, tails: list) -> torch.Tensor:
+        pos = self.est.input_embed.conv_pos_embed
+        y = h.transpose(1, 2)
+        for i, layer in enumerate((pos.conv1[0], pos.conv2[0])):
+            padded = torch.cat([conv[i].transpose(1, 2), y], dim=2)          # [B, dim, K-1 + L]
+            tails.append(padded[:, :, -(pos.kernel - 1):].transpose(1, 2))
+            y = mish(layer(padded))
+        return y.transpose(1, 2)
+
+    def forward(self, x, mu, t, spks, cond, offset, conv, *kv):  # noqa: ANN001 - ONNX graph signature
+        from cosyedge.export.cosyvoice.common.flow_stream_nets import chunk_attention
+
+        est = self.est
+        x, mu, cond = x.transpose(1, 2), mu.transpose(1, 2), cond.transpose(1, 2)
+        temb = est.time_embed(t)
+        inp = est.input_embed
+        spk = spks[:, None, :].expand(-1, x.shape[1], -1)
+        h = inp.proj(torch.cat([x, cond, mu, spk], dim=-1))
+        tails: list = []
+        h = self._position_conv(h, conv, tails) + h
+        pos = offset.to(torch.float32) + torch.arange(x.shape[1], dtype=torch.float32)
+        freqs = pos[:, None] * est.rotary_embed.inv_freq[None, :]
+        freqs = torch.stack([freqs, freqs], dim=-1).reshape(freqs.shape[0], -1)
+        cos, sin = freqs.cos(), freqs.sin()
+        shares = []
+        b, length = h.shape[0], h.shape[1]
+        for i, block in enumerate(est.transformer_blocks):
+            shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = block.attn_norm(temb)
+            a = layer_norm(h, block.dim) * (1 + scale_a[:, None]) + shift_a[:, None]
+            attn = block.attn
+            heads, dim_head = attn.heads, attn.to_q.out_features // attn.heads
+
+            def split(y: torch.Tensor) -> torch.Tensor:
+                return y.reshape(b, length, heads, dim_head).transpose(1, 2)
+
+            q = split(rotate_first_head(attn.to_q(a), cos, sin)) * (dim_head ** -0.5)
+            k, v = split(rotate_first_head(attn.to_k(a), cos, sin)), split(attn.to_v(a))
+            shares.append(torch.stack([k, v]).to(self.kv_dtype))
+            out = chunk_attention(q, k, v, kv[2 * i].to(torch.float32), kv[2 * i + 1].to(torch.float32))
+            h = h + gate_a[:, None] * attn.to_out[0](out.transpose(1, 2).reshape(b, length, heads * dim_head))
+            f = layer_norm(h, block.dim) * (1 + scale_f[:, None]) + shift_f[:, None]
+            h = h + gate_f[:, None] * block.ff(f)
+        scale, shift = est.norm_out(temb)
+        h = layer_norm(h, est.dim) * (1 + scale)[:, None, :] + shift[:, None, :]
+        return (est.proj_out(h).transpose(1, 2), *shares, torch.stack(tails))
 
 
 # ----------------------------------------------------------------------------------------------
