@@ -64,6 +64,7 @@ def test_the_packed_cache_model_streams_live_without_the_bounded_context(tiny_co
     try:
         levers = engine.quality_levers("live")
         assert (levers.steps, levers.guided_steps, levers.left_chunks, levers.first_hop_tokens) == (4, 0, 0, 10)
+        assert set(engine.inapplicable_levers) == {"left_chunks"}  # the answer's note names it apart
         encoder, step = engine.token2wav.flow.stream_sessions
         spy = BatchSpy(step)
         engine.token2wav.flow.stream_sessions = (encoder, spy)
@@ -83,6 +84,7 @@ def test_a_model_from_before_streaming_speaks_live_whole(before_streaming):
         assert not engine.token2wav.can_stream
         levers = engine.quality_levers("live")
         assert (levers.steps, levers.guided_steps, levers.left_chunks, levers.first_hop_tokens) == (4, 0, 0, 0)
+        assert set(engine.inapplicable_levers) == {"left_chunks", "first_hop_tokens"}
         spy = BatchSpy(engine.token2wav.flow.estimator_session)
         engine.token2wav.flow.estimator_session = spy
         chunks = list(engine.synthesize(TEXT, engine.presets()[0], SynthesisOptions(seed=3, stream=True,

@@ -119,6 +119,8 @@ def test_a_streamed_v3_request_arrives_hop_by_hop(tiny_cosyvoice3_models):
         first = [c for c in chunks if c.index == 0]
         assert len(first) >= 2 and all(c.continues for c in first[:-1]) and not first[-1].continues
         assert all(c.audio.size for c in first[:-1])
+        # upstream's whole left context and first hop: named apart in a non-exact answer's note
+        assert set(engine.inapplicable_levers) == {"left_chunks", "first_hop_tokens"}
     finally:
         engine.close()
 

@@ -360,6 +360,22 @@ class CosyVoiceEngine:
             levers = replace(levers, first_hop_tokens=0)
         return levers
 
+    @property
+    def inapplicable_levers(self) -> dict[str, str]:
+        """The streaming levers this model has no use for, each with the reason (the answer's note
+        names them apart from the levers applied): none on a conversion that streams with the
+        chunk-blocked cache."""
+        t2w = self.token2wav
+        if not getattr(t2w, "can_stream", False):
+            why = "this conversion does not stream (each sentence is rendered whole)"
+            return {"left_chunks": why, "first_hop_tokens": why}
+        skipped = {}
+        if not getattr(t2w, "can_bound_context", False):
+            skipped["left_chunks"] = "this conversion's streamed cache keeps every chunk"
+        if not getattr(t2w, "can_shorten_first_hop", False):
+            skipped["first_hop_tokens"] = "this model's stream keeps upstream's first hop"
+        return skipped
+
     def analyze(self, text: str, language: str = "auto") -> TextAnalysis:
         """The normalized pieces :meth:`synthesize` reads, one LLM call each (upstream's
         normalization and split lengths), with the pronunciation dictionary's and the inline
