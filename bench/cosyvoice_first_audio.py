@@ -432,7 +432,7 @@ def stage_render(work: Path, threads: int, steps_list: list[int], prompt_tokens:
     ptok, target = rng.integers(0, SPEECH_TOKENS, prompt_tokens), rng.integers(0, SPEECH_TOKENS, tokens)
     pmel, emb = (rng.standard_normal((2 * prompt_tokens, 80)) - 4).astype(np.float32), rng.standard_normal(192)
     emb = emb.astype(np.float32)
-    out: dict = {"stage": "render", "machine": machine(), "threads": threads, "prompt_tokens": prompt_tokens,
+    out: dict = {"stage": "render", "machine": machine_info(), "threads": threads, "prompt_tokens": prompt_tokens,
                  "tokens": tokens, "kv_layout": t2w.flow.stream_layout.kv_layout, "runs": []}
     for steps in steps_list:
         warm = t2w.stream(ptok, pmel, emb, n_timesteps=steps, rng=np.random.default_rng(1))
