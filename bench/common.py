@@ -117,6 +117,15 @@ def emit(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
+def report(result: dict, json_path: Path | None) -> int:
+    """A stage's summary as one JSON line (without its per-run records) and, when asked, the whole
+    result as a JSON file; the exit status of a finished stage."""
+    emit({k: v for k, v in result.items() if k != "runs"})
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=1))
+    return 0
+
+
 # -- the app -----------------------------------------------------------------------------------------
 
 

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import emit, loadavg, machine_info, running_app  # noqa: E402
+from bench.common import emit, loadavg, machine_info, report, running_app  # noqa: E402
 
 MODEL_ID = "cosyvoice2-bench"
 TEXT = "Hello world, the quick brown fox jumps over the lazy dog."   # 13 tokens of the tiny tokenizer
@@ -493,10 +493,7 @@ def main() -> int:
         result = stage_estimator(args.work, args.threads, [0, 150, 300, 450, 600], reps=args.reps)
     else:
         result = stage_upstream(args.work, args.threads, args.size, args.prompt_tokens)
-    emit({k: v for k, v in result.items() if k != "runs"})
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    return 0
+    return report(result, args.json)
 
 
 if __name__ == "__main__":

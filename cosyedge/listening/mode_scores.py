@@ -289,8 +289,8 @@ class Verdict:
 
 
 #: docs/models.md ("The speed-mode check") gives the measurements behind each number. The d-vector's
-#: is measured (bench/mode_check_evidence.py); campplus's is the issue's starting point: no real
-#: campplus weights are on any machine of the team.
+#: is measured (bench/mode_check_evidence.py); campplus's comes from upstream's reported CAM++
+#: same/different-speaker score ranges, not measured here: no real CAM++ weights are on this box.
 DEFAULT_MIN_SIMILARITY = {JUDGE_CAMPPLUS: 0.90, JUDGE_DVECTOR: 0.85}
 DEFAULT_MAX_DROP_POINTS = 2.0
 #: Fewer extra errors than this are the recognizer's noise, whatever the points (one English word

@@ -31,7 +31,7 @@ from cosyedge import __version__
 from cosyedge.catalog.mode_verdicts import today
 from cosyedge.engines.base import Engine, SynthesisOptions, VoicePrompt
 from cosyedge.engines.render import render
-from cosyedge.errors import CancelledError, InputError
+from cosyedge.errors import CancelledError, CosyedgeError, InputError
 from cosyedge.listening import mode_scores
 from cosyedge.listening.mode_scores import Hear, Rendition, Thresholds
 
@@ -125,10 +125,18 @@ class CheckProgress:
 
 @dataclass(frozen=True)
 class Judge:
-    """The speaker judge: its name (``campplus`` / ``d-vector``) and embedding function."""
+    """The speaker judge: its name (``campplus`` / ``d-vector``), embedding function, and ``note``
+    (``{"code", "message"}``) when the model's campplus could not be used and the d-vector stands in."""
 
     name: str
     embed: mode_scores.Embed
+    note: dict[str, str] | None = None
+
+
+#: The record's note when the model's campplus could not be used and the d-vector judged instead.
+JUDGE_FALLBACK = "mode_check_judge_fallback"
+#: A campplus that fails to open or to embed a probe (1 s of a 200 Hz tone at this rate) is not used.
+_PROBE_RATE = 16000
 
 
 def engine_modes(engine: Engine) -> tuple[str, ...]:
@@ -141,14 +149,28 @@ def engine_modes(engine: Engine) -> tuple[str, ...]:
 
 
 def judge_of(engine: Engine) -> Judge:
-    """The model's own campplus where the engine offers it, else the project's d-vector."""
+    """The model's own campplus where the engine offers one, else the project's d-vector. A campplus
+    that fails to open or to embed a probe (a damaged or foreign ``campplus.onnx``, one the manifest
+    does not list) does not fail the check: the d-vector judges, and the record says why."""
     own = getattr(engine, "speaker_judge", None)
-    embed = own() if callable(own) else None
-    if embed is not None:
-        return Judge(mode_scores.JUDGE_CAMPPLUS, embed)
+    note = None
+    if callable(own):
+        try:
+            embed = own()
+            if embed is not None:
+                probe = (0.1 * np.sin(2 * np.pi * 200 * np.arange(_PROBE_RATE) / _PROBE_RATE)).astype(np.float32)
+                vector = np.asarray(embed(probe, _PROBE_RATE), dtype=np.float32).reshape(-1)
+                if vector.size == 0 or not np.isfinite(vector).all():
+                    raise ValueError(f"it gave {vector.size} values, not all finite")
+                return Judge(mode_scores.JUDGE_CAMPPLUS, embed)
+        except Exception as exc:  # any failure of the model's own encoder: the d-vector stands in
+            reason = exc.message if isinstance(exc, CosyedgeError) else f"{type(exc).__name__}: {exc}"
+            logger.warning("mode check: the model's campplus cannot judge (%s); the d-vector does", reason)
+            note = {"code": JUDGE_FALLBACK,
+                    "message": f"the model's campplus.onnx could not be used ({reason}); judged by the d-vector"}
     from cosyedge.listening.speaker import shared_encoder
 
-    return Judge(mode_scores.JUDGE_DVECTOR, shared_encoder().embed)
+    return Judge(mode_scores.JUDGE_DVECTOR, shared_encoder().embed, note)
 
 
 def _render(engine: Engine, line: Line, voice: str | VoicePrompt, mode: str, gate: Gate) -> Rendition:
@@ -214,6 +236,7 @@ def run_check(engine: Engine, voice: str | VoicePrompt, check_voice: CheckVoice,
         "engine": engine.name,
         "voice": check_voice.as_dict(),
         "judge": judge.name,
+        "notes": [judge.note] if judge.note else [],
         "thresholds": thresholds.as_dict(),
         "versions": {"cosyedge": __version__, "recognizer": _recognizer_id(hear), "lines": lines_digest()},
         "languages": sorted({line.language for line in lines}),

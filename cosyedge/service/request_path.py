@@ -19,14 +19,14 @@ from cosyedge.config import Settings, SettingsError
 from cosyedge.engines.base import MORE_LANGUAGES, CancelFn, Engine, StepFn, SynthesisOptions, VoicePrompt
 from cosyedge.errors import CancelledError, CosyedgeError, ModelMissingError, NotFoundError, ParameterError, TextError
 from cosyedge.instruct.plan import MAX_INSTRUCTION_CHARS, InstructPlan, apply_plan, plan_for_engine
-from cosyedge.notes import Note
+from cosyedge.notes import Note, code_of
 from cosyedge.engines.cosyvoice.common.quality import check_quality, levers_for
 from cosyedge.service.mode_notes import answer_voice, check_note
 from cosyedge.service.reports import describe_match, flow_notes, ignored_inputs
 from cosyedge.service.requests import (PHASE_PREPARING_VOICE, PHASE_SYNTHESIZING, REQUEST_LANGUAGES, SPEED_RANGE,
                                        PreparedRequest, ResolvedRequest, TTSRequest,
                                        VoiceChoice)
-from cosyedge.service.pronunciations import check_inline
+from cosyedge.service.pronunciations import READING_NOTES, check_inline
 from cosyedge.service.synthesis import check_text
 from cosyedge.service.transcription import Transcriber, saved_transcript
 from cosyedge.service.voice_progress import PreparationTimes, VoicePreparation
@@ -140,8 +140,10 @@ class RequestPath:
             voice_notes = getattr(engine, "voice_notes", None)  # an engine's own account of its voice
             if callable(voice_notes):
                 notes.extend(voice_notes(choice.voice))
-        if request.language != "auto":
-            notes.extend(analysis.notes)
+        # what the pronunciation dictionary did is every answer's; the language notes only where a
+        # language was asked for (under auto the script decides, and nothing was overridden)
+        notes.extend(note for note in analysis.notes
+                     if request.language != "auto" or code_of(note) in READING_NOTES)
         return ResolvedRequest(choice=choice, options=options, plan=plan, analysis=analysis,
                                notes=notes, skipped=list(analysis.skipped), clone_mode=clone_mode)
 

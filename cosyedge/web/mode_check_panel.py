@@ -19,6 +19,9 @@ FAILED_RULES = {"similarity_low": "voice less similar to exact / 与精确模式
                 "intelligibility_not_scored": "intelligibility not scored / 未评估清晰度",
                 "exact_not_heard": "exact itself not heard clearly: cannot vouch / 精确模式本身听不清，无法评判"}
 
+#: The record's notes in Chinese, by code (the English is the note's message).
+NOTE_WORDS = {"mode_check_judge_fallback": "模型自带的 campplus.onnx 无法使用，音色相似度改由 d-vector 评判"}
+
 
 def _voice(voice: dict[str, Any] | None) -> str:
     if not voice:
@@ -52,6 +55,9 @@ def describe(answer: dict[str, Any]) -> str:
         parts.append(STALE)
     parts.append(f"Checked on this model on {html.escape(str(result.get('finished', ''))[:10])} with "
                  f"{_voice(result.get('voice'))}, judged by {html.escape(str(result.get('judge')))} / 检查日期与声音如上")
+    for note in result.get("notes") or []:  # e.g. the model's campplus could not be used: the d-vector judged
+        zh = NOTE_WORDS.get(str(note.get("code")))
+        parts.append(f"Note / 注意: {html.escape(str(note.get('message', '')))}" + (f" / {zh}" if zh else ""))
     exact = result.get("exact") or {}
     units = exact.get("units") or 0
     heard = f"{100 * (1 - exact.get('heard_errors', 0) / units):.1f} %" if units else "not scored / 未评估"

@@ -634,6 +634,8 @@ def build_ui(service: Service) -> "gr.Blocks":
         demo.load(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
         models.switched.then(languages, inputs=langs, outputs=langs, queue=False)
         models.switched.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False)
+        # opening any tab reads the verdicts again: a speed-mode check finished on the Models tab shows
+        tabs.select(qualities, inputs=qualities_in, outputs=qualities_in, queue=False, show_progress="hidden")
         for event in generated:  # the first job loads the engine: its languages are known from then on
             event.then(languages, inputs=langs, outputs=langs, queue=False, show_progress="hidden")
             event.then(qualities, inputs=qualities_in, outputs=qualities_in, queue=False, show_progress="hidden")

@@ -162,3 +162,24 @@ def test_library_transcript_shows_sets_and_hears(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as both:  # argparse refuses a text and --hear together
         main(["library", "transcript", "ms-lee", "x", "--hear", *common])
     assert both.value.code == 2
+
+
+def test_save_encode_says_each_step_of_a_cosyvoice_encoding(tiny_cosyvoice_models, tmp_path, capsys, monkeypatch):
+    """`library save --encode` on CosyVoice (seconds to tens of seconds on two cores) says each step
+    as it starts, as the page and /jobs do; the encoding is the cache entry the voice's first use reads."""
+    from tests.helpers.tiny_models import MODEL_ID
+
+    monkeypatch.setenv("COSYEDGE_THREAD_CALIBRATION", "0")  # it would write into the shared model folder
+    wav = tmp_path / "me.wav"
+    sf.write(wav, speechlike(4.0), 16000)
+    assert main(["library", "save", "Ms Lee", str(wav), "--transcript", "hello there", "--consent", "--encode",
+                 "--prompts-dir", str(tmp_path / "prompts"), "--models-dir", str(tiny_cosyvoice_models),
+                 "--model", MODEL_ID, "--onnx-threads", "1"]) == 0
+    said = capsys.readouterr()
+    steps = [line for line in said.err.splitlines() if line.startswith("preparing the voice: step")]
+    assert steps == ["preparing the voice: step 1 of 4 (opening the prompt encoders)",
+                     "preparing the voice: step 2 of 4 (speech tokens)",
+                     "preparing the voice: step 3 of 4 (prompt mel)",
+                     "preparing the voice: step 4 of 4 (speaker embedding)"], said.err
+    assert "saved voice 'ms-lee'" in said.out
+    assert len(list((tmp_path / "prompts" / "cache").glob("*.npz"))) == 1

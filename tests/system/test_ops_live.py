@@ -197,7 +197,9 @@ def test_engine_loads_with_fewer_threads_while_warm(make_service, web_settings):
     assert service.engine_settings().threads == 4
     dial.temp = 75.0
     assert service.engine_settings().threads == 2
-    dial.temp = None  # sensor gone: the last warm reading holds a while, then unknown means no limit
+    dial.temp = None  # sensor gone after a warm reading: warm's limits hold, and stay while it is unreadable
     assert service.engine_settings().threads == 2
     now[0] = governor.stale_hold_s + 1
+    assert service.engine_settings().threads == 2
+    dial.temp = 50.0  # it reads again, cool: no limit
     assert service.engine_settings().threads == 4

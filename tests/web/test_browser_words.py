@@ -1,6 +1,7 @@
 """Real-browser checks of the page's words and toasts (Debian chromium via playwright, as
 tests/web/test_browser.py): the instruct panel's items and the History notice carry Chinese, and a
-pile of error toasts never covers the tab bar."""
+pile of error toasts never covers the tab bar; a truncated WAV is refused and a Chinese name renamed
+in both languages."""
 
 from __future__ import annotations
 
@@ -57,5 +58,50 @@ def test_error_toasts_never_cover_the_tab_bar(browser, make_service, live_server
         page.screenshot(path=str(ARTIFACTS / "toasts.png"))
         open_tab(page, STUDIO_TABS["history"])  # reachable with the toasts up
         page.locator("#history-notice").wait_for(timeout=10_000)
+    finally:
+        context.close()
+
+
+def test_a_truncated_wav_is_refused_and_a_chinese_name_keeps_its_id_in_both_languages(  # noqa: F811
+        browser, make_service, live_server, tmp_path):
+    """Two lines the walkthrough met in English only or not at all: the clone tab's refusal of a WAV
+    cut short names the bytes in Chinese too, and renaming 王老师 keeps wang-lao-shi (it became
+    mswang-wang-lao-shi without a word) and says so in both languages."""
+    import io
+
+    import soundfile as sf
+    from playwright.sync_api import expect
+
+    from tests.test_audio_prompt import speechlike
+    from tests.web.test_browser_studio import choose
+
+    service = make_service()
+    whole = io.BytesIO()
+    sf.write(whole, speechlike(4.0), 16000, format="WAV")
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(whole.getvalue()[:len(whole.getvalue()) // 2])
+    saved = service.save_voice("王老师", whole.getvalue(), "同学们好", consent=True)
+    assert saved.id == "wang-lao-shi"
+    server = live_server(service, with_ui=True)
+    context, page, _ = open_page(browser, server.url)
+    try:
+        page.locator("#clone-prompt input[type=file]").set_input_files(str(cut))
+        page.locator("#clone-prompt audio[src]").first.wait_for(state="attached", timeout=30_000)
+        page.locator("#clone-consent input[type=checkbox]").check()
+        page.locator("#clone-text textarea").fill("Good morning, class.")
+        page.locator("#clone-generate").click()
+        toast = page.locator(".toast-body", has_text="truncated").first
+        toast.wait_for(timeout=30_000)
+        assert "WAV 文件不完整" in toast.inner_text() and "请上传完整的文件" in toast.inner_text()
+
+        open_tab(page, STUDIO_TABS["voices"])
+        choose(page, "voices-choice", "王老师 (wang-lao-shi)")
+        name_box = page.locator("#voices-new-name textarea, #voices-new-name input").first
+        expect(name_box).to_have_value("王老师", timeout=10_000)
+        name_box.fill("Ms Wang 王老师")
+        page.locator("#voices-rename").click()
+        expect(page.locator("#voices-message")).to_contain_text(
+            "Renamed / 已重命名: Ms Wang 王老师 (id wang-lao-shi stays / id 不变)", timeout=15_000)
+        assert [(v.id, v.name) for v in service.saved_voices()] == [("wang-lao-shi", "Ms Wang 王老师")]
     finally:
         context.close()

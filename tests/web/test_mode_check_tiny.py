@@ -49,6 +49,11 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
     monkeypatch.setattr(socket.socket, "connect_ex", guarded_ex)
+    with socket.socket() as probe:  # the guard itself: an outside address (TEST-NET-1) is refused and listed
+        with pytest.raises(OSError, match="nothing may leave the box"):
+            probe.connect(("192.0.2.1", 443))
+    assert refused == [("192.0.2.1", 443)]
+    refused.clear()
     return refused
 
 

@@ -16,7 +16,7 @@ from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.cosyvoice.common.quality import MODES, QUALITY_NAMES, Levers, levers_for
 from cosyedge.engines.loader import load_engine
 from cosyedge.errors import ParameterError
-from tests.helpers.tiny_models import MODEL_ID, PRESET_NAMES
+from tests.helpers.tiny_models import MODEL_ID, PRESET_NAMES, open_tiny_engine, sine_prompt
 
 pytestmark = pytest.mark.slow  # loads the tiny model
 
@@ -42,16 +42,14 @@ class Spy:
 
 @pytest.fixture(scope="module")
 def engine(tiny_cosyvoice_models):
-    eng = load_engine(Settings(models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1))
+    eng = open_tiny_engine(tiny_cosyvoice_models)
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
 def prompt(engine):
-    t = np.arange(4 * 16000) / 16000
-    return engine.encode_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32), 16000,
-                                "Hello world, this is a tiny test.")
+    return sine_prompt(engine, 4.0)
 
 
 @pytest.fixture

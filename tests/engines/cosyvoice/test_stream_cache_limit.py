@@ -12,11 +12,9 @@ import copy
 import numpy as np
 import pytest
 
-from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
-from cosyedge.engines.loader import load_engine
-from tests.helpers.tiny_models import MODEL_ID
+from tests.helpers.tiny_models import MODEL_ID, open_tiny_engine, sine_prompt
 
 pytestmark = pytest.mark.slow  # loads the tiny model
 
@@ -98,16 +96,13 @@ def test_the_voice_state_is_kept_when_a_sentence_stops_streaming(t2w):
 
 @pytest.fixture(scope="module")
 def engine(tiny_cosyvoice_models):
-    eng = load_engine(Settings(models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
-                               stream_cache_max_mb=0.5))
+    eng = open_tiny_engine(tiny_cosyvoice_models, stream_cache_max_mb=0.5)
     yield eng
     eng.close()
 
 
 def test_the_engine_notes_the_sentence_that_stopped_streaming(engine):
-    t = np.arange(3 * 16000) / 16000
-    voice = engine.encode_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32), 16000,
-                                 "Hello world, this is a tiny test.")
+    voice = sine_prompt(engine)
     chunks = list(engine.synthesize("The quick brown fox jumps over the lazy dog and keeps on running far.",
                                     voice, SynthesisOptions(stream=True, seed=1, n_timesteps=2)))
     notes = [note for chunk in chunks for note in chunk.notes]

@@ -10,12 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.config import Settings
 from cosyedge.engines.base import SynthesisOptions
 from cosyedge.engines.cosyvoice.common.token2wav import Token2Wav
-from cosyedge.engines.loader import load_engine
 from cosyedge.errors import CancelledError
-from tests.helpers.tiny_models import MODEL_ID
+from tests.helpers.tiny_models import MODEL_ID, open_tiny_engine, sine_prompt
 
 pytestmark = pytest.mark.slow  # loads the tiny model
 
@@ -25,17 +23,14 @@ TEXT = ("The quick brown fox jumps over the lazy dog while the tiny tokenizer re
 
 @pytest.fixture(scope="module")
 def engine(tiny_cosyvoice_models):
-    eng = load_engine(Settings(models_dir=tiny_cosyvoice_models, model=MODEL_ID, onnx_threads=1,
-                               thread_calibration=False))
+    eng = open_tiny_engine(tiny_cosyvoice_models, thread_calibration=False)
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
 def prompt(engine):
-    t = np.arange(3 * 16000) / 16000
-    return engine.encode_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32), 16000,
-                                "Hello world, this is a tiny test.")
+    return sine_prompt(engine)
 
 
 def _flow(engine):
