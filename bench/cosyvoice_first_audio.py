@@ -31,7 +31,8 @@ Stages (each a process of its own; ``prepare`` and ``upstream`` need the PyTorch
 ``estimator`` (no torch) times one streamed estimator call against 0-600 cached frames: what the
 key/value cache costs per call as a sentence grows. ``render`` (no torch, no LLM) gives the CPU seconds
 of the bench sentence's token2wav streamed (one token at a time, cached voice) and not streamed, side
-by side in one process.
+by side in one process; the first hop's tokens and the seconds (CPU and wall) to its audio, the hop
+render + HiFT part of the first-audio floor.
 
 Each stage prints JSON lines and, with ``--json``, writes its record.
 """
@@ -432,7 +433,7 @@ def stage_render(work: Path, threads: int, steps_list: list[int], prompt_tokens:
     ptok, target = rng.integers(0, SPEECH_TOKENS, prompt_tokens), rng.integers(0, SPEECH_TOKENS, tokens)
     pmel, emb = (rng.standard_normal((2 * prompt_tokens, 80)) - 4).astype(np.float32), rng.standard_normal(192)
     emb = emb.astype(np.float32)
-    out: dict = {"stage": "render", "machine": machine(), "threads": threads, "prompt_tokens": prompt_tokens,
+    out: dict = {"stage": "render", "machine": machine_info(), "threads": threads, "prompt_tokens": prompt_tokens,
                  "tokens": tokens, "kv_layout": t2w.flow.stream_layout.kv_layout, "runs": []}
     for steps in steps_list:
         warm = t2w.stream(ptok, pmel, emb, n_timesteps=steps, rng=np.random.default_rng(1))
@@ -448,7 +449,7 @@ def stage_render(work: Path, threads: int, steps_list: list[int], prompt_tokens:
         for i, token in enumerate(target):
             if stream.push([token]) and "first_hop_cpu_s" not in run:
                 run.update(first_hop_cpu_s=round(time.process_time() - c0, 2),
-                           first_hop_tokens=i + 1)
+                           first_hop_wall_s=round(time.perf_counter() - w0, 2), first_hop_tokens=i + 1)
             peak = max(peak, stream.flow.cache_bytes)
         stream.finish()
         run.update(streamed_cpu_s=round(time.process_time() - c0, 2), streamed_wall_s=round(time.perf_counter() - w0, 2),

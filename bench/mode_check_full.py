@@ -11,7 +11,9 @@ files are linked into a folder of this bench's own
 (``--work``), so the check's ``modes.json`` is written there. A saved voice (a 3.2 s tone with a
 transcript: the model has no presets) is made once; then ``--runs`` times, in a fresh process each:
 ``python -m cosyedge models check`` with ``--lines`` lines per language, timed, its peak RSS taken
-(the process's own ``VmHWM`` at its end), and its record read back.
+(the process's own ``VmHWM`` at its end), and its record read back. The process's RSS is also sampled
+(every 50 ms) stage by stage: the load (engine, voice, judge), each mode's renders, the first line heard
+(the recognizer loads), the rest of the scoring: where the peak is reached and what each stage keeps.
 
     flock /tmp/cosyedge-bench.lock .venv/bin/python bench/mode_check_full.py \\
         --model-dir W/models/cosyvoice2-bench --work /tmp/mode-check-full --lines 2 --runs 2
@@ -46,11 +48,48 @@ if ratio:
         defaults = list(fn.__defaults__)  # prompt_text_ids, prompt_speech_ids, min_ratio, max_ratio, ...
         defaults[2], defaults[3] = min(defaults[2], ratio), ratio
         fn.__defaults__ = tuple(defaults)
+import json, threading, time
+from cosyedge.listening import mode_scores
+from cosyedge.service import mode_check
+def vm(key):
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith(key + ":"))) // 1024
+stages, label = [], ["start: engine, voice, judge load"]
+def mark(name):  # a new stage when the label changes: RSS at its start, the most seen in it, at its end
+    if stages and stages[-1]["stage"] == name:
+        return
+    if stages:
+        stages[-1]["rss_end_mb"] = vm("VmRSS")
+    stages.append({"stage": name, "rss_start_mb": vm("VmRSS"), "rss_max_mb": vm("VmRSS"), "hwm_start_mb": vm("VmHWM")})
+mark(label[0])
+def sample():
+    while True:
+        stages[-1]["rss_max_mb"] = max(stages[-1]["rss_max_mb"], vm("VmRSS"))
+        time.sleep(0.05)
+threading.Thread(target=sample, daemon=True).start()
+def tagged(fn, name):
+    def wrapper(*a, **k):
+        mode = a[3] if name == "render" else None
+        mark(f"render {mode}" if mode else name)
+        return fn(*a, **k)
+    return wrapper
+mode_check._render = tagged(mode_check._render, "render")
+heard = []
+def hear_first(fn):  # the first line heard loads the recognizer: a stage of its own, then "scoring"
+    def wrapper(*a, **k):
+        mark("scoring" if heard else "scoring: the recognizer loads, first line heard")
+        out = fn(*a, **k)
+        heard.append(1)
+        return out
+    return wrapper
+mode_scores.embed_line = tagged(mode_scores.embed_line, "scoring")
+mode_scores.hear_line = hear_first(mode_scores.hear_line)
+mode_scores.compare = tagged(mode_scores.compare, "scoring")
 from cosyedge.cli import main
 code = main(sys.argv[2:])
-with open("/proc/self/status") as status:
-    peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-print(f"peak_rss_kb={peak}", file=sys.stderr)
+mark("end")
+print("stages_json=" + json.dumps(stages), file=sys.stderr)
+print(f"peak_rss_kb={vm('VmHWM') * 1024}", file=sys.stderr)
 sys.exit(code)
 """
 TRANSCRIPT = "Read this slowly and warmly, please."
@@ -101,9 +140,11 @@ def one_run(work: Path, voice: str, args: argparse.Namespace) -> dict:
     if done.returncode:
         raise SystemExit(f"the check failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}")
     peaks = [line.split("=", 1)[1] for line in done.stderr.splitlines() if line.startswith("peak_rss_kb=")]
+    stages = [json.loads(line.split("=", 1)[1]) for line in done.stderr.splitlines()
+              if line.startswith("stages_json=")]
     record = json.loads((work / "models" / MODEL_ID / "modes.json").read_text(encoding="utf-8"))
     return {"wall_s": round(seconds, 1), "peak_rss_mb": round(int(peaks[-1]) / 1024) if peaks else None,
-            "record": record, "stdout": done.stdout}
+            "stages": stages[-1] if stages else [], "record": record, "stdout": done.stdout}
 
 
 def report(runs: list[dict], args: argparse.Namespace, load_before: str, load_after: str) -> str:
@@ -125,6 +166,11 @@ def report(runs: list[dict], args: argparse.Namespace, load_before: str, load_af
                       f"{said}; sim {figures['similarity']:.3f}, intell. {figures['intelligibility_delta']}"]
         cells.append(f"{run['peak_rss_mb']} MB" if run["peak_rss_mb"] else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    for index, run in enumerate(runs, 1):  # where the memory goes: the process's RSS stage by stage
+        lines += ["", f"run {index}, RSS by stage (MB; the check's stages in order; peak = the most seen in it)", "",
+                  "| stage | RSS at start | peak in stage | at end | VmHWM at start |", "|---|---|---|---|---|"]
+        lines += [f"| {s['stage']} | {s['rss_start_mb']} | {s['rss_max_mb']} | {s.get('rss_end_mb', '-')} | "
+                  f"{s['hwm_start_mb']} |" for s in run["stages"]]
     verdicts = [{m: e["verdict"]["recommended"] for m, e in run["record"]["modes"].items()} for run in runs]
     lines += ["", f"verdicts the same in every run: {all(v == verdicts[0] for v in verdicts)}"]
     return "\n".join(lines)
