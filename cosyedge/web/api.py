@@ -356,8 +356,12 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
     info = stream.info
     sample_rate = info.sample_rate if info is not None else 0
 
+    # Set once the stream's last piece went out: the job's tail (its result, scoring, history) may
+    # still run then, and a client that read everything has not gone away.
+    read_to_the_end = asyncio.Event()
+
     def stop_unfinished() -> None:
-        if not job.finished:  # the client went away before the end
+        if not job.finished and not read_to_the_end.is_set():  # the client went away before the end
             logger.info("stream of job %s stopped before the end; cancelling it", job.id)
             service.cancel(job.id)
 
@@ -374,6 +378,7 @@ async def stream_job(service: Service, request: Request, tts: TTSRequest, fmt: s
                 data = _pcm_bytes(piece)
                 sent += len(data)
                 yield data
+            read_to_the_end.set()
         except CosyedgeError as exc:  # failed or cancelled after the first byte: the stream ends here
             logger.warning("audio stream of job %s ended early after %d bytes of audio: %s: %s",
                            job.id, sent, exc.kind, exc.message)
