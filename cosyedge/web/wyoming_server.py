@@ -255,12 +255,14 @@ class SpeechHandler(AsyncEventHandler):
         except CosyedgeError as exc:
             await self._refuse(exc)
             return
+        answered = False  # audio-stop sent: the job's tail (result, history) may still run
         try:
             await self._send_audio(job)
+            answered = True
         except CosyedgeError as exc:
             await self._refuse(exc)
         finally:
-            if not job.finished:
+            if not answered and not job.finished:
                 logger.info("wyoming: client %s went away; cancelling job %s", self.peer, job.id)
                 self.service.cancel(job.id)
 

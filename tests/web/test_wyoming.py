@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import logging
 import sys
 import threading
 import time
@@ -293,3 +294,32 @@ def test_wyoming_requests_take_the_servers_quality(wyoming, make_service, web_se
     server, _ = wyoming(service)
     assert isinstance(asyncio.run(speak(server, "Hello there."))[-1], AudioStop)
     assert service.holder._engine.calls[-1][2].quality == "live"
+
+
+def test_an_answer_sent_to_its_audio_stop_lets_the_job_finish(wyoming, monkeypatch, caplog):
+    """audio-stop leaves before the job's tail (its result, history): the client has not gone away,
+    so the job must end done, not cancelled."""
+    from cosyedge.service import runner
+    from cosyedge.service.jobs import JobState
+
+    calls = []
+    report = runner.instruct_report
+
+    def slow_after_the_stream(plan):  # its second call builds the result, after the stream ended
+        calls.append(plan)
+        if len(calls) == 2:
+            time.sleep(0.5)
+        return report(plan)
+
+    monkeypatch.setattr(runner, "instruct_report", slow_after_the_stream)
+    server, service = wyoming()
+    submitted = []
+    submit = service.submit
+    monkeypatch.setattr(service, "submit", lambda *a, **k: submitted.append(submit(*a, **k)) or submitted[-1])
+    with caplog.at_level(logging.INFO, logger="cosyedge.web.wyoming_server"):
+        events = asyncio.run(speak(server, "Hello there. Second sentence!", "male_1"))
+        assert isinstance(events[-1], AudioStop)
+        (job,) = submitted
+        assert job.wait(10)
+    assert len(calls) == 2 and job.state is JobState.DONE, job.outcome()
+    assert "went away" not in caplog.text
