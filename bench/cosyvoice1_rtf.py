@@ -269,8 +269,9 @@ def _open(work: Path, model_name: str, threads: int, llm_threads: int):
     return SpeechLMv1.load(model, threads=llm_threads), Token2WavV1.load(model, threads=threads)
 
 
-def _synthesize(lm, t2w, inp: dict, rng) -> dict:
-    """One sentence (the forced tokens) through LLM, flow and HiFT; seconds per stage and the RTF."""
+def _synthesize(lm, t2w, inp: dict, rng, levers=None) -> dict:
+    """One sentence (the forced tokens) through LLM, flow and HiFT; seconds per stage and the RTF.
+    ``levers``: a quality mode's flow steps and CFG schedule (None: upstream's)."""
     forced = inp["forced"]
 
     def choose(logp, decoded, ignore_eos):
@@ -278,7 +279,11 @@ def _synthesize(lm, t2w, inp: dict, rng) -> dict:
     t0, cpu0 = time.perf_counter(), time.process_time()
     tokens = lm.generate(inp["text"], choose, inp["prompt_text"], inp["prompt_speech"], inp["embedding"])
     t1, cpu1 = time.perf_counter(), time.process_time()
-    mel = t2w.flow(tokens, inp["prompt_speech"], inp["prompt_mel"], inp["embedding"], rng=rng)
+    steps = cfg = None
+    if levers is not None:
+        steps, cfg = levers.steps, levers.cfg_steps
+    mel = t2w.flow(tokens, inp["prompt_speech"], inp["prompt_mel"], inp["embedding"], rng=rng, n_timesteps=steps,
+                   cfg_steps=cfg)
     t2 = time.perf_counter()
     wav = t2w.vocoder(mel, rng=rng)
     t3 = time.perf_counter()
@@ -289,18 +294,22 @@ def _synthesize(lm, t2w, inp: dict, rng) -> dict:
             "flow_s": round(t2 - t1, 2), "hift_s": round(t3 - t2, 2), "rtf": round((t3 - t0) / (wav.size / 22050), 3)}
 
 
-def ours(work: Path, threads: int, model_name: str = "cv1-int8", llm_threads: int | None = None) -> None:
+def ours(work: Path, threads: int, model_name: str = "cv1-int8", llm_threads: int | None = None,
+         quality: str = "exact") -> None:
     assert "torch" not in sys.modules
     inp = inputs()
     llm_threads = llm_threads or threads
     started = time.perf_counter()
     lm, t2w = _open(work, model_name, threads, llm_threads)
     load_s = time.perf_counter() - started
+    from cosyedge.engines.cosyvoice.common.quality import levers_for
+
+    levers = levers_for(quality)
     rng = np.random.default_rng(0)
     for rnd in range(2):
         emit({"stage": "ours", "model": model_name, "step_format": lm.step_format, "round": rnd, "threads": threads,
-              "llm_threads": llm_threads, "load_s": round(load_s, 2), **_synthesize(lm, t2w, inp, rng),
-              "peak_rss_mb": round(peak_rss_mb())})
+              "llm_threads": llm_threads, "quality": quality, "load_s": round(load_s, 2),
+              **_synthesize(lm, t2w, inp, rng, levers), "peak_rss_mb": round(peak_rss_mb())})
 
 
 def _stream_once(lm, t2w, inp: dict, rng) -> dict:
@@ -425,6 +434,8 @@ def main() -> int:
                         help="ours: the LLM's threads (default: --threads, as the engine sets them)")
     parser.add_argument("--models", default="cv1-int8", help="compare: NAME[:LLM_THREADS],... under WORK/models")
     parser.add_argument("--rounds", type=int, default=6, help="compare: rounds counted (after one warm-up)")
+    parser.add_argument("--quality", default="exact",
+                        help="ours: the quality mode whose flow steps and CFG schedule run (exact, balanced, live)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "all":
@@ -443,7 +454,7 @@ def main() -> int:
         return 0
     {"prepare": lambda: prepare(args.work), "convert": lambda: convert(args.work),
      "upstream": lambda: upstream(args.work, args.threads),
-     "ours": lambda: ours(args.work, args.threads, args.model, args.llm_threads),
+     "ours": lambda: ours(args.work, args.threads, args.model, args.llm_threads, args.quality),
      "llm-profile": lambda: llm_profile(args.work, args.threads, args.model),
      "compare": lambda: compare(args.work, args.threads, args.models.split(","), args.rounds),
      "ours-stream": lambda: ours_stream(args.work, args.threads, args.model, args.llm_threads, args.rounds)}[args.stage]()
