@@ -16,6 +16,7 @@ import soundfile as sf
 from cosyedge.errors import EngineError
 from cosyedge.service.jobs import JobState
 from tests.helpers.fake_engine import FakeEngine, FakeFactory
+from tests.helpers.job_tail import slow_job_end
 
 TEXT = "First sentence here. The second one is a little longer. Third."
 
@@ -312,20 +313,9 @@ def test_a_full_queue_is_a_json_429_for_streams_too(slow_server):
 
 
 def test_a_stream_read_to_its_end_lets_the_job_finish(make_service, live_server, monkeypatch, caplog):
-    """The last byte goes out before the job's tail (its result, scoring, history): a client that
-    read everything has not gone away, so the job must end done, not cancelled."""
-    from cosyedge.service import runner
-
-    calls = []
-    report = runner.instruct_report
-
-    def slow_after_the_stream(plan):  # its second call builds the result, after the stream ended
-        calls.append(plan)
-        if len(calls) == 2:
-            time.sleep(0.5)
-        return report(plan)
-
-    monkeypatch.setattr(runner, "instruct_report", slow_after_the_stream)
+    """The stream closes as the job ends, before the job counts as finished: a client that read
+    everything has not gone away, so the job must end done, not cancelled."""
+    slowed = slow_job_end(monkeypatch)
     service = make_service()
     srv = live_server(service)
     with caplog.at_level(logging.INFO, logger="cosyedge.web.api"):
@@ -333,5 +323,5 @@ def test_a_stream_read_to_its_end_lets_the_job_finish(make_service, live_server,
         assert r.status_code == 200 and len(r.content) > 0
         job = service.job(r.headers["x-cosyedge-job-id"])
         assert job is not None and job.wait(10)
-    assert len(calls) == 2 and job.state is JobState.DONE, job.outcome()
+    assert slowed == [job.id] and job.state is JobState.DONE, job.outcome()
     assert "stopped before the end" not in caplog.text

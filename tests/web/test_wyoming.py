@@ -21,6 +21,7 @@ from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
 from cosyedge.web.wyoming_server import WyomingServer, WyomingSettings, allowed, split_sentences
+from tests.helpers.job_tail import slow_job_end
 from tests.helpers.live_server import free_port
 
 
@@ -297,21 +298,11 @@ def test_wyoming_requests_take_the_servers_quality(wyoming, make_service, web_se
 
 
 def test_an_answer_sent_to_its_audio_stop_lets_the_job_finish(wyoming, monkeypatch, caplog):
-    """audio-stop leaves before the job's tail (its result, history): the client has not gone away,
-    so the job must end done, not cancelled."""
-    from cosyedge.service import runner
+    """audio-stop can leave before the job counts as finished: the client has not gone away, so the
+    job must end done, not cancelled."""
     from cosyedge.service.jobs import JobState
 
-    calls = []
-    report = runner.instruct_report
-
-    def slow_after_the_stream(plan):  # its second call builds the result, after the stream ended
-        calls.append(plan)
-        if len(calls) == 2:
-            time.sleep(0.5)
-        return report(plan)
-
-    monkeypatch.setattr(runner, "instruct_report", slow_after_the_stream)
+    slowed = slow_job_end(monkeypatch)
     server, service = wyoming()
     submitted = []
     submit = service.submit
@@ -321,5 +312,5 @@ def test_an_answer_sent_to_its_audio_stop_lets_the_job_finish(wyoming, monkeypat
         assert isinstance(events[-1], AudioStop)
         (job,) = submitted
         assert job.wait(10)
-    assert len(calls) == 2 and job.state is JobState.DONE, job.outcome()
+    assert slowed == [job.id] and job.state is JobState.DONE, job.outcome()
     assert "went away" not in caplog.text
