@@ -626,7 +626,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CosyedgeError)
     async def on_cosyedge_error(_: Request, exc: CosyedgeError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, BusyError) else None
-        if exc.http_status >= 500:
+        if exc.code == "voice_library_full":  # the teacher's own bound, not a fault of the box
+            logger.warning("%s: %s", exc.code, exc.message)
+        elif exc.http_status >= 500:
             logger.error("%s: %s", exc.kind, exc.message)
         return error_response(exc.http_status, exc.kind, exc.message, headers, exc.code)
 
