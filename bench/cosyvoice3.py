@@ -21,6 +21,8 @@ Stages (each its own process; run under ``flock /work/locks/heavy`` on a shared 
   end-to-end RTF = (LLM + flow + HiFT) / audio seconds.
 * ``stream``: streamed against whole token2wav side by side on the int8 model (or ``--model-dir``): the
   first hop's rendering time, each hop's, both RTFs (no torch).
+* ``first-audio``: the engine (no torch) streaming one sentence of ``--tokens`` speech tokens (the
+  LLM's length forced) with a cached voice, exact and live: first audio and RTF with the LLM in the loop.
 * ``engine``: a torch-free process loading the int8 model as the app does and synthesizing one sentence
   of a clone request: its peak RSS; and the converted directories' sizes.
 
@@ -268,9 +270,51 @@ def stream(args) -> None:
           "load": loadavg(), "peak_rss_mb": round(peak_rss_mb())})
 
 
+def first_audio(args) -> None:
+    """Streamed first audio and RTF with the LLM in the loop, in the engine (no torch), per quality mode.
+
+    The random LLM would stop at any length, so its sampler is made to draw ``--tokens`` speech tokens
+    (stop ids masked, upstream's nucleus otherwise) and then stop: every mode renders the same length.
+    A cached voice (encoded once, then a warm-up sentence), then per mode: the seconds to the first
+    streamed chunk and to the end, the audio seconds and the RTF, at ``--threads``."""
+    from cosyedge.config import Settings
+    from cosyedge.engines.base import SynthesisOptions
+    from cosyedge.engines.cosyvoice.common import engine as common_engine
+    from cosyedge.engines.cosyvoice.common.sampling import RasSampler
+    from cosyedge.engines.loader import load_engine
+
+    length = args.tokens
+
+    class ForcedLength(RasSampler):
+        def __call__(self, logp, decoded, ignore_eos):  # noqa: ANN001, ANN204
+            if len(decoded) >= length:
+                return self.eos
+            probs = np.exp(logp - np.max(logp))
+            probs[self.eos:] = 0.0  # every id from the masked one up is a stop in CosyVoice3
+            return self.draw(probs / probs.sum(), decoded)
+
+    common_engine.RasSampler = ForcedLength
+    model_dir = args.model_dir or Path(args.work) / "models" / "cosyvoice3-int8"
+    eng = load_engine(Settings(models_dir=model_dir.parent, model=model_dir.name, onnx_threads=args.threads))
+    t = np.arange(3 * 16000) / 16000
+    voice = eng.encode_prompt((0.2 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), 16000, "hello world")
+    text = "Hello world, the quick brown fox jumps over the lazy dog."
+    for quality in ("exact", "exact", "live"):  # the first exact is the voice's first sentence
+        started, first, samples = time.perf_counter(), None, 0
+        for chunk in eng.synthesize(text, voice, SynthesisOptions(seed=1, stream=True, quality=quality)):
+            first = first if first is not None else time.perf_counter() - started
+            samples += chunk.audio.size
+        total = time.perf_counter() - started
+        audio_s = samples / eng.capabilities.sample_rate
+        emit({"stage": "first-audio", "quality": quality, "threads": args.threads, "tokens": length,
+              "first_audio_s": round(first, 2), "total_s": round(total, 2), "audio_s": round(audio_s, 2),
+              "rtf": round(total / audio_s, 3), "load": loadavg(), "peak_rss_mb": round(peak_rss_mb())})
+    eng.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("prepare", "convert", "compare", "engine", "stream"))
+    parser.add_argument("stage", choices=("prepare", "convert", "compare", "engine", "stream", "first-audio"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/cv3bench"))
     parser.add_argument("--upstream-src", type=Path, default=Path(os.environ.get("COSYVOICE_SRC", "")))
     parser.add_argument("--threads", type=int, default=2)
@@ -282,7 +326,8 @@ def main() -> int:
     parser.add_argument("--model-dir", type=Path, default=None,
                         help="stream: a converted v3 model (default: WORK/models/cosyvoice3-int8)")
     args = parser.parse_args()
-    {"prepare": prepare, "convert": convert, "compare": compare, "engine": engine, "stream": stream}[args.stage](args)
+    {"prepare": prepare, "convert": convert, "compare": compare, "engine": engine, "stream": stream,
+     "first-audio": first_audio}[args.stage](args)
     return 0
 
 
