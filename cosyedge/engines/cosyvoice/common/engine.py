@@ -346,25 +346,16 @@ class CosyVoiceEngine:
 
     def quality_levers(self, quality: str | None, flow_steps: int | None = None) -> Levers:
         """The levers this model applies for mode ``quality`` (None: exact) and an explicit
-        ``flow_steps`` (which wins over the mode's): a streamed answer's left context and first hop
-        only where the model streams, the left context only where its streamed cache can drop chunks
-        (models converted before the chunk-blocked cache keep all of it, a CosyVoice3 stream has no
-        cache) and the first hop only where the stream can shorten it (CosyVoice3's is upstream's)."""
+        ``flow_steps`` (which wins over the mode's): the mode's, less :attr:`inapplicable_levers`."""
         levers = levers_for(quality, flow_steps)
-        t2w = self.token2wav
-        if not getattr(t2w, "can_stream", False):
-            return replace(levers, left_chunks=0, first_hop_tokens=0)
-        if not getattr(t2w, "can_bound_context", False):
-            levers = replace(levers, left_chunks=0)
-        if not getattr(t2w, "can_shorten_first_hop", False):
-            levers = replace(levers, first_hop_tokens=0)
-        return levers
+        return replace(levers, **{name: 0 for name in self.inapplicable_levers})
 
     @property
     def inapplicable_levers(self) -> dict[str, str]:
         """The streaming levers this model has no use for, each with the reason (the answer's note
-        names them apart from the levers applied): none on a conversion that streams with the
-        chunk-blocked cache."""
+        names them apart from the levers applied): both where the model does not stream; the left
+        context where its streamed cache cannot drop chunks (converted before the chunk-blocked
+        cache); the first hop where the stream cannot shorten it (CosyVoice3's is upstream's)."""
         t2w = self.token2wav
         if not getattr(t2w, "can_stream", False):
             why = "this conversion does not stream (each sentence is rendered whole)"
